@@ -1,0 +1,133 @@
+/*
+ * Models: hyperparameters and weights bound from a GGUF file, a paged KV
+ * cache, and the batched forward pass.
+ *
+ * Weights are pointers into the GGUF mapping (never copied).  The forward
+ * pass evaluates one batch of tokens from any number of sequences (prefill
+ * chunks and decode steps mixed) and writes logits for the rows asked for.
+ *
+ * The KV cache is paged: n_blocks blocks of block_tokens positions; each
+ * sequence owns a block table, block i holding its positions
+ * [i * block_tokens, (i + 1) * block_tokens).  The caller (the scheduler)
+ * allocates blocks; two sequences may share full leading blocks (prefix
+ * reuse) as long as neither writes into them.
+ */
+
+#ifndef LLM_MODEL_H
+#define LLM_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "quant.h"
+
+typedef enum {
+    LLM_ARCH_LLAMA = 0,
+    LLM_ARCH_QWEN2,
+    LLM_ARCH_QWEN3,
+    LLM_ARCH_QWEN3MOE,
+    LLM_ARCH_MINIMAX_M2,
+    LLM_ARCH_COUNT
+} llm_arch_t;
+
+typedef enum {
+    LLM_GATING_SOFTMAX = 1,
+    LLM_GATING_SIGMOID = 2
+} llm_gating_t;
+
+typedef struct {
+    llm_arch_t   arch;
+    char         arch_name[32];    /* general.architecture */
+    char         name[128];        /* general.name, or the file's stem */
+    uint32_t     n_vocab;
+    uint32_t     n_ctx_train;
+    uint32_t     n_embd;
+    uint32_t     n_layer;
+    uint32_t     n_head;
+    uint32_t     n_head_kv;
+    uint32_t     head_dim;         /* key_length */
+    uint32_t     head_dim_v;       /* value_length */
+    uint32_t     n_ff;             /* dense FFN width (0 if all MoE) */
+    uint32_t     n_expert;         /* 0: dense */
+    uint32_t     n_expert_used;
+    uint32_t     n_ff_exp;
+    uint32_t     n_expert_shared;
+    uint32_t     n_ff_shexp;
+    llm_gating_t gating;
+    int          expert_weights_norm;
+    float        expert_weights_scale;
+    float        rms_eps;
+    float        rope_base;
+    uint32_t     rope_dims;        /* rotated dims per head */
+    int          rope_neox;        /* 1: NEOX pairing (i, i + d/2) */
+    uint32_t     ftype;            /* general.file_type, if present */
+    uint64_t     n_params;
+} llm_hparams_t;
+
+typedef struct llm_model_s llm_model_t;
+
+typedef struct {
+    int          use_mlock;
+    uint64_t     expert_cache_mb;  /* 0: all experts from the mapping */
+} llm_model_opts_t;
+
+int llm_model_load(llm_model_t **out, const char *path,
+    const llm_model_opts_t *opts, char *err, size_t errlen);
+void llm_model_free(llm_model_t *m);
+const llm_hparams_t *llm_model_hparams(const llm_model_t *m);
+const llm_gguf_t *llm_model_gguf(const llm_model_t *m);
+const char *llm_model_quant_name(const llm_model_t *m);  /* "Q4_0" ... */
+const char *llm_arch_name(llm_arch_t a);
+
+/* Paged KV cache. */
+typedef struct llm_kv_s llm_kv_t;
+
+int llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
+    uint32_t block_tokens, llm_type_t type /* F32 or F16 */, char *err,
+    size_t errlen);
+void llm_kv_free(llm_kv_t *kv);
+uint32_t llm_kv_n_blocks(const llm_kv_t *kv);
+uint32_t llm_kv_block_tokens(const llm_kv_t *kv);
+/* Bytes one block takes across all layers (K and V). */
+size_t llm_kv_block_bytes(const llm_model_t *m, uint32_t block_tokens,
+    llm_type_t type);
+/* Copy one block's contents to another (copy-on-write of a shared tail). */
+void llm_kv_copy_block(llm_kv_t *kv, uint32_t dst, uint32_t src);
+
+typedef struct {
+    const uint32_t *blocks;        /* block table */
+    uint32_t        n_blocks;
+} llm_seq_view_t;
+
+typedef struct {
+    uint32_t              n_tokens;
+    const int32_t        *tokens;  /* [n_tokens] */
+    const int32_t        *pos;     /* [n_tokens] position in its sequence */
+    const int32_t        *seq;     /* [n_tokens] index into seqs */
+    const uint8_t        *logits;  /* [n_tokens] nonzero: want logits */
+    uint32_t              n_seqs;
+    const llm_seq_view_t *seqs;    /* [n_seqs] */
+} llm_batch_t;
+
+/*
+ * A context: the thread pool and every scratch buffer of the forward pass,
+ * allocated once for batches of up to max_tokens tokens.
+ */
+typedef struct llm_ctx_s llm_ctx_t;
+
+int llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
+    uint32_t n_threads, uint32_t max_tokens, char *err, size_t errlen);
+void llm_ctx_free(llm_ctx_t *c);
+
+/*
+ * Evaluate a batch.  Within one sequence, tokens must come in increasing
+ * position order and every earlier position must already be in the cache
+ * or earlier in this batch.  Writes K/V of every token into its sequence's
+ * blocks, and for each token with logits[i] set, one row of n_vocab floats
+ * to out, in batch order.  Returns 0 or a negative errno with err set.
+ */
+int llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
+    size_t errlen);
+
+#endif /* LLM_MODEL_H */

@@ -1,0 +1,111 @@
+/*
+ * Tensor types with ggml's exact block layouts, and the kernels over them.
+ *
+ * Type ids are ggml's (they are what GGUF files store).  Every block format
+ * is a packed struct with a static assert on its size (quant.c).  Each
+ * weight type names the activation type its dot product takes
+ * (llm_type_vec_dot_type): Q8_0 for Q4_0/Q8_0, Q8_K for the K-quants,
+ * F32 for the float types.  Activations are converted once per row with
+ * llm_quantize_act() and then dotted with many weight rows.
+ *
+ * Every kernel has a scalar reference; SIMD versions (AVX2, AVX-512 with
+ * VNNI) are chosen once at start from cpuid, or forced with
+ * LLM_SIMD=scalar|avx2|avx512.
+ */
+
+#ifndef LLM_QUANT_H
+#define LLM_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    LLM_TYPE_F32 = 0,
+    LLM_TYPE_F16 = 1,
+    LLM_TYPE_Q4_0 = 2,
+    LLM_TYPE_Q4_1 = 3,
+    LLM_TYPE_Q5_0 = 6,
+    LLM_TYPE_Q5_1 = 7,
+    LLM_TYPE_Q8_0 = 8,
+    LLM_TYPE_Q8_1 = 9,
+    LLM_TYPE_Q2_K = 10,
+    LLM_TYPE_Q3_K = 11,
+    LLM_TYPE_Q4_K = 12,
+    LLM_TYPE_Q5_K = 13,
+    LLM_TYPE_Q6_K = 14,
+    LLM_TYPE_Q8_K = 15,
+    LLM_TYPE_BF16 = 30,
+    LLM_TYPE_COUNT = 40
+} llm_type_t;
+
+typedef enum {
+    LLM_SIMD_SCALAR = 0,
+    LLM_SIMD_AVX2 = 1,
+    LLM_SIMD_AVX512 = 2
+} llm_simd_t;
+
+/* Static facts about a type; 0-sized for types this engine does not know. */
+typedef struct {
+    const char  *name;         /* "Q4_K" */
+    uint32_t     block;        /* weights per block (1 for floats) */
+    uint32_t     block_bytes;  /* bytes per block */
+    int          supported;    /* loadable as a weight type */
+} llm_type_info_t;
+
+const llm_type_info_t *llm_type_info(uint32_t type);   /* NULL if unknown */
+const char *llm_type_name(uint32_t type);              /* "?" if unknown */
+/* Bytes of a row of n values; 0 if n is not a multiple of the block. */
+size_t llm_row_bytes(uint32_t type, int64_t n);
+
+/* The activation type weight type t is dotted with. */
+llm_type_t llm_type_vec_dot_type(llm_type_t t);
+
+/* Run-time SIMD selection.  llm_simd_init() is idempotent and thread-safe. */
+void llm_simd_init(void);
+llm_simd_t llm_simd_level(void);      /* the level in use */
+llm_simd_t llm_simd_best(void);       /* the best the CPU supports */
+const char *llm_simd_name(llm_simd_t s);
+/* For tests: force a level (must be <= llm_simd_best()). */
+int llm_simd_force(llm_simd_t s);
+
+/* Conversions (scalar, exact as ggml). */
+float llm_fp16_to_fp32(uint16_t h);
+uint16_t llm_fp32_to_fp16(float f);
+float llm_bf16_to_fp32(uint16_t h);
+uint16_t llm_fp32_to_bf16(float f);
+
+/* Row conversions; n must be a multiple of the block size. */
+void llm_dequantize_row(llm_type_t t, const void *src, float *dst,
+    int64_t n);
+/* Weight quantization as ggml's reference quantizers do it (tools). */
+void llm_quantize_row(llm_type_t t, const float *src, void *dst, int64_t n);
+/* Activation quantization to llm_type_vec_dot_type(w) (hot path). */
+void llm_quantize_act(llm_type_t act, const float *src, void *dst,
+    int64_t n);
+
+/*
+ * s = dot(w, x) over n values: w one row of weight type t, x one row of
+ * llm_type_vec_dot_type(t) (already converted).
+ */
+void llm_vec_dot(llm_type_t t, int64_t n, float *s, const void *w,
+    const void *x);
+
+/*
+ * Small GEMM over one weight matrix: for r < nr, c < nc
+ *     y[c * ldy + r] = dot(w + r * w_stride, x + c * x_stride)
+ * w: nr rows of type t, each n values; x: nc activation rows already in
+ * llm_type_vec_dot_type(t).  The kernel tiles rows and columns so that a
+ * weight block loaded once serves several activation rows (prefill and
+ * batched decode).  The caller splits work across threads by rows.
+ */
+void llm_gemm(llm_type_t t, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t w_stride, const void *x, size_t x_stride,
+    float *y, size_t ldy);
+
+/* Scalar references, always available (tests compare against them). */
+void llm_vec_dot_ref(llm_type_t t, int64_t n, float *s, const void *w,
+    const void *x);
+void llm_quantize_act_ref(llm_type_t act, const float *src, void *dst,
+    int64_t n);
+
+#endif /* LLM_QUANT_H */

@@ -1,0 +1,39 @@
+/*
+ * Chat templates: a C implementation of the Jinja subset real models'
+ * chat templates use, rendering like Hugging Face's apply_chat_template
+ * (jinja2 ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
+ * loopcontrols, tojson without ASCII escaping, raise_exception,
+ * strftime_now).
+ *
+ * Compile once at model load: a construct outside the supported subset is
+ * an error naming it and its line.  Rendering takes the template variables
+ * as one jansson object ("messages", "tools", "add_generation_prompt",
+ * "bos_token", "eos_token", ...) and is bounded in depth, loop iterations
+ * and output size.
+ */
+
+#ifndef LLM_TEMPLATE_H
+#define LLM_TEMPLATE_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+typedef struct llm_tmpl_s llm_tmpl_t;
+
+int llm_tmpl_compile(llm_tmpl_t **out, const char *src, size_t len,
+    char *err, size_t errlen);
+void llm_tmpl_free(llm_tmpl_t *t);
+
+/*
+ * Render.  On success *out is a malloc'd NUL-terminated string the caller
+ * frees.  On failure returns a negative errno; a raise_exception() from the
+ * template gives -EPERM with its message in err.
+ */
+int llm_tmpl_render(const llm_tmpl_t *t, json_t *vars, char **out,
+    size_t *outlen, char *err, size_t errlen);
+
+/* The ChatML template used when a model file carries none. */
+extern const char llm_tmpl_chatml[];
+
+#endif /* LLM_TEMPLATE_H */

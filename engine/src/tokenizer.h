@@ -1,0 +1,80 @@
+/*
+ * Tokenizers read from GGUF (tokenizer.ggml.*), as llama.cpp reads them:
+ * "gpt2" byte-level BPE with PCRE2 pre-tokenizer regexes per `pre` value,
+ * and "llama" SentencePiece BPE with byte fallback.  Plus streaming
+ * detokenization that never splits a UTF-8 sequence and holds back text
+ * that may be the start of a stop string.
+ */
+
+#ifndef LLM_TOKENIZER_H
+#define LLM_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+typedef struct llm_vocab_s llm_vocab_t;
+
+int llm_vocab_load(llm_vocab_t **out, const llm_gguf_t *g, char *err,
+    size_t errlen);
+void llm_vocab_free(llm_vocab_t *v);
+
+uint32_t llm_vocab_n_tokens(const llm_vocab_t *v);
+const char *llm_vocab_model(const llm_vocab_t *v);   /* "gpt2", "llama" */
+const char *llm_vocab_pre(const llm_vocab_t *v);     /* "qwen2", ... */
+int32_t llm_vocab_bos(const llm_vocab_t *v);         /* -1 if none */
+int32_t llm_vocab_eos(const llm_vocab_t *v);
+int32_t llm_vocab_eot(const llm_vocab_t *v);
+int llm_vocab_add_bos(const llm_vocab_t *v);
+int llm_vocab_add_eos(const llm_vocab_t *v);
+/* End of generation: eos, eot, or another control token that ends a turn. */
+int llm_vocab_is_eog(const llm_vocab_t *v, int32_t id);
+int llm_vocab_is_control(const llm_vocab_t *v, int32_t id);
+/* Look up a token by its exact text (e.g. "<|im_end|>"); -1 if absent. */
+int32_t llm_vocab_find(const llm_vocab_t *v, const char *text, size_t len);
+
+/* A growable array of token ids. */
+typedef struct {
+    int32_t  *ids;
+    size_t    n;
+    size_t    cap;
+} llm_tokens_t;
+
+void llm_tokens_free(llm_tokens_t *t);
+int llm_tokens_push(llm_tokens_t *t, int32_t id);
+
+#define LLM_TOK_ADD_SPECIAL    0x01  /* BOS/EOS as the vocabulary asks */
+#define LLM_TOK_PARSE_SPECIAL  0x02  /* match control tokens in the text */
+
+/* Appends to out.  0 or a negative errno with err set. */
+int llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
+    unsigned flags, llm_tokens_t *out, char *err, size_t errlen);
+
+/*
+ * The bytes a token stands for (byte-level BPE decoded, "▁" turned into a
+ * space, <0xNN> turned into that byte).  Control tokens give their text
+ * only when `special` is set, else an empty piece.
+ */
+const char *llm_token_bytes(const llm_vocab_t *v, int32_t id, int special,
+    size_t *len);
+
+/*
+ * Streaming detokenizer.  Push token ids; get back text that is safe to
+ * emit: complete UTF-8 only (invalid sequences become U+FFFD), nothing
+ * that could be the beginning of a stop string.  When a stop string
+ * completes, llm_detok_push() returns 1 and the text before it is in out;
+ * the stop string itself is never emitted.
+ */
+typedef struct llm_detok_s llm_detok_t;
+
+int llm_detok_create(llm_detok_t **out, const llm_vocab_t *v,
+    const char *const *stops, size_t n_stops);
+void llm_detok_free(llm_detok_t *d);
+/* Appends emit-safe text to *out (malloc'd buffer managed by d). */
+int llm_detok_push(llm_detok_t *d, int32_t id, const char **out,
+    size_t *len);
+/* End of stream: flush what is held (incomplete UTF-8 becomes U+FFFD). */
+int llm_detok_flush(llm_detok_t *d, const char **out, size_t *len);
+
+#endif /* LLM_TOKENIZER_H */
