@@ -1,0 +1,311 @@
+#!/usr/bin/env bash
+#
+# One entry point for building, running, testing and benchmarking.
+#
+#   ./build.sh              build everything into build/
+#   ./build.sh test         build, then run every test (CI runs this)
+#   ./build.sh run          build, start llm-engine + nginx on 127.0.0.1:8080
+#   ./build.sh bench NAME   run bench/NAME.sh (core, serve, gateway, ...)
+#   ./build.sh asan         build with -fsanitize=address,undefined, run tests
+#   ./build.sh clean        remove build/
+#
+# Environment: NGINX_SRC=<dir> builds the module against another nginx
+# source tree (default: a copy of Debian's /usr/share/nginx/src);
+# JOBS=<n> parallel make jobs; LLM_SHARED=<dir> the shared reference data
+# (default ../shared); PORT=<n> the port `run` listens on (8080).
+
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BUILD=${BUILD:-$REPO/build}
+JOBS=${JOBS:-$(nproc)}
+export REPO BUILD
+export LLM_SHARED=${LLM_SHARED:-$REPO/../shared}
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'build.sh: error: %s\n' "$*" >&2; exit 1; }
+
+
+# Debian packages: what the build, the tests and `run` need.  Only the
+# missing ones are installed.
+
+PKGS_BUILD=(gcc make pkg-config nginx nginx-dev libprotobuf-c-dev
+    protobuf-c-compiler libjansson-dev libpcre2-dev liburing-dev libssl-dev
+    zlib1g-dev)
+PKGS_TEST=(perl curl nodejs npm python3 python3-numpy python3-jinja2)
+
+ensure_packages() {
+    local missing=() p
+    for p in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
+                | grep -q 'install ok installed'; then
+            missing+=("$p")
+        fi
+    done
+    # node and npm may come from elsewhere (nodesource); accept those
+    local m=() q
+    for q in "${missing[@]}"; do
+        case $q in
+        nodejs) command -v node >/dev/null || m+=("$q") ;;
+        npm) command -v npm >/dev/null || m+=("$q") ;;
+        *) m+=("$q") ;;
+        esac
+    done
+    missing=("${m[@]}")
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" -ne 0 ]; then
+        die "missing Debian packages: ${missing[*]}
+run as root, or install them first: sudo apt-get install ${missing[*]}"
+    fi
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+
+# The engine: libllm, llm-engine, tools, unit tests.
+
+build_engine() {
+    local opt=${1:-} san=${2:-} dir=${3:-$BUILD}
+    make -s -C "$REPO/engine" -j"$JOBS" BUILD="$dir" \
+        ${opt:+OPT="$opt"} ${san:+SAN="$san"} all
+}
+
+
+# The module, as a dynamic module against Debian's nginx sources.  The
+# configure step runs again only when its inputs change (the addon config,
+# the protocol, the set of module sources, the flags); make does the rest.
+
+build_module() {
+    local dir=${1:-$BUILD} ccopt=${2:-} ldopt=${3:-}
+    local src=${NGINX_SRC:-} tree flags sig
+
+    if [ -z "$src" ]; then
+        [ -d /usr/share/nginx/src ] \
+            || die "/usr/share/nginx/src is missing (package nginx-dev)"
+        tree=$dir/nginx-src
+        if [ ! -f "$tree/.copied" ]; then
+            rm -rf "$tree"
+            mkdir -p "$dir"
+            cp -a /usr/share/nginx/src "$tree"
+            touch "$tree/.copied"
+        fi
+    else
+        tree=$(cd "$src" && pwd)
+    fi
+
+    flags=()
+    if [ -f "$tree/conf_flags" ]; then
+        # shellcheck disable=SC1091
+        . "$tree/conf_flags"
+        flags=("${NGX_CONF_FLAGS[@]}")
+    fi
+    flags+=(--with-compat "--add-dynamic-module=$REPO")
+    [ -n "$ccopt" ] && flags+=("--with-cc-opt=$ccopt")
+    [ -n "$ldopt" ] && flags+=("--with-ld-opt=$ldopt")
+
+    sig=$( { printf '%s\n' "${flags[@]}"; cat "$REPO/config" \
+             "$REPO/proto/llm.proto"; ls "$REPO"/ngx_http_llm_module/; } \
+           | sha256sum | cut -d' ' -f1)
+
+    if [ ! -f "$tree/objs/Makefile" ] \
+       || [ "$(cat "$tree/objs/.llm-config-sig" 2>/dev/null)" != "$sig" ]
+    then
+        say "configuring nginx module build in $tree"
+        (cd "$tree" && ./configure "${flags[@]}" >"$dir/nginx-configure.log" \
+            2>&1) || { tail -20 "$dir/nginx-configure.log";
+                       die "nginx configure failed (log: $dir/nginx-configure.log)"; }
+        echo "$sig" >"$tree/objs/.llm-config-sig"
+    fi
+
+    make -s -C "$tree" -f objs/Makefile -j"$JOBS" modules \
+        >"$dir/nginx-make.log" 2>&1 \
+        || { grep -E 'error|warning' "$dir/nginx-make.log" | head -40;
+             die "module build failed (log: $dir/nginx-make.log)"; }
+
+    mkdir -p "$dir/modules"
+    if ! cmp -s "$tree/objs/ngx_http_llm_module.so" \
+                "$dir/modules/ngx_http_llm_module.so"; then
+        cp "$tree/objs/ngx_http_llm_module.so" "$dir/modules/"
+    fi
+}
+
+
+cmd_build() {
+    ensure_packages "${PKGS_BUILD[@]}"
+    say "engine"
+    build_engine
+    say "module"
+    build_module
+    say "built: $BUILD/bin, $BUILD/modules/ngx_http_llm_module.so"
+}
+
+
+# Test models are generated by the project's own tool, once per build dir.
+
+make_models() {
+    local dir=${1:-$BUILD}
+    mkdir -p "$dir/models"
+    if [ ! -f "$dir/models/test-tiny.gguf" ]; then
+        "$dir/bin/llm-mkmodel" --preset tiny --type Q8_0 --seed 1 \
+            -o "$dir/models/test-tiny.gguf.tmp" >/dev/null
+        mv "$dir/models/test-tiny.gguf.tmp" "$dir/models/test-tiny.gguf"
+    fi
+}
+
+
+# Runs every test suite, keeps going after a failure, prints a summary.
+
+run_tests() {
+    local dir=${1:-$BUILD} fails=() t name
+
+    make_models "$dir"
+
+    say "engine unit tests"
+    for t in "$dir"/tests/*; do
+        [ -x "$t" ] || continue
+        name=$(basename "$t")
+        printf -- '--- %s\n' "$name"
+        if ! (cd "$REPO" && "$t"); then
+            fails+=("$name")
+        fi
+    done
+
+    say "integration tests (prove -r t/)"
+    if ! (cd "$REPO" && LLM_BUILD="$dir" prove -r t/); then
+        fails+=("prove")
+    fi
+
+    for t in tests/tokenizer/run.sh tests/client/run.sh; do
+        [ -x "$REPO/$t" ] || continue
+        say "$t"
+        if ! (cd "$REPO" && LLM_BUILD="$dir" "$REPO/$t"); then
+            fails+=("$t")
+        fi
+    done
+
+    echo
+    if [ ${#fails[@]} -ne 0 ]; then
+        say "FAILED: ${fails[*]}"
+        return 1
+    fi
+    say "all tests passed"
+}
+
+
+cmd_test() {
+    ensure_packages "${PKGS_BUILD[@]}" "${PKGS_TEST[@]}"
+    cmd_build
+    run_tests "$BUILD"
+}
+
+
+cmd_asan() {
+    local dir=$BUILD/asan san="-fsanitize=address,undefined"
+    ensure_packages "${PKGS_BUILD[@]}" "${PKGS_TEST[@]}"
+    say "engine (asan)"
+    build_engine "-O1 -g -fno-omit-frame-pointer" "$san" "$dir"
+    say "module (asan)"
+    build_module "$dir" "$san -fno-omit-frame-pointer" "$san"
+    # The distro nginx is not instrumented: the module's runtime comes in
+    # with LD_PRELOAD (t/lib/LlmTest.pm reads LLM_NGINX_PRELOAD).
+    export LLM_NGINX_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    run_tests "$dir"
+}
+
+
+cmd_run() {
+    local port=${PORT:-8080} run=$BUILD/run model key
+    cmd_build
+    mkdir -p "$run" "$BUILD/models"
+
+    model=${MODEL:-$REPO/models/demo/demo-q8_0.gguf}
+    if [ ! -f "$model" ]; then
+        model=$BUILD/models/default.gguf
+        if [ ! -f "$model" ]; then
+            say "making the default model (synthetic, random weights)"
+            "$BUILD/bin/llm-mkmodel" --preset tiny --type Q8_0 --seed 1 \
+                -o "$model.tmp" >/dev/null
+            mv "$model.tmp" "$model"
+        fi
+    fi
+
+    if [ ! -f "$run/api-key" ]; then
+        "$BUILD/bin/llm-keygen" --name demo --rpm 600 --tpm 1000000 \
+            --key-file "$run/api-key" >"$run/keys"
+        chmod 600 "$run/api-key" "$run/keys"
+    fi
+    key=$(cat "$run/api-key")
+
+    sed -e "s|@BUILD@|$BUILD|g" -e "s|@RUN@|$run|g" -e "s|@PORT@|$port|g" \
+        "$REPO/examples/run.conf.in" >"$run/nginx.conf"
+    mkdir -p "$run/tmp"
+
+    local engine_pid= nginx_pid=
+    cleanup() {
+        trap - INT TERM EXIT
+        [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null
+        [ -n "$engine_pid" ] && kill -TERM "$engine_pid" 2>/dev/null
+        wait 2>/dev/null
+        rm -f "$run/engine.sock" "$run/nginx.pid"
+        say "stopped"
+    }
+    trap cleanup INT TERM EXIT
+
+    rm -f "$run/engine.sock"
+    "$BUILD/bin/llm-engine" --model "$model" --socket "$run/engine.sock" \
+        --threads "$(nproc)" --alias default &
+    engine_pid=$!
+
+    local i
+    for i in $(seq 1 300); do
+        [ -S "$run/engine.sock" ] && break
+        kill -0 "$engine_pid" 2>/dev/null || die "llm-engine exited"
+        sleep 0.1
+    done
+    [ -S "$run/engine.sock" ] || die "llm-engine did not create its socket"
+
+    /usr/sbin/nginx -p "$run" -c "$run/nginx.conf" -e "$run/error.log" \
+        -g 'daemon off;' &
+    nginx_pid=$!
+    sleep 0.5
+    kill -0 "$nginx_pid" 2>/dev/null \
+        || die "nginx did not start (see $run/error.log)"
+
+    cat <<EOF
+
+Ready.  Model: $model
+  curl http://127.0.0.1:$port/healthz
+  curl http://127.0.0.1:$port/v1/chat/completions \\
+      -H "Authorization: Bearer $key" -H 'Content-Type: application/json' \\
+      -d '{"model":"default","messages":[{"role":"user","content":"Hello!"}]}'
+
+OpenAI client: base URL http://127.0.0.1:$port/v1, API key in $run/api-key
+Ctrl-C stops both.
+EOF
+    wait -n "$engine_pid" "$nginx_pid" || true
+}
+
+
+cmd_bench() {
+    local name=${1:-}
+    [ -n "$name" ] || die "usage: ./build.sh bench NAME (one of: $(cd "$REPO/bench" && ls ./*.sh | sed 's|^\./||; s|\.sh$||' | tr '\n' ' '))"
+    [ -f "$REPO/bench/$name.sh" ] || die "no benchmark '$name' (bench/$name.sh)"
+    cmd_build
+    bash "$REPO/bench/$name.sh" "${@:2}"
+}
+
+
+case ${1:-build} in
+build) cmd_build ;;
+test) cmd_test ;;
+run) cmd_run ;;
+bench) shift; cmd_bench "$@" ;;
+asan) cmd_asan ;;
+clean) rm -rf "$BUILD" ;;
+-h|--help|help) sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//' ;;
+*) die "unknown command '$1' (build, test, run, bench NAME, asan, clean)" ;;
+esac
