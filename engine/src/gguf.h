@@ -47,6 +47,13 @@ typedef struct {
     uint64_t     len;
 } llm_gguf_str_t;
 
+/*
+ * One key/value.  Scalars: data points at the value inside the mapping and
+ * may be unaligned (read it with memcpy or the typed getters).  Numeric
+ * arrays: data is aligned to the element size (copied once at open when the
+ * file places it unaligned), so it may be indexed as a C array.  Strings:
+ * strs[0]; string arrays: strs[arr_n], built at open.
+ */
 typedef struct {
     llm_gguf_str_t    key;
     llm_gguf_vtype_t  type;
@@ -78,6 +85,11 @@ uint64_t llm_gguf_file_size(const llm_gguf_t *g);
 const void *llm_gguf_map(const llm_gguf_t *g);    /* base of the mapping */
 uint64_t llm_gguf_data_offset(const llm_gguf_t *g);  /* file offset */
 int llm_gguf_fd(const llm_gguf_t *g);             /* kept open, O_RDONLY */
+uint64_t llm_gguf_alignment(const llm_gguf_t *g); /* general.alignment */
+
+/* Names for messages and dumps: "Q4_K", "u32"; "?" if unknown. */
+const char *llm_gguf_type_name(uint32_t type);
+const char *llm_gguf_vtype_name(uint32_t vtype);
 
 /* Metadata. */
 uint64_t llm_gguf_n_kv(const llm_gguf_t *g);
