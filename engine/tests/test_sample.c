@@ -1,0 +1,241 @@
+/*
+ * Sampler checks: greedy, determinism by seed, top_k / top_p / min_p
+ * support, penalties, logit_bias, masking, logprobs.
+ */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sample.h"
+
+static int failures;
+
+#define CHECK(group, cond)                                              \
+    do {                                                                \
+        if (!(cond)) {                                                  \
+            printf("FAIL %s: %s (line %d)\n", group, #cond, __LINE__);  \
+            failures++;                                                 \
+            return;                                                     \
+        }                                                               \
+    } while (0)
+
+#define V 1000
+
+static void
+fill(float *l, uint64_t seed)
+{
+    llm_rng_t r;
+
+    llm_rng_seed(&r, seed);
+    for (int i = 0; i < V; i++) {
+        l[i] = (float) (llm_rng_uniform(&r) * 10.0 - 5.0);
+    }
+}
+
+static void
+test_greedy(llm_sampler_t *s)
+{
+    float                l[V];
+    llm_sample_params_t  p = {0};
+    llm_rng_t            r;
+    int32_t              t;
+
+    fill(l, 1);
+    l[123] = 50.0f;
+    llm_rng_seed(&r, 0);
+    t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
+    CHECK("greedy", t == 123);
+    /* ties go to the lower id */
+    fill(l, 1);
+    l[10] = 60.0f;
+    l[5] = 60.0f;
+    t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
+    CHECK("greedy", t == 5);
+    printf("ok greedy\n");
+}
+
+static void
+test_seed(llm_sampler_t *s)
+{
+    float                l[V], l2[V];
+    llm_sample_params_t  p = {0};
+    llm_rng_t            a, b;
+    int                  same = 1, differ = 0;
+
+    p.temperature = 1.0f;
+    p.top_p = 0.9f;
+    p.top_k = 200;
+    llm_rng_seed(&a, 42);
+    llm_rng_seed(&b, 42);
+    for (int i = 0; i < 50; i++) {
+        fill(l, i);
+        memcpy(l2, l, sizeof(l));
+        if (llm_sample(s, &p, l, NULL, 0, 0, &a, NULL)
+            != llm_sample(s, &p, l2, NULL, 0, 0, &b, NULL))
+        {
+            same = 0;
+        }
+    }
+    CHECK("seed", same);
+    llm_rng_seed(&a, 1);
+    llm_rng_seed(&b, 2);
+    for (int i = 0; i < 50; i++) {
+        fill(l, i);
+        memcpy(l2, l, sizeof(l));
+        if (llm_sample(s, &p, l, NULL, 0, 0, &a, NULL)
+            != llm_sample(s, &p, l2, NULL, 0, 0, &b, NULL))
+        {
+            differ = 1;
+        }
+    }
+    CHECK("seed", differ);
+    printf("ok seed\n");
+}
+
+static void
+test_truncation(llm_sampler_t *s)
+{
+    float                l[V];
+    llm_sample_params_t  p = {0};
+    llm_rng_t            r;
+    int                  i, t;
+
+    llm_rng_seed(&r, 7);
+    /* top_k 3: only the three best ever come out */
+    p.temperature = 5.0f;
+    p.top_k = 3;
+    for (i = 0; i < 200; i++) {
+        fill(l, 99);
+        l[7] = 20.0f;
+        l[8] = 19.0f;
+        l[9] = 18.0f;
+        t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
+        CHECK("top_k", t == 7 || t == 8 || t == 9);
+    }
+    /* top_p: two tokens hold ~all mass */
+    p.top_k = 0;
+    p.temperature = 1.0f;
+    p.top_p = 0.4f;
+    for (i = 0; i < 200; i++) {
+        fill(l, 3);
+        l[100] = 30.0f;
+        l[200] = 30.0f;
+        t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
+        CHECK("top_p", t == 100);
+    }
+    /* min_p */
+    p.top_p = 0.0f;
+    p.min_p = 0.5f;
+    for (i = 0; i < 200; i++) {
+        fill(l, 4);
+        l[300] = 30.0f;
+        l[301] = 29.8f;
+        t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
+        CHECK("min_p", t == 300 || t == 301);
+    }
+    /* masking: everything but 2 tokens is -inf */
+    p.min_p = 0.0f;
+    for (i = 0; i < 100; i++) {
+        for (int j = 0; j < V; j++) {
+            l[j] = -INFINITY;
+        }
+        l[11] = 0.0f;
+        l[12] = 0.0f;
+        t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
+        CHECK("mask", t == 11 || t == 12);
+    }
+    for (int j = 0; j < V; j++) {
+        l[j] = -INFINITY;
+    }
+    CHECK("mask", llm_sample(s, &p, l, NULL, 0, 0, &r, NULL) < 0);
+    printf("ok truncation\n");
+}
+
+static void
+test_penalties(llm_sampler_t *s)
+{
+    float                l[V];
+    llm_sample_params_t  p = {0};
+    llm_rng_t            r;
+    int32_t              hist[4] = { 1, 2, 5, 5 };
+    int32_t              bid = 9;
+    float                bv = 100.0f;
+
+    llm_rng_seed(&r, 0);
+    memset(l, 0, sizeof(l));
+    l[5] = 3.0f;
+    l[6] = 2.5f;
+    p.frequency_penalty = 0.5f;    /* 5 seen twice: 3 - 1 = 2 < 2.5 */
+    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
+    CHECK("penalty", fabsf(l[5] - 2.0f) < 1e-6f);
+    memset(l, 0, sizeof(l));
+    l[5] = 3.0f;
+    l[6] = 2.5f;
+    p.frequency_penalty = 0.0f;
+    p.presence_penalty = 0.6f;     /* once: 2.4 < 2.5 */
+    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
+    memset(l, 0, sizeof(l));
+    l[1] = 3.0f;
+    l[6] = 2.5f;
+    p.presence_penalty = 0.0f;     /* token 1 is in the prompt only */
+    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 1);
+    p.repetition_penalty = 1.5f;   /* 3 / 1.5 = 2 < 2.5 */
+    l[1] = 3.0f;
+    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
+    p.repetition_penalty = 0.0f;
+    p.bias_ids = &bid;
+    p.bias_vals = &bv;
+    p.n_bias = 1;
+    memset(l, 0, sizeof(l));
+    l[6] = 2.5f;
+    CHECK("bias", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 9);
+    printf("ok penalties\n");
+}
+
+static void
+test_logprobs(llm_sampler_t *s)
+{
+    float                l[V];
+    llm_sample_params_t  p = {0};
+    llm_sample_result_t  res;
+    llm_rng_t            r;
+    double               sum = 0.0;
+
+    llm_rng_seed(&r, 0);
+    fill(l, 5);
+    p.logprobs = 1;
+    p.top_logprobs = 20;
+    llm_sample(s, &p, l, NULL, 0, 0, &r, &res);
+    CHECK("logprobs", res.n_top == 20);
+    CHECK("logprobs", res.top[0].token == res.token);
+    CHECK("logprobs", fabsf(res.top[0].logprob - res.logprob) < 1e-6f);
+    for (int i = 1; i < 20; i++) {
+        CHECK("logprobs", res.top[i].logprob <= res.top[i - 1].logprob);
+    }
+    for (int i = 0; i < V; i++) {
+        sum += exp((double) l[i] - (double) l[res.token]
+                   + (double) res.logprob);
+    }
+    CHECK("logprobs", fabs(sum - 1.0) < 1e-4);
+    printf("ok logprobs\n");
+}
+
+int
+main(void)
+{
+    llm_sampler_t *s;
+
+    if (llm_sampler_create(&s, V) != 0) {
+        printf("FAIL create\n");
+        return 1;
+    }
+    test_greedy(s);
+    test_seed(s);
+    test_truncation(s);
+    test_penalties(s);
+    test_logprobs(s);
+    llm_sampler_free(s);
+    return failures ? 1 : 0;
+}
