@@ -1,0 +1,850 @@
+/*
+ * Binding a GGUF file to a model: hyperparameters from the metadata keys
+ * llama.cpp's converter writes, weights by tensor name with every shape
+ * checked against the hyperparameters.  Weights stay pointers into the
+ * mapping; only small 1-D tensors that are not F32 are converted into
+ * owned float arrays.
+ */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "model_impl.h"
+
+typedef struct {
+    llm_arch_t   arch;
+    const char  *name;
+    int          rope_neox;
+    int          qkv_bias;         /* qwen2 */
+    int          qk_norm;          /* 0 none, 1 per head, 2 whole */
+    int          moe;              /* 0 dense only, 1 optional, 2 required */
+    llm_gating_t gating;           /* default */
+} llm_arch_desc_t;
+
+static const llm_arch_desc_t llm_archs[] = {
+    { LLM_ARCH_LLAMA,      "llama",      0, 0, 0, 1, LLM_GATING_SOFTMAX },
+    { LLM_ARCH_QWEN2,      "qwen2",      1, 1, 0, 0, LLM_GATING_SOFTMAX },
+    { LLM_ARCH_QWEN3,      "qwen3",      1, 0, 1, 0, LLM_GATING_SOFTMAX },
+    { LLM_ARCH_QWEN3MOE,   "qwen3moe",   1, 0, 1, 2, LLM_GATING_SOFTMAX },
+    { LLM_ARCH_MINIMAX_M2, "minimax-m2", 1, 0, 2, 2, LLM_GATING_SIGMOID },
+};
+
+/* llama.cpp's general.file_type values (llama_ftype). */
+static const struct {
+    uint32_t     ftype;
+    const char  *name;
+} llm_ftypes[] = {
+    { 0, "F32" }, { 1, "F16" }, { 2, "Q4_0" }, { 3, "Q4_1" }, { 7, "Q8_0" },
+    { 8, "Q5_0" }, { 9, "Q5_1" }, { 10, "Q2_K" }, { 11, "Q3_K_S" },
+    { 12, "Q3_K_M" }, { 13, "Q3_K_L" }, { 14, "Q4_K_S" }, { 15, "Q4_K_M" },
+    { 16, "Q5_K_S" }, { 17, "Q5_K_M" }, { 18, "Q6_K" }, { 32, "BF16" },
+};
+
+typedef struct {
+    llm_model_t          *m;
+    const char           *path;
+    char                 *err;
+    size_t                errlen;
+} llm_bind_t;
+
+
+const char *
+llm_arch_name(llm_arch_t a)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(llm_archs) / sizeof(llm_archs[0]); i++) {
+        if (llm_archs[i].arch == a) {
+            return llm_archs[i].name;
+        }
+    }
+    return "?";
+}
+
+static int
+llm_bind_fail(llm_bind_t *b, int rc, const char *fmt, ...)
+{
+    va_list  ap;
+    int      n;
+
+    n = snprintf(b->err, b->errlen, "%s: ", b->path);
+    if (n < 0 || (size_t) n >= b->errlen) {
+        return rc;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->err + n, b->errlen - n, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int
+llm_model_own(llm_model_t *m, void *p)
+{
+    void  **n;
+
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    if (m->n_owned == m->cap_owned) {
+        m->cap_owned = m->cap_owned ? m->cap_owned * 2 : 16;
+        n = realloc(m->owned, m->cap_owned * sizeof(void *));
+        if (n == NULL) {
+            free(p);
+            return -ENOMEM;
+        }
+        m->owned = n;
+    }
+    m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+/*
+ * Read an integer hyperparameter "<arch>.<key>".  Absent: *v = def and 0
+ * when def_ok, else a "missing key" error.
+ */
+static int
+llm_hp_u32(llm_bind_t *b, const char *key, uint32_t *v, int def_ok,
+    uint32_t def)
+{
+    char  full[128], e[256];
+    int   rc;
+
+    snprintf(full, sizeof(full), "%s.%s", b->m->hp.arch_name, key);
+    rc = llm_gguf_get_u32(b->m->gguf, full, v, e, sizeof(e));
+    if (rc == -ENOENT && def_ok) {
+        *v = def;
+        return 0;
+    }
+    if (rc == -ENOENT) {
+        return llm_bind_fail(b, -EINVAL, "missing metadata key '%s'", full);
+    }
+    if (rc < 0) {
+        return llm_bind_fail(b, rc, "metadata key '%s': %s", full, e);
+    }
+    return 0;
+}
+
+static int
+llm_hp_f32(llm_bind_t *b, const char *key, float *v, int def_ok, float def)
+{
+    char  full[128], e[256];
+    int   rc;
+
+    snprintf(full, sizeof(full), "%s.%s", b->m->hp.arch_name, key);
+    rc = llm_gguf_get_f32(b->m->gguf, full, v, e, sizeof(e));
+    if (rc == -ENOENT && def_ok) {
+        *v = def;
+        return 0;
+    }
+    if (rc == -ENOENT) {
+        return llm_bind_fail(b, -EINVAL, "missing metadata key '%s'", full);
+    }
+    if (rc < 0) {
+        return llm_bind_fail(b, rc, "metadata key '%s': %s", full, e);
+    }
+    return 0;
+}
+
+static int
+llm_hp_bool(llm_bind_t *b, const char *key, int *v, int def)
+{
+    char  full[128], e[256];
+    int   rc;
+
+    snprintf(full, sizeof(full), "%s.%s", b->m->hp.arch_name, key);
+    rc = llm_gguf_get_bool(b->m->gguf, full, v, e, sizeof(e));
+    if (rc == -ENOENT) {
+        *v = def;
+        return 0;
+    }
+    if (rc < 0) {
+        return llm_bind_fail(b, rc, "metadata key '%s': %s", full, e);
+    }
+    return 0;
+}
+
+/*
+ * Read the hyperparameters of b->m (arch already set).  Values the shapes
+ * decide (n_vocab) are checked later against the tensors.
+ */
+static int
+llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
+{
+    llm_hparams_t   *hp = &b->m->hp;
+    llm_gguf_str_t   s;
+    uint64_t         n;
+    const llm_gguf_str_t *items;
+    uint32_t         u;
+    char             e[256];
+    int              rc;
+
+    if ((rc = llm_hp_u32(b, "block_count", &hp->n_layer, 0, 0)) < 0
+        || (rc = llm_hp_u32(b, "embedding_length", &hp->n_embd, 0, 0)) < 0
+        || (rc = llm_hp_u32(b, "attention.head_count", &hp->n_head, 0, 0))
+           < 0
+        || (rc = llm_hp_u32(b, "attention.head_count_kv", &hp->n_head_kv, 1,
+                            hp->n_head)) < 0
+        || (rc = llm_hp_u32(b, "context_length", &hp->n_ctx_train, 1, 4096))
+           < 0
+        || (rc = llm_hp_u32(b, "expert_count", &hp->n_expert, 1, 0)) < 0
+        || (rc = llm_hp_u32(b, "feed_forward_length", &hp->n_ff, 1, 0)) < 0
+        || (rc = llm_hp_f32(b, "attention.layer_norm_rms_epsilon",
+                            &hp->rms_eps, 0, 0)) < 0
+        || (rc = llm_hp_f32(b, "rope.freq_base", &hp->rope_base, 1,
+                            10000.0f)) < 0)
+    {
+        return rc;
+    }
+
+    if (hp->n_layer == 0 || hp->n_layer > 4096) {
+        return llm_bind_fail(b, -EINVAL, "%s.block_count is %u, expected "
+                             "1..4096", hp->arch_name, hp->n_layer);
+    }
+    if (hp->n_embd == 0 || hp->n_embd > (1u << 20)) {
+        return llm_bind_fail(b, -EINVAL, "%s.embedding_length is %u, "
+                             "expected 1..2^20", hp->arch_name, hp->n_embd);
+    }
+    if (hp->n_head == 0 || hp->n_head > 4096 || hp->n_head_kv == 0
+        || hp->n_head % hp->n_head_kv != 0)
+    {
+        return llm_bind_fail(b, -EINVAL, "attention.head_count %u and "
+                             "head_count_kv %u: expected head_count a "
+                             "multiple of head_count_kv", hp->n_head,
+                             hp->n_head_kv);
+    }
+    if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) {
+        return llm_bind_fail(b, -EINVAL, "%s.attention.layer_norm_rms_"
+                             "epsilon is %g, expected (0, 1)", hp->arch_name,
+                             (double) hp->rms_eps);
+    }
+    if (!(hp->rope_base > 0.0f)) {
+        return llm_bind_fail(b, -EINVAL, "%s.rope.freq_base is %g, expected "
+                             "> 0", hp->arch_name, (double) hp->rope_base);
+    }
+
+    if ((rc = llm_hp_u32(b, "attention.key_length", &hp->head_dim, 1,
+                         hp->n_embd / hp->n_head)) < 0
+        || (rc = llm_hp_u32(b, "attention.value_length", &hp->head_dim_v, 1,
+                            hp->head_dim)) < 0
+        || (rc = llm_hp_u32(b, "rope.dimension_count", &hp->rope_dims, 1,
+                            hp->head_dim)) < 0)
+    {
+        return rc;
+    }
+    if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2 != 0
+        || hp->head_dim_v == 0 || hp->head_dim_v > 1024)
+    {
+        return llm_bind_fail(b, -EINVAL, "attention.key_length %u / "
+                             "value_length %u, expected even 2..1024",
+                             hp->head_dim, hp->head_dim_v);
+    }
+    if (hp->rope_dims > hp->head_dim || hp->rope_dims % 2 != 0) {
+        return llm_bind_fail(b, -EINVAL, "%s.rope.dimension_count is %u, "
+                             "expected even and <= key_length %u",
+                             hp->arch_name, hp->rope_dims, hp->head_dim);
+    }
+    hp->rope_neox = ad->rope_neox;
+
+    if (hp->n_expert > 0) {
+        if (ad->moe == 0) {
+            return llm_bind_fail(b, -EINVAL, "architecture '%s' has no "
+                                 "experts, but %s.expert_count is %u",
+                                 hp->arch_name, hp->arch_name, hp->n_expert);
+        }
+        if (hp->n_expert > 4096) {
+            return llm_bind_fail(b, -EINVAL, "%s.expert_count is %u, "
+                                 "expected <= 4096", hp->arch_name,
+                                 hp->n_expert);
+        }
+        if ((rc = llm_hp_u32(b, "expert_used_count", &hp->n_expert_used, 0,
+                             0)) < 0
+            || (rc = llm_hp_u32(b, "expert_feed_forward_length",
+                                &hp->n_ff_exp, 1, hp->n_ff)) < 0
+            || (rc = llm_hp_u32(b, "expert_gating_func", &u, 1, 0)) < 0
+            || (rc = llm_hp_bool(b, "expert_weights_norm",
+                                 &hp->expert_weights_norm, 1)) < 0
+            || (rc = llm_hp_f32(b, "expert_weights_scale",
+                                &hp->expert_weights_scale, 1, 0.0f)) < 0)
+        {
+            return rc;
+        }
+        if (hp->n_expert_used == 0 || hp->n_expert_used > hp->n_expert
+            || hp->n_expert_used > 64)
+        {
+            return llm_bind_fail(b, -EINVAL, "%s.expert_used_count is %u, "
+                                 "expected 1..min(expert_count %u, 64)",
+                                 hp->arch_name, hp->n_expert_used,
+                                 hp->n_expert);
+        }
+        if (u == 0) {
+            hp->gating = ad->gating;
+        } else if (u == LLM_GATING_SOFTMAX || u == LLM_GATING_SIGMOID) {
+            hp->gating = (llm_gating_t) u;
+        } else {
+            return llm_bind_fail(b, -EINVAL, "%s.expert_gating_func is %u, "
+                                 "expected 1 (softmax) or 2 (sigmoid)",
+                                 hp->arch_name, u);
+        }
+        /* llama.cpp always renormalizes top-k for these architectures */
+        if (hp->arch != LLM_ARCH_MINIMAX_M2) {
+            hp->expert_weights_norm = 1;
+        }
+        if (hp->n_ff_exp == 0) {
+            return llm_bind_fail(b, -EINVAL, "missing metadata key "
+                                 "'%s.expert_feed_forward_length'",
+                                 hp->arch_name);
+        }
+    } else if (ad->moe == 2) {
+        return llm_bind_fail(b, -EINVAL, "missing metadata key "
+                             "'%s.expert_count' (architecture '%s' is MoE)",
+                             hp->arch_name, hp->arch_name);
+    } else if (hp->n_ff == 0) {
+        return llm_bind_fail(b, -EINVAL, "missing metadata key "
+                             "'%s.feed_forward_length'", hp->arch_name);
+    }
+
+    /* vocabulary size: the key, else the token list, else token_embd */
+    if ((rc = llm_hp_u32(b, "vocab_size", &hp->n_vocab, 1, 0)) < 0) {
+        return rc;
+    }
+    if (hp->n_vocab == 0
+        && llm_gguf_get_str_arr(b->m->gguf, "tokenizer.ggml.tokens", &n,
+                                &items, e, sizeof(e)) == 0
+        && n <= UINT32_MAX)
+    {
+        hp->n_vocab = (uint32_t) n;
+    }
+
+    if (llm_gguf_get_u32(b->m->gguf, "general.file_type", &hp->ftype, e,
+                         sizeof(e)) < 0)
+    {
+        hp->ftype = UINT32_MAX;
+    }
+
+    if (llm_gguf_get_str(b->m->gguf, "general.name", &s, e, sizeof(e)) == 0
+        && s.len > 0)
+    {
+        n = s.len < sizeof(hp->name) - 1 ? s.len : sizeof(hp->name) - 1;
+        memcpy(hp->name, s.ptr, n);
+        hp->name[n] = '\0';
+    } else {
+        const char *base = strrchr(b->path, '/');
+        const char *dot;
+
+        base = base ? base + 1 : b->path;
+        dot = strrchr(base, '.');
+        n = dot && dot > base ? (size_t) (dot - base) : strlen(base);
+        if (n > sizeof(hp->name) - 1) {
+            n = sizeof(hp->name) - 1;
+        }
+        memcpy(hp->name, base, n);
+        hp->name[n] = '\0';
+    }
+
+    return 0;
+}
+
+static void
+llm_shape_str(char *buf, size_t len, uint32_t nd, const int64_t *ne)
+{
+    size_t    o = 0;
+    uint32_t  i;
+
+    o += snprintf(buf + o, len - o, "[");
+    for (i = 0; i < nd && o < len; i++) {
+        o += snprintf(buf + o, len - o, "%s%lld", i ? ", " : "",
+                      (long long) ne[i]);
+    }
+    if (o < len) {
+        snprintf(buf + o, len - o, "]");
+    }
+}
+
+/*
+ * Find tensor `name` and check its shape is exactly ne[0..nd) (trailing
+ * dims of 1 ignored).  *t = NULL and 0 when it is absent and optional.
+ * `what` names the hyperparameters of each dim for the error message.
+ */
+static int
+llm_bind_tensor(llm_bind_t *b, const char *name, uint32_t nd,
+    const int64_t *ne, const char *what, int optional,
+    const llm_gguf_tensor_t **t)
+{
+    const llm_gguf_tensor_t  *x;
+    const llm_type_info_t    *ti;
+    uint32_t                  i, xd;
+    char                      got[96], want[96];
+
+    *t = NULL;
+    x = llm_gguf_find_tensor(b->m->gguf, name);
+    if (x == NULL) {
+        if (optional) {
+            return 0;
+        }
+        return llm_bind_fail(b, -EINVAL, "missing tensor '%s'", name);
+    }
+
+    xd = x->n_dims;
+    while (xd > nd && x->ne[xd - 1] == 1) {
+        xd--;
+    }
+    for (i = 0; i < nd && i < xd; i++) {
+        if (x->ne[i] != ne[i]) {
+            break;
+        }
+    }
+    if (xd != nd || i != nd) {
+        llm_shape_str(got, sizeof(got), x->n_dims, x->ne);
+        llm_shape_str(want, sizeof(want), nd, ne);
+        return llm_bind_fail(b, -EINVAL, "tensor '%s' has shape %s, "
+                             "expected %s (%s)", name, got, want, what);
+    }
+
+    ti = llm_type_info(x->type);
+    if (ti == NULL || !ti->supported) {
+        return llm_bind_fail(b, -EINVAL, "tensor '%s' has type %s (%u), "
+                             "which this engine does not support", name,
+                             llm_type_name(x->type), x->type);
+    }
+    if (llm_row_bytes(x->type, x->ne[0]) == 0) {
+        return llm_bind_fail(b, -EINVAL, "tensor '%s': row of %lld values "
+                             "is not a multiple of the %s block (%u)", name,
+                             (long long) x->ne[0], ti->name, ti->block);
+    }
+
+    *t = x;
+    return 0;
+}
+
+/* A 2-D weight: n_out rows of n_in. */
+static int
+llm_bind_mat(llm_bind_t *b, llm_wt_t *w, const char *name, int64_t n_in,
+    int64_t n_out, const char *what, int optional)
+{
+    const llm_gguf_tensor_t  *t;
+    int64_t                   ne[2] = { n_in, n_out };
+    int                       rc;
+
+    memset(w, 0, sizeof(*w));
+    rc = llm_bind_tensor(b, name, 2, ne, what, optional, &t);
+    if (rc < 0 || t == NULL) {
+        return rc;
+    }
+    w->data = t->data;
+    w->type = t->type;
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->row_bytes = llm_row_bytes(t->type, n_in);
+    return 0;
+}
+
+/*
+ * A 1-D float vector of n values.  F32 points into the mapping; other
+ * types are converted into an owned array.
+ */
+static int
+llm_bind_vec(llm_bind_t *b, const float **v, const char *name, int64_t n,
+    const char *what, int optional)
+{
+    const llm_gguf_tensor_t  *t;
+    float                    *f;
+    int                       rc;
+
+    *v = NULL;
+    rc = llm_bind_tensor(b, name, 1, &n, what, optional, &t);
+    if (rc < 0 || t == NULL) {
+        return rc;
+    }
+    if (t->type == LLM_TYPE_F32) {
+        *v = t->data;
+        return 0;
+    }
+    f = malloc(n * sizeof(float));
+    if (llm_model_own(b->m, f) < 0) {
+        return llm_bind_fail(b, -ENOMEM, "out of memory");
+    }
+    llm_dequantize_row(t->type, t->data, f, n);
+    *v = f;
+    return 0;
+}
+
+/*
+ * Expert weights of layer il: blk.N.ffn_<kind>_exps.weight [n_in, n_out,
+ * n_expert], or old per-expert tensors blk.N.ffn_<kind>.E.weight.  All
+ * experts must share one type.
+ */
+static int
+llm_bind_experts(llm_bind_t *b, llm_wt_t *w, uint32_t il, const char *kind,
+    int64_t n_in, int64_t n_out, const char *what)
+{
+    const llm_hparams_t      *hp = &b->m->hp;
+    const llm_gguf_tensor_t  *t;
+    const uint8_t           **ex;
+    char                      name[96], w3[160];
+    int64_t                   ne[3] = { n_in, n_out, hp->n_expert };
+    uint32_t                  e;
+    int                       rc;
+
+    memset(w, 0, sizeof(*w));
+    ex = calloc(hp->n_expert, sizeof(*ex));
+    if (llm_model_own(b->m, ex) < 0) {
+        return llm_bind_fail(b, -ENOMEM, "out of memory");
+    }
+
+    snprintf(name, sizeof(name), "blk.%u.ffn_%s_exps.weight", il, kind);
+    snprintf(w3, sizeof(w3), "%s, n_expert", what);
+    if (llm_gguf_find_tensor(b->m->gguf, name) != NULL) {
+        rc = llm_bind_tensor(b, name, 3, ne, w3, 0, &t);
+        if (rc < 0) {
+            return rc;
+        }
+        w->type = t->type;
+        w->data = t->data;
+        w->row_bytes = llm_row_bytes(t->type, n_in);
+        for (e = 0; e < hp->n_expert; e++) {
+            ex[e] = (const uint8_t *) t->data
+                    + (size_t) e * n_out * w->row_bytes;
+        }
+
+    } else {
+        snprintf(name, sizeof(name), "blk.%u.ffn_%s.0.weight", il, kind);
+        if (llm_gguf_find_tensor(b->m->gguf, name) == NULL) {
+            return llm_bind_fail(b, -EINVAL, "missing tensor "
+                                 "'blk.%u.ffn_%s_exps.weight'", il, kind);
+        }
+        for (e = 0; e < hp->n_expert; e++) {
+            snprintf(name, sizeof(name), "blk.%u.ffn_%s.%u.weight", il, kind,
+                     e);
+            rc = llm_bind_tensor(b, name, 2, ne, what, 0, &t);
+            if (rc < 0) {
+                return rc;
+            }
+            if (e > 0 && t->type != w->type) {
+                return llm_bind_fail(b, -EINVAL, "tensor '%s' has type %s, "
+                                     "expected %s like expert 0", name,
+                                     llm_type_name(t->type),
+                                     llm_type_name(w->type));
+            }
+            w->type = t->type;
+            w->row_bytes = llm_row_bytes(t->type, n_in);
+            ex[e] = t->data;
+        }
+        w->data = ex[0];
+    }
+
+    w->n_in = n_in;
+    w->n_out = n_out;
+    w->ex = ex;
+    return 0;
+}
+
+static int
+llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
+{
+    llm_model_t          *m = b->m;
+    const llm_hparams_t  *hp = &m->hp;
+    llm_layer_t          *L = &m->layers[il];
+    int64_t               E = hp->n_embd;
+    int64_t               q_dim = (int64_t) hp->n_head * hp->head_dim;
+    int64_t               k_dim = (int64_t) hp->n_head_kv * hp->head_dim;
+    int64_t               v_dim = (int64_t) hp->n_head_kv * hp->head_dim_v;
+    int64_t               o_dim = (int64_t) hp->n_head * hp->head_dim_v;
+    char                  n[96];
+    int                   rc;
+
+#define LLM_NAME(fmt) (snprintf(n, sizeof(n), "blk.%u." fmt, il), n)
+
+    if ((rc = llm_bind_vec(b, &L->attn_norm, LLM_NAME("attn_norm.weight"), E,
+                           "n_embd", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->wq, LLM_NAME("attn_q.weight"), E, q_dim,
+                              "n_embd, n_head*head_dim", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->wk, LLM_NAME("attn_k.weight"), E, k_dim,
+                              "n_embd, n_head_kv*head_dim", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->wv, LLM_NAME("attn_v.weight"), E, v_dim,
+                              "n_embd, n_head_kv*head_dim_v", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->wo, LLM_NAME("attn_output.weight"),
+                              o_dim, E, "n_head*head_dim_v, n_embd", 0)) < 0
+        || (rc = llm_bind_vec(b, &L->ffn_norm, LLM_NAME("ffn_norm.weight"),
+                              E, "n_embd", 0)) < 0)
+    {
+        return rc;
+    }
+
+    if (ad->qkv_bias || m->hp.arch == LLM_ARCH_LLAMA) {
+        /* qwen2 requires them; llama files may carry them */
+        if ((rc = llm_bind_vec(b, &L->bq, LLM_NAME("attn_q.bias"), q_dim,
+                               "n_head*head_dim", !ad->qkv_bias)) < 0
+            || (rc = llm_bind_vec(b, &L->bk, LLM_NAME("attn_k.bias"), k_dim,
+                                  "n_head_kv*head_dim", !ad->qkv_bias)) < 0
+            || (rc = llm_bind_vec(b, &L->bv, LLM_NAME("attn_v.bias"), v_dim,
+                                  "n_head_kv*head_dim_v", !ad->qkv_bias)) < 0)
+        {
+            return rc;
+        }
+    }
+
+    if (ad->qk_norm == 1) {
+        if ((rc = llm_bind_vec(b, &L->q_norm, LLM_NAME("attn_q_norm.weight"),
+                               hp->head_dim, "head_dim", 0)) < 0
+            || (rc = llm_bind_vec(b, &L->k_norm,
+                                  LLM_NAME("attn_k_norm.weight"),
+                                  hp->head_dim, "head_dim", 0)) < 0)
+        {
+            return rc;
+        }
+    } else if (ad->qk_norm == 2) {
+        if ((rc = llm_bind_vec(b, &L->q_norm, LLM_NAME("attn_q_norm.weight"),
+                               q_dim, "n_head*head_dim", 0)) < 0
+            || (rc = llm_bind_vec(b, &L->k_norm,
+                                  LLM_NAME("attn_k_norm.weight"), k_dim,
+                                  "n_head_kv*head_dim", 0)) < 0)
+        {
+            return rc;
+        }
+    }
+
+    if (hp->n_expert == 0) {
+        if ((rc = llm_bind_mat(b, &L->ffn_gate, LLM_NAME("ffn_gate.weight"),
+                               E, hp->n_ff, "n_embd, n_ff", 0)) < 0
+            || (rc = llm_bind_mat(b, &L->ffn_up, LLM_NAME("ffn_up.weight"),
+                                  E, hp->n_ff, "n_embd, n_ff", 0)) < 0
+            || (rc = llm_bind_mat(b, &L->ffn_down,
+                                  LLM_NAME("ffn_down.weight"), hp->n_ff, E,
+                                  "n_ff, n_embd", 0)) < 0)
+        {
+            return rc;
+        }
+        return 0;
+    }
+
+    if ((rc = llm_bind_mat(b, &L->gate_inp, LLM_NAME("ffn_gate_inp.weight"),
+                           E, hp->n_expert, "n_embd, n_expert", 0)) < 0
+        || (rc = llm_bind_vec(b, &L->exp_probs_b,
+                              LLM_NAME("exp_probs_b.bias"), hp->n_expert,
+                              "n_expert",
+                              hp->arch != LLM_ARCH_MINIMAX_M2)) < 0
+        || (rc = llm_bind_experts(b, &L->gate_exps, il, "gate", E,
+                                  hp->n_ff_exp, "n_embd, n_ff_exp")) < 0
+        || (rc = llm_bind_experts(b, &L->up_exps, il, "up", E, hp->n_ff_exp,
+                                  "n_embd, n_ff_exp")) < 0
+        || (rc = llm_bind_experts(b, &L->down_exps, il, "down", hp->n_ff_exp,
+                                  E, "n_ff_exp, n_embd")) < 0)
+    {
+        return rc;
+    }
+
+#undef LLM_NAME
+
+    return 0;
+}
+
+/* The name of the file's quantization: general.file_type, else the type
+ * holding the most bytes. */
+static const char *
+llm_model_quant_guess(const llm_model_t *m)
+{
+    const llm_gguf_t  *g = m->gguf;
+    uint64_t           bytes[LLM_TYPE_COUNT], i, best = 0;
+    size_t             k;
+    uint32_t           t, bt = 0;
+
+    for (k = 0; k < sizeof(llm_ftypes) / sizeof(llm_ftypes[0]); k++) {
+        if (llm_ftypes[k].ftype == m->hp.ftype) {
+            return llm_ftypes[k].name;
+        }
+    }
+    memset(bytes, 0, sizeof(bytes));
+    for (i = 0; i < llm_gguf_n_tensors(g); i++) {
+        t = llm_gguf_tensor_at(g, i)->type;
+        if (t < LLM_TYPE_COUNT) {
+            bytes[t] += llm_gguf_tensor_at(g, i)->nbytes;
+        }
+    }
+    for (t = 0; t < LLM_TYPE_COUNT; t++) {
+        if (bytes[t] > best) {
+            best = bytes[t];
+            bt = t;
+        }
+    }
+    return llm_type_name(bt);
+}
+
+/*
+ * Open path, bind hyperparameters and every weight.  On failure *out is
+ * NULL and err names the file and the key, tensor or value at fault.
+ */
+int
+llm_model_load(llm_model_t **out, const char *path,
+    const llm_model_opts_t *opts, char *err, size_t errlen)
+{
+    llm_model_t              *m;
+    llm_bind_t                b;
+    const llm_arch_desc_t    *ad = NULL;
+    const llm_gguf_tensor_t  *t;
+    llm_gguf_str_t            s;
+    llm_hparams_t            *hp;
+    char                      e[256];
+    uint64_t                  i, j, ne;
+    size_t                    k;
+    int                       rc;
+
+    *out = NULL;
+    m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    hp = &m->hp;
+    b.m = m;
+    b.path = path;
+    b.err = err;
+    b.errlen = errlen;
+
+    rc = llm_gguf_open(&m->gguf, path, err, errlen);
+    if (rc < 0) {
+        goto failed;
+    }
+
+    rc = llm_gguf_get_str(m->gguf, "general.architecture", &s, e, sizeof(e));
+    if (rc == -ENOENT) {
+        rc = llm_bind_fail(&b, -EINVAL, "missing metadata key "
+                           "'general.architecture'");
+        goto failed;
+    }
+    if (rc < 0) {
+        rc = llm_bind_fail(&b, rc, "%s", e);
+        goto failed;
+    }
+    for (k = 0; k < sizeof(llm_archs) / sizeof(llm_archs[0]); k++) {
+        if (strlen(llm_archs[k].name) == s.len
+            && memcmp(llm_archs[k].name, s.ptr, s.len) == 0)
+        {
+            ad = &llm_archs[k];
+        }
+    }
+    if (ad == NULL) {
+        rc = llm_bind_fail(&b, -EINVAL, "unknown architecture '%.*s' "
+                           "(general.architecture), expected llama, qwen2, "
+                           "qwen3, qwen3moe or minimax-m2",
+                           (int) (s.len > 64 ? 64 : s.len), s.ptr);
+        goto failed;
+    }
+    hp->arch = ad->arch;
+    snprintf(hp->arch_name, sizeof(hp->arch_name), "%s", ad->name);
+    m->qk_norm_whole = ad->qk_norm == 2;
+
+    rc = llm_bind_hparams(&b, ad);
+    if (rc < 0) {
+        goto failed;
+    }
+
+    /* token embeddings decide the vocabulary when no key does */
+    t = llm_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (t == NULL) {
+        rc = llm_bind_fail(&b, -EINVAL, "missing tensor 'token_embd.weight'");
+        goto failed;
+    }
+    if (hp->n_vocab == 0 && t->n_dims == 2 && t->ne[1] > 0
+        && t->ne[1] <= (int64_t) UINT32_MAX)
+    {
+        hp->n_vocab = (uint32_t) t->ne[1];
+    }
+    rc = llm_bind_mat(&b, &m->tok_embd, "token_embd.weight", hp->n_embd,
+                      hp->n_vocab, "n_embd, n_vocab", 0);
+    if (rc < 0) {
+        goto failed;
+    }
+    rc = llm_bind_vec(&b, &m->output_norm, "output_norm.weight", hp->n_embd,
+                      "n_embd", 0);
+    if (rc < 0) {
+        goto failed;
+    }
+    rc = llm_bind_mat(&b, &m->output, "output.weight", hp->n_embd,
+                      hp->n_vocab, "n_embd, n_vocab", 1);
+    if (rc < 0) {
+        goto failed;
+    }
+    if (m->output.data == NULL) {
+        m->output = m->tok_embd;             /* tied embeddings */
+    }
+
+    m->layers = calloc(hp->n_layer, sizeof(llm_layer_t));
+    if (m->layers == NULL) {
+        rc = llm_bind_fail(&b, -ENOMEM, "out of memory");
+        goto failed;
+    }
+    for (i = 0; i < hp->n_layer; i++) {
+        rc = llm_bind_layer(&b, (uint32_t) i, ad);
+        if (rc < 0) {
+            goto failed;
+        }
+    }
+
+    hp->n_params = 0;
+    for (i = 0; i < llm_gguf_n_tensors(m->gguf); i++) {
+        t = llm_gguf_tensor_at(m->gguf, i);
+        ne = 1;
+        for (j = 0; j < t->n_dims; j++) {
+            ne *= (uint64_t) t->ne[j];
+        }
+        hp->n_params += ne;
+    }
+    m->quant_name = llm_model_quant_guess(m);
+
+    if (opts != NULL && opts->use_mlock) {
+        if (mlock(llm_gguf_map(m->gguf), llm_gguf_file_size(m->gguf)) != 0) {
+            rc = llm_bind_fail(&b, -errno, "mlock of %llu bytes: %s",
+                               (unsigned long long)
+                               llm_gguf_file_size(m->gguf), strerror(errno));
+            goto failed;
+        }
+    }
+
+    *out = m;
+    return 0;
+
+failed:
+    llm_model_free(m);
+    return rc;
+}
+
+void
+llm_model_free(llm_model_t *m)
+{
+    size_t  i;
+
+    if (m == NULL) {
+        return;
+    }
+    for (i = 0; i < m->n_owned; i++) {
+        free(m->owned[i]);
+    }
+    free(m->owned);
+    free(m->layers);
+    if (m->gguf != NULL) {
+        llm_gguf_close(m->gguf);
+    }
+    free(m);
+}
+
+const llm_hparams_t *
+llm_model_hparams(const llm_model_t *m)
+{
+    return &m->hp;
+}
+
+const llm_gguf_t *
+llm_model_gguf(const llm_model_t *m)
+{
+    return m->gguf;
+}
+
+const char *
+llm_model_quant_name(const llm_model_t *m)
+{
+    return m->quant_name;
+}

@@ -1,0 +1,110 @@
+/*
+ * Internals of the model, the KV cache and the forward pass, shared by
+ * model.c, kv.c and forward.c only.  Nothing outside those files includes
+ * this header; the public contract is model.h.
+ */
+
+#ifndef LLM_MODEL_IMPL_H
+#define LLM_MODEL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+#include "threadpool.h"
+
+/*
+ * One weight matrix: n_out rows of n_in values of a ggml type, pointing
+ * into the mapping.  Expert tensors hold n_expert such matrices; ex[e] is
+ * the base of expert e (contiguous for *_exps tensors, one tensor per expert
+ * in old Mixtral files).
+ */
+typedef struct {
+    const uint8_t   *data;         /* NULL: tensor absent */
+    uint32_t         type;
+    int64_t          n_in;         /* ne[0]: row length */
+    int64_t          n_out;        /* ne[1]: rows */
+    size_t           row_bytes;
+    const uint8_t  **ex;           /* [n_expert] or NULL (not an expert) */
+} llm_wt_t;
+
+typedef struct {
+    const float     *attn_norm;    /* [n_embd] */
+    llm_wt_t         wq;           /* [n_embd] -> [n_head * head_dim] */
+    llm_wt_t         wk;           /* [n_embd] -> [n_head_kv * head_dim] */
+    llm_wt_t         wv;           /* [n_embd] -> [n_head_kv * head_dim_v] */
+    llm_wt_t         wo;           /* [n_head * head_dim_v] -> [n_embd] */
+    const float     *bq, *bk, *bv; /* qwen2 biases, or NULL */
+    const float     *q_norm;       /* [head_dim] or [n_head * head_dim] */
+    const float     *k_norm;       /* [head_dim] or [n_head_kv * head_dim] */
+    const float     *ffn_norm;     /* [n_embd] */
+
+    llm_wt_t         ffn_gate;     /* dense: [n_embd] -> [n_ff] */
+    llm_wt_t         ffn_up;
+    llm_wt_t         ffn_down;     /* [n_ff] -> [n_embd] */
+
+    llm_wt_t         gate_inp;     /* router: [n_embd] -> [n_expert] */
+    const float     *exp_probs_b;  /* [n_expert] selection bias, or NULL */
+    llm_wt_t         gate_exps;    /* per expert [n_embd] -> [n_ff_exp] */
+    llm_wt_t         up_exps;
+    llm_wt_t         down_exps;    /* per expert [n_ff_exp] -> [n_embd] */
+} llm_layer_t;
+
+struct llm_model_s {
+    llm_gguf_t      *gguf;
+    llm_hparams_t    hp;
+    int              qk_norm_whole; /* q/k norm over the whole projection */
+    const char      *quant_name;
+
+    llm_wt_t         tok_embd;     /* [n_embd] x n_vocab rows */
+    const float     *output_norm;  /* [n_embd] */
+    llm_wt_t         output;       /* [n_embd] -> [n_vocab] (may be tied) */
+    llm_layer_t     *layers;       /* [n_layer] */
+
+    /* Storage owned by the model: expert pointer tables, converted vectors */
+    void           **owned;
+    size_t           n_owned;
+    size_t           cap_owned;
+};
+
+struct llm_kv_s {
+    uint32_t         n_blocks;
+    uint32_t         block_tokens;
+    uint32_t         n_layer;
+    uint32_t         k_dim;        /* n_head_kv * head_dim */
+    uint32_t         v_dim;        /* n_head_kv * head_dim_v */
+    llm_type_t       type;         /* F32 or F16 */
+    size_t           elem;         /* 4 or 2 */
+    size_t           k_block;      /* bytes of one block of K of one layer */
+    size_t           v_block;
+    size_t           bytes;        /* whole mapping */
+    uint8_t         *base;         /* anonymous mapping */
+};
+
+/*
+ * Addresses of the K (or V) row of position `tok` within block `blk` of
+ * layer `l`.  Layout: [layer][block][token][dim], K and V in two halves.
+ */
+static inline uint8_t *
+llm_kv_k_row(const llm_kv_t *kv, uint32_t l, uint32_t blk, uint32_t tok)
+{
+    return kv->base + ((size_t) l * kv->n_blocks + blk) * kv->k_block
+           + (size_t) tok * kv->k_dim * kv->elem;
+}
+
+static inline uint8_t *
+llm_kv_v_row(const llm_kv_t *kv, uint32_t l, uint32_t blk, uint32_t tok)
+{
+    return kv->base + (size_t) kv->n_layer * kv->n_blocks * kv->k_block
+           + ((size_t) l * kv->n_blocks + blk) * kv->v_block
+           + (size_t) tok * kv->v_dim * kv->elem;
+}
+
+/* Base address of expert e of an expert weight. */
+static inline const uint8_t *
+llm_wt_expert(const llm_wt_t *w, uint32_t e)
+{
+    return w->ex[e];
+}
+
+#endif /* LLM_MODEL_IMPL_H */
