@@ -1,0 +1,12 @@
+/*
+ * AVX2 kernels (placeholder while the SIMD code is written).
+ */
+
+#include "kernels_common.h"
+
+
+void
+llm_kernels_init_avx2(llm_kernels_t *k)
+{
+    (void) k;
+}

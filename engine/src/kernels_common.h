@@ -1,0 +1,195 @@
+/*
+ * Internal to quant.c and kernels_*.c: ggml's block layouts, inline
+ * scalar helpers and the kernel table the SIMD files fill in.
+ *
+ * Layouts are byte-for-byte ggml's (ggml-common.h), since GGUF files store
+ * them raw.  QK_K = 256 ("super-blocks").  Sizes are asserted below; the
+ * bits per weight figure includes the scales.
+ */
+
+#ifndef LLM_KERNELS_COMMON_H
+#define LLM_KERNELS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define LLM_QK      32      /* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 */
+#define LLM_QK_K    256     /* K-quants */
+
+/* Q4_0: 4.5 bpw; w = d * (q - 8), q in 0..15; low nibbles hold
+ * elements 0..15, high nibbles 16..31. */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint8_t   qs[LLM_QK / 2];
+} llm_block_q4_0;
+
+/* Q4_1: 5 bpw; w = d * q + m (known, not supported). */
+typedef struct __attribute__((packed)) {
+    uint16_t  d, m;
+    uint8_t   qs[LLM_QK / 2];
+} llm_block_q4_1;
+
+/* Q5_0: 5.5 bpw (known, not supported). */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;
+    uint8_t   qh[4];
+    uint8_t   qs[LLM_QK / 2];
+} llm_block_q5_0;
+
+/* Q5_1: 6 bpw (known, not supported). */
+typedef struct __attribute__((packed)) {
+    uint16_t  d, m;
+    uint8_t   qh[4];
+    uint8_t   qs[LLM_QK / 2];
+} llm_block_q5_1;
+
+/* Q8_0: 8.5 bpw; w = d * q, q in -127..127. */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;
+    int8_t    qs[LLM_QK];
+} llm_block_q8_0;
+
+/* Q8_1: 9 bpw (known, not supported). */
+typedef struct __attribute__((packed)) {
+    uint16_t  d, s;
+    int8_t    qs[LLM_QK];
+} llm_block_q8_1;
+
+/* Q2_K: 2.625 bpw (known, not supported). */
+typedef struct __attribute__((packed)) {
+    uint8_t   scales[LLM_QK_K / 16];
+    uint8_t   qs[LLM_QK_K / 4];
+    uint16_t  d, dmin;
+} llm_block_q2_K;
+
+/* Q3_K: 3.4375 bpw (known, not supported). */
+typedef struct __attribute__((packed)) {
+    uint8_t   hmask[LLM_QK_K / 8];
+    uint8_t   qs[LLM_QK_K / 4];
+    uint8_t   scales[12];
+    uint16_t  d;
+} llm_block_q3_K;
+
+/*
+ * Q4_K: 4.5 bpw.  8 sub-blocks of 32, each with a 6-bit scale and a 6-bit
+ * min packed into scales[12]; w = d * sc * q - dmin * m, q in 0..15.  In
+ * each 64-element chunk, qs[32] holds the first 32 in low nibbles and the
+ * next 32 in high nibbles.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d, dmin;
+    uint8_t   scales[12];
+    uint8_t   qs[LLM_QK_K / 2];
+} llm_block_q4_K;
+
+/* Q5_K: 5.5 bpw; Q4_K plus a fifth bit per weight in qh (bit 2j / 2j+1
+ * of qh[l] for chunk j's low / high half). */
+typedef struct __attribute__((packed)) {
+    uint16_t  d, dmin;
+    uint8_t   scales[12];
+    uint8_t   qh[LLM_QK_K / 8];
+    uint8_t   qs[LLM_QK_K / 2];
+} llm_block_q5_K;
+
+/* Q6_K: 6.5625 bpw.  16 sub-blocks of 16 with int8 scales;
+ * w = d * sc * (q - 32), q in 0..63 from 4 low bits (ql) + 2 high (qh). */
+typedef struct __attribute__((packed)) {
+    uint8_t   ql[LLM_QK_K / 2];
+    uint8_t   qh[LLM_QK_K / 4];
+    int8_t    scales[LLM_QK_K / 16];
+    uint16_t  d;
+} llm_block_q6_K;
+
+/* Q8_K: activation type of the K-quants; float scale, and the sums of
+ * each group of 16 quants (bsums) that the min terms need. */
+typedef struct __attribute__((packed)) {
+    float     d;
+    int8_t    qs[LLM_QK_K];
+    int16_t   bsums[LLM_QK_K / 16];
+} llm_block_q8_K;
+
+_Static_assert(sizeof(llm_block_q4_0) == 2 + 16, "q4_0 size");
+_Static_assert(sizeof(llm_block_q4_1) == 4 + 16, "q4_1 size");
+_Static_assert(sizeof(llm_block_q5_0) == 2 + 4 + 16, "q5_0 size");
+_Static_assert(sizeof(llm_block_q5_1) == 4 + 4 + 16, "q5_1 size");
+_Static_assert(sizeof(llm_block_q8_0) == 2 + 32, "q8_0 size");
+_Static_assert(sizeof(llm_block_q8_1) == 4 + 32, "q8_1 size");
+_Static_assert(sizeof(llm_block_q2_K) == 16 + 64 + 4, "q2_K size");
+_Static_assert(sizeof(llm_block_q3_K) == 32 + 64 + 12 + 2, "q3_K size");
+_Static_assert(sizeof(llm_block_q4_K) == 4 + 12 + 128, "q4_K size");
+_Static_assert(sizeof(llm_block_q5_K) == 4 + 12 + 32 + 128, "q5_K size");
+_Static_assert(sizeof(llm_block_q6_K) == 128 + 64 + 16 + 2, "q6_K size");
+_Static_assert(sizeof(llm_block_q8_K) == 4 + 256 + 32, "q8_K size");
+
+/* Kernel signatures (the type is implied by the table slot). */
+typedef void (*llm_vec_dot_fn)(int64_t n, float *s, const void *w,
+    const void *x);
+typedef void (*llm_gemm_fn)(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t w_stride, const void *x, size_t x_stride,
+    float *y, size_t ldy);
+typedef void (*llm_quant_fn)(const float *src, void *dst, int64_t n);
+
+typedef struct {
+    llm_vec_dot_fn  vec_dot[LLM_TYPE_COUNT];
+    llm_gemm_fn     gemm[LLM_TYPE_COUNT];       /* NULL: loop of vec_dot */
+    llm_quant_fn    quantize_act[LLM_TYPE_COUNT];
+} llm_kernels_t;
+
+/* Each SIMD file overwrites the entries it implements (leaves others). */
+void llm_kernels_init_avx2(llm_kernels_t *k);
+void llm_kernels_init_avx512(llm_kernels_t *k);
+
+/* Scalar fp16 -> fp32, exact (every half is a float). */
+static inline float
+llm_h2f(uint16_t h)
+{
+    uint32_t  sign = (uint32_t) (h & 0x8000) << 16;
+    uint32_t  exp = (h >> 10) & 0x1f;
+    uint32_t  mant = h & 0x3ff;
+    uint32_t  u;
+    float     f;
+
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000 | (mant << 13);
+
+    } else if (exp == 0) {
+        f = (float) mant * 0x1p-24f;        /* zero or subnormal, exact */
+        return sign ? -f : f;
+
+    } else {
+        u = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round to nearest, ties to even, for |f| < 2^22 (ggml's nearest_int). */
+static inline int
+llm_nearest_int(float f)
+{
+    float    v = f + 12582912.f;
+    int32_t  i;
+
+    memcpy(&i, &v, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* The 6-bit scale and min of sub-block j from a Q4_K/Q5_K scales[12]. */
+static inline void
+llm_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+
+    } else {
+        *d = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+#endif /* LLM_KERNELS_COMMON_H */
