@@ -1132,6 +1132,9 @@ w_fail(llm_gguf_writer_t *w, int rc, const char *fmt, ...)
 static int
 w_put(llm_gguf_writer_t *w, const void *p, size_t n)
 {
+    if (n == 0) {
+        return 0;
+    }
     if (w->kvlen + n > w->kvcap) {
         size_t cap = w->kvcap ? w->kvcap : 4096;
         uint8_t *b;
@@ -1266,6 +1269,24 @@ llm_gguf_w_bool(llm_gguf_writer_t *w, const char *key, int v)
 }
 
 int
+llm_gguf_w_scalar(llm_gguf_writer_t *w, const char *key,
+    llm_gguf_vtype_t type, const void *v)
+{
+    size_t es = gg_vsize(type);
+
+    if (es == 0) {
+        return w_fail(w, -EINVAL, "key '%s': type %u is not a scalar", key,
+            (unsigned) type);
+    }
+    if (type == LLM_GGUF_UINT32) {
+        uint32_t u;
+        memcpy(&u, v, 4);
+        return llm_gguf_w_u32(w, key, u);     /* tracks general.alignment */
+    }
+    return w_key(w, key, type) ? w->rc : w_put(w, v, es);
+}
+
+int
 llm_gguf_w_str(llm_gguf_writer_t *w, const char *key, const char *v,
     size_t len)
 {
@@ -1318,7 +1339,6 @@ llm_gguf_w_copy_kv(llm_gguf_writer_t *w, const llm_gguf_kv_t *kv)
     char key[256];
     uint32_t et;
     uint64_t i;
-    size_t es;
 
     if (kv->key.len >= sizeof(key)) {
         return w_fail(w, -EINVAL, "key of %llu bytes too long to copy",
@@ -1347,17 +1367,7 @@ llm_gguf_w_copy_kv(llm_gguf_writer_t *w, const llm_gguf_kv_t *kv)
         }
         return 0;
     }
-    es = gg_vsize(kv->type);
-    if (es == 0) {
-        return w_fail(w, -EINVAL, "key '%s': bad type %u", key,
-            (unsigned) kv->type);
-    }
-    if (kv->type == LLM_GGUF_UINT32) {
-        uint32_t v;
-        memcpy(&v, kv->data, 4);
-        return llm_gguf_w_u32(w, key, v);     /* tracks general.alignment */
-    }
-    return w_key(w, key, kv->type) ? w->rc : w_put(w, kv->data, es);
+    return llm_gguf_w_scalar(w, key, kv->type, kv->data);
 }
 
 int

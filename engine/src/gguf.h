@@ -137,6 +137,9 @@ int llm_gguf_w_i32(llm_gguf_writer_t *w, const char *key, int32_t v);
 int llm_gguf_w_u64(llm_gguf_writer_t *w, const char *key, uint64_t v);
 int llm_gguf_w_f32(llm_gguf_writer_t *w, const char *key, float v);
 int llm_gguf_w_bool(llm_gguf_writer_t *w, const char *key, int v);
+/* Any scalar value type (u8 ... f64, bool); v points at its LE bytes. */
+int llm_gguf_w_scalar(llm_gguf_writer_t *w, const char *key,
+    llm_gguf_vtype_t type, const void *v);
 int llm_gguf_w_str(llm_gguf_writer_t *w, const char *key, const char *v,
     size_t len);
 int llm_gguf_w_arr(llm_gguf_writer_t *w, const char *key,

@@ -1,0 +1,707 @@
+/*
+ * test_gguf: the GGUF reader and writer.
+ *
+ * 1. Round trip: a file with every value type, string arrays, tensors of
+ *    several types and a non-default alignment is written and read back.
+ * 2. Writer misuse: short / long tensor data, duplicates, bad alignment.
+ * 3. Bad input: corrupted copies of a real llama.cpp-written file
+ *    (engine/tests/data/gguf/ref-llama-dense-q4_0.gguf), one per class of
+ *    damage; each must fail with a message naming the problem.
+ * 4. Every file in $LLM_SHARED/reference opens (skipped when absent).
+ *
+ * Run from the repository root; prints one line per check group and exits
+ * non-zero on any failure.
+ */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf.h"
+
+#define REF_FILE "engine/tests/data/gguf/ref-llama-dense-q4_0.gguf"
+
+static int failures;
+static int group_fail;
+static char tmpdir[64];
+
+#define CHECK(c, ...) do {                                              \
+    if (!(c)) {                                                         \
+        fprintf(stderr, "  FAIL %s:%d: ", __FILE__, __LINE__);          \
+        fprintf(stderr, __VA_ARGS__);                                   \
+        fputc('\n', stderr);                                            \
+        group_fail++;                                                   \
+    }                                                                   \
+} while (0)
+
+static void
+group_end(const char *name)
+{
+    printf("%s %s\n", group_fail ? "FAIL" : "ok  ", name);
+    failures += group_fail;
+    group_fail = 0;
+}
+
+static uint8_t *
+slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *b;
+    long len;
+
+    if (f == NULL) {
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    b = malloc(len > 0 ? len : 1);
+    if (b == NULL || fread(b, 1, len, f) != (size_t) len) {
+        free(b);
+        fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    *n = len;
+    return b;
+}
+
+static int
+spew(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    int ok;
+
+    if (f == NULL) {
+        return -1;
+    }
+    ok = fwrite(p, 1, n, f) == n;
+    return (fclose(f) == 0 && ok) ? 0 : -1;
+}
+
+/* ---- 1. round trip ---- */
+
+static void
+test_roundtrip(void)
+{
+    char path[128], err[512];
+    llm_gguf_writer_t *w;
+    llm_gguf_t *g;
+    const llm_gguf_kv_t *kv;
+    const llm_gguf_tensor_t *t;
+    uint8_t u8 = 200; int8_t i8 = -100; uint16_t u16 = 60000;
+    int16_t i16 = -30000; uint64_t u64 = 0x123456789abcdefull;
+    int64_t i64 = -0x123456789abcdefll; double f64 = 3.25e300;
+    float farr[5] = { 1.5f, -2.0f, 0.0f, 1e-30f, 7.0f };
+    int32_t iarr[3] = { -1, 0, 2147483647 };
+    uint8_t barr[4] = { 1, 0, 1, 1 };
+    const char *strs[4] = { "hello", "", "w\xc3\xb6rld", "<|im_end|>" };
+    int64_t ne_a[2] = { 8, 3 }, ne_b[1] = { 64 }, ne_c[3] = { 32, 2, 2 };
+    float da[24];
+    uint8_t db[128], dc[4 * 34];
+    uint32_t v32; uint64_t v64; int32_t vi32; float vf; int vb;
+    llm_gguf_str_t s;
+    uint64_t n;
+    const void *data;
+    const llm_gguf_str_t *items;
+    int rc;
+
+    for (int i = 0; i < 24; i++) {
+        da[i] = (float) i * 0.5f - 3.0f;
+    }
+    for (int i = 0; i < 128; i++) {
+        db[i] = (uint8_t) (i * 7);
+    }
+    for (int i = 0; i < 4 * 34; i++) {
+        dc[i] = (uint8_t) (255 - i);
+    }
+
+    snprintf(path, sizeof(path), "%s/rt.gguf", tmpdir);
+    rc = llm_gguf_writer_open(&w, path, err, sizeof(err));
+    CHECK(rc == 0, "writer_open: %s", err);
+    if (rc != 0) {
+        group_end("round trip");
+        return;
+    }
+    llm_gguf_w_str(w, "general.architecture", "llama", 5);
+    llm_gguf_w_u32(w, "general.alignment", 64);
+    llm_gguf_w_scalar(w, "t.u8", LLM_GGUF_UINT8, &u8);
+    llm_gguf_w_scalar(w, "t.i8", LLM_GGUF_INT8, &i8);
+    llm_gguf_w_scalar(w, "t.u16", LLM_GGUF_UINT16, &u16);
+    llm_gguf_w_scalar(w, "t.i16", LLM_GGUF_INT16, &i16);
+    llm_gguf_w_u32(w, "t.u32", 4000000000u);
+    llm_gguf_w_i32(w, "t.i32", -7);
+    llm_gguf_w_f32(w, "t.f32", 0.125f);
+    llm_gguf_w_bool(w, "t.bool", 1);
+    llm_gguf_w_u64(w, "t.u64", u64);
+    llm_gguf_w_scalar(w, "t.i64", LLM_GGUF_INT64, &i64);
+    llm_gguf_w_scalar(w, "t.f64", LLM_GGUF_FLOAT64, &f64);
+    llm_gguf_w_arr(w, "t.arr_f32", LLM_GGUF_FLOAT32, farr, 5);
+    llm_gguf_w_arr(w, "t.arr_i32", LLM_GGUF_INT32, iarr, 3);
+    llm_gguf_w_arr(w, "t.arr_bool", LLM_GGUF_BOOL, barr, 4);
+    llm_gguf_w_arr(w, "t.arr_empty", LLM_GGUF_UINT64, NULL, 0);
+    llm_gguf_w_str_arr(w, "t.strs", strs, NULL, 4);
+    llm_gguf_w_tensor(w, "a", 2, ne_a, 0 /* F32 */);
+    llm_gguf_w_tensor(w, "b.weight", 1, ne_b, 1 /* F16 */);
+    llm_gguf_w_tensor(w, "c.weight", 3, ne_c, 8 /* Q8_0 */);
+    rc = llm_gguf_w_begin_data(w);
+    CHECK(rc == 0, "begin_data %d", rc);
+    llm_gguf_w_data(w, da, 10 * sizeof(float));   /* in two pieces */
+    llm_gguf_w_data(w, da + 10, 14 * sizeof(float));
+    llm_gguf_w_data(w, db, 128);
+    llm_gguf_w_data(w, dc, sizeof(dc));
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc == 0, "writer_close: %s", err);
+
+    rc = llm_gguf_open(&g, path, err, sizeof(err));
+    CHECK(rc == 0, "open: %s", err);
+    if (rc != 0) {
+        group_end("round trip");
+        return;
+    }
+    CHECK(llm_gguf_version(g) == 3, "version");
+    CHECK(llm_gguf_alignment(g) == 64, "alignment %llu",
+        (unsigned long long) llm_gguf_alignment(g));
+    CHECK(llm_gguf_data_offset(g) % 64 == 0, "data offset aligned");
+    CHECK(llm_gguf_n_kv(g) == 18, "n_kv %llu",
+        (unsigned long long) llm_gguf_n_kv(g));
+    CHECK(llm_gguf_n_tensors(g) == 3, "n_tensors");
+
+    kv = llm_gguf_find_kv(g, "t.u8");
+    CHECK(kv && kv->type == LLM_GGUF_UINT8
+          && *(const uint8_t *) kv->data == 200, "u8");
+    kv = llm_gguf_find_kv(g, "t.i8");
+    CHECK(kv && kv->type == LLM_GGUF_INT8
+          && *(const int8_t *) kv->data == -100, "i8");
+    kv = llm_gguf_find_kv(g, "t.u16");
+    CHECK(kv && kv->type == LLM_GGUF_UINT16
+          && memcmp(kv->data, &u16, 2) == 0, "u16");
+    kv = llm_gguf_find_kv(g, "t.i16");
+    CHECK(kv && kv->type == LLM_GGUF_INT16
+          && memcmp(kv->data, &i16, 2) == 0, "i16");
+    kv = llm_gguf_find_kv(g, "t.i64");
+    CHECK(kv && kv->type == LLM_GGUF_INT64
+          && memcmp(kv->data, &i64, 8) == 0, "i64");
+    kv = llm_gguf_find_kv(g, "t.f64");
+    CHECK(kv && kv->type == LLM_GGUF_FLOAT64
+          && memcmp(kv->data, &f64, 8) == 0, "f64");
+
+    CHECK(llm_gguf_get_u32(g, "t.u32", &v32, err, sizeof(err)) == 0
+          && v32 == 4000000000u, "get_u32");
+    CHECK(llm_gguf_get_u32(g, "t.u8", &v32, err, sizeof(err)) == 0
+          && v32 == 200, "get_u32 from u8");
+    CHECK(llm_gguf_get_u32(g, "t.i32", &v32, err, sizeof(err)) == -EINVAL
+          && strstr(err, "does not fit"), "get_u32 of -7: %s", err);
+    CHECK(llm_gguf_get_i32(g, "t.u32", &vi32, err, sizeof(err)) == -EINVAL,
+        "get_i32 of 4e9");
+    CHECK(llm_gguf_get_i32(g, "t.i16", &vi32, err, sizeof(err)) == 0
+          && vi32 == -30000, "get_i32 from i16");
+    CHECK(llm_gguf_get_u64(g, "t.u64", &v64, err, sizeof(err)) == 0
+          && v64 == u64, "get_u64");
+    CHECK(llm_gguf_get_f32(g, "t.f32", &vf, err, sizeof(err)) == 0
+          && vf == 0.125f, "get_f32");
+    CHECK(llm_gguf_get_bool(g, "t.bool", &vb, err, sizeof(err)) == 0
+          && vb == 1, "get_bool");
+    CHECK(llm_gguf_get_u32(g, "t.f32", &v32, err, sizeof(err)) == -EINVAL
+          && strstr(err, "t.f32") && strstr(err, "expected u32"),
+        "type mismatch message: %s", err);
+    CHECK(llm_gguf_get_u32(g, "nope", &v32, err, sizeof(err)) == -ENOENT
+          && strstr(err, "'nope' not found"), "missing key: %s", err);
+    CHECK(llm_gguf_get_str(g, "general.architecture", &s, err,
+              sizeof(err)) == 0 && s.len == 5
+          && memcmp(s.ptr, "llama", 5) == 0, "get_str");
+
+    CHECK(llm_gguf_get_arr(g, "t.arr_f32", LLM_GGUF_FLOAT32, &n, &data,
+              err, sizeof(err)) == 0 && n == 5
+          && ((uintptr_t) data & 3) == 0
+          && memcmp(data, farr, sizeof(farr)) == 0, "f32 array");
+    CHECK(llm_gguf_get_arr(g, "t.arr_i32", LLM_GGUF_INT32, &n, &data,
+              err, sizeof(err)) == 0 && n == 3
+          && ((const int32_t *) data)[2] == 2147483647, "i32 array");
+    CHECK(llm_gguf_get_arr(g, "t.arr_bool", LLM_GGUF_BOOL, &n, &data,
+              err, sizeof(err)) == 0 && n == 4
+          && memcmp(data, barr, 4) == 0, "bool array");
+    CHECK(llm_gguf_get_arr(g, "t.arr_empty", LLM_GGUF_UINT64, &n, &data,
+              err, sizeof(err)) == 0 && n == 0, "empty array");
+    CHECK(llm_gguf_get_arr(g, "t.arr_f32", LLM_GGUF_INT32, &n, &data,
+              err, sizeof(err)) == -EINVAL, "array elem mismatch");
+    rc = llm_gguf_get_str_arr(g, "t.strs", &n, &items, err, sizeof(err));
+    CHECK(rc == 0 && n == 4, "str array");
+    if (rc == 0 && n == 4) {
+        for (int i = 0; i < 4; i++) {
+            CHECK(items[i].len == strlen(strs[i])
+                  && memcmp(items[i].ptr, strs[i], items[i].len) == 0,
+                "str %d", i);
+        }
+    }
+
+    t = llm_gguf_find_tensor(g, "a");
+    CHECK(t && t->type == 0 && t->n_dims == 2 && t->ne[0] == 8
+          && t->ne[1] == 3 && t->ne[2] == 1 && t->nbytes == sizeof(da)
+          && memcmp(t->data, da, sizeof(da)) == 0, "tensor a");
+    t = llm_gguf_find_tensor(g, "b.weight");
+    CHECK(t && t->type == 1 && t->nbytes == 128
+          && t->offset % 64 == 0
+          && memcmp(t->data, db, 128) == 0, "tensor b");
+    t = llm_gguf_find_tensor(g, "c.weight");
+    CHECK(t && t->type == 8 && t->nbytes == sizeof(dc)
+          && t->offset % 64 == 0
+          && memcmp(t->data, dc, sizeof(dc)) == 0, "tensor c");
+    CHECK(llm_gguf_find_tensor(g, "c") == NULL, "no tensor c");
+    CHECK(llm_gguf_tensor_at(g, 1) == llm_gguf_find_tensor(g, "b.weight"),
+        "tensor order");
+    llm_gguf_close(g);
+    group_end("round trip: every value type, 3 tensors, alignment 64");
+}
+
+/* ---- 2. writer misuse ---- */
+
+static void
+test_writer_errors(void)
+{
+    char path[128], err[512];
+    llm_gguf_writer_t *w;
+    int64_t ne[1] = { 32 };
+    float d[33] = { 0 };
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/w.gguf", tmpdir);
+
+    llm_gguf_writer_open(&w, path, err, sizeof(err));
+    llm_gguf_w_tensor(w, "x", 1, ne, 0);
+    llm_gguf_w_begin_data(w);
+    llm_gguf_w_data(w, d, 31 * sizeof(float));
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "'x'") && strstr(err, "124 of 128"),
+        "short data: %s", err);
+    CHECK(access(path, F_OK) != 0, "failed file unlinked");
+
+    llm_gguf_writer_open(&w, path, err, sizeof(err));
+    llm_gguf_w_tensor(w, "x", 1, ne, 0);
+    llm_gguf_w_begin_data(w);
+    llm_gguf_w_data(w, d, 33 * sizeof(float));
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "more than its 128"), "long data: %s",
+        err);
+
+    llm_gguf_writer_open(&w, path, err, sizeof(err));
+    llm_gguf_w_u32(w, "k", 1);
+    llm_gguf_w_u32(w, "k", 2);
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "duplicate key 'k'"), "dup key: %s", err);
+
+    llm_gguf_writer_open(&w, path, err, sizeof(err));
+    llm_gguf_w_tensor(w, "x", 1, ne, 0);
+    llm_gguf_w_tensor(w, "x", 1, ne, 0);
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "duplicate tensor 'x'"), "dup tensor: %s",
+        err);
+
+    llm_gguf_writer_open(&w, path, err, sizeof(err));
+    llm_gguf_w_u32(w, "general.alignment", 48);
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "power of two"), "alignment: %s", err);
+
+    llm_gguf_writer_open(&w, path, err, sizeof(err));
+    ne[0] = 33;
+    llm_gguf_w_tensor(w, "q", 1, ne, 2 /* Q4_0 */);
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "block size 32"), "block: %s", err);
+
+    llm_gguf_writer_open(&w, path, err, sizeof(err));
+    rc = llm_gguf_writer_close(w, err, sizeof(err));
+    CHECK(rc == 0, "empty file: %s", err);
+    {
+        llm_gguf_t *g;
+        rc = llm_gguf_open(&g, path, err, sizeof(err));
+        CHECK(rc == 0 && llm_gguf_n_kv(g) == 0 && llm_gguf_n_tensors(g) == 0,
+            "empty file reopens: %s", err);
+        if (rc == 0) {
+            llm_gguf_close(g);
+        }
+    }
+    group_end("writer: short/long data, duplicates, alignment, block size");
+}
+
+/* ---- 3. bad input ---- */
+
+static uint8_t *ref;
+static size_t ref_n;
+static uint64_t ref_data_off;
+
+static void
+put32(uint8_t *b, size_t off, uint32_t v)
+{
+    memcpy(b + off, &v, 4);
+}
+
+static void
+put64(uint8_t *b, size_t off, uint64_t v)
+{
+    memcpy(b + off, &v, 8);
+}
+
+static uint64_t
+get64(const uint8_t *b, size_t off)
+{
+    uint64_t v;
+    memcpy(&v, b + off, 8);
+    return v;
+}
+
+/* Offset of the tensor info of name inside ref (its u64 name length). */
+static size_t
+tinfo_off(const char *name)
+{
+    size_t len = strlen(name);
+    for (size_t i = 8; i + len < ref_data_off; i++) {
+        if (memcmp(ref + i, name, len) == 0 && get64(ref, i - 8) == len) {
+            return i - 8;
+        }
+    }
+    return 0;
+}
+
+/* Field offsets inside a tensor info. */
+static size_t
+tinfo_ndims(const char *name)
+{
+    return tinfo_off(name) + 8 + strlen(name);
+}
+
+static size_t
+tinfo_type(const char *name)
+{
+    uint32_t nd;
+    size_t o = tinfo_ndims(name);
+    memcpy(&nd, ref + o, 4);
+    return o + 4 + 8 * nd;
+}
+
+static size_t
+tinfo_offset(const char *name)
+{
+    return tinfo_type(name) + 4;
+}
+
+/* Offset of a key's u64 length inside ref. */
+static size_t
+key_off(const char *key)
+{
+    size_t len = strlen(key);
+    for (size_t i = 24; i + len < ref_data_off; i++) {
+        if (memcmp(ref + i, key, len) == 0 && get64(ref, i - 8) == len) {
+            return i - 8;
+        }
+    }
+    return 0;
+}
+
+/* Write b[0..n) as a file, open it, expect failure naming want. */
+static void
+expect_bad(const char *what, const uint8_t *b, size_t n, const char *want)
+{
+    char path[160], err[512];
+    llm_gguf_t *g;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/bad.gguf", tmpdir);
+    if (spew(path, b, n) != 0) {
+        CHECK(0, "%s: cannot write %s", what, path);
+        return;
+    }
+    err[0] = '\0';
+    rc = llm_gguf_open(&g, path, err, sizeof(err));
+    CHECK(rc < 0, "%s: opened a corrupted file", what);
+    if (rc == 0) {
+        llm_gguf_close(g);
+        return;
+    }
+    CHECK(strstr(err, want) != NULL && strstr(err, path) != NULL
+          && strchr(err, '\n') == NULL,
+        "%s: message '%s' lacks '%s'", what, err, want);
+}
+
+static void
+test_bad_input(void)
+{
+    uint8_t *b;
+    size_t o, o2;
+    char err[512];
+    llm_gguf_t *g;
+    uint64_t off0;
+
+    ref = slurp(REF_FILE, &ref_n);
+    if (ref == NULL) {
+        printf("FAIL bad input: cannot read %s (run from the repo root)\n",
+            REF_FILE);
+        failures++;
+        return;
+    }
+    if (llm_gguf_open(&g, REF_FILE, err, sizeof(err)) != 0) {
+        printf("FAIL bad input: reference does not open: %s\n", err);
+        failures++;
+        return;
+    }
+    ref_data_off = llm_gguf_data_offset(g);
+    llm_gguf_close(g);
+    b = malloc(ref_n);
+
+#define FRESH() memcpy(b, ref, ref_n)
+
+    FRESH();
+    expect_bad("truncated header", b, 10, "truncated");
+    expect_bad("truncated in metadata", b, 2000, "does not fit");
+    expect_bad("truncated in tensor infos", b, ref_data_off - 100,
+        "beyond end of file");
+    expect_bad("truncated in data", b, ref_n / 2, "beyond end of file");
+    expect_bad("last byte missing", b, ref_n - 1,
+        "'blk.1.ffn_up.weight': data [");
+
+    FRESH();
+    b[0] = 'X';
+    expect_bad("wrong magic", b, ref_n, "bad magic");
+
+    FRESH();
+    put32(b, 4, 99);
+    expect_bad("unknown version", b, ref_n, "unsupported GGUF version 99");
+    put32(b, 4, 1);
+    expect_bad("version 1", b, ref_n, "unsupported GGUF version 1");
+
+    FRESH();
+    put64(b, 8, 1ull << 40);
+    expect_bad("absurd tensor count", b, ref_n, "absurd counts");
+    FRESH();
+    put64(b, 16, UINT64_MAX);
+    expect_bad("absurd key count", b, ref_n, "absurd counts");
+    FRESH();
+    put64(b, 16, get64(ref, 16) + 5);
+    expect_bad("too many keys", b, ref_n, "");
+
+    FRESH();
+    o = tinfo_offset("blk.0.attn_q.weight");
+    put64(b, o, 1ull << 30);
+    expect_bad("tensor out of the file", b, ref_n,
+        "tensor 'blk.0.attn_q.weight': data [");
+    put64(b, o, UINT64_MAX - 31);
+    expect_bad("tensor offset overflow", b, ref_n, "beyond end of file");
+
+    FRESH();
+    o = tinfo_offset("blk.0.attn_q.weight");
+    off0 = get64(ref, tinfo_offset("blk.0.attn_output.weight"));
+    put64(b, o, off0 + 64);
+    expect_bad("overlapping tensors", b, ref_n, "overlaps");
+
+    FRESH();
+    o = tinfo_type("blk.0.attn_k.weight");
+    put32(b, o, 200);
+    expect_bad("unknown type", b, ref_n,
+        "tensor 'blk.0.attn_k.weight': unknown type id 200");
+
+    FRESH();
+    o = tinfo_offset("blk.0.attn_k.weight");
+    put64(b, o, get64(ref, o) + 4);
+    expect_bad("misaligned tensor", b, ref_n, "not a multiple of the "
+        "alignment 32");
+
+    FRESH();
+    o = tinfo_ndims("blk.0.attn_norm.weight");
+    put32(b, o, 5);
+    expect_bad("too many dims", b, ref_n, "5 dimensions");
+
+    FRESH();
+    o = tinfo_ndims("blk.0.attn_norm.weight");
+    put64(b, o + 4, 0);
+    expect_bad("zero dim", b, ref_n, "ne[0] = 0");
+
+    FRESH();
+    o = tinfo_ndims("blk.0.attn_q.weight");
+    put64(b, o + 4, 255);
+    expect_bad("row not a block multiple", b, ref_n, "not a multiple of the "
+        "Q4_0 block size 32");
+
+    FRESH();
+    o = tinfo_ndims("blk.0.attn_q.weight");
+    put64(b, o + 4, 1ull << 40);
+    put64(b, o + 12, 1ull << 40);
+    expect_bad("element count overflow", b, ref_n, "overflows");
+
+    FRESH();
+    o = key_off("tokenizer.ggml.tokens") + 8 + 21 + 4 + 4;
+    put64(b, o, 1ull << 61);
+    expect_bad("string array count", b, ref_n, "'tokenizer.ggml.tokens': "
+        "array of 2305843009213693952 strings does not fit");
+
+    FRESH();
+    o = key_off("tokenizer.ggml.token_type") + 8 + 25 + 4 + 4;
+    put64(b, o, get64(ref, o) * 1000);
+    expect_bad("numeric array count", b, ref_n, "'tokenizer.ggml."
+        "token_type': array of 512000 i32 elements does not fit");
+
+    FRESH();
+    o = key_off("tokenizer.ggml.token_type") + 8 + 25 + 4 + 4;
+    put64(b, o, get64(ref, o) + 1);     /* one element too many */
+    expect_bad("array one too long", b, ref_n, "");
+
+    FRESH();
+    o = key_off("tokenizer.ggml.tokens") + 8 + 21 + 4 + 4 + 8;
+    put64(b, o, 1ull << 50);            /* first string's length */
+    expect_bad("string length", b, ref_n, "'tokenizer.ggml.tokens': "
+        "string 0 of 512 beyond end of file");
+
+    FRESH();
+    o = key_off("general.name") + 8 + 12;
+    put32(b, o, 77);
+    expect_bad("unknown value type", b, ref_n, "'general.name': unknown "
+        "value type 77");
+
+    FRESH();
+    o2 = key_off("llama.attention.key_length");     /* 26 bytes, as */
+    memcpy(b + o2 + 8, "llama.attention.head_count", 26);   /* this one */
+    expect_bad("duplicate key", b, ref_n,
+        "duplicate key 'llama.attention.head_count'");
+
+    FRESH();
+    o = tinfo_off("blk.1.attn_q.weight");
+    b[o + 8 + 4] = '0';
+    expect_bad("duplicate tensor", b, ref_n,
+        "duplicate tensor name 'blk.0.attn_q.weight'");
+
+    FRESH();
+    off0 = get64(ref, tinfo_offset("output.weight"));
+    put64(b, tinfo_offset("token_embd.weight"), off0);
+    expect_bad("two tensors at one offset", b, ref_n, "overlaps");
+
+    free(b);
+    group_end("bad input: 25 corrupted copies of a llama.cpp file");
+}
+
+/*
+ * Random damage: 2000 rounds of 1-4 random bytes overwritten in the header
+ * region of the reference file.  The reader may accept or refuse each, but
+ * must not crash (run it under ASan to see reads outside the mapping), and
+ * a refusal carries a message.
+ */
+static void
+test_fuzz(void)
+{
+    char path[160], err[512];
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    int fd, accepted = 0, refused = 0;
+
+    if (ref == NULL) {
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/fuzz.gguf", tmpdir);
+    if (spew(path, ref, ref_n) != 0 || (fd = open(path, O_RDWR)) < 0) {
+        CHECK(0, "cannot write %s", path);
+        group_end("fuzz");
+        return;
+    }
+    for (int round = 0; round < 2000; round++) {
+        size_t pos[4];
+        int nb;
+        llm_gguf_t *g;
+
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        nb = 1 + (int) ((seed >> 33) % 4);
+        for (int i = 0; i < nb; i++) {
+            uint8_t v;
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            pos[i] = (seed >> 20) % ref_data_off;
+            v = (uint8_t) (seed >> 56);
+            if (pwrite(fd, &v, 1, pos[i]) != 1) {
+                CHECK(0, "pwrite");
+            }
+        }
+        err[0] = '\0';
+        if (llm_gguf_open(&g, path, err, sizeof(err)) == 0) {
+            accepted++;
+            llm_gguf_close(g);
+        } else {
+            refused++;
+            CHECK(err[0] != '\0', "refusal without a message");
+        }
+        for (int i = 0; i < nb; i++) {
+            if (pwrite(fd, ref + pos[i], 1, pos[i]) != 1) {
+                CHECK(0, "pwrite");
+            }
+        }
+    }
+    close(fd);
+    printf("%s fuzz: 2000 damaged headers, %d refused, %d accepted, no "
+        "crash\n", group_fail ? "FAIL" : "ok  ", refused, accepted);
+    failures += group_fail;
+    group_fail = 0;
+}
+
+/* ---- 4. the shared reference models ---- */
+
+static void
+test_shared(void)
+{
+    const char *sh = getenv("LLM_SHARED");
+    char dir[512], path[1024], err[512];
+    struct dirent *de;
+    DIR *d;
+    int n = 0;
+
+    snprintf(dir, sizeof(dir), "%s/reference", sh ? sh : "../shared");
+    d = opendir(dir);
+    if (d == NULL) {
+        printf("skip shared reference models: %s absent\n", dir);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        size_t l = strlen(de->d_name);
+        llm_gguf_t *g;
+        if (l < 5 || strcmp(de->d_name + l - 5, ".gguf") != 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        if (llm_gguf_open(&g, path, err, sizeof(err)) != 0) {
+            CHECK(0, "%s", err);
+            continue;
+        }
+        CHECK(llm_gguf_find_tensor(g, "token_embd.weight") != NULL
+              && llm_gguf_find_kv(g, "general.architecture") != NULL,
+            "%s: no token_embd / architecture", path);
+        llm_gguf_close(g);
+        n++;
+    }
+    closedir(d);
+    CHECK(n > 0, "no .gguf in %s", dir);
+    printf("%s shared reference models: %d files open\n",
+        group_fail ? "FAIL" : "ok  ", n);
+    failures += group_fail;
+    group_fail = 0;
+}
+
+int
+main(void)
+{
+    char cmd[128];
+
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_gguf.XXXXXX");
+    if (mkdtemp(tmpdir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_roundtrip();
+    test_writer_errors();
+    test_bad_input();
+    test_fuzz();
+    test_shared();
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "cannot remove %s\n", tmpdir);
+    }
+    free(ref);
+    printf("test_gguf: %s\n", failures ? "FAILED" : "all passed");
+    return failures != 0;
+}
