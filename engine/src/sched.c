@@ -1,0 +1,1234 @@
+/*
+ * Continuous batching.  See sched.h for the contract.
+ *
+ * Data: every live request is on s->reqs; its choices are sequences.  A
+ * sequence is in limbo (choices 1..n-1 until choice 0 has prefilled, so
+ * they find its prefix in the cache), queued (FIFO s->qhead..qtail), or
+ * running (s->run[], in admission order).  A sequence's tokens are its
+ * prompt followed by its output; n_done of them are in the KV cache, and
+ * a step computes tokens [n_done, n_done + step_n), asking for logits when
+ * that reaches the last token.  So decode, prefill, chunked prefill and the
+ * recompute after preemption are one code path.
+ *
+ * Requests that end during a step go on s->dead and are freed at the end
+ * of the step, so the step's own lists never point at freed memory.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "kvalloc.h"
+#include "sample.h"
+#include "sched.h"
+
+#define LLM_SCHED_MAX_N     16
+#define LLM_SCHED_MAX_STOP  16
+
+typedef enum {
+    LLM_SEQ_LIMBO = 0,
+    LLM_SEQ_QUEUED,
+    LLM_SEQ_RUNNING,
+    LLM_SEQ_DONE
+} llm_seq_state_t;
+
+typedef struct llm_seq_s  llm_seq_t;
+
+struct llm_seq_s {
+    llm_sreq_t         *req;
+    uint32_t            index;         /* choice */
+    llm_seq_state_t     state;
+    llm_tokens_t        toks;          /* prompt, then output */
+    uint32_t            n_gen;
+    uint32_t            n_done;        /* tokens in the KV cache */
+    uint32_t           *blocks;        /* block table */
+    uint32_t            n_blocks;
+    uint32_t            cap_blocks;
+    uint32_t            n_pub;         /* leading blocks published */
+    uint64_t            last_hash;     /* chained hash of block n_pub-1 */
+    uint32_t            step_n;        /* tokens in this step */
+    int32_t             logit_row;     /* row of this step's logits, -1 */
+    llm_rng_t           rng;
+    llm_detok_t        *detok;
+    llm_seq_hooks_t     hooks;
+    int                 n_tool_calls;
+    Llm__FinishReason   finish;
+    char               *text;          /* content of the next Delta */
+    size_t              text_len;
+    size_t              text_cap;
+    llm_seq_t          *qprev, *qnext;
+};
+
+struct llm_sreq_s {
+    llm_sched_t          *s;
+    void                 *owner;
+    llm_sreq_t           *prev, *next; /* s->reqs */
+    uint32_t              n;
+    llm_seq_t            *seqs;
+    uint32_t              n_finished;
+    uint32_t              n_prompt;
+    uint32_t              cached;
+    uint32_t              max_tokens;
+    uint32_t              completion_tokens;
+    llm_sample_params_t   sp;
+    int32_t              *bias_ids;
+    float                *bias_vals;
+    char                **stops;
+    size_t                n_stops;
+    int                   ignore_eos;
+    int                   started;
+    int                   dead;
+    char                 *echo;        /* completions with echo */
+    char                 *request_id;
+    double                t_submit, t_admit, t_first;
+};
+
+struct llm_sched_s {
+    llm_sched_conf_t      c;
+    llm_kvalloc_t        *kva;
+    llm_sampler_t        *sampler;
+    llm_sreq_t           *reqs;
+    llm_sreq_t          **dead;
+    uint32_t              n_dead, cap_dead;
+    llm_seq_t            *qhead, *qtail;
+    llm_seq_t           **run;         /* [max_batch] */
+    uint32_t              n_run;
+    uint32_t              n_queued_reqs;
+    uint32_t              n_running_reqs;
+
+    /* the step's batch */
+    int32_t              *b_tok, *b_pos, *b_seq;
+    uint8_t              *b_logits;
+    llm_seq_view_t       *b_views;
+    llm_seq_t           **b_seqs;
+    float                *out;         /* [max_batch * n_vocab] */
+
+    llm_sched_stats_t     st;
+};
+
+static double
+llm_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+static void llm_seq_release(llm_sched_t *s, llm_seq_t *q);
+static void llm_req_destroy(llm_sreq_t *r);
+
+
+/* Events. */
+
+static void
+llm_emit_error(llm_sched_t *s, void *owner, Llm__ErrorCode code,
+    const char *param, const Llm__Usage *usage, const char *fmt, ...)
+{
+    Llm__Event  ev = LLM__EVENT__INIT;
+    Llm__Error  e = LLM__ERROR__INIT;
+    char        msg[512];
+    va_list     ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    e.code = code;
+    e.message = msg;
+    if (param != NULL) {
+        e.param = (char *) param;
+    }
+    e.usage = (Llm__Usage *) usage;
+    ev.kind_case = LLM__EVENT__KIND_ERROR;
+    ev.error = &e;
+    s->c.emit(owner, &ev);
+}
+
+static void
+llm_req_usage(const llm_sreq_t *r, Llm__Usage *u)
+{
+    llm__usage__init(u);
+    u->prompt_tokens = r->n_prompt;
+    u->completion_tokens = r->completion_tokens;
+    u->cached_tokens = r->cached;
+}
+
+/* Appends text to the sequence's pending Delta. */
+static void
+llm_seq_text(llm_seq_t *q, const char *p, size_t len)
+{
+    if (len == 0) {
+        return;
+    }
+    if (q->text_len + len + 1 > q->text_cap) {
+        size_t  cap = (q->text_len + len + 1) * 2;
+        char   *t = realloc(q->text, cap);
+
+        if (t == NULL) {
+            return;     /* text lost under OOM; tokens still flow */
+        }
+        q->text = t;
+        q->text_cap = cap;
+    }
+    memcpy(q->text + q->text_len, p, len);
+    q->text_len += len;
+    q->text[q->text_len] = '\0';
+}
+
+/*
+ * Emit the pending Delta of q: its text, plus token tok (when >= 0) with
+ * its logprobs (when res is set).
+ */
+static void
+llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
+{
+    llm_sched_t          *s = q->req->s;
+    Llm__Event            ev = LLM__EVENT__INIT;
+    Llm__Delta            d = LLM__DELTA__INIT;
+    Llm__TokenLogprob     lp = LLM__TOKEN_LOGPROB__INIT, *lpp = &lp;
+    Llm__TopLogprob       top[LLM_SAMPLE_MAX_TOP_LOGPROBS];
+    Llm__TopLogprob      *topp[LLM_SAMPLE_MAX_TOP_LOGPROBS];
+    size_t                len;
+    const char           *b;
+
+    if (tok < 0 && q->text_len == 0) {
+        return;
+    }
+    d.index = q->index;
+    d.text = q->text_len ? q->text : (char *) "";
+    if (tok >= 0) {
+        d.n_tokens = 1;
+        d.tokens = &tok;
+    }
+    if (tok >= 0 && res != NULL
+        && (q->req->sp.logprobs || q->req->sp.top_logprobs))
+    {
+        b = llm_token_bytes(s->c.vocab, tok, 1, &len);
+        lp.token = tok;
+        lp.text.data = (uint8_t *) b;
+        lp.text.len = b ? len : 0;
+        lp.logprob = res->logprob;
+        for (uint32_t i = 0; i < res->n_top; i++) {
+            llm__top_logprob__init(&top[i]);
+            top[i].token = res->top[i].token;
+            b = llm_token_bytes(s->c.vocab, res->top[i].token, 1, &len);
+            top[i].text.data = (uint8_t *) b;
+            top[i].text.len = b ? len : 0;
+            top[i].logprob = res->top[i].logprob;
+            topp[i] = &top[i];
+        }
+        lp.n_top = res->n_top;
+        lp.top = topp;
+        d.n_logprobs = 1;
+        d.logprobs = &lpp;
+    }
+    ev.kind_case = LLM__EVENT__KIND_DELTA;
+    ev.delta = &d;
+    s->c.emit(q->req->owner, &ev);
+    q->text_len = 0;
+    if (q->text) {
+        q->text[0] = '\0';
+    }
+}
+
+static void
+llm_sink_content(void *sink, const char *p, size_t len)
+{
+    llm_seq_text(sink, p, len);
+}
+
+static void
+llm_sink_tool_call(void *sink, uint32_t call_index, const char *id,
+    const char *name, const char *args, size_t args_len)
+{
+    llm_seq_t         *q = sink;
+    Llm__Event         ev = LLM__EVENT__INIT;
+    Llm__ToolCallDelta t = LLM__TOOL_CALL_DELTA__INIT;
+    char              *a;
+
+    llm_seq_flush_delta(q, -1, NULL);
+    a = strndup(args ? args : "", args ? args_len : 0);
+    t.index = q->index;
+    t.call_index = call_index;
+    t.id = (char *) (id ? id : "");
+    t.name = (char *) (name ? name : "");
+    t.arguments = a ? a : (char *) "";
+    ev.kind_case = LLM__EVENT__KIND_TOOL_CALL;
+    ev.tool_call = &t;
+    q->req->s->c.emit(q->req->owner, &ev);
+    free(a);
+}
+
+/* Route detokenized text: through the hooks when set, else content. */
+static void
+llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
+{
+    llm_text_out_t out = { llm_sink_content, llm_sink_tool_call, q };
+    int            rc;
+
+    if (q->hooks.text == NULL) {
+        llm_seq_text(q, p, len);
+        return;
+    }
+    rc = q->hooks.text(q->hooks.ud, p, len, final, &out);
+    if (rc > 0) {
+        q->n_tool_calls = rc;
+    }
+}
+
+/*
+ * Mark r finished and put it on the dead list, freed at the end of the
+ * step: its sibling sequences may still be on the step's lists.
+ */
+static void
+llm_sched_bury(llm_sched_t *s, llm_sreq_t *r)
+{
+    if (r->dead) {
+        return;
+    }
+    r->dead = 1;
+    if (s->n_dead == s->cap_dead) {
+        uint32_t     cap = s->cap_dead ? s->cap_dead * 2 : 16;
+        llm_sreq_t **d2 = realloc(s->dead, cap * sizeof(*d2));
+
+        if (d2 == NULL) {
+            return;     /* leaks r rather than freeing it under our feet */
+        }
+        s->dead = d2;
+        s->cap_dead = cap;
+    }
+    s->dead[s->n_dead++] = r;
+}
+
+static void
+llm_req_done(llm_sreq_t *r)
+{
+    llm_sched_t      *s = r->s;
+    Llm__Event        ev = LLM__EVENT__INIT;
+    Llm__Done         d = LLM__DONE__INIT;
+    Llm__Usage        u;
+    Llm__Timings      tm = LLM__TIMINGS__INIT;
+    Llm__ChoiceEnd    ce[LLM_SCHED_MAX_N], *cep[LLM_SCHED_MAX_N];
+    double            now = llm_now_ms();
+
+    for (uint32_t i = 0; i < r->n; i++) {
+        llm__choice_end__init(&ce[i]);
+        ce[i].index = i;
+        ce[i].finish_reason = r->seqs[i].finish;
+        cep[i] = &ce[i];
+    }
+    llm_req_usage(r, &u);
+    tm.queue_ms = r->t_admit - r->t_submit;
+    tm.prefill_ms = (r->t_first ? r->t_first : now) - r->t_admit;
+    tm.decode_ms = r->t_first ? now - r->t_first : 0.0;
+    d.n_choices = r->n;
+    d.choices = cep;
+    d.usage = &u;
+    d.timings = &tm;
+    d.model = (char *) (s->c.model_name ? s->c.model_name : "");
+    d.system_fingerprint = (char *) (s->c.fingerprint ? s->c.fingerprint
+                                                      : "");
+    ev.kind_case = LLM__EVENT__KIND_DONE;
+    ev.done = &d;
+    s->c.emit(r->owner, &ev);
+    llm_sched_bury(s, r);
+}
+
+/* Lists. */
+
+static void
+llm_queue_remove(llm_sched_t *s, llm_seq_t *q)
+{
+    if (q->qprev) {
+        q->qprev->qnext = q->qnext;
+    } else {
+        s->qhead = q->qnext;
+    }
+    if (q->qnext) {
+        q->qnext->qprev = q->qprev;
+    } else {
+        s->qtail = q->qprev;
+    }
+    q->qprev = q->qnext = NULL;
+}
+
+static void
+llm_queue_push(llm_sched_t *s, llm_seq_t *q, int front)
+{
+    if (front) {
+        q->qprev = NULL;
+        q->qnext = s->qhead;
+        if (s->qhead) {
+            s->qhead->qprev = q;
+        } else {
+            s->qtail = q;
+        }
+        s->qhead = q;
+    } else {
+        q->qnext = NULL;
+        q->qprev = s->qtail;
+        if (s->qtail) {
+            s->qtail->qnext = q;
+        } else {
+            s->qhead = q;
+        }
+        s->qtail = q;
+    }
+    q->state = LLM_SEQ_QUEUED;
+}
+
+static void
+llm_run_remove(llm_sched_t *s, llm_seq_t *q)
+{
+    for (uint32_t i = 0; i < s->n_run; i++) {
+        if (s->run[i] == q) {
+            memmove(&s->run[i], &s->run[i + 1],
+                    (s->n_run - i - 1) * sizeof(s->run[0]));
+            s->n_run--;
+            return;
+        }
+    }
+}
+
+/* Give back every KV block of q. */
+static void
+llm_seq_release(llm_sched_t *s, llm_seq_t *q)
+{
+    for (uint32_t i = 0; i < q->n_blocks; i++) {
+        llm_kvalloc_put(s->kva, q->blocks[i]);
+    }
+    q->n_blocks = 0;
+    q->n_done = 0;
+    q->n_pub = 0;
+    q->last_hash = 0;
+}
+
+static int
+llm_seq_reserve_blocks(llm_seq_t *q, uint32_t n)
+{
+    uint32_t *b;
+
+    if (n <= q->cap_blocks) {
+        return 0;
+    }
+    b = realloc(q->blocks, n * sizeof(uint32_t));
+    if (b == NULL) {
+        return -ENOMEM;
+    }
+    q->blocks = b;
+    q->cap_blocks = n;
+    return 0;
+}
+
+/* Take q out of whatever list it is on, free its blocks. */
+static void
+llm_seq_detach(llm_sched_t *s, llm_seq_t *q)
+{
+    if (q->state == LLM_SEQ_RUNNING) {
+        llm_run_remove(s, q);
+    } else if (q->state == LLM_SEQ_QUEUED) {
+        llm_queue_remove(s, q);
+    }
+    llm_seq_release(s, q);
+    q->state = LLM_SEQ_DONE;
+}
+
+static void
+llm_req_destroy(llm_sreq_t *r)
+{
+    llm_sched_t *s = r->s;
+
+    for (uint32_t i = 0; i < r->n; i++) {
+        llm_seq_t *q = &r->seqs[i];
+
+        llm_seq_detach(s, q);
+        if (q->hooks.free) {
+            q->hooks.free(q->hooks.ud);
+        }
+        llm_detok_free(q->detok);
+        llm_tokens_free(&q->toks);
+        free(q->blocks);
+        free(q->text);
+    }
+    if (!r->started) {
+        s->n_queued_reqs--;
+    } else if (r->n_finished < r->n || !r->dead) {
+        s->n_running_reqs--;
+    }
+    if (r->prev) {
+        r->prev->next = r->next;
+    } else {
+        s->reqs = r->next;
+    }
+    if (r->next) {
+        r->next->prev = r->prev;
+    }
+    for (size_t i = 0; i < r->n_stops; i++) {
+        free(r->stops[i]);
+    }
+    free(r->stops);
+    free(r->bias_ids);
+    free(r->bias_vals);
+    free(r->echo);
+    free(r->request_id);
+    free(r->seqs);
+    free(r);
+}
+
+
+/* Creation. */
+
+int
+llm_sched_create(llm_sched_t **out, const llm_sched_conf_t *conf, char *err,
+    size_t errlen)
+{
+    llm_sched_t *s;
+    uint32_t     T, B;
+    int          rc;
+
+    *out = NULL;
+    if (conf->max_batch == 0 || conf->n_vocab == 0 || conf->n_ctx == 0
+        || conf->block_tokens == 0 || conf->forward == NULL
+        || conf->emit == NULL)
+    {
+        snprintf(err, errlen, "scheduler: max_batch, n_vocab, n_ctx, "
+                 "block_tokens, forward and emit must be set");
+        return -EINVAL;
+    }
+    if ((uint64_t) conf->n_blocks * conf->block_tokens < conf->n_ctx) {
+        snprintf(err, errlen, "scheduler: the KV cache holds %llu tokens, "
+                 "less than the context window of %u; raise --kv-mb or "
+                 "lower --ctx",
+                 (unsigned long long) conf->n_blocks * conf->block_tokens,
+                 conf->n_ctx);
+        return -EINVAL;
+    }
+    if (conf->step_tokens < conf->max_batch) {
+        snprintf(err, errlen, "scheduler: the step token budget (%u) must "
+                 "be at least max_batch (%u)", conf->step_tokens,
+                 conf->max_batch);
+        return -EINVAL;
+    }
+
+    s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        goto nomem;
+    }
+    s->c = *conf;
+    T = conf->step_tokens;
+    B = conf->max_batch;
+    rc = llm_kvalloc_create(&s->kva, conf->n_blocks, conf->block_tokens);
+    if (rc != 0) {
+        snprintf(err, errlen, "scheduler: KV allocator for %u blocks: %s",
+                 conf->n_blocks, strerror(-rc));
+        llm_sched_free(s);
+        return rc;
+    }
+    if (llm_sampler_create(&s->sampler, conf->n_vocab) != 0) {
+        goto nomem;
+    }
+    s->run = calloc(B, sizeof(*s->run));
+    s->b_tok = calloc(T, sizeof(int32_t));
+    s->b_pos = calloc(T, sizeof(int32_t));
+    s->b_seq = calloc(T, sizeof(int32_t));
+    s->b_logits = calloc(T, 1);
+    s->b_views = calloc(B, sizeof(llm_seq_view_t));
+    s->b_seqs = calloc(B, sizeof(llm_seq_t *));
+    s->out = malloc((size_t) B * conf->n_vocab * sizeof(float));
+    if (s->run == NULL || s->b_tok == NULL || s->b_pos == NULL
+        || s->b_seq == NULL || s->b_logits == NULL || s->b_views == NULL
+        || s->b_seqs == NULL || s->out == NULL)
+    {
+        goto nomem;
+    }
+    s->st.kv_blocks_total = conf->n_blocks;
+    s->st.kv_block_tokens = conf->block_tokens;
+    *out = s;
+    return 0;
+
+nomem:
+    snprintf(err, errlen, "scheduler: out of memory");
+    llm_sched_free(s);
+    return -ENOMEM;
+}
+
+void
+llm_sched_free(llm_sched_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    while (s->reqs) {
+        llm_req_destroy(s->reqs);
+    }
+    llm_kvalloc_free(s->kva);
+    llm_sampler_free(s->sampler);
+    free(s->dead);
+    free(s->run);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_logits);
+    free(s->b_views);
+    free(s->b_seqs);
+    free(s->out);
+    free(s);
+}
+
+
+/* Submission. */
+
+static int
+llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
+    llm_tokens_t *prompt, const char **param, char *err, size_t errlen)
+{
+    const Llm__Sampling  *sm = g->sampling;
+    Llm__Sampling         dflt = LLM__SAMPLING__INIT;
+    uint32_t              V = s->c.n_vocab, max_new;
+    uint64_t              seed;
+    size_t                i;
+    int                   rc;
+
+    if (sm == NULL) {
+        sm = &dflt;
+    }
+    r->n = sm->n ? sm->n : 1;
+    if (r->n > LLM_SCHED_MAX_N || r->n > s->c.max_batch) {
+        *param = "n";
+        snprintf(err, errlen, "n must be between 1 and %u, got %u",
+                 s->c.max_batch < LLM_SCHED_MAX_N ? s->c.max_batch
+                                                  : LLM_SCHED_MAX_N, r->n);
+        return -EINVAL;
+    }
+    if (!(sm->temperature >= 0.0f) || !isfinite(sm->temperature)) {
+        *param = "temperature";
+        snprintf(err, errlen, "temperature must be >= 0, got %g",
+                 (double) sm->temperature);
+        return -EINVAL;
+    }
+    if (!(sm->top_p >= 0.0f && sm->top_p <= 1.0f)) {
+        *param = "top_p";
+        snprintf(err, errlen, "top_p must be between 0 and 1, got %g",
+                 (double) sm->top_p);
+        return -EINVAL;
+    }
+    if (!(sm->min_p >= 0.0f && sm->min_p <= 1.0f)) {
+        *param = "min_p";
+        snprintf(err, errlen, "min_p must be between 0 and 1, got %g",
+                 (double) sm->min_p);
+        return -EINVAL;
+    }
+    if (sm->top_k < 0) {
+        *param = "top_k";
+        snprintf(err, errlen, "top_k must be >= 0, got %d", sm->top_k);
+        return -EINVAL;
+    }
+    if (sm->top_logprobs > LLM_SAMPLE_MAX_TOP_LOGPROBS) {
+        *param = "top_logprobs";
+        snprintf(err, errlen, "top_logprobs must be <= %d, got %u",
+                 LLM_SAMPLE_MAX_TOP_LOGPROBS, sm->top_logprobs);
+        return -EINVAL;
+    }
+    if (!isfinite(sm->presence_penalty) || !isfinite(sm->frequency_penalty)
+        || !(sm->repetition_penalty >= 0.0f)
+        || !isfinite(sm->repetition_penalty))
+    {
+        *param = "presence_penalty";
+        snprintf(err, errlen, "penalties must be finite numbers "
+                 "(repetition_penalty >= 0)");
+        return -EINVAL;
+    }
+    if (sm->n_stop > LLM_SCHED_MAX_STOP) {
+        *param = "stop";
+        snprintf(err, errlen, "at most %d stop strings, got %zu",
+                 LLM_SCHED_MAX_STOP, sm->n_stop);
+        return -EINVAL;
+    }
+
+    r->sp.temperature = sm->temperature;
+    r->sp.top_k = sm->top_k;
+    r->sp.top_p = sm->top_p;
+    r->sp.min_p = sm->min_p;
+    r->sp.presence_penalty = sm->presence_penalty;
+    r->sp.frequency_penalty = sm->frequency_penalty;
+    r->sp.repetition_penalty = sm->repetition_penalty;
+    r->sp.logprobs = sm->logprobs;
+    r->sp.top_logprobs = sm->top_logprobs;
+    r->ignore_eos = sm->ignore_eos;
+
+    if (sm->n_logit_bias) {
+        r->bias_ids = calloc(sm->n_logit_bias, sizeof(int32_t));
+        r->bias_vals = calloc(sm->n_logit_bias, sizeof(float));
+        if (r->bias_ids == NULL || r->bias_vals == NULL) {
+            return -ENOMEM;
+        }
+        for (i = 0; i < sm->n_logit_bias; i++) {
+            const Llm__Sampling__LogitBiasEntry *e = sm->logit_bias[i];
+
+            if (e->key < 0 || (uint32_t) e->key >= V) {
+                *param = "logit_bias";
+                snprintf(err, errlen, "logit_bias: token id %d is not in "
+                         "the vocabulary (0..%u)", e->key, V - 1);
+                return -EINVAL;
+            }
+            if (!(e->value >= -100.0f && e->value <= 100.0f)) {
+                *param = "logit_bias";
+                snprintf(err, errlen, "logit_bias: the bias of token %d "
+                         "must be between -100 and 100, got %g", e->key,
+                         (double) e->value);
+                return -EINVAL;
+            }
+            r->bias_ids[i] = e->key;
+            r->bias_vals[i] = e->value;
+        }
+        r->sp.bias_ids = r->bias_ids;
+        r->sp.bias_vals = r->bias_vals;
+        r->sp.n_bias = sm->n_logit_bias;
+    }
+
+    if (sm->n_stop) {
+        r->stops = calloc(sm->n_stop, sizeof(char *));
+        if (r->stops == NULL) {
+            return -ENOMEM;
+        }
+        for (i = 0; i < sm->n_stop; i++) {
+            if (sm->stop[i][0] == '\0') {
+                continue;
+            }
+            r->stops[r->n_stops] = strdup(sm->stop[i]);
+            if (r->stops[r->n_stops] == NULL) {
+                return -ENOMEM;
+            }
+            r->n_stops++;
+        }
+    }
+
+    /* the context check, with both numbers */
+    r->n_prompt = (uint32_t) prompt->n;
+    if (prompt->n == 0) {
+        *param = g->is_completion ? "prompt" : "messages";
+        snprintf(err, errlen, "the prompt is empty (0 tokens)");
+        return -EINVAL;
+    }
+    if (prompt->n >= s->c.n_ctx) {
+        *param = g->is_completion ? "prompt" : "messages";
+        snprintf(err, errlen, "This model's maximum context length is %u "
+                 "tokens. However, your messages resulted in %zu tokens. "
+                 "Please reduce the length of the messages.", s->c.n_ctx,
+                 prompt->n);
+        return -E2BIG;
+    }
+    max_new = s->c.n_ctx - (uint32_t) prompt->n;
+    r->max_tokens = sm->max_tokens ? sm->max_tokens : max_new;
+    if (r->max_tokens > max_new) {
+        *param = g->is_completion ? "prompt" : "messages";
+        snprintf(err, errlen, "This model's maximum context length is %u "
+                 "tokens. However, you requested %llu tokens (%zu in the "
+                 "messages, %u in the completion). Please reduce the length "
+                 "of the messages or completion.", s->c.n_ctx,
+                 (unsigned long long) prompt->n + r->max_tokens, prompt->n,
+                 r->max_tokens);
+        return -E2BIG;
+    }
+
+    if (sm->has_seed) {
+        seed = sm->seed;
+    } else if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed)) {
+        seed = (uint64_t) llm_now_ms();
+    }
+
+    r->seqs = calloc(r->n, sizeof(llm_seq_t));
+    if (r->seqs == NULL) {
+        return -ENOMEM;
+    }
+    for (uint32_t k = 0; k < r->n; k++) {
+        llm_seq_t *q = &r->seqs[k];
+
+        q->req = r;
+        q->index = k;
+        q->state = LLM_SEQ_LIMBO;
+        q->logit_row = -1;
+        llm_rng_seed(&q->rng, seed + 0x9e3779b97f4a7c15ull * k);
+        rc = llm_detok_create(&q->detok, s->c.vocab,
+                              (const char *const *) r->stops, r->n_stops);
+        if (rc != 0) {
+            snprintf(err, errlen, "detokenizer: %s", strerror(-rc));
+            return rc;
+        }
+        if (k == 0) {
+            q->toks = *prompt;
+            memset(prompt, 0, sizeof(*prompt));
+        } else {
+            for (i = 0; i < r->seqs[0].toks.n; i++) {
+                if (llm_tokens_push(&q->toks, r->seqs[0].toks.ids[i]) != 0) {
+                    return -ENOMEM;
+                }
+            }
+        }
+        if (s->c.hooks_make) {
+            rc = s->c.hooks_make(s->c.hooks_ctx, g, k, &q->hooks, err,
+                                 errlen);
+            if (rc != 0) {
+                *param = "response_format";
+                return rc;
+            }
+        }
+    }
+    if (g->is_completion && g->echo && g->prompt[0]) {
+        r->echo = strdup(g->prompt);
+    }
+    r->request_id = strdup(g->request_id ? g->request_id : "");
+    return 0;
+}
+
+llm_sreq_t *
+llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
+    llm_tokens_t *prompt, void *owner)
+{
+    llm_sreq_t    *r;
+    const char    *param = NULL;
+    char           err[512] = "";
+    int            rc;
+
+    if (s->c.max_queue && s->n_queued_reqs >= s->c.max_queue) {
+        llm_emit_error(s, owner, LLM__ERROR_CODE__ERROR_OVERLOADED, NULL,
+                       NULL, "the engine is overloaded: %u requests queued "
+                       "(--max-queue %u)", s->n_queued_reqs,
+                       s->c.max_queue);
+        return NULL;
+    }
+
+    r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        llm_emit_error(s, owner, LLM__ERROR_CODE__ERROR_INTERNAL, NULL, NULL,
+                       "out of memory");
+        return NULL;
+    }
+    r->s = s;
+    r->owner = owner;
+    r->t_submit = llm_now_ms();
+    r->next = s->reqs;
+    if (s->reqs) {
+        s->reqs->prev = r;
+    }
+    s->reqs = r;
+    s->n_queued_reqs++;
+
+    rc = llm_req_setup(s, r, g, prompt, &param, err, sizeof(err));
+    if (rc != 0) {
+        llm_emit_error(s, owner,
+                       rc == -E2BIG ? LLM__ERROR_CODE__ERROR_CONTEXT_LENGTH_EXCEEDED
+                       : rc == -ENOMEM ? LLM__ERROR_CODE__ERROR_INTERNAL
+                       : LLM__ERROR_CODE__ERROR_INVALID_REQUEST,
+                       param, NULL, "%s",
+                       err[0] ? err : "out of memory");
+        llm_req_destroy(r);
+        return NULL;
+    }
+    s->st.requests_total++;
+
+    if (s->qhead != NULL || s->n_run >= s->c.max_batch) {
+        Llm__Event  ev = LLM__EVENT__INIT;
+        Llm__Queued qd = LLM__QUEUED__INIT;
+
+        qd.position = s->n_queued_reqs - 1;
+        ev.kind_case = LLM__EVENT__KIND_QUEUED;
+        ev.queued = &qd;
+        s->c.emit(owner, &ev);
+    }
+    llm_queue_push(s, &r->seqs[0], 0);
+    return r;
+}
+
+void
+llm_sched_cancel(llm_sched_t *s, llm_sreq_t *r)
+{
+    s->st.requests_cancelled++;
+    llm_req_destroy(r);
+}
+
+void
+llm_sched_abort_all(llm_sched_t *s, Llm__ErrorCode code, const char *msg)
+{
+    while (s->reqs) {
+        llm_sreq_t *r = s->reqs;
+        Llm__Usage  u;
+
+        llm_req_usage(r, &u);
+        llm_emit_error(s, r->owner, code, NULL, &u, "%s", msg);
+        llm_req_destroy(r);
+    }
+}
+
+uint32_t
+llm_sched_pending(const llm_sched_t *s)
+{
+    return s->n_queued_reqs + s->n_running_reqs;
+}
+
+void
+llm_sched_get_stats(const llm_sched_t *s, llm_sched_stats_t *st)
+{
+    *st = s->st;
+    st->requests_running = s->n_running_reqs;
+    st->requests_queued = s->n_queued_reqs;
+    st->seqs_running = s->n_run;
+    st->kv_blocks_free = llm_kvalloc_n_free(s->kva);
+    st->kv_blocks_cached = llm_kvalloc_n_cached(s->kva);
+}
+
+
+/* Admission, preemption. */
+
+static void
+llm_req_started(llm_sched_t *s, llm_sreq_t *r, uint32_t cached)
+{
+    Llm__Event   ev = LLM__EVENT__INIT;
+    Llm__Started st = LLM__STARTED__INIT;
+
+    r->started = 1;
+    r->t_admit = llm_now_ms();
+    r->cached = cached;
+    s->n_queued_reqs--;
+    s->n_running_reqs++;
+    s->st.prompt_tokens_total += r->n_prompt;
+    s->st.cached_tokens_total += cached;
+    st.prompt_tokens = r->n_prompt;
+    st.cached_tokens = cached;
+    ev.kind_case = LLM__EVENT__KIND_STARTED;
+    ev.started = &st;
+    s->c.emit(r->owner, &ev);
+    if (r->echo) {
+        for (uint32_t k = 0; k < r->n; k++) {
+            llm_seq_text(&r->seqs[k], r->echo, strlen(r->echo));
+            llm_seq_flush_delta(&r->seqs[k], -1, NULL);
+        }
+    }
+}
+
+/*
+ * Admit the queue head while there is room: share cached prefix blocks,
+ * allocate the rest of the blocks its tokens need.  FIFO: when the head
+ * does not fit, nothing behind it is admitted either.
+ */
+static void
+llm_sched_admit(llm_sched_t *s)
+{
+    uint32_t bt = s->c.block_tokens;
+    uint32_t reserve = s->c.n_blocks / 100 + 1;
+
+    while (s->qhead != NULL && s->n_run < s->c.max_batch) {
+        llm_seq_t *q = s->qhead;
+        uint32_t   n = (uint32_t) q->toks.n, max_shared = (n - 1) / bt;
+        uint32_t   need = (n + bt - 1) / bt, shared = 0, i;
+        uint64_t   h = 0, hh;
+        int64_t    b;
+
+        if (llm_seq_reserve_blocks(q, need + 1) != 0) {
+            return;
+        }
+        while (shared < max_shared) {
+            const int32_t *t = q->toks.ids + (size_t) shared * bt;
+
+            hh = llm_kvalloc_hash(h, t, bt);
+            b = llm_kvalloc_lookup(s->kva, hh, h, t);
+            if (b < 0) {
+                break;
+            }
+            q->blocks[shared++] = (uint32_t) b;
+            h = hh;
+        }
+        if (llm_kvalloc_n_free(s->kva) < need - shared
+            + (s->n_run ? reserve : 0))
+        {
+            for (i = 0; i < shared; i++) {
+                llm_kvalloc_put(s->kva, q->blocks[i]);
+            }
+            return;
+        }
+        for (i = shared; i < need; i++) {
+            q->blocks[i] = (uint32_t) llm_kvalloc_get(s->kva);
+        }
+        q->n_blocks = need;
+        q->n_done = shared * bt;
+        q->n_pub = shared;
+        q->last_hash = h;
+
+        llm_queue_remove(s, q);
+        q->state = LLM_SEQ_RUNNING;
+        s->run[s->n_run++] = q;
+        if (!q->req->started) {
+            llm_req_started(s, q->req, shared * bt);
+        }
+    }
+}
+
+static void
+llm_sched_preempt(llm_sched_t *s, llm_seq_t *q)
+{
+    llm_run_remove(s, q);
+    llm_seq_release(s, q);
+    llm_queue_push(s, q, 1);
+    s->st.requests_preempted++;
+}
+
+/* Publish the blocks of q that the last step filled. */
+static void
+llm_seq_publish(llm_sched_t *s, llm_seq_t *q)
+{
+    uint32_t bt = s->c.block_tokens;
+
+    while ((q->n_pub + 1) * bt <= q->n_done && q->n_pub < q->n_blocks) {
+        const int32_t *t = q->toks.ids + (size_t) q->n_pub * bt;
+        uint64_t       h = llm_kvalloc_hash(q->last_hash, t, bt);
+
+        llm_kvalloc_publish(s->kva, q->blocks[q->n_pub], h, q->last_hash, t);
+        q->last_hash = h;
+        q->n_pub++;
+    }
+}
+
+
+/* Ending sequences. */
+
+static void
+llm_seq_finish(llm_sched_t *s, llm_seq_t *q, Llm__FinishReason why)
+{
+    llm_sreq_t *r = q->req;
+    const char *t;
+    size_t      len = 0;
+
+    if (llm_detok_flush(q->detok, &t, &len) == 0 && len > 0) {
+        llm_seq_route_text(q, t, len, 0);
+    }
+    if (q->hooks.text) {
+        llm_seq_route_text(q, "", 0, 1);
+    }
+    llm_seq_flush_delta(q, -1, NULL);
+    if (q->n_tool_calls > 0 && why == LLM__FINISH_REASON__FINISH_STOP) {
+        why = LLM__FINISH_REASON__FINISH_TOOL_CALLS;
+    }
+    q->finish = why;
+    llm_seq_detach(s, q);
+    if (++r->n_finished == r->n) {
+        s->n_running_reqs--;
+        llm_req_done(r);
+    }
+}
+
+/* Choices 1..n-1 join the queue once choice 0 has prefilled. */
+static void
+llm_req_release_siblings(llm_sched_t *s, llm_sreq_t *r)
+{
+    for (uint32_t k = r->n; k-- > 1; ) {
+        if (r->seqs[k].state == LLM_SEQ_LIMBO) {
+            llm_queue_push(s, &r->seqs[k], 1);
+        }
+    }
+}
+
+/* Sample the next token of q from its logits row and emit it. */
+static void
+llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
+{
+    llm_sreq_t          *r = q->req;
+    llm_sample_result_t  res;
+    const char          *t;
+    size_t               len = 0;
+    int32_t              tok;
+    int                  stop;
+
+    if (q->hooks.mask && q->hooks.mask(q->hooks.ud, row, s->c.n_vocab) < 0) {
+        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_CONTENT_FILTER);
+        return;
+    }
+    tok = llm_sample(s->sampler, &r->sp, row, q->toks.ids,
+                     q->toks.n - q->n_gen, q->n_gen, &q->rng, &res);
+    if (tok < 0) {
+        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_CONTENT_FILTER);
+        return;
+    }
+    if (llm_tokens_push(&q->toks, tok) != 0) {
+        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_LENGTH);
+        return;
+    }
+    q->n_gen++;
+    r->completion_tokens++;
+    s->st.completion_tokens_total++;
+    if (r->t_first == 0.0) {
+        r->t_first = llm_now_ms();
+    }
+    if (q->n_gen == 1 && q->index == 0) {
+        llm_req_release_siblings(s, r);
+    }
+    if (q->hooks.accept) {
+        q->hooks.accept(q->hooks.ud, tok);
+    }
+
+    if (!r->ignore_eos && llm_vocab_is_eog(s->c.vocab, tok)) {
+        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_STOP);
+        return;
+    }
+    stop = llm_detok_push(q->detok, tok, &t, &len);
+    if (stop >= 0 && len > 0) {
+        llm_seq_route_text(q, t, len, 0);
+    }
+    llm_seq_flush_delta(q, tok, &res);
+    if (stop == 1) {
+        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_STOP);
+    } else if (q->n_gen >= r->max_tokens || q->toks.n >= s->c.n_ctx) {
+        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_LENGTH);
+    }
+}
+
+
+/* The step. */
+
+static void
+llm_sched_reap(llm_sched_t *s)
+{
+    for (uint32_t i = 0; i < s->n_dead; i++) {
+        llm_req_destroy(s->dead[i]);
+    }
+    s->n_dead = 0;
+}
+
+int
+llm_sched_step(llm_sched_t *s)
+{
+    uint32_t  bt = s->c.block_tokens, budget, i, j, nt, ns, nl;
+    uint32_t  n_dec = 0;
+    llm_batch_t b;
+    char      err[256] = "";
+    int       rc;
+
+    llm_sched_admit(s);
+    if (s->n_run == 0) {
+        return 0;
+    }
+
+    /* 1: tokens per sequence: every decode first, then prefill chunks in
+     * admission order from what is left of the budget */
+    for (i = 0; i < s->n_run; i++) {
+        llm_seq_t *q = s->run[i];
+
+        q->step_n = 0;
+        q->logit_row = -1;
+        if (s->c.ready && !s->c.ready(q->req->owner)) {
+            continue;
+        }
+        if (q->toks.n - q->n_done == 1) {
+            q->step_n = 1;
+            n_dec++;
+        }
+    }
+    budget = s->c.step_tokens - n_dec;
+    for (i = 0; i < s->n_run && budget > 0; i++) {
+        llm_seq_t *q = s->run[i];
+        uint32_t   pend = (uint32_t) q->toks.n - q->n_done;
+
+        if (pend > 1 && (!s->c.ready || s->c.ready(q->req->owner))) {
+            q->step_n = pend < budget ? pend : budget;
+            budget -= q->step_n;
+        }
+    }
+
+    /* 2: blocks; when they run out, preempt the newest sequence */
+    for (i = 0; i < s->n_run; i++) {
+        llm_seq_t *q = s->run[i];
+        uint32_t   need = (q->n_done + q->step_n + bt - 1) / bt;
+
+        while (q->n_blocks < need) {
+            int64_t blk = llm_kvalloc_get(s->kva);
+
+            if (blk < 0 || llm_seq_reserve_blocks(q, need) != 0) {
+                if (blk >= 0) {
+                    llm_kvalloc_put(s->kva, (uint32_t) blk);
+                }
+                llm_sched_preempt(s, s->run[s->n_run - 1]);
+                if (i >= s->n_run) {
+                    break;      /* q itself was the newest */
+                }
+                continue;
+            }
+            q->blocks[q->n_blocks++] = (uint32_t) blk;
+        }
+    }
+
+    /* 3: the batch */
+    nt = ns = nl = 0;
+    for (i = 0; i < s->n_run; i++) {
+        llm_seq_t *q = s->run[i];
+
+        if (q->step_n == 0) {
+            continue;
+        }
+        s->b_views[ns].blocks = q->blocks;
+        s->b_views[ns].n_blocks = q->n_blocks;
+        s->b_seqs[ns] = q;
+        for (j = 0; j < q->step_n; j++) {
+            uint32_t p = q->n_done + j;
+
+            s->b_tok[nt] = q->toks.ids[p];
+            s->b_pos[nt] = (int32_t) p;
+            s->b_seq[nt] = (int32_t) ns;
+            s->b_logits[nt] = p + 1 == q->toks.n;
+            if (s->b_logits[nt]) {
+                q->logit_row = (int32_t) nl++;
+            }
+            nt++;
+        }
+        ns++;
+    }
+    if (nt == 0) {
+        return 0;
+    }
+    b.n_tokens = nt;
+    b.tokens = s->b_tok;
+    b.pos = s->b_pos;
+    b.seq = s->b_seq;
+    b.logits = s->b_logits;
+    b.n_seqs = ns;
+    b.seqs = s->b_views;
+
+    rc = s->c.forward(s->c.forward_ud, &b, s->out, err, sizeof(err));
+    s->st.steps_total++;
+    s->st.step_tokens_total += nt;
+    s->st.batch_in_flight = ns;
+    if (rc != 0) {
+        for (i = 0; i < ns; i++) {
+            llm_sreq_t *r = s->b_seqs[i]->req;
+            Llm__Usage  u;
+
+            if (r->dead) {
+                continue;
+            }
+            llm_req_usage(r, &u);
+            llm_emit_error(s, r->owner, LLM__ERROR_CODE__ERROR_INTERNAL,
+                           NULL, &u, "forward pass failed: %s", err);
+            llm_sched_bury(s, r);
+        }
+        llm_sched_reap(s);
+        return rc;
+    }
+
+    /* 4: advance, publish full blocks, sample */
+    for (i = 0; i < ns; i++) {
+        llm_seq_t *q = s->b_seqs[i];
+
+        q->n_done += q->step_n;
+        llm_seq_publish(s, q);
+        if (q->logit_row >= 0) {
+            llm_seq_sample(s, q, s->out + (size_t) q->logit_row
+                                          * s->c.n_vocab);
+        }
+    }
+
+    llm_sched_reap(s);
+    return (int) ns;
+}

@@ -1,0 +1,144 @@
+/*
+ * The scheduler: continuous batching over one model.
+ *
+ * Requests are submitted with their prompt tokens; each of their n choices
+ * becomes a sequence.  llm_sched_step() runs one step: admit queued
+ * sequences while the batch has room and the KV cache has blocks (prefix
+ * reuse first), give every decoding sequence its next token and the
+ * prefilling ones chunks under the per-step token budget, run one forward
+ * pass, sample, detokenize and emit events.  When a decoding sequence needs
+ * a block and none is left, the most recently admitted sequence is
+ * preempted: its blocks are freed and it is queued again at the front, to
+ * be recomputed (prompt and output so far) when blocks come back.
+ *
+ * Events go to the request's owner through conf.emit; after the terminal
+ * event (Done or Error) the scheduler has forgotten the request.  Nothing
+ * here does I/O; the caller runs step() and its event loop in turn, so
+ * llm_sched_cancel() and llm_sched_submit() are never called mid-step.
+ */
+
+#ifndef LLM_SCHED_H
+#define LLM_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llm.pb-c.h"
+#include "model.h"
+#include "tokenizer.h"
+
+typedef struct llm_sched_s llm_sched_t;
+typedef struct llm_sreq_s llm_sreq_t;
+
+/* Receives every event of a request (owner is what submit was given). */
+typedef void (*llm_sched_emit_pt)(void *owner, const Llm__Event *ev);
+/* Nonzero when the owner can take more output now (backpressure). */
+typedef int (*llm_sched_ready_pt)(void *owner);
+typedef int (*llm_sched_forward_pt)(void *ud, const llm_batch_t *b,
+    float *out, char *err, size_t errlen);
+
+/*
+ * Hooks for constrained decoding and tool-call parsing (issue 8), one set
+ * per sequence, made by conf.hooks_make at admission when set:
+ *
+ *   mask:   before sampling; set logits of forbidden tokens to -INFINITY.
+ *   accept: after sampling, with the chosen token.
+ *   text:   every piece of emit-safe detokenized text (final = 1 once at
+ *           the end with len 0); the hook passes plain content on through
+ *           out->content() and tool calls through out->tool_call().  It
+ *           returns the number of tool calls seen so far (> 0 makes the
+ *           finish reason tool_calls) or a negative errno.
+ */
+typedef struct {
+    void  (*content)(void *sink, const char *s, size_t len);
+    void  (*tool_call)(void *sink, uint32_t call_index, const char *id,
+              const char *name, const char *args, size_t args_len);
+    void   *sink;
+} llm_text_out_t;
+
+typedef struct {
+    int   (*mask)(void *ud, float *logits, uint32_t n_vocab);
+    int   (*accept)(void *ud, int32_t token);
+    int   (*text)(void *ud, const char *s, size_t len, int final,
+              const llm_text_out_t *out);
+    void  (*free)(void *ud);
+    void   *ud;
+} llm_seq_hooks_t;
+
+/* 0 with *out filled (or left zeroed: no hooks), or a negative errno. */
+typedef int (*llm_sched_hooks_pt)(void *ctx, const Llm__GenerateRequest *g,
+    uint32_t choice, llm_seq_hooks_t *out, char *err, size_t errlen);
+
+typedef struct {
+    const llm_vocab_t      *vocab;
+    uint32_t                n_vocab;      /* logits row length */
+    uint32_t                n_ctx;        /* context window per sequence */
+    uint32_t                max_batch;    /* running sequences */
+    uint32_t                step_tokens;  /* tokens per forward call */
+    uint32_t                max_queue;    /* queued requests; beyond: 429 */
+    uint32_t                n_blocks;     /* KV blocks (llm_kv_t's) */
+    uint32_t                block_tokens;
+    llm_sched_forward_pt    forward;
+    void                   *forward_ud;
+    llm_sched_emit_pt       emit;
+    llm_sched_ready_pt      ready;        /* optional */
+    llm_sched_hooks_pt      hooks_make;   /* optional */
+    void                   *hooks_ctx;
+    const char             *model_name;
+    const char             *fingerprint;
+} llm_sched_conf_t;
+
+typedef struct {
+    uint64_t  requests_total;
+    uint64_t  requests_cancelled;
+    uint64_t  requests_preempted;
+    uint64_t  prompt_tokens_total;
+    uint64_t  completion_tokens_total;
+    uint64_t  cached_tokens_total;
+    uint64_t  steps_total;
+    uint64_t  step_tokens_total;
+    uint32_t  requests_running;
+    uint32_t  requests_queued;
+    uint32_t  seqs_running;
+    uint32_t  batch_in_flight;           /* sequences in the last step */
+    uint32_t  kv_blocks_total;
+    uint32_t  kv_blocks_free;
+    uint32_t  kv_blocks_cached;
+    uint32_t  kv_block_tokens;
+} llm_sched_stats_t;
+
+int llm_sched_create(llm_sched_t **out, const llm_sched_conf_t *conf,
+    char *err, size_t errlen);
+void llm_sched_free(llm_sched_t *s);
+
+/*
+ * Submit a Generate request whose prompt is already tokenized (prompt is
+ * moved into the scheduler and left empty).  On success returns the
+ * request and may already have emitted Queued.  On failure (invalid
+ * sampling options, context overflow, queue full) returns NULL after
+ * emitting the Error event to owner.
+ */
+llm_sreq_t *llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
+    llm_tokens_t *prompt, void *owner);
+
+/* The owner is gone: drop the request now, freeing its KV blocks.  No
+ * more events are emitted. */
+void llm_sched_cancel(llm_sched_t *s, llm_sreq_t *r);
+
+/* End every request with Error(code, msg) (drain timeout, shutdown). */
+void llm_sched_abort_all(llm_sched_t *s, Llm__ErrorCode code,
+    const char *msg);
+
+/*
+ * One step.  Returns the number of sequences that took part (0: nothing
+ * to do) or a negative errno when the forward pass failed (the requests
+ * in that batch got Error internal).
+ */
+int llm_sched_step(llm_sched_t *s);
+
+/* Requests queued or running. */
+uint32_t llm_sched_pending(const llm_sched_t *s);
+
+void llm_sched_get_stats(const llm_sched_t *s, llm_sched_stats_t *st);
+
+#endif /* LLM_SCHED_H */
