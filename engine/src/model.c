@@ -639,6 +639,12 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 
 #undef LLM_NAME
 
+    if (L->up_exps.type != L->gate_exps.type) {
+        return llm_bind_fail(b, -EINVAL, "tensor 'blk.%u.ffn_up_exps.weight' "
+                             "has type %s, expected %s like ffn_gate_exps",
+                             il, llm_type_name(L->up_exps.type),
+                             llm_type_name(L->gate_exps.type));
+    }
     return 0;
 }
 

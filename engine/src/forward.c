@@ -1,0 +1,1322 @@
+/*
+ * The batched forward pass.
+ *
+ * One call evaluates a batch of tokens from any number of sequences.  Per
+ * layer, in phases separated by the thread pool's barrier:
+ *
+ *   norm    x -> xn = rmsnorm(x) * attn_norm, quantized once per row to
+ *           every activation type the next weights dot with
+ *   qkv     q, k, v = xn @ Wq, Wk, Wv (row chunks of the three matrices)
+ *   rope    biases, q/k norms, RoPE; K and V rows stored into the paged cache
+ *   attn    per (token, kv head): causal softmax(q k^T / sqrt(d)) v over
+ *           the token's sequence, all query heads of the group together
+ *   wo      att @ Wo, then x += ...; xn = rmsnorm(x) * ffn_norm
+ *   ffn     dense: gate and up in one pass (SwiGLU), then down;
+ *           MoE: route every token, group the rows by expert, run each
+ *           active expert's gate+up+SwiGLU and down over its rows (work
+ *           items are (expert, row chunk), so experts spread across
+ *           threads and each expert's bytes are read once per batch),
+ *           then scatter-add with the routing weights
+ *
+ * then the output norm and head for the rows that want logits.  Matrix
+ * work is a list of items (one weight, a range of its rows, a set of
+ * activation columns) claimed from an atomic counter.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "model_impl.h"
+
+#define LLM_ACT_KINDS     3         /* F32, Q8_0, Q8_K */
+#define LLM_CHUNK_MIN     16        /* weight rows per work item, minimum */
+
+typedef struct {
+    const uint8_t  *w;              /* first row of the weight */
+    const uint8_t  *w2;             /* GLU partner (up), or NULL */
+    uint32_t        type;
+    int64_t         n;              /* row length */
+    size_t          w_stride;
+    const uint8_t  *x;              /* activation column 0 */
+    size_t          x_stride;
+    int64_t         nc;             /* activation columns */
+    float          *y;              /* y[c * ldy + r] */
+    float          *y2;             /* partner output */
+    size_t          ldy;
+    const float    *bias;           /* added to y rows, or NULL */
+    int64_t         r0, nr;         /* row range of this item */
+} llm_mm_item_t;
+
+typedef struct {
+    llm_type_t      type;
+    uint8_t        *buf;
+    size_t          cap;            /* bytes */
+} llm_act_buf_t;
+
+struct llm_ctx_s {
+    const llm_model_t  *m;
+    llm_kv_t           *kv;
+    llm_pool_t         *pool;
+    uint32_t            nth;
+    uint32_t            max_tokens;
+    uint32_t            max_slots;  /* max_tokens * n_expert_used */
+    uint32_t            max_pos;    /* positions the cache can hold */
+
+    /* activations, float, [rows][dim] */
+    float              *x;          /* [T][n_embd] residual stream */
+    float              *xn;         /* [T][n_embd] normed */
+    float              *q;          /* [T][q_dim] */
+    float              *k;          /* [T][k_dim] */
+    float              *v;          /* [T][v_dim] */
+    float              *att;        /* [T][o_dim] */
+    float              *tmp;        /* [T][n_embd] */
+    float              *ga;         /* [S][ff] gate, then SwiGLU output */
+    float              *up;         /* [S][ff] */
+    float              *eo;         /* [S][n_embd] expert outputs */
+    float              *router;     /* [T][n_expert] */
+    float              *scores;     /* [nth][n_group][max_pos] */
+    float              *rope_cs;    /* [T][rope_dims] cos, sin pairs */
+
+    /* quantized activations: one buffer per activation type */
+    llm_act_buf_t       act[LLM_ACT_KINDS];
+    llm_act_buf_t       act2[LLM_ACT_KINDS];  /* second operand set */
+    uint8_t            *xg;         /* [S][act row] rows gathered by expert */
+    size_t              xg_cap;
+
+    /* routing */
+    int32_t            *sel;        /* [T][k] chosen experts */
+    float              *selw;       /* [T][k] their weights */
+    uint32_t           *tok_slot;   /* [T][k] slot of (token, j) */
+    uint32_t           *slot_tok;   /* [S] token of slot */
+    uint32_t           *e_count;    /* [n_expert] */
+    uint32_t           *e_off;      /* [n_expert + 1] first slot */
+    uint32_t           *active;     /* [n_expert] active experts */
+    uint32_t            n_active;
+
+    /* logits rows */
+    uint32_t           *out_rows;   /* [T] batch index of each logits row */
+
+    /* the current phase */
+    llm_mm_item_t      *items;
+    uint32_t            n_items;
+    uint32_t            cap_items;
+    llm_pool_counter_t  next;
+    const llm_batch_t  *b;
+    uint32_t            T;          /* rows in this phase */
+    uint32_t            layer;
+    const float        *norm_w;     /* norm weight of a norm phase */
+    const float        *norm_src;
+    float              *norm_dst;
+    uint32_t            act_mask;   /* activation types to produce */
+    int64_t             act_n;      /* row length being quantized */
+    const float        *act_src;
+    size_t              act_src_stride;  /* floats */
+    llm_act_buf_t      *act_set;
+    const uint8_t      *gather_src;     /* rows to gather, gather_rb each */
+    size_t              gather_rb;
+
+    /* mmap'd regions to unmap */
+    void               *maps[32];
+    size_t              map_len[32];
+    uint32_t            n_maps;
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static int
+llm_act_kind(llm_type_t t)
+{
+    switch (t) {
+    case LLM_TYPE_F32:
+        return 0;
+    case LLM_TYPE_Q8_0:
+        return 1;
+    case LLM_TYPE_Q8_K:
+        return 2;
+    default:
+        return -1;
+    }
+}
+
+static const llm_type_t llm_act_types[LLM_ACT_KINDS] = {
+    LLM_TYPE_F32, LLM_TYPE_Q8_0, LLM_TYPE_Q8_K
+};
+
+/* Bytes of an activation row of n values of type t (rounded up). */
+static size_t
+llm_act_row_bytes(llm_type_t t, int64_t n)
+{
+    const llm_type_info_t  *ti = llm_type_info(t);
+
+    if (ti == NULL || ti->block == 0) {
+        return (size_t) n * 4;
+    }
+    return (size_t) ((n + ti->block - 1) / ti->block) * ti->block_bytes;
+}
+
+/* A zeroed, lazily backed buffer; freed with the context. */
+static void *
+llm_ctx_map(llm_ctx_t *c, size_t bytes)
+{
+    void  *p;
+
+    if (c->n_maps == sizeof(c->maps) / sizeof(c->maps[0])) {
+        return NULL;
+    }
+    bytes = (bytes + 4095) & ~(size_t) 4095;
+    if (bytes == 0) {
+        bytes = 4096;
+    }
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        return NULL;
+    }
+    c->maps[c->n_maps] = p;
+    c->map_len[c->n_maps] = bytes;
+    c->n_maps++;
+    return p;
+}
+
+static inline float
+llm_silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w over n values (sum in double). */
+static void
+llm_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+    double   ss = 0.0;
+    float    scale;
+    int64_t  i;
+
+    for (i = 0; i < n; i++) {
+        ss += (double) x[i] * x[i];
+    }
+    scale = (float) (1.0 / sqrt(ss / (double) n + (double) eps));
+    for (i = 0; i < n; i++) {
+        y[i] = x[i] * scale * w[i];
+    }
+}
+
+/* ---- activation quantization ------------------------------------------- */
+
+static uint32_t
+llm_act_mask_of(uint32_t wtype)
+{
+    int  k = llm_act_kind(llm_type_vec_dot_type((llm_type_t) wtype));
+
+    return k < 0 ? 0 : 1u << k;
+}
+
+/*
+ * Quantize rows [r0, r1) of c->act_src (stride act_src_stride floats, each
+ * act_n values) into every type of c->act_mask in c->act_set.  F32 needs
+ * no copy: its operand is the source itself.
+ */
+static void
+llm_act_rows(llm_ctx_t *c, uint32_t r0, uint32_t r1)
+{
+    llm_act_buf_t  *set = c->act_set;
+    uint32_t        k, r;
+    size_t          rb;
+
+    for (k = 1; k < LLM_ACT_KINDS; k++) {
+        if (!(c->act_mask & (1u << k))) {
+            continue;
+        }
+        rb = llm_act_row_bytes(set[k].type, c->act_n);
+        for (r = r0; r < r1; r++) {
+            llm_quantize_act(set[k].type,
+                             c->act_src + (size_t) r * c->act_src_stride,
+                             set[k].buf + (size_t) r * rb, c->act_n);
+        }
+    }
+}
+
+/* The operand for weights of type wtype: column 0 and stride. */
+static const uint8_t *
+llm_act_operand(llm_ctx_t *c, llm_act_buf_t *set, const float *src,
+    size_t src_stride, int64_t n, uint32_t wtype, size_t *stride)
+{
+    llm_type_t  at = llm_type_vec_dot_type((llm_type_t) wtype);
+    int         k = llm_act_kind(at);
+
+    (void) c;
+    if (k == 0) {
+        *stride = src_stride * sizeof(float);
+        return (const uint8_t *) src;
+    }
+    *stride = llm_act_row_bytes(at, n);
+    return set[k].buf;
+}
+
+/* ---- matrix work items -------------------------------------------------- */
+
+static int64_t
+llm_chunk_rows(const llm_ctx_t *c, int64_t total_rows, int64_t max_rows)
+{
+    int64_t  want = (int64_t) c->nth * 8;
+    int64_t  ch;
+
+    ch = (total_rows + want - 1) / want;
+    ch = (ch + LLM_CHUNK_MIN - 1) / LLM_CHUNK_MIN * LLM_CHUNK_MIN;
+    if (ch < LLM_CHUNK_MIN) {
+        ch = LLM_CHUNK_MIN;
+    }
+    if (ch > max_rows) {
+        ch = max_rows;
+    }
+    return ch;
+}
+
+/* Append items covering all rows of one matrix product, chunk rows each. */
+static int
+llm_items_add(llm_ctx_t *c, const llm_mm_item_t *proto, int64_t rows,
+    int64_t chunk)
+{
+    int64_t  r;
+
+    for (r = 0; r < rows; r += chunk) {
+        if (c->n_items == c->cap_items) {
+            llm_mm_item_t *n;
+            uint32_t       cap = c->cap_items ? c->cap_items * 2 : 1024;
+
+            n = realloc(c->items, cap * sizeof(*n));
+            if (n == NULL) {
+                return -ENOMEM;
+            }
+            c->items = n;
+            c->cap_items = cap;
+        }
+        c->items[c->n_items] = *proto;
+        c->items[c->n_items].r0 = r;
+        c->items[c->n_items].nr = rows - r < chunk ? rows - r : chunk;
+        c->n_items++;
+    }
+    return 0;
+}
+
+static void
+llm_item_run(const llm_mm_item_t *it)
+{
+    int64_t  ci, r;
+    float   *y, *y2;
+
+    llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
+             it->w + it->r0 * it->w_stride, it->w_stride, it->x,
+             it->x_stride, it->y + it->r0, it->ldy);
+
+    if (it->w2 != NULL) {
+        llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
+                 it->w2 + it->r0 * it->w_stride, it->w_stride, it->x,
+                 it->x_stride, it->y2 + it->r0, it->ldy);
+        for (ci = 0; ci < it->nc; ci++) {
+            y = it->y + ci * it->ldy + it->r0;
+            y2 = it->y2 + ci * it->ldy + it->r0;
+            for (r = 0; r < it->nr; r++) {
+                y[r] = llm_silu(y[r]) * y2[r];
+            }
+        }
+    }
+
+    if (it->bias != NULL) {
+        for (ci = 0; ci < it->nc; ci++) {
+            y = it->y + ci * it->ldy + it->r0;
+            for (r = 0; r < it->nr; r++) {
+                y[r] += it->bias[it->r0 + r];
+            }
+        }
+    }
+}
+
+static void
+llm_task_items(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t  *c = arg;
+    uint32_t    i;
+
+    (void) ith;
+    (void) nth;
+    while ((i = llm_pool_claim(&c->next)) < c->n_items) {
+        llm_item_run(&c->items[i]);
+    }
+}
+
+static void
+llm_run_items(llm_ctx_t *c)
+{
+    if (c->n_items == 0) {
+        return;
+    }
+    llm_pool_reset(&c->next);
+    llm_pool_run(c->pool, llm_task_items, c);
+    c->n_items = 0;
+}
+
+/* A matrix product y[T][n_out] = src @ W^T as items. */
+static int
+llm_items_mat(llm_ctx_t *c, const llm_wt_t *w, const float *src,
+    size_t src_stride, uint32_t T, float *y, size_t ldy, const float *bias,
+    int64_t chunk)
+{
+    llm_mm_item_t  it;
+
+    memset(&it, 0, sizeof(it));
+    it.w = w->data;
+    it.type = w->type;
+    it.n = w->n_in;
+    it.w_stride = w->row_bytes;
+    it.x = llm_act_operand(c, c->act, src, src_stride, w->n_in, w->type,
+                           &it.x_stride);
+    it.nc = T;
+    it.y = y;
+    it.ldy = ldy;
+    it.bias = bias;
+    return llm_items_add(c, &it, w->n_out, chunk);
+}
+
+/* ---- per-row phases ----------------------------------------------------- */
+
+/*
+ * Norm phase: for rows split by thread, norm_dst = rmsnorm(norm_src) *
+ * norm_w, then quantize into the activation types of act_mask.
+ */
+static void
+llm_task_norm(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t  *c = arg;
+    uint32_t    r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth, r;
+    int64_t     n = c->m->hp.n_embd;
+
+    for (r = r0; r < r1; r++) {
+        llm_rmsnorm(c->norm_dst + (size_t) r * n,
+                    c->norm_src + (size_t) r * n, c->norm_w, n,
+                    c->m->hp.rms_eps);
+    }
+    llm_act_rows(c, r0, r1);
+}
+
+/* Quantize rows of act_src only. */
+static void
+llm_task_act(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t  *c = arg;
+    uint32_t    r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+
+    llm_act_rows(c, r0, r1);
+}
+
+static void
+llm_run_norm(llm_ctx_t *c, uint32_t T, const float *src, float *dst,
+    const float *w, uint32_t mask)
+{
+    c->T = T;
+    c->norm_src = src;
+    c->norm_dst = dst;
+    c->norm_w = w;
+    c->act_mask = mask;
+    c->act_n = c->m->hp.n_embd;
+    c->act_src = dst;
+    c->act_src_stride = c->m->hp.n_embd;
+    c->act_set = c->act;
+    llm_pool_run(c->pool, llm_task_norm, c);
+}
+
+static void
+llm_run_act(llm_ctx_t *c, uint32_t rows, const float *src, int64_t n,
+    uint32_t mask, llm_act_buf_t *set)
+{
+    c->T = rows;
+    c->act_mask = mask;
+    c->act_n = n;
+    c->act_src = src;
+    c->act_src_stride = n;
+    c->act_set = set;
+    if (mask & ~1u) {
+        llm_pool_run(c->pool, llm_task_act, c);
+    }
+}
+
+/* ---- RoPE, q/k norms, cache writes ------------------------------------- */
+
+/* Rotate n_rot dims of one head, NEOX pairs (i, i + n_rot/2) or normal
+ * pairs (2i, 2i + 1); cs holds (cos, sin) per pair. */
+static void
+llm_rope_head(float *x, const float *cs, uint32_t n_rot, int neox)
+{
+    uint32_t  i, half = n_rot / 2;
+    float     a, b, co, si;
+
+    for (i = 0; i < half; i++) {
+        co = cs[2 * i];
+        si = cs[2 * i + 1];
+        if (neox) {
+            a = x[i];
+            b = x[i + half];
+            x[i] = a * co - b * si;
+            x[i + half] = a * si + b * co;
+        } else {
+            a = x[2 * i];
+            b = x[2 * i + 1];
+            x[2 * i] = a * co - b * si;
+            x[2 * i + 1] = a * si + b * co;
+        }
+    }
+}
+
+static void
+llm_store_row(llm_type_t t, uint8_t *dst, const float *src, uint32_t n)
+{
+    uint16_t  *h = (uint16_t *) dst;
+    uint32_t   i;
+
+    if (t == LLM_TYPE_F32) {
+        memcpy(dst, src, (size_t) n * sizeof(float));
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        h[i] = llm_fp32_to_fp16(src[i]);
+    }
+}
+
+static void
+llm_task_rope(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t           *c = arg;
+    const llm_model_t   *m = c->m;
+    const llm_hparams_t *hp = &m->hp;
+    const llm_layer_t   *L = &m->layers[c->layer];
+    const llm_batch_t   *b = c->b;
+    llm_kv_t            *kv = c->kv;
+    uint32_t             r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t             q_dim = hp->n_head * hp->head_dim;
+    uint32_t             k_dim = hp->n_head_kv * hp->head_dim;
+    uint32_t             v_dim = hp->n_head_kv * hp->head_dim_v;
+    uint32_t             r, h, pos, blk;
+    float               *q, *k, *cs;
+    const llm_seq_view_t *sv;
+
+    for (r = r0; r < r1; r++) {
+        q = c->q + (size_t) r * q_dim;
+        k = c->k + (size_t) r * k_dim;
+        cs = c->rope_cs + (size_t) r * hp->rope_dims;
+
+        if (L->q_norm != NULL) {
+            if (m->qk_norm_whole) {
+                llm_rmsnorm(q, q, L->q_norm, q_dim, hp->rms_eps);
+                llm_rmsnorm(k, k, L->k_norm, k_dim, hp->rms_eps);
+            } else {
+                for (h = 0; h < hp->n_head; h++) {
+                    llm_rmsnorm(q + h * hp->head_dim, q + h * hp->head_dim,
+                                L->q_norm, hp->head_dim, hp->rms_eps);
+                }
+                for (h = 0; h < hp->n_head_kv; h++) {
+                    llm_rmsnorm(k + h * hp->head_dim, k + h * hp->head_dim,
+                                L->k_norm, hp->head_dim, hp->rms_eps);
+                }
+            }
+        }
+
+        if (hp->rope_dims > 0) {
+            for (h = 0; h < hp->n_head; h++) {
+                llm_rope_head(q + h * hp->head_dim, cs, hp->rope_dims,
+                              hp->rope_neox);
+            }
+            for (h = 0; h < hp->n_head_kv; h++) {
+                llm_rope_head(k + h * hp->head_dim, cs, hp->rope_dims,
+                              hp->rope_neox);
+            }
+        }
+
+        pos = (uint32_t) b->pos[r];
+        sv = &b->seqs[b->seq[r]];
+        blk = sv->blocks[pos / kv->block_tokens];
+        llm_store_row(kv->type,
+                      llm_kv_k_row(kv, c->layer, blk, pos % kv->block_tokens),
+                      k, k_dim);
+        llm_store_row(kv->type,
+                      llm_kv_v_row(kv, c->layer, blk, pos % kv->block_tokens),
+                      c->v + (size_t) r * v_dim, v_dim);
+    }
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+static inline void
+llm_axpy_row(float *out, float a, const uint8_t *v, llm_type_t t, uint32_t n)
+{
+    const float     *vf = (const float *) v;
+    const uint16_t  *vh = (const uint16_t *) v;
+    uint32_t         i;
+
+    if (t == LLM_TYPE_F32) {
+        for (i = 0; i < n; i++) {
+            out[i] += a * vf[i];
+        }
+    } else {
+        for (i = 0; i < n; i++) {
+            out[i] += a * llm_fp16_to_fp32(vh[i]);
+        }
+    }
+}
+
+/*
+ * Item (token r, kv head g): for the G query heads of the group, scores
+ * over positions 0..pos of the token's sequence read from the cache,
+ * softmax, weighted sum of V rows into att.
+ */
+static void
+llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    const llm_batch_t    *b = c->b;
+    llm_kv_t             *kv = c->kv;
+    const llm_seq_view_t *sv = &b->seqs[b->seq[r]];
+    uint32_t              G = hp->n_head / hp->n_head_kv;
+    uint32_t              hd = hp->head_dim, hv = hp->head_dim_v;
+    uint32_t              n_pos = (uint32_t) b->pos[r] + 1;
+    uint32_t              bt = kv->block_tokens;
+    float                 scale = 1.0f / sqrtf((float) hd);
+    uint32_t              p, h, blk;
+    float                 mx, sum, s, *q, *o, *shp;
+    const uint8_t        *krow, *vrow;
+
+    q = c->q + (size_t) r * hp->n_head * hd + (size_t) g * G * hd;
+    o = c->att + (size_t) r * hp->n_head * hv + (size_t) g * G * hv;
+
+    for (p = 0; p < n_pos; p++) {
+        blk = sv->blocks[p / bt];
+        krow = llm_kv_k_row(kv, c->layer, blk, p % bt)
+               + (size_t) g * hd * kv->elem;
+        for (h = 0; h < G; h++) {
+            llm_vec_dot(kv->type, hd, &s, krow, q + h * hd);
+            sc[(size_t) h * n_pos + p] = s * scale;
+        }
+    }
+
+    for (h = 0; h < G; h++) {
+        shp = sc + (size_t) h * n_pos;
+        mx = -INFINITY;
+        for (p = 0; p < n_pos; p++) {
+            mx = shp[p] > mx ? shp[p] : mx;
+        }
+        sum = 0.0f;
+        for (p = 0; p < n_pos; p++) {
+            shp[p] = expf(shp[p] - mx);
+            sum += shp[p];
+        }
+        sum = 1.0f / sum;
+        for (p = 0; p < n_pos; p++) {
+            shp[p] *= sum;
+        }
+        memset(o + h * hv, 0, hv * sizeof(float));
+    }
+
+    for (p = 0; p < n_pos; p++) {
+        blk = sv->blocks[p / bt];
+        vrow = llm_kv_v_row(kv, c->layer, blk, p % bt)
+               + (size_t) g * hv * kv->elem;
+        for (h = 0; h < G; h++) {
+            llm_axpy_row(o + h * hv, sc[(size_t) h * n_pos + p], vrow,
+                         kv->type, hv);
+        }
+    }
+}
+
+static void
+llm_task_attn(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t           *c = arg;
+    const llm_hparams_t *hp = &c->m->hp;
+    uint32_t             G = hp->n_head / hp->n_head_kv;
+    uint32_t             n = c->T * hp->n_head_kv, i;
+    float               *sc = c->scores + (size_t) ith * G * c->max_pos;
+
+    (void) nth;
+    while ((i = llm_pool_claim(&c->next)) < n) {
+        llm_attn_one(c, i / hp->n_head_kv, i % hp->n_head_kv, sc);
+    }
+}
+
+/* ---- MoE routing -------------------------------------------------------- */
+
+/*
+ * Router for rows split by thread: logits = xn @ gate_inp (already in
+ * c->router), then gating, top-k on (probs + selection bias), weights from
+ * the unbiased probs, optional renormalization and scale.
+ */
+static void
+llm_task_route(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t           *c = arg;
+    const llm_hparams_t *hp = &c->m->hp;
+    const llm_layer_t   *L = &c->m->layers[c->layer];
+    uint32_t             r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t             NE = hp->n_expert, K = hp->n_expert_used;
+    uint32_t             r, e, j, best;
+    float                mx, sum, *pr, sel[4096];
+    int32_t             *se;
+    float               *sw;
+    double               ws;
+
+    for (r = r0; r < r1; r++) {
+        pr = c->router + (size_t) r * NE;
+        se = c->sel + (size_t) r * K;
+        sw = c->selw + (size_t) r * K;
+
+        if (hp->gating == LLM_GATING_SIGMOID) {
+            for (e = 0; e < NE; e++) {
+                pr[e] = 1.0f / (1.0f + expf(-pr[e]));
+            }
+        } else {
+            mx = -INFINITY;
+            for (e = 0; e < NE; e++) {
+                mx = pr[e] > mx ? pr[e] : mx;
+            }
+            sum = 0.0f;
+            for (e = 0; e < NE; e++) {
+                pr[e] = expf(pr[e] - mx);
+                sum += pr[e];
+            }
+            for (e = 0; e < NE; e++) {
+                pr[e] /= sum;
+            }
+        }
+
+        for (e = 0; e < NE; e++) {
+            sel[e] = pr[e] + (L->exp_probs_b ? L->exp_probs_b[e] : 0.0f);
+        }
+        ws = 0.0;
+        for (j = 0; j < K; j++) {
+            best = 0;
+            mx = -INFINITY;
+            for (e = 0; e < NE; e++) {
+                if (sel[e] > mx) {
+                    mx = sel[e];
+                    best = e;
+                }
+            }
+            sel[best] = -INFINITY;
+            se[j] = (int32_t) best;
+            sw[j] = pr[best];
+            ws += pr[best];
+        }
+        if (hp->expert_weights_norm) {
+            if (ws < 6.103515625e-5) {
+                ws = 6.103515625e-5;
+            }
+            for (j = 0; j < K; j++) {
+                sw[j] = (float) (sw[j] / ws);
+            }
+        }
+        if (hp->expert_weights_scale != 0.0f) {
+            for (j = 0; j < K; j++) {
+                sw[j] *= hp->expert_weights_scale;
+            }
+        }
+    }
+}
+
+/* Group (token, j) pairs by expert: slots sorted by expert, then token. */
+static void
+llm_group_experts(llm_ctx_t *c, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    uint32_t              NE = hp->n_expert, K = hp->n_expert_used;
+    uint32_t              e, t, j, s;
+
+    memset(c->e_count, 0, NE * sizeof(uint32_t));
+    for (t = 0; t < T * K; t++) {
+        c->e_count[c->sel[t]]++;
+    }
+    c->n_active = 0;
+    c->e_off[0] = 0;
+    for (e = 0; e < NE; e++) {
+        c->e_off[e + 1] = c->e_off[e] + c->e_count[e];
+        if (c->e_count[e] > 0) {
+            c->active[c->n_active++] = e;
+        }
+        c->e_count[e] = 0;
+    }
+    for (t = 0; t < T; t++) {
+        for (j = 0; j < K; j++) {
+            e = (uint32_t) c->sel[t * K + j];
+            s = c->e_off[e] + c->e_count[e]++;
+            c->slot_tok[s] = t;
+            c->tok_slot[t * K + j] = s;
+        }
+    }
+}
+
+/* Copy each slot's activation row (of its token) into slot order. */
+static void
+llm_task_gather(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t  *c = arg;
+    uint32_t    S = c->T * c->m->hp.n_expert_used;
+    uint32_t    s0 = S * ith / nth, s1 = S * (ith + 1) / nth, s;
+    size_t      rb = c->gather_rb;
+    const uint8_t *src = c->gather_src;
+
+    for (s = s0; s < s1; s++) {
+        memcpy(c->xg + (size_t) s * rb, src + (size_t) c->slot_tok[s] * rb,
+               rb);
+    }
+}
+
+/* x[t] += sum_j w[t][j] * eo[slot(t, j)], rows split by thread. */
+static void
+llm_task_scatter(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t  *c = arg;
+    uint32_t    K = c->m->hp.n_expert_used;
+    uint32_t    n = c->m->hp.n_embd;
+    uint32_t    r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t    r, j, i;
+    float      *x, a;
+    const float *eo;
+
+    for (r = r0; r < r1; r++) {
+        x = c->x + (size_t) r * n;
+        for (j = 0; j < K; j++) {
+            a = c->selw[r * K + j];
+            eo = c->eo + (size_t) c->tok_slot[r * K + j] * n;
+            for (i = 0; i < n; i++) {
+                x[i] += a * eo[i];
+            }
+        }
+    }
+}
+
+/* x += tmp, rows split by thread. */
+static void
+llm_task_add(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t  *c = arg;
+    size_t      n = c->m->hp.n_embd;
+    size_t      i0 = c->T * n * ith / nth, i1 = c->T * n * (ith + 1) / nth;
+    size_t      i;
+
+    for (i = i0; i < i1; i++) {
+        c->x[i] += c->tmp[i];
+    }
+}
+
+/* ---- the layer ---------------------------------------------------------- */
+
+static int
+llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    uint32_t              K = hp->n_expert_used, S = T * K;
+    int64_t               ff = hp->n_ff_exp, E = hp->n_embd, ch;
+    llm_mm_item_t         it;
+    const uint8_t        *xop;
+    size_t                xs, hs;
+    uint32_t              a, e, n_e;
+    int                   rc;
+
+    /* router logits (gate_inp is usually F32: operand is xn itself) */
+    rc = llm_items_mat(c, &L->gate_inp, c->xn, E, T, c->router,
+                       hp->n_expert, NULL,
+                       llm_chunk_rows(c, hp->n_expert, hp->n_expert));
+    if (rc < 0) {
+        return rc;
+    }
+    llm_run_items(c);
+    c->T = T;
+    llm_pool_run(c->pool, llm_task_route, c);
+    llm_group_experts(c, T);
+
+    /* gather the activation rows of the gate/up type into slot order */
+    xop = llm_act_operand(c, c->act, c->xn, E, E, L->gate_exps.type, &xs);
+    c->gather_src = xop;
+    c->gather_rb = xs;
+    c->T = T;
+    llm_pool_run(c->pool, llm_task_gather, c);
+
+    /* gate + up + SwiGLU per (expert, ff chunk) */
+    ch = llm_chunk_rows(c, ff * c->n_active, ff);
+    for (a = 0; a < c->n_active; a++) {
+        e = c->active[a];
+        n_e = c->e_off[e + 1] - c->e_off[e];
+        memset(&it, 0, sizeof(it));
+        it.w = llm_wt_expert(&L->gate_exps, e);
+        it.w2 = llm_wt_expert(&L->up_exps, e);
+        it.type = L->gate_exps.type;
+        it.n = E;
+        it.w_stride = L->gate_exps.row_bytes;
+        it.x = c->xg + (size_t) c->e_off[e] * xs;
+        it.x_stride = xs;
+        it.nc = n_e;
+        it.y = c->ga + (size_t) c->e_off[e] * ff;
+        it.y2 = c->up + (size_t) c->e_off[e] * ff;
+        it.ldy = ff;
+        if ((rc = llm_items_add(c, &it, ff, ch)) < 0) {
+            return rc;
+        }
+    }
+    llm_run_items(c);
+
+    /* quantize the SwiGLU rows for down */
+    llm_run_act(c, S, c->ga, ff, llm_act_mask_of(L->down_exps.type),
+                c->act2);
+    xop = llm_act_operand(c, c->act2, c->ga, ff, ff, L->down_exps.type, &hs);
+
+    /* down per (expert, n_embd chunk) */
+    ch = llm_chunk_rows(c, E * c->n_active, E);
+    for (a = 0; a < c->n_active; a++) {
+        e = c->active[a];
+        n_e = c->e_off[e + 1] - c->e_off[e];
+        memset(&it, 0, sizeof(it));
+        it.w = llm_wt_expert(&L->down_exps, e);
+        it.type = L->down_exps.type;
+        it.n = ff;
+        it.w_stride = L->down_exps.row_bytes;
+        it.x = xop + (size_t) c->e_off[e] * hs;
+        it.x_stride = hs;
+        it.nc = n_e;
+        it.y = c->eo + (size_t) c->e_off[e] * E;
+        it.ldy = E;
+        if ((rc = llm_items_add(c, &it, E, ch)) < 0) {
+            return rc;
+        }
+    }
+    llm_run_items(c);
+
+    c->T = T;
+    llm_pool_run(c->pool, llm_task_scatter, c);
+    return 0;
+}
+
+static int
+llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    int64_t               ff = hp->n_ff, E = hp->n_embd;
+    llm_mm_item_t         it;
+    int                   rc;
+
+    memset(&it, 0, sizeof(it));
+    it.w = L->ffn_gate.data;
+    it.type = L->ffn_gate.type;
+    it.n = E;
+    it.w_stride = L->ffn_gate.row_bytes;
+    it.x = llm_act_operand(c, c->act, c->xn, E, E, L->ffn_gate.type,
+                           &it.x_stride);
+    it.nc = T;
+    it.y = c->ga;
+    it.ldy = ff;
+    if (L->ffn_up.type == L->ffn_gate.type) {
+        it.w2 = L->ffn_up.data;
+        it.y2 = c->up;
+        rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff));
+        if (rc < 0) {
+            return rc;
+        }
+        llm_run_items(c);
+    } else {
+        /* mixed types: gate and up separately, then SwiGLU */
+        int64_t  i;
+
+        if ((rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff))) < 0
+            || (rc = llm_items_mat(c, &L->ffn_up, c->xn, E, T, c->up, ff,
+                                   NULL, llm_chunk_rows(c, ff, ff))) < 0)
+        {
+            return rc;
+        }
+        llm_run_items(c);
+        for (i = 0; i < (int64_t) T * ff; i++) {
+            c->ga[i] = llm_silu(c->ga[i]) * c->up[i];
+        }
+    }
+
+    llm_run_act(c, T, c->ga, ff, llm_act_mask_of(L->ffn_down.type), c->act);
+    memset(&it, 0, sizeof(it));
+    it.w = L->ffn_down.data;
+    it.type = L->ffn_down.type;
+    it.n = ff;
+    it.w_stride = L->ffn_down.row_bytes;
+    it.x = llm_act_operand(c, c->act, c->ga, ff, ff, L->ffn_down.type,
+                           &it.x_stride);
+    it.nc = T;
+    it.y = c->tmp;
+    it.ldy = E;
+    rc = llm_items_add(c, &it, E, llm_chunk_rows(c, E, E));
+    if (rc < 0) {
+        return rc;
+    }
+    llm_run_items(c);
+    c->T = T;
+    llm_pool_run(c->pool, llm_task_add, c);
+    return 0;
+}
+
+static int
+llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    const llm_layer_t    *L = &c->m->layers[l];
+    int64_t               E = hp->n_embd;
+    uint32_t              q_dim = hp->n_head * hp->head_dim;
+    uint32_t              k_dim = hp->n_head_kv * hp->head_dim;
+    uint32_t              v_dim = hp->n_head_kv * hp->head_dim_v;
+    uint32_t              o_dim = hp->n_head * hp->head_dim_v;
+    int64_t               ch;
+    uint32_t              mask;
+    int                   rc;
+
+    c->layer = l;
+
+    /* attention norm, activations for q/k/v */
+    mask = llm_act_mask_of(L->wq.type) | llm_act_mask_of(L->wk.type)
+           | llm_act_mask_of(L->wv.type);
+    llm_run_norm(c, T, c->x, c->xn, L->attn_norm, mask);
+
+    ch = llm_chunk_rows(c, q_dim + k_dim + v_dim, q_dim);
+    if ((rc = llm_items_mat(c, &L->wq, c->xn, E, T, c->q, q_dim, L->bq, ch))
+        < 0
+        || (rc = llm_items_mat(c, &L->wk, c->xn, E, T, c->k, k_dim, L->bk,
+                               ch)) < 0
+        || (rc = llm_items_mat(c, &L->wv, c->xn, E, T, c->v, v_dim, L->bv,
+                               ch)) < 0)
+    {
+        return rc;
+    }
+    llm_run_items(c);
+
+    c->T = T;
+    llm_pool_run(c->pool, llm_task_rope, c);
+
+    llm_pool_reset(&c->next);
+    llm_pool_run(c->pool, llm_task_attn, c);
+
+    /* output projection, residual */
+    llm_run_act(c, T, c->att, o_dim, llm_act_mask_of(L->wo.type), c->act);
+    rc = llm_items_mat(c, &L->wo, c->att, o_dim, T, c->tmp, E, NULL,
+                       llm_chunk_rows(c, E, E));
+    if (rc < 0) {
+        return rc;
+    }
+    llm_run_items(c);
+    c->T = T;
+    llm_pool_run(c->pool, llm_task_add, c);
+
+    /* FFN */
+    if (hp->n_expert > 0) {
+        mask = llm_act_mask_of(L->gate_inp.type)
+               | llm_act_mask_of(L->gate_exps.type);
+        llm_run_norm(c, T, c->x, c->xn, L->ffn_norm, mask);
+        return llm_moe(c, L, T);
+    }
+    mask = llm_act_mask_of(L->ffn_gate.type) | llm_act_mask_of(L->ffn_up.type);
+    llm_run_norm(c, T, c->x, c->xn, L->ffn_norm, mask);
+    return llm_dense_ffn(c, L, T);
+}
+
+/* ---- batch validation, embeddings, logits ------------------------------ */
+
+static int
+llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
+    size_t errlen)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    uint32_t              i, s, bt = c->kv->block_tokens;
+    int32_t               p;
+
+    if (b->n_tokens == 0 || b->n_tokens > c->max_tokens) {
+        snprintf(err, errlen, "forward: batch of %u tokens, expected "
+                 "1..%u", b->n_tokens, c->max_tokens);
+        return -EINVAL;
+    }
+    for (i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || (uint32_t) b->tokens[i] >= hp->n_vocab) {
+            snprintf(err, errlen, "forward: token %u is id %d, expected "
+                     "0..%u", i, b->tokens[i], hp->n_vocab - 1);
+            return -EINVAL;
+        }
+        if (b->seq[i] < 0 || (uint32_t) b->seq[i] >= b->n_seqs) {
+            snprintf(err, errlen, "forward: token %u has sequence %d, "
+                     "expected 0..%d", i, b->seq[i], (int) b->n_seqs - 1);
+            return -EINVAL;
+        }
+        p = b->pos[i];
+        s = (uint32_t) b->seq[i];
+        if (p < 0 || (uint64_t) p >= (uint64_t) b->seqs[s].n_blocks * bt) {
+            snprintf(err, errlen, "forward: token %u at position %d, but "
+                     "sequence %u has %u blocks of %u", i, p, s,
+                     b->seqs[s].n_blocks, bt);
+            return -EINVAL;
+        }
+        if ((uint32_t) p >= c->max_pos) {
+            snprintf(err, errlen, "forward: position %d beyond the cache "
+                     "(%u positions)", p, c->max_pos);
+            return -EINVAL;
+        }
+    }
+    for (s = 0; s < b->n_seqs; s++) {
+        for (i = 0; i < b->seqs[s].n_blocks; i++) {
+            if (b->seqs[s].blocks[i] >= c->kv->n_blocks) {
+                snprintf(err, errlen, "forward: sequence %u block %u is %u, "
+                         "expected < %u", s, i, b->seqs[s].blocks[i],
+                         c->kv->n_blocks);
+                return -EINVAL;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Embedding rows and RoPE tables, rows split by thread. */
+static void
+llm_task_embed(void *arg, uint32_t ith, uint32_t nth)
+{
+    llm_ctx_t           *c = arg;
+    const llm_model_t   *m = c->m;
+    const llm_hparams_t *hp = &m->hp;
+    const llm_batch_t   *b = c->b;
+    uint32_t             r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t             r, i, half = hp->rope_dims / 2;
+    double               th, base = hp->rope_base;
+    float               *cs;
+
+    for (r = r0; r < r1; r++) {
+        llm_dequantize_row((llm_type_t) m->tok_embd.type,
+                           m->tok_embd.data
+                           + (size_t) b->tokens[r] * m->tok_embd.row_bytes,
+                           c->x + (size_t) r * hp->n_embd, hp->n_embd);
+        cs = c->rope_cs + (size_t) r * hp->rope_dims;
+        for (i = 0; i < half; i++) {
+            th = (double) b->pos[r]
+                 * pow(base, -2.0 * i / (double) hp->rope_dims);
+            cs[2 * i] = (float) cos(th);
+            cs[2 * i + 1] = (float) sin(th);
+        }
+    }
+}
+
+/* Gather the rows that want logits into the front of x. */
+static uint32_t
+llm_gather_out_rows(llm_ctx_t *c, const llm_batch_t *b)
+{
+    size_t    n = c->m->hp.n_embd;
+    uint32_t  i, o = 0;
+
+    for (i = 0; i < b->n_tokens; i++) {
+        if (b->logits != NULL && b->logits[i]) {
+            if (o != i) {
+                memcpy(c->x + o * n, c->x + i * n, n * sizeof(float));
+            }
+            c->out_rows[o++] = i;
+        }
+    }
+    return o;
+}
+
+int
+llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
+    size_t errlen)
+{
+    const llm_model_t    *m = c->m;
+    const llm_hparams_t  *hp = &m->hp;
+    uint32_t              T = b->n_tokens, l, n_out;
+    int                   rc;
+
+    rc = llm_check_batch(c, b, err, errlen);
+    if (rc < 0) {
+        return rc;
+    }
+    c->b = b;
+    c->T = T;
+    llm_pool_run(c->pool, llm_task_embed, c);
+
+    for (l = 0; l < hp->n_layer; l++) {
+        rc = llm_layer(c, l, T);
+        if (rc < 0) {
+            snprintf(err, errlen, "forward: layer %u: %s", l,
+                     strerror(-rc));
+            return rc;
+        }
+    }
+
+    n_out = llm_gather_out_rows(c, b);
+    if (n_out == 0) {
+        return 0;
+    }
+    llm_run_norm(c, n_out, c->x, c->xn, m->output_norm,
+                 llm_act_mask_of(m->output.type));
+    rc = llm_items_mat(c, &m->output, c->xn, hp->n_embd, n_out, out,
+                       hp->n_vocab, NULL,
+                       llm_chunk_rows(c, hp->n_vocab, hp->n_vocab));
+    if (rc < 0) {
+        snprintf(err, errlen, "forward: output: %s", strerror(-rc));
+        return rc;
+    }
+    llm_run_items(c);
+    return 0;
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+/*
+ * Allocate every buffer for batches of up to max_tokens tokens.  Big
+ * buffers are lazily backed anonymous mappings: a context sized for large
+ * batches costs resident memory only for what a batch touches.
+ */
+int
+llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
+    uint32_t n_threads, uint32_t max_tokens, char *err, size_t errlen)
+{
+    const llm_hparams_t  *hp = &m->hp;
+    llm_ctx_t            *c;
+    size_t                T, S, E, q_dim, k_dim, v_dim, o_dim, ff, maxlen;
+    size_t                G, rb;
+    uint32_t              k;
+    int                   rc;
+
+    *out = NULL;
+    if (max_tokens == 0 || max_tokens > 65536) {
+        snprintf(err, errlen, "context: max_tokens %u, expected 1..65536",
+                 max_tokens);
+        return -EINVAL;
+    }
+    if (kv->n_layer != hp->n_layer
+        || kv->k_dim != hp->n_head_kv * hp->head_dim
+        || kv->v_dim != hp->n_head_kv * hp->head_dim_v)
+    {
+        snprintf(err, errlen, "context: the KV cache was made for another "
+                 "model shape");
+        return -EINVAL;
+    }
+
+    c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        snprintf(err, errlen, "context: out of memory");
+        return -ENOMEM;
+    }
+    c->m = m;
+    c->kv = kv;
+    c->nth = n_threads;
+    c->max_tokens = max_tokens;
+    c->max_pos = kv->n_blocks * kv->block_tokens;
+
+    rc = llm_pool_create(&c->pool, n_threads, err, errlen);
+    if (rc < 0) {
+        free(c);
+        return rc;
+    }
+
+    T = max_tokens;
+    E = hp->n_embd;
+    q_dim = (size_t) hp->n_head * hp->head_dim;
+    k_dim = (size_t) hp->n_head_kv * hp->head_dim;
+    v_dim = (size_t) hp->n_head_kv * hp->head_dim_v;
+    o_dim = (size_t) hp->n_head * hp->head_dim_v;
+    ff = hp->n_expert > 0 ? hp->n_ff_exp : hp->n_ff;
+    S = hp->n_expert > 0 ? T * hp->n_expert_used : T;
+    c->max_slots = (uint32_t) S;
+    G = hp->n_head / hp->n_head_kv;
+
+    maxlen = E;
+    maxlen = q_dim > maxlen ? q_dim : maxlen;
+    maxlen = o_dim > maxlen ? o_dim : maxlen;
+    maxlen = ff > maxlen ? ff : maxlen;
+
+    c->x = llm_ctx_map(c, T * E * sizeof(float));
+    c->xn = llm_ctx_map(c, T * E * sizeof(float));
+    c->q = llm_ctx_map(c, T * q_dim * sizeof(float));
+    c->k = llm_ctx_map(c, T * k_dim * sizeof(float));
+    c->v = llm_ctx_map(c, T * v_dim * sizeof(float));
+    c->att = llm_ctx_map(c, T * o_dim * sizeof(float));
+    c->tmp = llm_ctx_map(c, T * E * sizeof(float));
+    c->ga = llm_ctx_map(c, S * ff * sizeof(float));
+    c->up = llm_ctx_map(c, S * ff * sizeof(float));
+    c->scores = llm_ctx_map(c, (size_t) n_threads * G * c->max_pos
+                                * sizeof(float));
+    c->rope_cs = llm_ctx_map(c, T * (hp->rope_dims + 2) * sizeof(float));
+    c->out_rows = calloc(T, sizeof(uint32_t));
+    if (c->x == NULL || c->xn == NULL || c->q == NULL || c->k == NULL
+        || c->v == NULL || c->att == NULL || c->tmp == NULL || c->ga == NULL
+        || c->up == NULL || c->scores == NULL || c->rope_cs == NULL
+        || c->out_rows == NULL)
+    {
+        goto nomem;
+    }
+
+    for (k = 1; k < LLM_ACT_KINDS; k++) {
+        rb = llm_act_row_bytes(llm_act_types[k], maxlen);
+        c->act[k].type = llm_act_types[k];
+        c->act[k].cap = T * rb;
+        c->act[k].buf = llm_ctx_map(c, c->act[k].cap);
+        c->act2[k].type = llm_act_types[k];
+        c->act2[k].cap = S * rb;
+        c->act2[k].buf = llm_ctx_map(c, c->act2[k].cap);
+        if (c->act[k].buf == NULL || c->act2[k].buf == NULL) {
+            goto nomem;
+        }
+    }
+    c->act[0].type = LLM_TYPE_F32;
+    c->act2[0].type = LLM_TYPE_F32;
+
+    if (hp->n_expert > 0) {
+        c->eo = llm_ctx_map(c, S * E * sizeof(float));
+        c->xg_cap = S * E * sizeof(float);
+        c->xg = llm_ctx_map(c, c->xg_cap);
+        c->router = llm_ctx_map(c, T * hp->n_expert * sizeof(float));
+        c->sel = calloc(S, sizeof(int32_t));
+        c->selw = calloc(S, sizeof(float));
+        c->tok_slot = calloc(S, sizeof(uint32_t));
+        c->slot_tok = calloc(S, sizeof(uint32_t));
+        c->e_count = calloc(hp->n_expert, sizeof(uint32_t));
+        c->e_off = calloc(hp->n_expert + 1, sizeof(uint32_t));
+        c->active = calloc(hp->n_expert, sizeof(uint32_t));
+        if (c->eo == NULL || c->xg == NULL || c->router == NULL
+            || c->sel == NULL || c->selw == NULL || c->tok_slot == NULL
+            || c->slot_tok == NULL || c->e_count == NULL || c->e_off == NULL
+            || c->active == NULL)
+        {
+            goto nomem;
+        }
+    }
+
+    llm_simd_init();
+    *out = c;
+    return 0;
+
+nomem:
+    snprintf(err, errlen, "context: out of memory for batches of %u tokens",
+             max_tokens);
+    llm_ctx_free(c);
+    return -ENOMEM;
+}
+
+void
+llm_ctx_free(llm_ctx_t *c)
+{
+    uint32_t  i;
+
+    if (c == NULL) {
+        return;
+    }
+    llm_pool_free(c->pool);
+    for (i = 0; i < c->n_maps; i++) {
+        munmap(c->maps[i], c->map_len[i]);
+    }
+    free(c->out_rows);
+    free(c->sel);
+    free(c->selw);
+    free(c->tok_slot);
+    free(c->slot_tok);
+    free(c->e_count);
+    free(c->e_off);
+    free(c->active);
+    free(c->items);
+    free(c);
+}
