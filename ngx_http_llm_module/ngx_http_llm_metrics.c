@@ -1,0 +1,549 @@
+
+/*
+ * Usage counters in the llm_zone and the Prometheus text exposition
+ * (version 0.0.4) served by "llm_metrics" (docs/METRICS.md).
+ *
+ * Per model label sets are bounded: the zone has a fixed table of
+ * NGX_HTTP_LLM_METRICS_MODELS models filled in order of first use; later
+ * models, and names longer than NGX_HTTP_LLM_METRICS_MODEL_LEN, count as
+ * model="other".  Each model has NGX_HTTP_LLM_METRICS_STATUSES status
+ * slots, then status="other".
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_llm_module.h"
+#include "ngx_http_llm_keys.h"
+
+
+/* bucket upper bounds in milliseconds */
+
+static ngx_msec_t  ngx_http_llm_ttft_bounds[NGX_HTTP_LLM_TTFT_BUCKETS] = {
+    10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000
+};
+
+static ngx_msec_t
+    ngx_http_llm_duration_bounds[NGX_HTTP_LLM_DURATION_BUCKETS] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000,
+    300000, 600000, 1800000
+};
+
+
+static void ngx_http_llm_metrics_cleanup(void *data);
+static ngx_http_llm_model_stats_t *ngx_http_llm_metrics_model(
+    ngx_http_llm_shctx_t *sh, ngx_str_t *model);
+static u_char *ngx_http_llm_metrics_label(u_char *p,
+    ngx_http_llm_model_stats_t *m);
+static u_char *ngx_http_llm_metrics_seconds(u_char *p, uint64_t ms);
+static u_char *ngx_http_llm_metrics_histogram(u_char *p, const char *name,
+    ngx_http_llm_model_stats_t *m, uint64_t *buckets, ngx_msec_t *bounds,
+    ngx_uint_t n, uint64_t inf, uint64_t sum);
+
+
+/* The zone of r's location, NULL when it has none. */
+
+static ngx_http_llm_zone_t *
+ngx_http_llm_metrics_zone(ngx_http_request_t *r)
+{
+    ngx_http_llm_keys_ctx_t       *ctx;
+    ngx_http_llm_keys_loc_conf_t  *klcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_keys_module);
+
+    if (ctx && ctx->shm_zone) {
+        return ctx->shm_zone->data;
+    }
+
+    klcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_keys_module);
+
+    return klcf->shm_zone ? klcf->shm_zone->data : NULL;
+}
+
+
+/*
+ * Adds delta to llm_requests_in_flight.  What a request added and did not
+ * take back is taken back when the request's pool goes, so a request that
+ * ends on an unexpected path does not leave the gauge high forever.
+ */
+
+void
+ngx_http_llm_metrics_inflight(ngx_http_request_t *r, ngx_int_t delta)
+{
+    ngx_pool_cleanup_t             *cln;
+    ngx_http_llm_zone_t            *zone;
+    ngx_http_llm_keys_ctx_t        *ctx;
+    ngx_http_llm_keys_loc_conf_t   *klcf;
+
+    ctx = ngx_http_llm_keys_get_ctx(r);
+    if (ctx == NULL) {
+        return;
+    }
+
+    if (ctx->shm_zone == NULL) {
+        klcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_keys_module);
+        ctx->shm_zone = klcf->shm_zone;
+    }
+
+    if (ctx->shm_zone == NULL) {
+        return;
+    }
+
+    if (delta < 0 && ctx->in_flight + delta < 0) {
+        delta = -ctx->in_flight;
+    }
+
+    if (delta == 0) {
+        return;
+    }
+
+    if (!ctx->cleanup) {
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+        if (cln == NULL) {
+            return;
+        }
+
+        cln->handler = ngx_http_llm_metrics_cleanup;
+        cln->data = ctx;
+        ctx->cleanup = 1;
+    }
+
+    zone = ctx->shm_zone->data;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    zone->sh->in_flight += delta;
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ctx->in_flight += delta;
+}
+
+
+static void
+ngx_http_llm_metrics_cleanup(void *data)
+{
+    ngx_http_llm_keys_ctx_t  *ctx = data;
+
+    ngx_http_llm_zone_t  *zone;
+
+    if (ctx->in_flight == 0 || ctx->shm_zone == NULL) {
+        return;
+    }
+
+    zone = ctx->shm_zone->data;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    zone->sh->in_flight -= ctx->in_flight;
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ctx->in_flight = 0;
+}
+
+
+/*
+ * Records one finished request; only the first call per request counts.
+ * A request refused by ngx_http_llm_limit_admit() was already counted in
+ * llm_rate_limited_total there, so s->rate_limited does not count it
+ * twice.
+ */
+
+void
+ngx_http_llm_metrics_record(ngx_http_request_t *r, ngx_http_llm_sample_t *s)
+{
+    ngx_uint_t                   i, limited;
+    ngx_http_llm_zone_t         *zone;
+    ngx_http_llm_keys_ctx_t     *ctx;
+    ngx_http_llm_model_stats_t  *m;
+
+    ctx = ngx_http_llm_keys_get_ctx(r);
+    if (ctx == NULL || ctx->recorded) {
+        return;
+    }
+
+    ctx->recorded = 1;
+
+    zone = ngx_http_llm_metrics_zone(r);
+    if (zone == NULL) {
+        return;
+    }
+
+    limited = s->rate_limited && !ctx->rate_limited;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    m = ngx_http_llm_metrics_model(zone->sh, &s->model);
+
+    for (i = 0; i < NGX_HTTP_LLM_METRICS_STATUSES; i++) {
+        if (m->status[i].status == s->status) {
+            break;
+        }
+
+        if (m->status[i].status == 0) {
+            m->status[i].status = s->status;
+            break;
+        }
+    }
+
+    if (i < NGX_HTTP_LLM_METRICS_STATUSES) {
+        m->status[i].count++;
+
+    } else {
+        m->status_other++;
+    }
+
+    m->prompt_tokens += s->prompt_tokens;
+    m->completion_tokens += s->completion_tokens;
+    m->cached_tokens += s->cached_tokens;
+
+    /* a first token may well come within the first millisecond */
+
+    if (s->ttft || s->completion_tokens) {
+        for (i = 0; i < NGX_HTTP_LLM_TTFT_BUCKETS; i++) {
+            if (s->ttft <= ngx_http_llm_ttft_bounds[i]) {
+                m->ttft[i]++;
+                break;
+            }
+        }
+
+        m->ttft_inf++;
+        m->ttft_sum += s->ttft;
+    }
+
+    for (i = 0; i < NGX_HTTP_LLM_DURATION_BUCKETS; i++) {
+        if (s->duration <= ngx_http_llm_duration_bounds[i]) {
+            m->duration[i]++;
+            break;
+        }
+    }
+
+    m->duration_inf++;
+    m->duration_sum += s->duration;
+
+    zone->sh->rate_limited += limited;
+    zone->sh->fallbacks += s->fallback;
+    zone->sh->upstream_errors += s->upstream_error;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+}
+
+
+/* The model's slot, taking a free one on first use; zone locked. */
+
+static ngx_http_llm_model_stats_t *
+ngx_http_llm_metrics_model(ngx_http_llm_shctx_t *sh, ngx_str_t *model)
+{
+    ngx_str_t                    name;
+    ngx_uint_t                   i;
+    ngx_http_llm_model_stats_t  *m;
+
+    name = *model;
+
+    if (name.len == 0) {
+        ngx_str_set(&name, "none");
+    }
+
+    if (name.len > NGX_HTTP_LLM_METRICS_MODEL_LEN) {
+        return &sh->models[NGX_HTTP_LLM_METRICS_MODELS];
+    }
+
+    for (i = 0; i < NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        m = &sh->models[i];
+
+        if (m->len == 0) {
+            m->len = name.len;
+            ngx_memcpy(m->name, name.data, name.len);
+            return m;
+        }
+
+        if (m->len == name.len && ngx_memcmp(m->name, name.data, name.len)
+                                  == 0)
+        {
+            return m;
+        }
+    }
+
+    return &sh->models[NGX_HTTP_LLM_METRICS_MODELS];
+}
+
+
+/*
+ * The content handler of "llm_metrics": copies the counters out of the
+ * zone under its lock, then formats them without it.
+ */
+
+ngx_int_t
+ngx_http_llm_metrics_handler(ngx_http_request_t *r)
+{
+    u_char                      *p;
+    size_t                       size;
+    ngx_int_t                    rc;
+    ngx_buf_t                   *b;
+    ngx_uint_t                   i, j, nmodels;
+    ngx_chain_t                  out;
+    ngx_http_llm_zone_t         *zone;
+    ngx_http_llm_shctx_t        *sh;
+    ngx_http_llm_model_stats_t  *m;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    zone = ngx_http_llm_metrics_zone(r);
+    if (zone == NULL) {
+        return NGX_HTTP_NOT_FOUND;
+    }
+
+    sh = ngx_palloc(r->pool, sizeof(ngx_http_llm_shctx_t));
+    if (sh == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+    ngx_memcpy(sh, zone->sh, sizeof(ngx_http_llm_shctx_t));
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    nmodels = 0;
+
+    for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        if (sh->models[i].len || sh->models[i].duration_inf) {
+            nmodels++;
+        }
+    }
+
+    /* every line is below 256 bytes: labels are at most 2 * 64 + 40 */
+
+    size = 4096
+           + nmodels * 256 * (NGX_HTTP_LLM_METRICS_STATUSES + 1 + 3
+                              + NGX_HTTP_LLM_TTFT_BUCKETS + 3
+                              + NGX_HTTP_LLM_DURATION_BUCKETS + 3);
+
+    b = ngx_create_temp_buf(r->pool, size);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = b->last;
+
+    p = ngx_cpymem(p, "# HELP llm_requests_total Requests by the model that "
+                   "answered and the HTTP status sent.\n"
+                   "# TYPE llm_requests_total counter\n",
+                   sizeof("# HELP llm_requests_total Requests by the model "
+                          "that answered and the HTTP status sent.\n"
+                          "# TYPE llm_requests_total counter\n") - 1);
+
+    for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        m = &sh->models[i];
+
+        for (j = 0; j < NGX_HTTP_LLM_METRICS_STATUSES; j++) {
+            if (m->status[j].status == 0) {
+                break;
+            }
+
+            p = ngx_sprintf(p, "llm_requests_total{");
+            p = ngx_http_llm_metrics_label(p, m);
+            p = ngx_sprintf(p, ",status=\"%ui\"} %uL\n",
+                            m->status[j].status, m->status[j].count);
+        }
+
+        if (m->status_other) {
+            p = ngx_sprintf(p, "llm_requests_total{");
+            p = ngx_http_llm_metrics_label(p, m);
+            p = ngx_sprintf(p, ",status=\"other\"} %uL\n", m->status_other);
+        }
+    }
+
+    p = ngx_sprintf(p, "# HELP llm_tokens_total Tokens by model and kind "
+                    "(cached: prompt tokens served from the cache).\n"
+                    "# TYPE llm_tokens_total counter\n");
+
+    for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        m = &sh->models[i];
+
+        if (m->len == 0 && m->duration_inf == 0) {
+            continue;
+        }
+
+        p = ngx_sprintf(p, "llm_tokens_total{");
+        p = ngx_http_llm_metrics_label(p, m);
+        p = ngx_sprintf(p, ",kind=\"prompt\"} %uL\n", m->prompt_tokens);
+
+        p = ngx_sprintf(p, "llm_tokens_total{");
+        p = ngx_http_llm_metrics_label(p, m);
+        p = ngx_sprintf(p, ",kind=\"completion\"} %uL\n",
+                        m->completion_tokens);
+
+        p = ngx_sprintf(p, "llm_tokens_total{");
+        p = ngx_http_llm_metrics_label(p, m);
+        p = ngx_sprintf(p, ",kind=\"cached\"} %uL\n", m->cached_tokens);
+    }
+
+    p = ngx_sprintf(p, "# HELP llm_ttft_seconds Time from the request to "
+                    "the first token.\n"
+                    "# TYPE llm_ttft_seconds histogram\n");
+
+    for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        m = &sh->models[i];
+
+        if (m->ttft_inf) {
+            p = ngx_http_llm_metrics_histogram(p, "llm_ttft_seconds", m,
+                                               m->ttft,
+                                               ngx_http_llm_ttft_bounds,
+                                               NGX_HTTP_LLM_TTFT_BUCKETS,
+                                               m->ttft_inf, m->ttft_sum);
+        }
+    }
+
+    p = ngx_sprintf(p, "# HELP llm_request_duration_seconds Time from the "
+                    "request to its last byte.\n"
+                    "# TYPE llm_request_duration_seconds histogram\n");
+
+    for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        m = &sh->models[i];
+
+        if (m->duration_inf) {
+            p = ngx_http_llm_metrics_histogram(p,
+                                          "llm_request_duration_seconds", m,
+                                          m->duration,
+                                          ngx_http_llm_duration_bounds,
+                                          NGX_HTTP_LLM_DURATION_BUCKETS,
+                                          m->duration_inf, m->duration_sum);
+        }
+    }
+
+    p = ngx_sprintf(p, "# HELP llm_requests_in_flight Requests being "
+                    "answered now, in all workers.\n"
+                    "# TYPE llm_requests_in_flight gauge\n"
+                    "llm_requests_in_flight %L\n"
+                    "# HELP llm_rate_limited_total Requests refused with "
+                    "429 by a key's limits or quota.\n"
+                    "# TYPE llm_rate_limited_total counter\n"
+                    "llm_rate_limited_total %uL\n"
+                    "# HELP llm_fallbacks_total Requests answered by a "
+                    "fallback model.\n"
+                    "# TYPE llm_fallbacks_total counter\n"
+                    "llm_fallbacks_total %uL\n"
+                    "# HELP llm_upstream_errors_total Requests that met an "
+                    "engine error.\n"
+                    "# TYPE llm_upstream_errors_total counter\n"
+                    "llm_upstream_errors_total %uL\n"
+                    "# HELP llm_zone_start_time_seconds When the counters "
+                    "started (reloads keep them).\n"
+                    "# TYPE llm_zone_start_time_seconds gauge\n"
+                    "llm_zone_start_time_seconds %T\n",
+                    sh->in_flight > 0 ? sh->in_flight : 0,
+                    sh->rate_limited, sh->fallbacks, sh->upstream_errors,
+                    sh->started);
+
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* model="NAME" with Prometheus' escapes (backslash, quote, newline). */
+
+static u_char *
+ngx_http_llm_metrics_label(u_char *p, ngx_http_llm_model_stats_t *m)
+{
+    u_char      c;
+    ngx_uint_t  i;
+
+    if (m->len == 0) {
+        return ngx_cpymem(p, "model=\"other\"", sizeof("model=\"other\"") - 1);
+    }
+
+    p = ngx_cpymem(p, "model=\"", sizeof("model=\"") - 1);
+
+    for (i = 0; i < m->len; i++) {
+        c = m->name[i];
+
+        if (c == '\\' || c == '"') {
+            *p++ = '\\';
+            *p++ = c;
+
+        } else if (c == '\n') {
+            *p++ = '\\';
+            *p++ = 'n';
+
+        } else {
+            *p++ = c;
+        }
+    }
+
+    *p++ = '"';
+
+    return p;
+}
+
+
+static u_char *
+ngx_http_llm_metrics_seconds(u_char *p, uint64_t ms)
+{
+    if (ms % 1000 == 0) {
+        return ngx_sprintf(p, "%uL", ms / 1000);
+    }
+
+    return ngx_sprintf(p, "%uL.%03uL", ms / 1000, ms % 1000);
+}
+
+
+static u_char *
+ngx_http_llm_metrics_histogram(u_char *p, const char *name,
+    ngx_http_llm_model_stats_t *m, uint64_t *buckets, ngx_msec_t *bounds,
+    ngx_uint_t n, uint64_t inf, uint64_t sum)
+{
+    uint64_t    acc;
+    ngx_uint_t  i;
+
+    acc = 0;
+
+    for (i = 0; i < n; i++) {
+        acc += buckets[i];
+
+        p = ngx_sprintf(p, "%s_bucket{", name);
+        p = ngx_http_llm_metrics_label(p, m);
+        p = ngx_sprintf(p, ",le=\"");
+        p = ngx_http_llm_metrics_seconds(p, bounds[i]);
+        p = ngx_sprintf(p, "\"} %uL\n", acc);
+    }
+
+    p = ngx_sprintf(p, "%s_bucket{", name);
+    p = ngx_http_llm_metrics_label(p, m);
+    p = ngx_sprintf(p, ",le=\"+Inf\"} %uL\n", inf);
+
+    p = ngx_sprintf(p, "%s_sum{", name);
+    p = ngx_http_llm_metrics_label(p, m);
+    p = ngx_sprintf(p, "} ");
+    p = ngx_http_llm_metrics_seconds(p, sum);
+    p = ngx_sprintf(p, "\n%s_count{", name);
+    p = ngx_http_llm_metrics_label(p, m);
+    p = ngx_sprintf(p, "} %uL\n", inf);
+
+    return p;
+}
