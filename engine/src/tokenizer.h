@@ -34,6 +34,13 @@ int llm_vocab_is_control(const llm_vocab_t *v, int32_t id);
 /* Look up a token by its exact text (e.g. "<|im_end|>"); -1 if absent. */
 int32_t llm_vocab_find(const llm_vocab_t *v, const char *text, size_t len);
 
+/* The token's text as stored in the file (byte-level / "▁" form). */
+const char *llm_vocab_token_text(const llm_vocab_t *v, int32_t id,
+    size_t *len);
+/* tokenizer.ggml.token_type of id: 1 normal, 2 unknown, 3 control,
+ * 4 user-defined, 5 unused, 6 byte; -1 if out of range. */
+int llm_vocab_token_type(const llm_vocab_t *v, int32_t id);
+
 /* A growable array of token ids. */
 typedef struct {
     int32_t  *ids;
@@ -76,5 +83,16 @@ int llm_detok_push(llm_detok_t *d, int32_t id, const char **out,
     size_t *len);
 /* End of stream: flush what is held (incomplete UTF-8 becomes U+FFFD). */
 int llm_detok_flush(llm_detok_t *d, const char **out, size_t *len);
+/*
+ * Options (set before the first push):
+ * special: emit control tokens' text (default 0: they give nothing);
+ * strip_space: drop one leading space of the first piece, as Hugging
+ * Face's SentencePiece decoder does (default 1 for "llama" vocabularies
+ * with add_space_prefix, 0 otherwise).
+ * reset: start a new stream with the same stop strings.
+ */
+void llm_detok_set_special(llm_detok_t *d, int special);
+void llm_detok_set_strip_space(llm_detok_t *d, int strip);
+void llm_detok_reset(llm_detok_t *d);
 
 #endif /* LLM_TOKENIZER_H */

@@ -1,0 +1,112 @@
+/*
+ * Internals shared by tokenizer.c (vocabulary, special tokens, dispatch),
+ * tokenizer_bpe.c (byte-level BPE), tokenizer_spm.c (SentencePiece BPE)
+ * and detok.c (streaming detokenizer).  Not a public API.
+ */
+
+#ifndef LLM_TOKENIZER_INT_H
+#define LLM_TOKENIZER_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include "tokenizer.h"
+
+/* tokenizer.ggml.token_type values, as llama.cpp's converter writes them */
+#define LLM_TT_UNDEFINED     0
+#define LLM_TT_NORMAL        1
+#define LLM_TT_UNKNOWN       2
+#define LLM_TT_CONTROL       3
+#define LLM_TT_USER_DEFINED  4
+#define LLM_TT_UNUSED        5
+#define LLM_TT_BYTE          6
+
+typedef enum {
+    LLM_VOCAB_BPE = 1,        /* "gpt2": byte-level BPE by merge rank */
+    LLM_VOCAB_SPM = 2         /* "llama": SentencePiece BPE by score */
+} llm_vocab_type_t;
+
+#define LLM_TOK_MAX_REGEX  8
+
+typedef struct {
+    uint64_t   key;           /* (left id << 32) | right id; 0 = empty */
+    int32_t    rank;
+    int32_t    id;            /* token the pair merges into */
+} llm_merge_slot_t;
+
+struct llm_vocab_s {
+    llm_vocab_type_t   type;
+    char               model[32];
+    char               pre[64];
+    uint32_t           n;
+
+    /* token texts as stored in the file, NUL-terminated, in one arena */
+    char              *text;
+    uint32_t          *text_off;
+    uint32_t          *text_len;
+    float             *scores;
+    uint8_t           *ttype;       /* LLM_TT_* */
+    uint8_t           *eog;         /* 1: ends generation */
+
+    /* decoded bytes per token (what detokenization emits) */
+    char              *piece;
+    uint32_t          *piece_off;
+    uint32_t          *piece_len;
+
+    /* text -> id, open addressing, slot holds id + 1 (0 = empty) */
+    uint32_t          *hash;
+    uint32_t           hash_mask;
+
+    /* BPE merges: (left, right) -> rank, merged id */
+    llm_merge_slot_t  *merges;
+    uint32_t           merge_mask;
+
+    /* BPE: token of each byte's bytes_to_unicode char; SPM: <0xNN> */
+    int32_t            byte_tok[256];
+
+    /* special tokens matched in the raw text, by first byte, longest first */
+    int32_t           *spec;        /* ids */
+    uint32_t           spec_start[257];
+
+    /* pre-tokenizer: regexes applied one after the other */
+    pcre2_code        *re[LLM_TOK_MAX_REGEX];
+    uint32_t           n_re;
+    int                ignore_merges;
+
+    int32_t            bos, eos, eot, eom, unk, pad;
+    int                add_bos, add_eos, add_space_prefix;
+    uint32_t           max_token_len;
+};
+
+uint32_t llm_tok_hash_bytes(const void *p, size_t n);
+int32_t llm_tok_lookup(const llm_vocab_t *v, const char *s, size_t n);
+
+/* tokenizer_bpe.c */
+int llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err,
+    size_t errlen);
+void llm_bpe_free(llm_vocab_t *v);
+int llm_bpe_tokenize(const llm_vocab_t *v, const char *text, size_t len,
+    llm_tokens_t *out, char *err, size_t errlen);
+/* bytes_to_unicode: the code point that stands for byte b */
+uint32_t llm_bpe_byte_cp(uint8_t b);
+/* inverse: byte for code point cp, or -1 */
+int llm_bpe_cp_byte(uint32_t cp);
+
+/* tokenizer_spm.c */
+int llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
+    int add_prefix, llm_tokens_t *out, char *err, size_t errlen);
+
+/* UTF-8 helpers (tokenizer.c) */
+size_t llm_utf8_len(uint8_t lead);
+size_t llm_utf8_put(char *dst, uint32_t cp);
+/*
+ * Length of the valid UTF-8 sequence at s (1..4), 0 if the bytes so far
+ * are a valid but incomplete prefix (n too short), or -(k) where k >= 1 is
+ * the length of the maximal invalid subpart to replace by one U+FFFD.
+ */
+int llm_utf8_check(const uint8_t *s, size_t n);
+
+#endif /* LLM_TOKENIZER_INT_H */

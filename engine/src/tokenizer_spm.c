@@ -1,0 +1,243 @@
+/*
+ * SentencePiece BPE ("llama" vocabularies), as llama.cpp runs it.
+ *
+ * Spaces become "▁" (and one is prepended at the start of the text and
+ * after a special token when add_space_prefix is set), the text is split
+ * into UTF-8 characters, and adjacent symbols whose concatenation is a
+ * vocabulary piece are merged, highest score first (leftmost on ties),
+ * with a heap and lazy deletion.  Symbols left that are no piece fall back
+ * to <0xNN> byte tokens, or <unk> when the vocabulary has none.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer_int.h"
+
+#define ERR(...)  do { if (err && errlen) snprintf(err, errlen, __VA_ARGS__); } \
+                  while (0)
+
+typedef struct {
+    uint32_t  off;          /* into the escaped text */
+    uint32_t  n;            /* bytes; 0 once merged away */
+    int32_t   prev;
+    int32_t   next;
+} sym_t;
+
+typedef struct {
+    float     score;
+    int32_t   left;
+    int32_t   right;
+    uint32_t  size;
+} spm_bigram_t;
+
+typedef struct {
+    spm_bigram_t  *h;
+    size_t         n;
+    size_t         cap;
+} spm_heap_t;
+
+static inline int
+spm_before(const spm_bigram_t *a, const spm_bigram_t *b)
+{
+    return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static int
+spm_push(spm_heap_t *q, spm_bigram_t bg)
+{
+    size_t         i, p;
+    spm_bigram_t  *h;
+
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? q->cap * 2 : 64;
+
+        h = realloc(q->h, cap * sizeof(*h));
+        if (h == NULL) {
+            return -ENOMEM;
+        }
+        q->h = h;
+        q->cap = cap;
+    }
+    h = q->h;
+    for (i = q->n++; i > 0; i = p) {
+        p = (i - 1) / 2;
+        if (!spm_before(&bg, &h[p])) {
+            break;
+        }
+        h[i] = h[p];
+    }
+    h[i] = bg;
+    return 0;
+}
+
+static spm_bigram_t
+spm_pop(spm_heap_t *q)
+{
+    spm_bigram_t  top = q->h[0], last;
+    size_t        i = 0, c, n;
+
+    n = --q->n;
+    if (n == 0) {
+        return top;
+    }
+    last = q->h[n];
+    for (;;) {
+        c = 2 * i + 1;
+        if (c >= n) {
+            break;
+        }
+        if (c + 1 < n && spm_before(&q->h[c + 1], &q->h[c])) {
+            c++;
+        }
+        if (!spm_before(&q->h[c], &last)) {
+            break;
+        }
+        q->h[i] = q->h[c];
+        i = c;
+    }
+    q->h[i] = last;
+    return top;
+}
+
+/* Pieces that merging may produce: ordinary and user-defined ones. */
+static int32_t
+spm_piece(const llm_vocab_t *v, const char *s, size_t n)
+{
+    int32_t  id = llm_tok_lookup(v, s, n);
+
+    if (id >= 0 && v->ttype[id] != LLM_TT_NORMAL
+        && v->ttype[id] != LLM_TT_USER_DEFINED
+        && v->ttype[id] != LLM_TT_UNDEFINED)
+    {
+        return -1;
+    }
+    return id;
+}
+
+static int
+spm_try(const llm_vocab_t *v, const char *t, const sym_t *sy, spm_heap_t *q,
+    int32_t left, int32_t right)
+{
+    spm_bigram_t  bg;
+    int32_t       id;
+
+    if (left < 0 || right < 0) {
+        return 0;
+    }
+    id = spm_piece(v, t + sy[left].off, sy[left].n + sy[right].n);
+    if (id < 0) {
+        return 0;
+    }
+    bg.score = v->scores[id];
+    bg.left = left;
+    bg.right = right;
+    bg.size = sy[left].n + sy[right].n;
+    return spm_push(q, bg);
+}
+
+int
+llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
+    int add_prefix, llm_tokens_t *out, char *err, size_t errlen)
+{
+    char          *t = NULL;
+    sym_t         *sy = NULL;
+    spm_heap_t     q = { 0 };
+    spm_bigram_t   bg;
+    size_t         tl = 0, i, n = 0, cl;
+    int32_t        id, k;
+    int            rc = -ENOMEM;
+
+    if (len > 0x3fffffff) {
+        ERR("tokenize: text too long (%zu bytes)", len);
+        return -E2BIG;
+    }
+
+    /* escape: every space (and the optional prefix space) becomes ▁ */
+    t = malloc(3 * (len + 1));
+    sy = malloc((len + 3) * sizeof(*sy));
+    if (t == NULL || sy == NULL) {
+        goto done;
+    }
+    if (add_prefix) {
+        memcpy(t, "\xe2\x96\x81", 3);
+        tl = 3;
+    }
+    for (i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            memcpy(t + tl, "\xe2\x96\x81", 3);
+            tl += 3;
+        } else {
+            t[tl++] = text[i];
+        }
+    }
+
+    for (i = 0; i < tl; i += cl) {
+        cl = llm_utf8_len((uint8_t) t[i]);
+        if (cl > tl - i) {
+            cl = tl - i;
+        }
+        sy[n].off = (uint32_t) i;
+        sy[n].n = (uint32_t) cl;
+        sy[n].prev = (int32_t) n - 1;
+        sy[n].next = i + cl < tl ? (int32_t) n + 1 : -1;
+        n++;
+    }
+
+    for (i = 1; i < n; i++) {
+        if (spm_try(v, t, sy, &q, (int32_t) i - 1, (int32_t) i) < 0) {
+            goto done;
+        }
+    }
+
+    while (q.n > 0) {
+        bg = spm_pop(&q);
+        if (sy[bg.left].n == 0 || sy[bg.right].n == 0
+            || sy[bg.left].n + sy[bg.right].n != bg.size)
+        {
+            continue;
+        }
+        sy[bg.left].n += sy[bg.right].n;
+        sy[bg.right].n = 0;
+        sy[bg.left].next = sy[bg.right].next;
+        if (sy[bg.right].next >= 0) {
+            sy[sy[bg.right].next].prev = bg.left;
+        }
+        if (spm_try(v, t, sy, &q, sy[bg.left].prev, bg.left) < 0
+            || spm_try(v, t, sy, &q, bg.left, sy[bg.left].next) < 0)
+        {
+            goto done;
+        }
+    }
+
+    for (k = n ? 0 : -1; k >= 0; k = sy[k].next) {
+        id = spm_piece(v, t + sy[k].off, sy[k].n);
+        if (id >= 0) {
+            if (llm_tokens_push(out, id) < 0) {
+                goto done;
+            }
+            continue;
+        }
+        for (i = 0; i < sy[k].n; i++) {
+            id = v->byte_tok[(uint8_t) t[sy[k].off + i]];
+            if (id < 0) {
+                id = v->unk;
+            }
+            if (id >= 0 && llm_tokens_push(out, id) < 0) {
+                goto done;
+            }
+        }
+    }
+    rc = 0;
+
+done:
+    if (rc < 0) {
+        ERR("tokenize: out of memory");
+    }
+    free(t);
+    free(sy);
+    free(q.h);
+    return rc;
+}
