@@ -1,0 +1,572 @@
+/*
+ * Tokenizer and streaming detokenizer tests.
+ *
+ * 1. Every NAME.gguf vocabulary with NAME.inp / NAME.out test vectors (ids
+ *    from the model's own Hugging Face tokenizer): each string gives the
+ *    expected ids exactly, and detokenizing them gives the string back.
+ *    Small vocabularies are in engine/tests/data/vocab, the others are
+ *    read from $LLM_SHARED/vocab (skipped with a message when absent).
+ * 2. Streaming detokenization: pieces never split UTF-8, byte-fallback
+ *    tokens join, stop strings spanning several tokens are never emitted,
+ *    partial stop prefixes are released when the match fails, invalid
+ *    UTF-8 becomes U+FFFD.
+ * 3. Special tokens are matched only with LLM_TOK_PARSE_SPECIAL.
+ *
+ * Prints one line per check group; exits non-zero on any failure.
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "tokenizer.h"
+
+static int  failures;
+
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            failures++;                                                       \
+            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                     \
+            printf(__VA_ARGS__);                                              \
+            printf("\n");                                                     \
+        }                                                                     \
+    } while (0)
+
+static char *
+read_file(const char *path, size_t *len)
+{
+    FILE    *f;
+    char    *buf;
+    long     n;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0
+        || fseek(f, 0, SEEK_SET) != 0)
+    {
+        fclose(f);
+        return NULL;
+    }
+    buf = malloc((size_t) n + 1);
+    if (buf == NULL || fread(buf, 1, (size_t) n, f) != (size_t) n) {
+        free(buf);
+        fclose(f);
+        return NULL;
+    }
+    buf[n] = '\0';
+    fclose(f);
+    *len = (size_t) n;
+    return buf;
+}
+
+static const char *
+shared_dir(void)
+{
+    const char *s = getenv("LLM_SHARED");
+
+    return s && *s ? s : "../shared";
+}
+
+/*
+ * Find NAME.EXT in the repo's test data, else (GGUF only) in
+ * $LLM_TOK_VOCAB_DIR (where tests/tokenizer/run.sh puts the vocabularies
+ * it converts from tokenizer.json), else in $LLM_SHARED/vocab.
+ */
+static int
+find_vocab_file(char *out, size_t outlen, const char *name, const char *ext)
+{
+    const char *extra = getenv("LLM_TOK_VOCAB_DIR");
+
+    snprintf(out, outlen, "engine/tests/data/vocab/%s.%s", name, ext);
+    if (access(out, R_OK) == 0) {
+        return 0;
+    }
+    if (extra && *extra && strcmp(ext, "gguf") == 0) {
+        snprintf(out, outlen, "%s/%s.%s", extra, name, ext);
+        if (access(out, R_OK) == 0) {
+            return 0;
+        }
+    }
+    snprintf(out, outlen, "%s/vocab/%s.%s", shared_dir(), name, ext);
+    return access(out, R_OK) == 0 ? 0 : -ENOENT;
+}
+
+static int
+load_vocab(const char *name, llm_gguf_t **g, llm_vocab_t **v)
+{
+    char  path[1024], err[512];
+
+    *g = NULL;
+    *v = NULL;
+    if (find_vocab_file(path, sizeof(path), name, "gguf") < 0) {
+        return -ENOENT;
+    }
+    if (llm_gguf_open(g, path, err, sizeof(err)) < 0) {
+        CHECK(0, "%s: %s", path, err);
+        return -EINVAL;
+    }
+    if (llm_vocab_load(v, *g, err, sizeof(err)) < 0) {
+        CHECK(0, "%s: %s", path, err);
+        llm_gguf_close(*g);
+        *g = NULL;
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int
+utf8_ok(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *) s;
+    size_t               i = 0, k, need;
+
+    while (i < n) {
+        if (p[i] < 0x80) {
+            i++;
+            continue;
+        }
+        if (p[i] >= 0xc2 && p[i] <= 0xdf) {
+            need = 1;
+        } else if (p[i] >= 0xe0 && p[i] <= 0xef) {
+            need = 2;
+        } else if (p[i] >= 0xf0 && p[i] <= 0xf4) {
+            need = 3;
+        } else {
+            return 0;
+        }
+        if (i + need >= n) {
+            return 0;
+        }
+        for (k = 1; k <= need; k++) {
+            if ((p[i + k] & 0xc0) != 0x80) {
+                return 0;
+            }
+        }
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* Detokenize ids with a fresh streaming detokenizer; checks every piece. */
+static char *
+detok_all(const llm_vocab_t *v, const int32_t *ids, size_t n, size_t *len,
+    int *pieces_ok)
+{
+    llm_detok_t  *d;
+    const char   *o;
+    size_t        ol, i, cap = 256, l = 0;
+    char         *buf = malloc(cap);
+
+    *pieces_ok = 1;
+    if (buf == NULL || llm_detok_create(&d, v, NULL, 0) < 0) {
+        free(buf);
+        return NULL;
+    }
+    for (i = 0; i <= n; i++) {
+        if (i < n) {
+            llm_detok_push(d, ids[i], &o, &ol);
+        } else {
+            llm_detok_flush(d, &o, &ol);
+        }
+        if (!utf8_ok(o, ol)) {
+            *pieces_ok = 0;
+        }
+        while (l + ol + 1 > cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+        }
+        memcpy(buf + l, o, ol);
+        l += ol;
+    }
+    buf[l] = '\0';
+    llm_detok_free(d);
+    *len = l;
+    return buf;
+}
+
+static void
+print_ids(const char *label, const int32_t *ids, size_t n)
+{
+    size_t i;
+
+    printf("    %s:", label);
+    for (i = 0; i < n && i < 40; i++) {
+        printf(" %d", ids[i]);
+    }
+    printf(n > 40 ? " ...\n" : "\n");
+}
+
+/*
+ * The test vectors of one vocabulary.  Returns 1 if run, 0 if skipped.
+ */
+static int
+test_vocab(const char *name)
+{
+    static const char  sep[] = "\n__ggml_vocab_test__\n";
+    llm_gguf_t        *g;
+    llm_vocab_t       *v;
+    llm_tokens_t       t = { 0 };
+    char               ipath[1024], opath[1024], err[512];
+    char              *inp, *outp, *p, *q, *line, *end, *back;
+    size_t             il, ol, bl, n_str = 0, n_ok = 0, n_rt = 0, k;
+    int32_t            exp[4096];
+    size_t             ne;
+    int                shown = 0, pok;
+    int                fail0 = failures;
+
+    if (find_vocab_file(ipath, sizeof(ipath), name, "inp") < 0
+        || find_vocab_file(opath, sizeof(opath), name, "out") < 0
+        || load_vocab(name, &g, &v) == -ENOENT)
+    {
+        printf("SKIP vocab %-15s (no %s.gguf/.inp/.out in "
+               "engine/tests/data/vocab or %s/vocab)\n", name, name,
+               shared_dir());
+        return 0;
+    }
+    if (v == NULL) {
+        printf("FAIL vocab %s: cannot load\n", name);
+        return 1;
+    }
+
+    inp = read_file(ipath, &il);
+    outp = read_file(opath, &ol);
+    if (inp == NULL || outp == NULL) {
+        CHECK(0, "%s: cannot read %s or %s", name, ipath, opath);
+        goto done;
+    }
+
+    p = inp;
+    line = outp;
+    while ((q = strstr(p, sep)) != NULL) {
+        end = strchr(line, '\n');
+        if (end == NULL) {
+            CHECK(0, "%s: %s has fewer lines than %s has strings", name,
+                  opath, ipath);
+            break;
+        }
+        *end = '\0';
+        ne = 0;
+        for (char *s = line; *s; ) {
+            char *e;
+            long  x = strtol(s, &e, 10);
+
+            if (e == s) {
+                break;
+            }
+            if (ne < sizeof(exp) / sizeof(exp[0])) {
+                exp[ne++] = (int32_t) x;
+            }
+            s = e;
+        }
+
+        t.n = 0;
+        if (llm_tokenize(v, p, (size_t) (q - p), 0, &t, err,
+                         sizeof(err)) < 0)
+        {
+            CHECK(0, "%s: string %zu: %s", name, n_str, err);
+        } else if (t.n != ne || memcmp(t.ids, exp, ne * 4) != 0) {
+            failures++;
+            if (shown++ < 5) {
+                printf("  FAIL %s: string %zu '%.*s'\n", name, n_str,
+                       (int) (q - p) > 60 ? 60 : (int) (q - p), p);
+                print_ids("expected", exp, ne);
+                print_ids("got     ", t.ids, t.n);
+            }
+        } else {
+            n_ok++;
+        }
+
+        back = detok_all(v, t.ids, t.n, &bl, &pok);
+        if (back && pok && bl == (size_t) (q - p)
+            && memcmp(back, p, bl) == 0)
+        {
+            n_rt++;
+        } else {
+            failures++;
+            if (shown++ < 5) {
+                printf("  FAIL %s: round trip of string %zu '%.*s' gave "
+                       "'%s'%s\n", name, n_str,
+                       (int) (q - p) > 60 ? 60 : (int) (q - p), p,
+                       back ? back : "(null)",
+                       pok ? "" : " (a piece split UTF-8)");
+            }
+        }
+        free(back);
+
+        n_str++;
+        p = q + sizeof(sep) - 1;
+        line = end + 1;
+    }
+    (void) k;
+
+    printf("%s vocab %-15s %zu/%zu strings exact, %zu/%zu round trips "
+           "(%s, pre %s, %u tokens)\n", failures == fail0 ? "ok  " : "FAIL",
+           name, n_ok, n_str, n_rt, n_str, llm_vocab_model(v),
+           llm_vocab_pre(v), llm_vocab_n_tokens(v));
+
+done:
+    free(inp);
+    free(outp);
+    llm_tokens_free(&t);
+    llm_vocab_free(v);
+    llm_gguf_close(g);
+    return 1;
+}
+
+/* Stream ids through a detokenizer with stops; returns the emitted text. */
+static char *
+stream(const llm_vocab_t *v, const int32_t *ids, size_t n,
+    const char *const *stops, size_t n_stops, int *stopped_at,
+    int *pieces_ok)
+{
+    llm_detok_t  *d;
+    const char   *o;
+    size_t        ol, i, l = 0;
+    char         *buf = calloc(1, 65536);
+    int           rc;
+
+    *stopped_at = -1;
+    *pieces_ok = 1;
+    if (buf == NULL || llm_detok_create(&d, v, stops, n_stops) < 0) {
+        free(buf);
+        return NULL;
+    }
+    for (i = 0; i <= n; i++) {
+        rc = i < n ? llm_detok_push(d, ids[i], &o, &ol)
+                   : llm_detok_flush(d, &o, &ol);
+        if (!utf8_ok(o, ol)) {
+            *pieces_ok = 0;
+        }
+        if (l + ol < 65535) {
+            memcpy(buf + l, o, ol);
+            l += ol;
+        }
+        if (rc == 1 && *stopped_at < 0) {
+            *stopped_at = (int) i;
+        }
+    }
+    llm_detok_free(d);
+    return buf;
+}
+
+static void
+test_detok_bpe(void)
+{
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+    llm_tokens_t   t = { 0 };
+    char          *s, err[256];
+    int            at, pok, fail0 = failures;
+    const char    *text = "Hello world, this is 🦙 and 中文 with stop "
+                          "strings here.";
+    const char    *stop1[] = { "this is 🦙 an" };     /* spans 3+ tokens */
+    const char    *stop2[] = { "world peace", "XYZ" };
+    const char    *stop3[] = { "ld, thi" };
+    size_t         i;
+
+    if (load_vocab("gpt-2", &g, &v) < 0) {
+        printf("SKIP detok (byte-level): no gpt-2 vocabulary\n");
+        return;
+    }
+
+    llm_tokenize(v, text, strlen(text), 0, &t, err, sizeof(err));
+
+    /* emoji and CJK are split across byte-level tokens: never emitted
+     * half, whole text comes back */
+    s = stream(v, t.ids, t.n, NULL, 0, &at, &pok);
+    CHECK(pok, "a streamed piece split a UTF-8 character");
+    CHECK(s && strcmp(s, text) == 0, "stream without stops gave '%s'", s);
+    CHECK(at == -1, "stopped without stop strings");
+    free(s);
+
+    s = stream(v, t.ids, t.n, stop1, 1, &at, &pok);
+    CHECK(s && strcmp(s, "Hello world, ") == 0,
+          "stop spanning tokens: emitted '%s'", s);
+    CHECK(at > 0 && (size_t) at < t.n, "stop not reported (at %d)", at);
+    CHECK(pok, "piece split UTF-8 with stops");
+    free(s);
+
+    s = stream(v, t.ids, t.n, stop3, 1, &at, &pok);
+    CHECK(s && strcmp(s, "Hello wor") == 0,
+          "stop inside tokens: emitted '%s'", s);
+    free(s);
+
+    /* a held prefix ("world ") that turns out not to be a stop is released */
+    s = stream(v, t.ids, t.n, stop2, 2, &at, &pok);
+    CHECK(s && strcmp(s, text) == 0, "false stop prefix: emitted '%s'", s);
+    CHECK(at == -1, "false stop reported at %d", at);
+    free(s);
+
+    /* invalid UTF-8: byte-level BPE tokenizes any bytes; decoding gives
+     * U+FFFD per maximal invalid subpart, an incomplete end too */
+    {
+        static const struct { const char *in, *out; } cases[] = {
+            { "a\xff" "b", "a\xef\xbf\xbd" "b" },
+            { "\xc3(x", "\xef\xbf\xbd(x" },
+            { "\xed\xa0\x80z", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz" },
+            { "ok\xe2\x82", "ok\xef\xbf\xbd" },
+            { "\xf0\x9f\xa6\x99\xf0\x9f", "\xf0\x9f\xa6\x99\xef\xbf\xbd" },
+            { "\xe4\xb8\xad\xe6", "\xe4\xb8\xad\xef\xbf\xbd" },
+        };
+
+        for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            t.n = 0;
+            llm_tokenize(v, cases[i].in, strlen(cases[i].in), 0, &t, err,
+                         sizeof(err));
+            s = stream(v, t.ids, t.n, NULL, 0, &at, &pok);
+            CHECK(s && strcmp(s, cases[i].out) == 0 && pok,
+                  "invalid UTF-8 case %zu: got '%s'", i, s);
+            free(s);
+        }
+    }
+
+    /* stop strings must be valid UTF-8 */
+    {
+        llm_detok_t *d;
+        const char  *bad[] = { "\x80x" };
+
+        CHECK(llm_detok_create(&d, v, bad, 1) == -EINVAL,
+              "invalid stop string accepted");
+    }
+
+    printf("%s detok byte-level: UTF-8 never split, stops across 2-3 "
+           "tokens, false prefixes released, U+FFFD\n",
+           failures == fail0 ? "ok  " : "FAIL");
+    llm_tokens_free(&t);
+    llm_vocab_free(v);
+    llm_gguf_close(g);
+}
+
+static void
+test_detok_spm(void)
+{
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+    llm_tokens_t   t = { 0 };
+    llm_detok_t   *d;
+    char           err[256];
+    const char    *o;
+    size_t         ol, i, n_byte = 0;
+    int            fail0 = failures, emitted_early = 0;
+    const char    *text = "🦙";
+
+    if (load_vocab("llama-spm", &g, &v) < 0) {
+        printf("SKIP detok (SentencePiece): no llama-spm vocabulary\n");
+        return;
+    }
+    llm_tokenize(v, text, strlen(text), 0, &t, err, sizeof(err));
+    for (i = 0; i < t.n; i++) {
+        n_byte += llm_vocab_token_type(v, t.ids[i]) == 6;
+    }
+    CHECK(n_byte == 4, "expected 4 byte-fallback tokens for U+1F999, got "
+          "%zu of %zu", n_byte, t.n);
+
+    llm_detok_create(&d, v, NULL, 0);
+    {
+        char   buf[64];
+        size_t l = 0;
+
+        for (i = 0; i < t.n; i++) {
+            llm_detok_push(d, t.ids[i], &o, &ol);
+            if (i + 1 < t.n && ol > 0 && memchr(o, 0xf0, ol)) {
+                emitted_early = 1;
+            }
+            memcpy(buf + l, o, ol);
+            l += ol;
+        }
+        llm_detok_flush(d, &o, &ol);
+        memcpy(buf + l, o, ol);
+        l += ol;
+        buf[l] = '\0';
+        CHECK(!emitted_early, "byte-fallback bytes emitted before the "
+              "character completed");
+        CHECK(strcmp(buf, text) == 0, "byte fallback joined to '%s'", buf);
+    }
+    llm_detok_free(d);
+
+    printf("%s detok SentencePiece: byte-fallback tokens joined, leading "
+           "space handled\n", failures == fail0 ? "ok  " : "FAIL");
+    llm_tokens_free(&t);
+    llm_vocab_free(v);
+    llm_gguf_close(g);
+}
+
+static void
+test_special(void)
+{
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+    llm_tokens_t   t = { 0 };
+    char           err[256];
+    const char    *text = "a<|endoftext|>b";
+    int32_t        eot;
+    int            fail0 = failures;
+    size_t         i, found = 0;
+
+    if (load_vocab("gpt-2", &g, &v) < 0) {
+        printf("SKIP special tokens: no gpt-2 vocabulary\n");
+        return;
+    }
+    eot = llm_vocab_find(v, "<|endoftext|>", 13);
+    CHECK(eot == 50256, "<|endoftext|> is %d", eot);
+    CHECK(llm_vocab_is_eog(v, eot), "<|endoftext|> does not end generation");
+    CHECK(llm_vocab_is_control(v, eot), "<|endoftext|> is not control");
+
+    llm_tokenize(v, text, strlen(text), LLM_TOK_PARSE_SPECIAL, &t, err,
+                 sizeof(err));
+    CHECK(t.n == 3 && t.ids[1] == eot, "with PARSE_SPECIAL: %zu tokens", t.n);
+
+    t.n = 0;
+    llm_tokenize(v, text, strlen(text), 0, &t, err, sizeof(err));
+    for (i = 0; i < t.n; i++) {
+        found += t.ids[i] == eot;
+    }
+    CHECK(t.n > 3 && found == 0, "without PARSE_SPECIAL the control token "
+          "was matched");
+
+    {
+        size_t      l;
+        const char *p = llm_token_bytes(v, eot, 0, &l);
+
+        CHECK(l == 0, "control token piece without special: '%s'", p);
+        p = llm_token_bytes(v, eot, 1, &l);
+        CHECK(l == 13 && memcmp(p, "<|endoftext|>", 13) == 0,
+              "control token piece with special");
+    }
+
+    printf("%s special tokens: matched only with PARSE_SPECIAL, control "
+           "pieces only when asked\n", failures == fail0 ? "ok  " : "FAIL");
+    llm_tokens_free(&t);
+    llm_vocab_free(v);
+    llm_gguf_close(g);
+}
+
+int
+main(void)
+{
+    static const char *const names[] = {
+        "gpt-2", "llama-spm", "phi-3", "deepseek-coder", "deepseek-llm",
+        "falcon", "mpt", "starcoder", "refact", "qwen2", "llama-bpe",
+    };
+    size_t  i;
+
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        test_vocab(names[i]);
+    }
+    test_special();
+    test_detok_bpe();
+    test_detok_spm();
+
+    if (failures) {
+        printf("test_tokenizer: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_tokenizer: all passed\n");
+    return 0;
+}
