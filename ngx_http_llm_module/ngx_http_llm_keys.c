@@ -136,6 +136,7 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
 {
     u_char                         *p, hash[EVP_MAX_MD_SIZE];
     u_char                          masked[16];
+    ngx_int_t                       rc;
     unsigned int                    n;
     ngx_str_t                       presented;
     ngx_http_llm_keys_ctx_t        *ctx;
@@ -153,12 +154,14 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "llm: no API key presented");
 
-        return ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
+        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
                    "invalid_request_error", NULL, NULL,
                    "You didn't provide an API key. You need to provide "
                    "your API key in an Authorization header using Bearer "
                    "auth (i.e. Authorization: Bearer YOUR_KEY), or in an "
                    "x-api-key header.");
+
+        return ngx_http_llm_keys_sent(rc);
     }
 
     if (EVP_Digest(presented.data, presented.len, hash, &n, EVP_sha256(),
@@ -189,10 +192,12 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
 
         *p = '\0';
 
-        return ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
+        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
                    "invalid_request_error", "invalid_api_key", NULL,
                    "Incorrect API key provided: %s. You can find your API "
                    "key with the administrator of this gateway.", masked);
+
+        return ngx_http_llm_keys_sent(rc);
     }
 
     ctx = ngx_http_llm_keys_get_ctx(r);
@@ -551,7 +556,7 @@ ngx_http_llm_keys_cmp(const void *one, const void *two)
 }
 
 
-/* One line of a keys file: "HASH NAME [rpm=N] [tpm=N] [quota=N] [models=..]". */
+/* One line of a keys file: "HASH NAME [rpm=N] [tpm=N] [quota=N] [models=]". */
 
 static ngx_int_t
 ngx_http_llm_keys_parse_line(ngx_conf_t *cf, ngx_str_t *file,

@@ -36,7 +36,7 @@
 /* The parsed keys file; one per distinct file name in the configuration. */
 
 typedef struct {
-    ngx_str_t                   file;      /* as resolved by ngx_conf_full_name */
+    ngx_str_t                   file;      /* the full path */
     ngx_http_llm_key_t         *keys;      /* sorted by hash */
     ngx_uint_t                  nkeys;
 } ngx_http_llm_keyset_t;
@@ -79,7 +79,7 @@ typedef struct {
 typedef struct {
     ngx_rbtree_t                rbtree;
     ngx_rbtree_node_t           sentinel;
-    ngx_queue_t                 queue;     /* LRU of ngx_http_llm_limit_node_t */
+    ngx_queue_t                 queue;     /* LRU of the key nodes */
 
     time_t                      started;   /* zone creation, for metrics */
     ngx_uint_t                  reloads;   /* times inherited by a reload */
@@ -153,6 +153,20 @@ typedef struct {
     unsigned                    recorded:1;
     unsigned                    cleanup:1;
 } ngx_http_llm_keys_ctx_t;
+
+
+/*
+ * The value to return after ngx_http_llm_send_error[f]() sent an error:
+ * its own, except that NGX_OK becomes NGX_AGAIN, which
+ * ngx_http_finalize_request() treats alike but which a caller cannot take
+ * for "authenticated" or "admitted".
+ */
+
+static ngx_inline ngx_int_t
+ngx_http_llm_keys_sent(ngx_int_t rc)
+{
+    return (rc == NGX_OK) ? NGX_AGAIN : rc;
+}
 
 
 /* ngx_http_llm_keys.c */

@@ -432,6 +432,7 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
     ngx_uint_t est_tokens, ngx_http_llm_ticket_t *t)
 {
     int64_t                        need;
+    ngx_int_t                      rc;
     ngx_uint_t                     reserve, what, used, requested;
     ngx_msec_t                     wait;
     ngx_http_llm_zone_t           *zone;
@@ -477,10 +478,12 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
 
         t->key = NULL;
 
-        return ngx_http_llm_send_errorf(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                    "server_error", NULL, NULL,
                    "The gateway cannot track more API keys right now; "
                    "please retry.");
+
+        return ngx_http_llm_keys_sent(rc);
     }
 
     ngx_http_llm_limit_refill(ln, key);
@@ -570,6 +573,7 @@ ngx_http_llm_limit_reject(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
 {
     u_char     *p, dur[NGX_INT_T_LEN + 16];
     size_t      len;
+    ngx_int_t   rc;
     ngx_uint_t  secs;
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -592,11 +596,13 @@ ngx_http_llm_limit_reject(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
+        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
                    "insufficient_quota", "insufficient_quota", NULL,
                    "You exceeded your current quota, please check your "
                    "plan and billing details. (key \"%V\": quota %uL "
                    "tokens)", &t->key->name, t->key->quota);
+
+        return ngx_http_llm_keys_sent(rc);
     }
 
     secs = (wait + 999) / 1000;
@@ -620,19 +626,23 @@ ngx_http_llm_limit_reject(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
     dur[len] = '\0';
 
     if (what == NGX_HTTP_LLM_REJECT_REQUESTS) {
-        return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
+        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
                    "requests", "rate_limit_exceeded", NULL,
                    "Rate limit reached for key \"%V\" on requests per min "
                    "(RPM): Limit %ui, Used %ui, Requested %ui. Please try "
                    "again in %s.", &t->key->name, t->key->rpm, used,
                    requested, dur);
+
+        return ngx_http_llm_keys_sent(rc);
     }
 
-    return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
+    rc = ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
                "tokens", "rate_limit_exceeded", NULL,
                "Rate limit reached for key \"%V\" on tokens per min (TPM): "
                "Limit %ui, Used %ui, Requested %ui. Please try again in %s.",
                &t->key->name, t->key->tpm, used, requested, dur);
+
+    return ngx_http_llm_keys_sent(rc);
 }
 
 
