@@ -25,7 +25,7 @@
 
 #include "kvalloc.h"
 #include "sample.h"
-#include "sched.h"
+#include "scheduler.h"
 
 #define LLM_SCHED_MAX_N     16
 #define LLM_SCHED_MAX_STOP  16
