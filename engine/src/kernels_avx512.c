@@ -1,12 +1,535 @@
 /*
- * AVX512 kernels (placeholder while the SIMD code is written).
+ * AVX-512 (F, BW, VL, DQ, VNNI) kernels: integer dot products of the
+ * quantized weight types against Q8_0 / Q8_K activations, as tiles of
+ * R weight rows x C activation columns so each weight block is loaded and
+ * unpacked once for C columns, and each activation block once for R rows.
+ *
+ * Q4_0 / Q8_0: two 32-weight blocks per 512-bit register; vpdpbusd
+ * (unsigned x signed bytes) with the weights made unsigned (Q4_0 nibbles
+ * as they are, Q8_0 + 128) and the offset removed by starting the
+ * accumulator at -offset * sum(y), computed once per activation block.
+ *
+ * K-quants: 64 weights (two sub-blocks) per register; vpmaddubsw gives
+ * 16-bit pair sums, vpdpwssd multiplies them by the sub-block scales and
+ * accumulates in 32 bits; the super-block's float scales are applied once
+ * per 256 weights.  Every integer sum is exact, so results differ from the
+ * scalar reference only by float rounding order.
+ *
+ * Float types and the activation quantizers come from kernels_avx2.c.
  */
 
+#include <immintrin.h>
+
 #include "kernels_common.h"
+
+#define LLM_INLINE  static inline __attribute__((always_inline))
+
+/* Column tiles are walked in chunks of this many activation rows so the
+ * chunk stays in L2 while every weight row tile passes over it. */
+#define LLM_COL_CHUNK  64
+
+
+/* [h0 x 8 | h1 x 8] as floats from two fp16 values. */
+LLM_INLINE __m512
+llm_pair_scale(uint16_t h0, uint16_t h1)
+{
+    __m256i  t = _mm256_inserti128_si256(
+                     _mm256_castsi128_si256(_mm_set1_epi16((short) h0)),
+                     _mm_set1_epi16((short) h1), 1);
+
+    return _mm512_cvtph_ps(t);
+}
+
+
+/* ---- Q4_0 x Q8_0 ----------------------------------------------------- */
+
+LLM_INLINE void
+llm_q4_0_tile(const int R, const int C, int64_t nb, const char *w,
+    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  eight = _mm512_set1_epi8(8);
+    __m512         acc[R][C];
+    float          tail[R][C];
+    int64_t        b;
+    int            r, c;
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm512_setzero_ps();
+            tail[r][c] = 0;
+        }
+    }
+
+    for (b = 0; b + 2 <= nb; b += 2) {
+        __m512i  wq[R];
+        __m512   wd[R];
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const llm_block_q4_0  *p = (const llm_block_q4_0 *)
+                                       (w + r * ws) + b;
+            __m256i  t = _mm256_inserti128_si256(_mm256_castsi128_si256(
+                             _mm_loadu_si128((const void *) p[0].qs)),
+                             _mm_loadu_si128((const void *) p[1].qs), 1);
+            __m512i  z = _mm512_inserti64x4(_mm512_castsi256_si512(t),
+                                            _mm256_srli_epi16(t, 4), 1);
+
+            /* lanes: lo(q0) hi(q0) lo(q1) hi(q1), as the y bytes lie */
+            z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+            wq[r] = _mm512_and_si512(z, m4);
+            wd[r] = llm_pair_scale(p[0].d, p[1].d);
+        }
+
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            const llm_block_q8_0  *q = (const llm_block_q8_0 *)
+                                       (x + c * xs) + b;
+            __m512i  yv = _mm512_inserti64x4(_mm512_castsi256_si512(
+                              _mm256_loadu_si256((const void *) q[0].qs)),
+                              _mm256_loadu_si256((const void *) q[1].qs), 1);
+            __m512i  init = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                    eight, yv));
+            __m512   yd = llm_pair_scale(q[0].d, q[1].d);
+
+#pragma GCC unroll 4
+            for (r = 0; r < R; r++) {
+                __m512i  dp = _mm512_dpbusd_epi32(init, wq[r], yv);
+
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
+                                            _mm512_mul_ps(wd[r], yd),
+                                            acc[r][c]);
+            }
+        }
+    }
+
+    for (; b < nb; b++) {           /* odd block count: scalar */
+        for (r = 0; r < R; r++) {
+            const llm_block_q4_0  *p = (const llm_block_q4_0 *)
+                                       (w + r * ws) + b;
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_0  *q = (const llm_block_q8_0 *)
+                                           (x + c * xs) + b;
+                int  s = 0;
+
+                for (int j = 0; j < 16; j++) {
+                    s += ((p->qs[j] & 0xf) - 8) * q->qs[j]
+                         + ((p->qs[j] >> 4) - 8) * q->qs[j + 16];
+                }
+                tail[r][c] += s * llm_h2f(p->d) * llm_h2f(q->d);
+            }
+        }
+    }
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
+        }
+    }
+}
+
+
+/* ---- Q8_0 x Q8_0 ----------------------------------------------------- */
+
+LLM_INLINE void
+llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
+    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
+{
+    const __m512i  bias = _mm512_set1_epi8((char) 0x80);
+    __m512         acc[R][C];
+    float          tail[R][C];
+    int64_t        b;
+    int            r, c;
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm512_setzero_ps();
+            tail[r][c] = 0;
+        }
+    }
+
+    for (b = 0; b + 2 <= nb; b += 2) {
+        __m512i  wq[R];
+        __m512   wd[R];
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const llm_block_q8_0  *p = (const llm_block_q8_0 *)
+                                       (w + r * ws) + b;
+            __m512i  z = _mm512_inserti64x4(_mm512_castsi256_si512(
+                             _mm256_loadu_si256((const void *) p[0].qs)),
+                             _mm256_loadu_si256((const void *) p[1].qs), 1);
+
+            wq[r] = _mm512_xor_si512(z, bias);      /* w + 128 */
+            wd[r] = llm_pair_scale(p[0].d, p[1].d);
+        }
+
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            const llm_block_q8_0  *q = (const llm_block_q8_0 *)
+                                       (x + c * xs) + b;
+            __m512i  yv = _mm512_inserti64x4(_mm512_castsi256_si512(
+                              _mm256_loadu_si256((const void *) q[0].qs)),
+                              _mm256_loadu_si256((const void *) q[1].qs), 1);
+            __m512i  init = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                    bias, yv));
+            __m512   yd = llm_pair_scale(q[0].d, q[1].d);
+
+#pragma GCC unroll 4
+            for (r = 0; r < R; r++) {
+                __m512i  dp = _mm512_dpbusd_epi32(init, wq[r], yv);
+
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
+                                            _mm512_mul_ps(wd[r], yd),
+                                            acc[r][c]);
+            }
+        }
+    }
+
+    for (; b < nb; b++) {
+        for (r = 0; r < R; r++) {
+            const llm_block_q8_0  *p = (const llm_block_q8_0 *)
+                                       (w + r * ws) + b;
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_0  *q = (const llm_block_q8_0 *)
+                                           (x + c * xs) + b;
+                int  s = 0;
+
+                for (int j = 0; j < 32; j++) {
+                    s += p->qs[j] * q->qs[j];
+                }
+                tail[r][c] += s * llm_h2f(p->d) * llm_h2f(q->d);
+            }
+        }
+    }
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
+        }
+    }
+}
+
+
+/* ---- K-quants -------------------------------------------------------- */
+
+/*
+ * The 8 scales and 8 mins of a Q4_K/Q5_K block as 16 int16 lanes:
+ * sc[0..7] then m[0..7] (the 12-byte packing of get_scale_min_k4).
+ */
+LLM_INLINE __m256i
+llm_k4_scales(const uint8_t *s12)
+{
+    uint32_t  u[3], sc_lo, m_lo, sc_hi, m_hi;
+
+    memcpy(u, s12, 12);
+    sc_lo = u[0] & 0x3f3f3f3f;
+    m_lo = u[1] & 0x3f3f3f3f;
+    sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+
+    return _mm256_cvtepu8_epi16(_mm_set_epi32((int) m_hi, (int) m_lo,
+                                              (int) sc_hi, (int) sc_lo));
+}
+
+
+/* permutexvar index: lanes 0..15 = a, lanes 16..31 = b */
+LLM_INLINE __m512i
+llm_idx2(int a, int b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(
+               (short) a)), _mm256_set1_epi16((short) b), 1);
+}
+
+
+/*
+ * Q4_K (with_qh = 0) and Q5_K (with_qh = 1) tiles; the two differ only in
+ * the fifth bit and the block stride.
+ */
+LLM_INLINE void
+llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
+    const char *w, size_t ws, const char *x, size_t xs, float *y,
+    size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  sixteen = _mm512_set1_epi8(16);
+    const __m512i  idx_m = _mm512_set_epi16(
+        15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
+        15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    const size_t   bsz = with_qh ? sizeof(llm_block_q5_K)
+                                 : sizeof(llm_block_q4_K);
+    __m512         acc[R][C];
+    int64_t        i;
+    int            r, c, j;
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm512_setzero_ps();
+        }
+    }
+
+    for (i = 0; i < nb; i++) {
+        __m512i  iacc[R][C], scz[R], hz[R];
+        float    d[R], dmin[R];
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const char  *blk = w + r * ws + i * bsz;
+            /* d, dmin, scales are at the same offsets in both types */
+            const llm_block_q4_K  *p = (const llm_block_q4_K *) blk;
+
+            d[r] = llm_h2f(p->d);
+            dmin[r] = llm_h2f(p->dmin);
+            scz[r] = _mm512_castsi256_si512(llm_k4_scales(p->scales));
+            if (with_qh) {
+                __m256i  qh = _mm256_loadu_si256((const void *)
+                                  ((const llm_block_q5_K *) blk)->qh);
+                hz[r] = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
+                                           _mm256_srli_epi16(qh, 1), 1);
+            }
+            for (c = 0; c < C; c++) {
+                iacc[r][c] = _mm512_setzero_si512();
+            }
+        }
+
+#pragma GCC unroll 4
+        for (j = 0; j < 4; j++) {
+            const __m512i  idx = llm_idx2(2 * j, 2 * j + 1);
+            const __m512i  hbit = _mm512_set1_epi8((char) (1 << (2 * j)));
+
+#pragma GCC unroll 4
+            for (r = 0; r < R; r++) {
+                const char  *blk = w + r * ws + i * bsz;
+                const uint8_t  *qs = with_qh
+                    ? ((const llm_block_q5_K *) blk)->qs
+                    : ((const llm_block_q4_K *) blk)->qs;
+                __m256i  q = _mm256_loadu_si256((const void *) (qs + 32 * j));
+                __m512i  z = _mm512_inserti64x4(_mm512_castsi256_si512(q),
+                                                _mm256_srli_epi16(q, 4), 1);
+                __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
+
+                z = _mm512_and_si512(z, m4);
+                if (with_qh) {
+                    __mmask64  k = _mm512_test_epi8_mask(hz[r], hbit);
+                    z = _mm512_mask_add_epi8(z, k, z, sixteen);
+                }
+
+#pragma GCC unroll 4
+                for (c = 0; c < C; c++) {
+                    const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                                (x + c * xs) + i;
+                    __m512i  yv = _mm512_loadu_si512(q8->qs + 64 * j);
+                    __m512i  pr = _mm512_maddubs_epi16(z, yv);
+
+                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], pr, sv);
+                }
+            }
+        }
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            __m256i  mdup = _mm512_castsi512_si256(
+                                _mm512_permutexvar_epi16(idx_m, scz[r]));
+
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+                __m256i  bs = _mm256_loadu_si256((const void *) q8->bsums);
+                __m256i  mi = _mm256_madd_epi16(bs, mdup);
+
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][c]),
+                                _mm512_set1_ps(d[r] * q8->d), acc[r][c]);
+                acc[r][c] = _mm512_fmadd_ps(
+                                _mm512_cvtepi32_ps(_mm512_zextsi256_si512(mi)),
+                                _mm512_set1_ps(-dmin[r] * q8->d), acc[r][c]);
+            }
+        }
+    }
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+        }
+    }
+}
+
+
+LLM_INLINE void
+llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
+    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  m3 = _mm512_set1_epi8(0x03);
+    __m512         acc[R][C];
+    int64_t        i;
+    int            r, c, t;
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm512_setzero_ps();
+        }
+    }
+
+    for (i = 0; i < nb; i++) {
+        __m512i  iacc[R][C], scz[R];
+        float    d[R];
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const llm_block_q6_K  *p = (const llm_block_q6_K *)
+                                       (w + r * ws) + i;
+            __m256i  sc16 = _mm256_cvtepi8_epi16(
+                                _mm_loadu_si128((const void *) p->scales));
+
+            d[r] = llm_h2f(p->d);
+            scz[r] = _mm512_castsi256_si512(sc16);
+
+            /* the -32 offset: sum_k sc_k * 32 * bsum_k, subtracted */
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+                __m256i  bs = _mm256_loadu_si256((const void *) q8->bsums);
+                __m256i  off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16),
+                                                 5);
+
+                iacc[r][c] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                              _mm512_zextsi256_si512(off));
+            }
+        }
+
+        /* chunk t: elements 64t..64t+63; h = t / 2 is the 128-half */
+#pragma GCC unroll 4
+        for (t = 0; t < 4; t++) {
+            const __m512i  idx = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set_epi16(
+                    4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
+                    4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
+                    4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t)),
+                _mm256_set_epi16(
+                    4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3,
+                    4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3,
+                    4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2,
+                    4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2), 1);
+            const int  h = t / 2, hi = t & 1;
+
+#pragma GCC unroll 4
+            for (r = 0; r < R; r++) {
+                const llm_block_q6_K  *p = (const llm_block_q6_K *)
+                                           (w + r * ws) + i;
+                __m512i  ql = _mm512_loadu_si512(p->ql + 64 * h);
+                __m256i  qh = _mm256_loadu_si256((const void *)
+                                                 (p->qh + 32 * h));
+                __m256i  qa = _mm256_srli_epi16(qh, hi ? 4 : 0);
+                __m256i  qb = _mm256_srli_epi16(qh, hi ? 6 : 2);
+                __m512i  hz = _mm512_inserti64x4(_mm512_castsi256_si512(qa),
+                                                 qb, 1);
+                __m512i  lo = hi ? _mm512_srli_epi16(ql, 4) : ql;
+                __m512i  q;
+                __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
+
+                hz = _mm512_slli_epi16(_mm512_and_si512(hz, m3), 4);
+                q = _mm512_or_si512(_mm512_and_si512(lo, m4), hz);
+
+#pragma GCC unroll 4
+                for (c = 0; c < C; c++) {
+                    const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                                (x + c * xs) + i;
+                    __m512i  yv = _mm512_loadu_si512(q8->qs + 64 * t);
+                    __m512i  pr = _mm512_maddubs_epi16(q, yv);
+
+                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], pr, sv);
+                }
+            }
+        }
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][c]),
+                                _mm512_set1_ps(d[r] * q8->d), acc[r][c]);
+            }
+        }
+    }
+
+    for (r = 0; r < R; r++) {
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+        }
+    }
+}
+
+
+/* ---- drivers --------------------------------------------------------- */
+
+/*
+ * For each type: tiles of RT rows x CT columns, with 1-row / 1-column
+ * tiles for the edges; columns walked in chunks of LLM_COL_CHUNK.
+ */
+#define LLM_GEMM_DRIVER(name, QK, RT, CT, TILE)                              \
+static void                                                                 \
+llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
+{                                                                           \
+    const char  *wp = w, *xp = x;                                           \
+    int64_t      nb = n / (QK), c0, c1, r, c;                               \
+                                                                            \
+    for (c0 = 0; c0 < nc; c0 = c1) {                                        \
+        c1 = c0 + LLM_COL_CHUNK < nc ? c0 + LLM_COL_CHUNK : nc;             \
+        for (r = 0; r + (RT) <= nr; r += (RT)) {                            \
+            for (c = c0; c + (CT) <= c1; c += (CT)) {                       \
+                TILE((RT), (CT), nb, wp + r * ws, ws, xp + c * xs, xs,      \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+            for (; c < c1; c++) {                                           \
+                TILE((RT), 1, nb, wp + r * ws, ws, xp + c * xs, xs,         \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+        }                                                                   \
+        for (; r < nr; r++) {                                               \
+            for (c = c0; c + (CT) <= c1; c += (CT)) {                       \
+                TILE(1, (CT), nb, wp + r * ws, ws, xp + c * xs, xs,         \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+            for (; c < c1; c++) {                                           \
+                TILE(1, 1, nb, wp + r * ws, ws, xp + c * xs, xs,            \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+        }                                                                   \
+    }                                                                       \
+}                                                                           \
+                                                                            \
+static void                                                                 \
+llm_dot_##name(int64_t n, float *s, const void *w, const void *x)           \
+{                                                                           \
+    TILE(1, 1, n / (QK), w, 0, x, 0, s, 1);                                 \
+}
+
+#define LLM_Q4_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 0, __VA_ARGS__)
+#define LLM_Q5_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 1, __VA_ARGS__)
+
+LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, llm_q4_0_tile)
+LLM_GEMM_DRIVER(q8_0, LLM_QK, 4, 4, llm_q8_0_tile)
+LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, LLM_Q4_K_TILE)
+LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, LLM_Q5_K_TILE)
+LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, llm_q6_K_tile)
 
 
 void
 llm_kernels_init_avx512(llm_kernels_t *k)
 {
-    (void) k;
+    k->vec_dot[LLM_TYPE_Q4_0] = llm_dot_q4_0;
+    k->vec_dot[LLM_TYPE_Q8_0] = llm_dot_q8_0;
+    k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
+    k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
+    k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
+    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0;
+    k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0;
+    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K;
+    k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K;
+    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K;
 }

@@ -328,7 +328,8 @@ test_simd_level(llm_simd_t level)
     float            *y = malloc((maxr + 1) * maxc * sizeof(float));
     float            *yr = malloc((maxr + 1) * maxc * sizeof(float));
     int               before = failures;
-    char              name[128];
+    char              name[128], errs[512];
+    int               eoff = 0;
 
     if (llm_simd_force(level) != 0) {
         printf("skip %s: not supported here\n", llm_simd_name(level));
@@ -423,8 +424,10 @@ test_simd_level(llm_simd_t level)
                       llm_simd_name(level), llm_type_name(t), nr, nc, bad);
             }
         }
-        (void) worst;
+        eoff += snprintf(errs + eoff, sizeof(errs) - eoff, " %s=%.1e",
+                         llm_type_name(t), worst);
     }
+    printf("     %s vec_dot worst rel err:%s\n", llm_simd_name(level), errs);
 
     snprintf(name, sizeof(name), "simd %s: quantize_act bit-exact, vec_dot"
              " and gemm (1..17 rows x cols) match scalar within 2e-5",
