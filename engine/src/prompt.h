@@ -1,0 +1,37 @@
+/*
+ * From a Generate request to prompt tokens: chat messages become the
+ * template variables (messages, tools, add_generation_prompt, bos_token,
+ * eos_token, plus chat_template_kwargs), the model's chat template renders
+ * them, and the text is tokenized with special tokens parsed; a legacy
+ * completion prompt is tokenized as raw text with BOS/EOS as the
+ * vocabulary asks.
+ */
+
+#ifndef LLM_PROMPT_H
+#define LLM_PROMPT_H
+
+#include <stddef.h>
+
+#include "llm.pb-c.h"
+#include "template.h"
+#include "tokenizer.h"
+
+/*
+ * Build the prompt of g into out.  Returns 0, or a negative errno with a
+ * one-line message in err and the request field at fault in *param
+ * (-EINVAL: the request is invalid, e.g. bad tools JSON or a template
+ * raise_exception(); other codes: internal).
+ */
+int llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
+    const Llm__GenerateRequest *g, llm_tokens_t *out, const char **param,
+    char *err, size_t errlen);
+
+/* The template variables alone (for tests and --dump-prompt). */
+json_t *llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
+    const char **param, char *err, size_t errlen);
+
+/* The tool-call format a template's source suggests: "hermes",
+ * "minimax-m2", "mistral", "llama3-json", "deepseek-v3" or "none". */
+const char *llm_prompt_tool_format(const char *src, size_t len);
+
+#endif /* LLM_PROMPT_H */

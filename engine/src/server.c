@@ -1,0 +1,1162 @@
+/*
+ * The engine's socket server.  See server.h for the contract.
+ *
+ * Every epoll registration points at a struct whose first field is its
+ * kind.  Connections are never freed while events are being handled: a
+ * connection that ends is marked dead and swept at the end of the loop
+ * iteration, after its request (if any) has been cancelled, so the
+ * scheduler never holds a pointer to a freed owner.
+ */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "prompt.h"
+#include "server.h"
+
+#define LLM_SRV_LISTEN   1
+#define LLM_SRV_SIGNAL   2
+#define LLM_SRV_CONN     3
+
+#define LLM_SRV_MAX_EVENTS  128
+
+typedef struct llm_conn_s  llm_conn_t;
+
+typedef struct {
+    int          kind;
+    int          fd;
+} llm_srv_fd_t;
+
+struct llm_conn_s {
+    int           kind;            /* LLM_SRV_CONN */
+    int           fd;
+    llm_server_t *srv;
+    uint64_t      id;
+    llm_conn_t   *prev, *next;
+
+    /* the frame being read */
+    uint8_t       hdr[4];
+    uint32_t      hdr_n;
+    uint8_t      *body;
+    uint32_t      body_len;
+    uint32_t      body_n;
+
+    /* output */
+    uint8_t      *wbuf;
+    size_t        wpos, wlen, wcap;
+    int           want_out;        /* registered for EPOLLOUT */
+
+    llm_sreq_t   *req;             /* the running Generate */
+    char         *req_id;
+    int           closing;         /* close once the output is written */
+    int           dead;
+};
+
+struct llm_server_s {
+    llm_server_conf_t  c;
+    llm_sched_t       *sched;
+    int                ep;
+    llm_srv_fd_t       lunix, ltcp, sig;
+    llm_conn_t        *conns;
+    uint64_t           n_conns;
+    uint64_t           next_id;
+    int                draining;
+    double             deadline;
+    char               sock_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
+};
+
+
+/* Logging. */
+
+static llm_log_level_t llm_log_level = LLM_LOG_INFO;
+
+void
+llm_log_set_level(llm_log_level_t l)
+{
+    llm_log_level = l;
+}
+
+int
+llm_log_parse_level(const char *s)
+{
+    static const char *names[] = { "error", "warn", "info", "debug" };
+
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+void
+llm_log(llm_log_level_t l, const char *fmt, ...)
+{
+    static const char *names[] = { "error", "warn", "info", "debug" };
+    struct timespec    ts;
+    struct tm          tm;
+    char               line[2048];
+    int                n;
+    va_list            ap;
+
+    if (l > llm_log_level) {
+        return;
+    }
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = snprintf(line, sizeof(line),
+                 "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ [%s] llm-engine: ",
+                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                 tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, names[l]);
+    va_start(ap, fmt);
+    n += vsnprintf(line + n, sizeof(line) - (size_t) n - 1, fmt, ap);
+    va_end(ap);
+    if (n > (int) sizeof(line) - 2) {
+        n = (int) sizeof(line) - 2;
+    }
+    line[n++] = '\n';
+    (void) !write(STDERR_FILENO, line, (size_t) n);
+}
+
+static double
+llm_srv_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+
+/* Output. */
+
+static int
+llm_conn_reserve(llm_conn_t *c, size_t n)
+{
+    uint8_t *b;
+    size_t   cap;
+
+    if (c->wpos > 0 && c->wpos == c->wlen) {
+        c->wpos = c->wlen = 0;
+    }
+    if (c->wlen + n <= c->wcap) {
+        return 0;
+    }
+    if (c->wpos > 0) {
+        memmove(c->wbuf, c->wbuf + c->wpos, c->wlen - c->wpos);
+        c->wlen -= c->wpos;
+        c->wpos = 0;
+        if (c->wlen + n <= c->wcap) {
+            return 0;
+        }
+    }
+    cap = c->wcap ? c->wcap : 4096;
+    while (cap < c->wlen + n) {
+        cap *= 2;
+    }
+    b = realloc(c->wbuf, cap);
+    if (b == NULL) {
+        return -ENOMEM;
+    }
+    c->wbuf = b;
+    c->wcap = cap;
+    return 0;
+}
+
+static void llm_conn_kill(llm_conn_t *c, const char *why);
+
+/* Encode one event as a frame onto c's write buffer. */
+static void
+llm_conn_send(llm_conn_t *c, const Llm__Event *ev)
+{
+    size_t   n;
+    uint8_t *p;
+
+    if (c->dead) {
+        return;
+    }
+    n = llm__event__get_packed_size(ev);
+    if (llm_conn_reserve(c, n + 4) != 0) {
+        llm_conn_kill(c, "out of memory for output");
+        return;
+    }
+    p = c->wbuf + c->wlen;
+    p[0] = (uint8_t) (n >> 24);
+    p[1] = (uint8_t) (n >> 16);
+    p[2] = (uint8_t) (n >> 8);
+    p[3] = (uint8_t) n;
+    llm__event__pack(ev, p + 4);
+    c->wlen += n + 4;
+}
+
+static void
+llm_conn_error(llm_conn_t *c, Llm__ErrorCode code, const char *param,
+    const char *fmt, ...)
+{
+    Llm__Event  ev = LLM__EVENT__INIT;
+    Llm__Error  e = LLM__ERROR__INIT;
+    char        msg[1024];
+    va_list     ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    e.code = code;
+    e.message = msg;
+    if (param) {
+        e.param = (char *) param;
+    }
+    ev.kind_case = LLM__EVENT__KIND_ERROR;
+    ev.error = &e;
+    llm_conn_send(c, &ev);
+}
+
+static void
+llm_conn_watch(llm_conn_t *c, int out)
+{
+    struct epoll_event ee;
+
+    if (c->dead || c->want_out == out) {
+        return;
+    }
+    ee.events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0);
+    ee.data.ptr = c;
+    if (epoll_ctl(c->srv->ep, EPOLL_CTL_MOD, c->fd, &ee) == 0) {
+        c->want_out = out;
+    }
+}
+
+/* Write what can be written now. */
+static void
+llm_conn_flush(llm_conn_t *c)
+{
+    ssize_t n;
+
+    while (!c->dead && c->wpos < c->wlen) {
+        n = send(c->fd, c->wbuf + c->wpos, c->wlen - c->wpos, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->wpos += (size_t) n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            llm_conn_watch(c, 1);
+            return;
+        }
+        llm_conn_kill(c, n < 0 ? strerror(errno) : "short write");
+        return;
+    }
+    if (c->dead) {
+        return;
+    }
+    c->wpos = c->wlen = 0;
+    llm_conn_watch(c, 0);
+    if (c->closing) {
+        llm_conn_kill(c, NULL);
+    }
+}
+
+/* End c now: cancel its request, mark it for the sweep. */
+static void
+llm_conn_kill(llm_conn_t *c, const char *why)
+{
+    if (c->dead) {
+        return;
+    }
+    if (c->req != NULL) {
+        llm_log(LLM_LOG_INFO, "request %s cancelled: %s", c->req_id,
+                why ? why : "connection closed");
+        llm_sched_cancel(c->srv->sched, c->req);
+        c->req = NULL;
+    } else if (why) {
+        llm_log(LLM_LOG_DEBUG, "connection %llu closed: %s",
+                (unsigned long long) c->id, why);
+    }
+    c->dead = 1;
+    epoll_ctl(c->srv->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    c->fd = -1;
+}
+
+static void
+llm_conn_free(llm_conn_t *c)
+{
+    llm_server_t *srv = c->srv;
+
+    if (c->prev) {
+        c->prev->next = c->next;
+    } else {
+        srv->conns = c->next;
+    }
+    if (c->next) {
+        c->next->prev = c->prev;
+    }
+    srv->n_conns--;
+    free(c->body);
+    free(c->wbuf);
+    free(c->req_id);
+    free(c);
+}
+
+
+/* Scheduler callbacks. */
+
+static const char *
+llm_finish_name(Llm__FinishReason f)
+{
+    switch (f) {
+    case LLM__FINISH_REASON__FINISH_STOP: return "stop";
+    case LLM__FINISH_REASON__FINISH_LENGTH: return "length";
+    case LLM__FINISH_REASON__FINISH_TOOL_CALLS: return "tool_calls";
+    case LLM__FINISH_REASON__FINISH_CONTENT_FILTER: return "content_filter";
+    default: return "none";
+    }
+}
+
+static void
+llm_srv_emit(void *owner, const Llm__Event *ev)
+{
+    llm_conn_t *c = owner;
+
+    llm_conn_send(c, ev);
+    if (ev->kind_case == LLM__EVENT__KIND_DONE) {
+        const Llm__Done *d = ev->done;
+
+        llm_log(LLM_LOG_INFO, "request %s done: finish %s, prompt %u "
+                "(cached %u) completion %u tokens, queue %.1f prefill %.1f "
+                "decode %.1f ms", c->req_id ? c->req_id : "-",
+                d->n_choices ? llm_finish_name(d->choices[0]->finish_reason)
+                             : "none",
+                d->usage->prompt_tokens, d->usage->cached_tokens,
+                d->usage->completion_tokens, d->timings->queue_ms,
+                d->timings->prefill_ms, d->timings->decode_ms);
+        c->req = NULL;
+    } else if (ev->kind_case == LLM__EVENT__KIND_ERROR) {
+        llm_log(LLM_LOG_INFO, "request %s failed: %s",
+                c->req_id ? c->req_id : "-", ev->error->message);
+        c->req = NULL;
+    }
+    if (c->req == NULL && c->srv->draining) {
+        c->closing = 1;
+    }
+}
+
+static int
+llm_srv_ready(void *owner)
+{
+    llm_conn_t *c = owner;
+
+    return c->wlen - c->wpos < c->srv->c.wbuf_high;
+}
+
+
+/* Requests. */
+
+static int
+llm_srv_model_ok(llm_server_t *srv, const char *name)
+{
+    if (name[0] == '\0' || strcmp(name, srv->c.model_name) == 0) {
+        return 1;
+    }
+    for (size_t i = 0; i < srv->c.n_aliases; i++) {
+        if (strcmp(name, srv->c.aliases[i]) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void
+llm_srv_generate(llm_conn_t *c, const Llm__GenerateRequest *g)
+{
+    llm_server_t *srv = c->srv;
+    llm_tokens_t  toks = { 0 };
+    const char   *param = NULL;
+    char          err[512] = "";
+    int           rc;
+
+    free(c->req_id);
+    c->req_id = strdup(g->request_id[0] ? g->request_id : "-");
+    if (srv->draining) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_SHUTTING_DOWN, NULL,
+                       "the engine is shutting down");
+        c->closing = 1;
+        return;
+    }
+    if (!llm_srv_model_ok(srv, g->model)) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_MODEL_NOT_FOUND, "model",
+                       "The model '%s' does not exist on this engine; it "
+                       "serves '%s'", g->model, srv->c.model_name);
+        return;
+    }
+    rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab, g, &toks, &param, err,
+                          sizeof(err));
+    if (rc != 0) {
+        llm_conn_error(c, rc == -EINVAL ? LLM__ERROR_CODE__ERROR_INVALID_REQUEST
+                                        : LLM__ERROR_CODE__ERROR_INTERNAL,
+                       param, "%s", err[0] ? err : strerror(-rc));
+        llm_tokens_free(&toks);
+        return;
+    }
+    llm_log(LLM_LOG_DEBUG, "request %s: %zu prompt tokens, key %s",
+            c->req_id, toks.n, g->key_id[0] ? g->key_id : "-");
+    c->req = llm_sched_submit(srv->sched, g, &toks, c);
+    llm_tokens_free(&toks);
+}
+
+static void
+llm_srv_info(llm_conn_t *c)
+{
+    llm_server_t       *srv = c->srv;
+    Llm__Event          ev = LLM__EVENT__INIT;
+    Llm__InfoResponse   in = LLM__INFO_RESPONSE__INIT;
+    Llm__EngineStats    es = LLM__ENGINE_STATS__INIT;
+    llm_sched_stats_t   st;
+
+    llm_sched_get_stats(srv->sched, &st);
+    es.requests_total = st.requests_total;
+    es.requests_running = st.requests_running;
+    es.requests_queued = st.requests_queued;
+    es.requests_cancelled = st.requests_cancelled;
+    es.prompt_tokens_total = st.prompt_tokens_total;
+    es.completion_tokens_total = st.completion_tokens_total;
+    es.cached_tokens_total = st.cached_tokens_total;
+    es.steps_total = st.steps_total;
+    es.kv_blocks_total = st.kv_blocks_total;
+    es.kv_blocks_free = st.kv_blocks_free;
+    es.kv_block_tokens = st.kv_block_tokens;
+    es.batch_in_flight = st.batch_in_flight;
+    es.connections_open = srv->n_conns;
+    es.requests_preempted = st.requests_preempted;
+    es.seqs_running = st.seqs_running;
+    es.kv_blocks_cached = st.kv_blocks_cached;
+    es.step_tokens_total = st.step_tokens_total;
+
+    in.model = (char *) srv->c.model_name;
+    in.n_aliases = srv->c.n_aliases;
+    in.aliases = (char **) srv->c.aliases;
+    in.architecture = (char *) (srv->c.architecture ? srv->c.architecture
+                                                    : "");
+    in.quantization = (char *) (srv->c.quantization ? srv->c.quantization
+                                                    : "");
+    in.revision = (char *) (srv->c.revision ? srv->c.revision : "");
+    in.context_length = srv->c.sched.n_ctx;
+    in.load_state = (char *) (srv->draining ? "draining" : "ready");
+    in.queue_depth = st.requests_queued;
+    in.max_batch = srv->c.sched.max_batch;
+    in.n_params = srv->c.n_params;
+    in.file_bytes = srv->c.file_bytes;
+    in.n_vocab = srv->c.sched.n_vocab;
+    in.chat_template_source = (char *) (srv->c.chat_template_source
+                                        ? srv->c.chat_template_source : "");
+    in.tool_call_format = (char *) (srv->c.tool_call_format
+                                    ? srv->c.tool_call_format : "");
+    in.stats = &es;
+    in.created = srv->c.created;
+    ev.kind_case = LLM__EVENT__KIND_INFO;
+    ev.info = &in;
+    llm_conn_send(c, &ev);
+}
+
+static void
+llm_srv_tokenize(llm_conn_t *c, const Llm__TokenizeRequest *t)
+{
+    Llm__Event              ev = LLM__EVENT__INIT;
+    Llm__TokenizeResponse   tr = LLM__TOKENIZE_RESPONSE__INIT;
+    llm_tokens_t            toks = { 0 };
+    char                    err[256] = "";
+    unsigned                flags = 0;
+    int                     rc;
+
+    if (t->add_special) {
+        flags |= LLM_TOK_ADD_SPECIAL;
+    }
+    if (t->parse_special) {
+        flags |= LLM_TOK_PARSE_SPECIAL;
+    }
+    rc = llm_tokenize(c->srv->c.vocab, t->text, strlen(t->text), flags,
+                      &toks, err, sizeof(err));
+    if (rc != 0) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, "text",
+                       "%s", err[0] ? err : strerror(-rc));
+    } else {
+        tr.n_tokens = toks.n;
+        tr.tokens = toks.ids;
+        ev.kind_case = LLM__EVENT__KIND_TOKENIZE;
+        ev.tokenize = &tr;
+        llm_conn_send(c, &ev);
+    }
+    llm_tokens_free(&toks);
+}
+
+static void
+llm_srv_detokenize(llm_conn_t *c, const Llm__DetokenizeRequest *t)
+{
+    Llm__Event                ev = LLM__EVENT__INIT;
+    Llm__DetokenizeResponse   dr = LLM__DETOKENIZE_RESPONSE__INIT;
+    const llm_vocab_t        *v = c->srv->c.vocab;
+    uint32_t                  nv = llm_vocab_n_tokens(v);
+    llm_detok_t              *d = NULL;
+    char                     *text = NULL;
+    size_t                    len = 0, n;
+    const char               *p;
+    int                       rc = 0;
+
+    for (size_t i = 0; i < t->n_tokens; i++) {
+        if (t->tokens[i] < 0 || (uint32_t) t->tokens[i] >= nv) {
+            llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST,
+                           "tokens", "tokens[%zu]: id %d is not in the "
+                           "vocabulary (0..%u)", i, t->tokens[i], nv - 1);
+            return;
+        }
+    }
+    if (llm_detok_create(&d, v, NULL, 0) != 0) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+                       "out of memory");
+        return;
+    }
+    llm_detok_set_special(d, 1);
+    llm_detok_set_strip_space(d, 0);
+    for (size_t i = 0; i <= t->n_tokens && rc >= 0; i++) {
+        char *nt;
+
+        rc = i < t->n_tokens ? llm_detok_push(d, t->tokens[i], &p, &n)
+                             : llm_detok_flush(d, &p, &n);
+        if (rc < 0 || n == 0) {
+            continue;
+        }
+        nt = realloc(text, len + n + 1);
+        if (nt == NULL) {
+            rc = -ENOMEM;
+            break;
+        }
+        text = nt;
+        memcpy(text + len, p, n);
+        len += n;
+        text[len] = '\0';
+    }
+    llm_detok_free(d);
+    if (rc < 0) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+                       "detokenize: %s", strerror(-rc));
+    } else {
+        dr.text = text ? text : (char *) "";
+        ev.kind_case = LLM__EVENT__KIND_DETOKENIZE;
+        ev.detokenize = &dr;
+        llm_conn_send(c, &ev);
+    }
+    free(text);
+}
+
+static void
+llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
+{
+    Llm__Request *rq;
+
+    rq = llm__request__unpack(NULL, n, p);
+    if (rq == NULL) {
+        llm_log(LLM_LOG_WARN, "connection %llu: undecodable frame of %zu "
+                "bytes", (unsigned long long) c->id, n);
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_BAD_FRAME, NULL,
+                       "bad frame: %zu bytes that do not decode as an "
+                       "llm.Request", n);
+        c->closing = 1;
+        return;
+    }
+    if (c->req != NULL) {
+        llm_sched_cancel(c->srv->sched, c->req);
+        c->req = NULL;
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, NULL,
+                       "a request arrived while another one was running on "
+                       "this connection (one request at a time)");
+        c->closing = 1;
+        llm__request__free_unpacked(rq, NULL);
+        return;
+    }
+    switch (rq->kind_case) {
+    case LLM__REQUEST__KIND_GENERATE:
+        llm_srv_generate(c, rq->generate);
+        break;
+    case LLM__REQUEST__KIND_INFO:
+        llm_srv_info(c);
+        break;
+    case LLM__REQUEST__KIND_TOKENIZE:
+        llm_srv_tokenize(c, rq->tokenize);
+        break;
+    case LLM__REQUEST__KIND_DETOKENIZE:
+        llm_srv_detokenize(c, rq->detokenize);
+        break;
+    default:
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, NULL,
+                       "the request has no kind set (generate, info, "
+                       "tokenize or detokenize)");
+        break;
+    }
+    llm__request__free_unpacked(rq, NULL);
+}
+
+/* Feed bytes to c's frame reader. */
+static void
+llm_conn_input(llm_conn_t *c, const uint8_t *p, size_t n)
+{
+    uint32_t max = c->srv->c.max_frame, k;
+
+    while (n > 0 && !c->dead && !c->closing) {
+        if (c->body == NULL && c->hdr_n < 4) {
+            c->hdr[c->hdr_n++] = *p++;
+            n--;
+            if (c->hdr_n < 4) {
+                continue;
+            }
+            c->body_len = (uint32_t) c->hdr[0] << 24
+                          | (uint32_t) c->hdr[1] << 16
+                          | (uint32_t) c->hdr[2] << 8 | c->hdr[3];
+            if (c->body_len > max) {
+                llm_log(LLM_LOG_WARN, "connection %llu: frame of %u bytes "
+                        "over the limit of %u", (unsigned long long) c->id,
+                        c->body_len, max);
+                llm_conn_error(c, LLM__ERROR_CODE__ERROR_BAD_FRAME, NULL,
+                               "bad frame: %u bytes, over the limit of %u "
+                               "(--max-frame)", c->body_len, max);
+                c->closing = 1;
+                return;
+            }
+            c->body = malloc(c->body_len ? c->body_len : 1);
+            if (c->body == NULL) {
+                llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+                               "out of memory for a frame of %u bytes",
+                               c->body_len);
+                c->closing = 1;
+                return;
+            }
+            c->body_n = 0;
+        }
+        k = c->body_len - c->body_n;
+        if (k > n) {
+            k = (uint32_t) n;
+        }
+        memcpy(c->body + c->body_n, p, k);
+        c->body_n += k;
+        p += k;
+        n -= k;
+        if (c->body_n == c->body_len) {
+            uint8_t  *b = c->body;
+            uint32_t  bl = c->body_len;
+
+            c->body = NULL;
+            c->hdr_n = 0;
+            llm_conn_frame(c, b, bl);
+            free(b);
+        }
+    }
+}
+
+static void
+llm_conn_readable(llm_conn_t *c)
+{
+    uint8_t buf[65536];
+    ssize_t n;
+
+    for (;;) {
+        n = recv(c->fd, buf, sizeof(buf), 0);
+        if (n > 0) {
+            if (!c->closing) {
+                llm_conn_input(c, buf, (size_t) n);
+            }
+            if (c->dead) {
+                return;
+            }
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        }
+        /* EOF or error: the peer is gone; a request running is cancelled */
+        if (n == 0 && (c->hdr_n > 0 || c->body != NULL) && !c->closing) {
+            llm_log(LLM_LOG_WARN, "connection %llu: truncated frame "
+                    "(%u of %u bytes)", (unsigned long long) c->id,
+                    c->body ? c->body_n : c->hdr_n,
+                    c->body ? c->body_len : 4);
+            if (c->req) {
+                llm_conn_kill(c, "client closed mid-frame");
+                return;
+            }
+            llm_conn_error(c, LLM__ERROR_CODE__ERROR_BAD_FRAME, NULL,
+                           "bad frame: truncated, %u of %u bytes",
+                           c->body ? c->body_n : c->hdr_n,
+                           c->body ? c->body_len : 4);
+            c->closing = 1;
+            llm_conn_flush(c);
+            if (!c->dead) {
+                llm_conn_kill(c, NULL);
+            }
+            return;
+        }
+        if (n == 0 && c->req == NULL && c->wpos < c->wlen) {
+            /* half-closed after its request: write what is left */
+            c->closing = 1;
+            llm_conn_flush(c);
+            if (!c->dead) {
+                llm_conn_kill(c, NULL);
+            }
+            return;
+        }
+        llm_conn_kill(c, n < 0 ? strerror(errno) : "client closed");
+        return;
+    }
+}
+
+
+/* Listeners. */
+
+static int
+llm_srv_listen_unix(llm_server_t *srv, const char *path, char *err,
+    size_t errlen)
+{
+    struct sockaddr_un  sa;
+    struct stat         sb;
+    mode_t              old;
+    int                 fd, probe;
+
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errlen, "--socket %s: path longer than %zu bytes",
+                 path, sizeof(sa.sun_path) - 1);
+        return -ENAMETOOLONG;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    strcpy(sa.sun_path, path);
+
+    if (lstat(path, &sb) == 0) {
+        if (!S_ISSOCK(sb.st_mode)) {
+            snprintf(err, errlen, "--socket %s: exists and is not a socket",
+                     path);
+            return -EEXIST;
+        }
+        probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (struct sockaddr *) &sa,
+                                  sizeof(sa)) == 0)
+        {
+            close(probe);
+            snprintf(err, errlen, "--socket %s: another process is "
+                     "listening on it", path);
+            return -EADDRINUSE;
+        }
+        if (probe >= 0) {
+            close(probe);
+        }
+        llm_log(LLM_LOG_INFO, "removing stale socket %s", path);
+        unlink(path);
+    }
+
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket(AF_UNIX): %s", strerror(errno));
+        return -errno;
+    }
+    old = umask(0117);
+    if (bind(fd, (struct sockaddr *) &sa, sizeof(sa)) != 0) {
+        int e = errno;
+
+        umask(old);
+        close(fd);
+        snprintf(err, errlen, "--socket %s: bind: %s", path, strerror(e));
+        return -e;
+    }
+    umask(old);
+    if (chmod(path, 0660) != 0 || listen(fd, 1024) != 0) {
+        int e = errno;
+
+        close(fd);
+        unlink(path);
+        snprintf(err, errlen, "--socket %s: %s", path, strerror(e));
+        return -e;
+    }
+    srv->lunix.kind = LLM_SRV_LISTEN;
+    srv->lunix.fd = fd;
+    snprintf(srv->sock_path, sizeof(srv->sock_path), "%s", path);
+    return 0;
+}
+
+static int
+llm_srv_listen_tcp(llm_server_t *srv, const char *spec, char *err,
+    size_t errlen)
+{
+    struct addrinfo  hints, *res = NULL, *ai;
+    char             host[256], *colon, *h = host;
+    int              fd = -1, one = 1, rc;
+
+    snprintf(host, sizeof(host), "%s", spec);
+    colon = strrchr(host, ':');
+    if (colon == NULL || colon[1] == '\0') {
+        snprintf(err, errlen, "--listen %s: expected host:port", spec);
+        return -EINVAL;
+    }
+    *colon = '\0';
+    if (h[0] == '[' && colon > h && colon[-1] == ']') {
+        h++;
+        colon[-1] = '\0';
+    }
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    rc = getaddrinfo(h[0] ? h : NULL, colon + 1, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "--listen %s: %s", spec, gai_strerror(rc));
+        return -EINVAL;
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK
+                    | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            continue;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0
+            && listen(fd, 1024) == 0)
+        {
+            break;
+        }
+        close(fd);
+        fd = -1;
+    }
+    rc = errno;
+    freeaddrinfo(res);
+    if (fd < 0) {
+        snprintf(err, errlen, "--listen %s: %s", spec, strerror(rc));
+        return -rc;
+    }
+    srv->ltcp.kind = LLM_SRV_LISTEN;
+    srv->ltcp.fd = fd;
+    return 0;
+}
+
+static void
+llm_srv_accept(llm_server_t *srv, llm_srv_fd_t *l)
+{
+    struct epoll_event  ee;
+    llm_conn_t         *c;
+    int                 fd, one = 1;
+
+    for (;;) {
+        fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) {
+                continue;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                llm_log(LLM_LOG_WARN, "accept: %s", strerror(errno));
+            }
+            return;
+        }
+        if (l == &srv->ltcp) {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        c = calloc(1, sizeof(*c));
+        if (c == NULL) {
+            close(fd);
+            continue;
+        }
+        c->kind = LLM_SRV_CONN;
+        c->fd = fd;
+        c->srv = srv;
+        c->id = ++srv->next_id;
+        ee.events = EPOLLIN | EPOLLRDHUP;
+        ee.data.ptr = c;
+        if (epoll_ctl(srv->ep, EPOLL_CTL_ADD, fd, &ee) != 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = srv->conns;
+        if (srv->conns) {
+            srv->conns->prev = c;
+        }
+        srv->conns = c;
+        srv->n_conns++;
+    }
+}
+
+static void
+llm_srv_close_listeners(llm_server_t *srv)
+{
+    if (srv->lunix.fd >= 0) {
+        epoll_ctl(srv->ep, EPOLL_CTL_DEL, srv->lunix.fd, NULL);
+        close(srv->lunix.fd);
+        srv->lunix.fd = -1;
+        unlink(srv->sock_path);
+    }
+    if (srv->ltcp.fd >= 0) {
+        epoll_ctl(srv->ep, EPOLL_CTL_DEL, srv->ltcp.fd, NULL);
+        close(srv->ltcp.fd);
+        srv->ltcp.fd = -1;
+    }
+}
+
+static void
+llm_srv_signal(llm_server_t *srv)
+{
+    struct signalfd_siginfo si;
+
+    while (read(srv->sig.fd, &si, sizeof(si)) == sizeof(si)) {
+        if (srv->draining) {
+            llm_log(LLM_LOG_INFO, "signal %u during the drain: still "
+                    "draining (%u requests)", si.ssi_signo,
+                    llm_sched_pending(srv->sched));
+            continue;
+        }
+        srv->draining = 1;
+        srv->deadline = llm_srv_now() + srv->c.drain_timeout;
+        llm_log(LLM_LOG_INFO, "signal %u: draining %u requests, up to "
+                "%.1f s; no new connections", si.ssi_signo,
+                llm_sched_pending(srv->sched), srv->c.drain_timeout);
+        llm_srv_close_listeners(srv);
+        for (llm_conn_t *c = srv->conns; c; c = c->next) {
+            if (c->req == NULL) {
+                c->closing = 1;
+                llm_conn_flush(c);
+            }
+        }
+    }
+}
+
+
+/* Creation and the loop. */
+
+int
+llm_server_create(llm_server_t **out, const llm_server_conf_t *conf,
+    char *err, size_t errlen)
+{
+    llm_server_t       *srv;
+    struct epoll_event  ee;
+    sigset_t            set;
+    int                 rc;
+
+    *out = NULL;
+    srv = calloc(1, sizeof(*srv));
+    if (srv == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    srv->c = *conf;
+    if (srv->c.max_frame == 0) {
+        srv->c.max_frame = 16u << 20;
+    }
+    if (srv->c.wbuf_high == 0) {
+        srv->c.wbuf_high = 1u << 20;
+    }
+    srv->lunix.fd = srv->ltcp.fd = srv->sig.fd = -1;
+    srv->ep = epoll_create1(EPOLL_CLOEXEC);
+    if (srv->ep < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "epoll_create1: %s", strerror(errno));
+        goto failed;
+    }
+
+    srv->c.sched.emit = llm_srv_emit;
+    srv->c.sched.ready = llm_srv_ready;
+    rc = llm_sched_create(&srv->sched, &srv->c.sched, err, errlen);
+    if (rc != 0) {
+        goto failed;
+    }
+
+    /* signals come through a signalfd; the caller blocked them in every
+     * thread before starting any (see llm-engine.c) */
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    srv->sig.kind = LLM_SRV_SIGNAL;
+    srv->sig.fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (srv->sig.fd < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "signalfd: %s", strerror(errno));
+        goto failed;
+    }
+    ee.events = EPOLLIN;
+    ee.data.ptr = &srv->sig;
+    epoll_ctl(srv->ep, EPOLL_CTL_ADD, srv->sig.fd, &ee);
+
+    if (conf->socket_path == NULL && conf->listen == NULL) {
+        snprintf(err, errlen, "nothing to listen on: give --socket or "
+                 "--listen");
+        rc = -EINVAL;
+        goto failed;
+    }
+    if (conf->socket_path) {
+        rc = llm_srv_listen_unix(srv, conf->socket_path, err, errlen);
+        if (rc != 0) {
+            goto failed;
+        }
+        ee.events = EPOLLIN;
+        ee.data.ptr = &srv->lunix;
+        epoll_ctl(srv->ep, EPOLL_CTL_ADD, srv->lunix.fd, &ee);
+    }
+    if (conf->listen) {
+        rc = llm_srv_listen_tcp(srv, conf->listen, err, errlen);
+        if (rc != 0) {
+            goto failed;
+        }
+        ee.events = EPOLLIN;
+        ee.data.ptr = &srv->ltcp;
+        epoll_ctl(srv->ep, EPOLL_CTL_ADD, srv->ltcp.fd, &ee);
+    }
+    *out = srv;
+    return 0;
+
+failed:
+    llm_server_free(srv);
+    return rc;
+}
+
+void
+llm_server_free(llm_server_t *srv)
+{
+    if (srv == NULL) {
+        return;
+    }
+    while (srv->conns) {
+        llm_conn_t *c = srv->conns;
+
+        llm_conn_kill(c, NULL);
+        llm_conn_free(c);
+    }
+    llm_srv_close_listeners(srv);
+    llm_sched_free(srv->sched);
+    if (srv->sig.fd >= 0) {
+        close(srv->sig.fd);
+    }
+    if (srv->ep >= 0) {
+        close(srv->ep);
+    }
+    free(srv);
+}
+
+static int
+llm_srv_output_pending(llm_server_t *srv)
+{
+    for (llm_conn_t *c = srv->conns; c; c = c->next) {
+        if (!c->dead && c->wpos < c->wlen) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+llm_server_run(llm_server_t *srv)
+{
+    struct epoll_event  ev[LLM_SRV_MAX_EVENTS];
+    int                 n, i, timeout, stepped = 0, rc;
+    double              flush_until = 0.0;
+    llm_conn_t         *c, *next;
+
+    for (;;) {
+        uint32_t pending = llm_sched_pending(srv->sched);
+
+        if (pending > 0 && stepped > 0) {
+            timeout = 0;
+        } else if (pending > 0) {
+            timeout = 20;       /* waiting for blocks or a slow reader */
+        } else {
+            timeout = -1;
+        }
+        if (srv->draining) {
+            double left = srv->deadline - llm_srv_now();
+
+            if (pending == 0 && !llm_srv_output_pending(srv)) {
+                break;
+            }
+            if (left <= 0.0 && pending > 0) {
+                llm_log(LLM_LOG_WARN, "drain timeout: ending %u requests",
+                        pending);
+                llm_sched_abort_all(srv->sched,
+                                    LLM__ERROR_CODE__ERROR_SHUTTING_DOWN,
+                                    "the engine is shutting down (drain "
+                                    "timeout)");
+                flush_until = llm_srv_now() + 1.0;
+                pending = 0;
+            }
+            if (pending == 0 && flush_until > 0.0
+                && llm_srv_now() > flush_until)
+            {
+                break;
+            }
+            if (timeout != 0) {
+                timeout = 20;
+            }
+        }
+
+        n = epoll_wait(srv->ep, ev, LLM_SRV_MAX_EVENTS, timeout);
+        if (n < 0 && errno != EINTR) {
+            llm_log(LLM_LOG_ERROR, "epoll_wait: %s", strerror(errno));
+            return -errno;
+        }
+        for (i = 0; i < n; i++) {
+            int kind = *(int *) ev[i].data.ptr;
+
+            if (kind == LLM_SRV_SIGNAL) {
+                llm_srv_signal(srv);
+            } else if (kind == LLM_SRV_LISTEN) {
+                llm_srv_accept(srv, ev[i].data.ptr);
+            } else {
+                c = ev[i].data.ptr;
+                if (c->dead) {
+                    continue;
+                }
+                if (ev[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP
+                                    | EPOLLERR))
+                {
+                    llm_conn_readable(c);
+                }
+                if (!c->dead && (ev[i].events & EPOLLOUT)) {
+                    llm_conn_flush(c);
+                }
+            }
+        }
+
+        stepped = 0;
+        if (llm_sched_pending(srv->sched) > 0) {
+            rc = llm_sched_step(srv->sched);
+            if (rc < 0) {
+                llm_log(LLM_LOG_ERROR, "step failed: %s", strerror(-rc));
+            }
+            stepped = rc;
+        }
+
+        for (c = srv->conns; c; c = next) {
+            next = c->next;
+            if (!c->dead && (c->wpos < c->wlen || c->closing)) {
+                llm_conn_flush(c);
+            }
+            if (c->dead) {
+                llm_conn_free(c);
+            }
+        }
+    }
+    llm_log(LLM_LOG_INFO, "drained; exiting");
+    return 0;
+}
