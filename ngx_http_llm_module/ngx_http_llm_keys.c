@@ -35,6 +35,7 @@
 
 static ngx_int_t ngx_http_llm_keys_presented(ngx_http_request_t *r,
     ngx_str_t *key);
+static void ngx_http_llm_keys_record_401(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_keys_find(ngx_http_llm_keyset_t *ks,
     u_char *hash, ngx_http_llm_key_t **key);
 static ngx_http_llm_keyset_t *ngx_http_llm_keys_load(ngx_conf_t *cf,
@@ -154,6 +155,8 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "llm: no API key presented");
 
+        ngx_http_llm_keys_record_401(r);
+
         rc = ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
                    "invalid_request_error", NULL, NULL,
                    "You didn't provide an API key. You need to provide "
@@ -178,6 +181,8 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "llm: unknown API key (%uz bytes) for keys file \"%V\"",
                       presented.len, &klcf->keyset->file);
+
+        ngx_http_llm_keys_record_401(r);
 
         /* OpenAI's mask: the first 3 and the last 4 characters */
 
@@ -212,6 +217,32 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
                    "llm: API key \"%V\"", &(*key)->name);
 
     return NGX_OK;
+}
+
+
+/*
+ * A 401 comes before the body, so before any model name: it is counted
+ * here as model="none", and the caller's ngx_http_llm_metrics_record()
+ * for the same request is ignored.
+ */
+
+static void
+ngx_http_llm_keys_record_401(ngx_http_request_t *r)
+{
+    ngx_time_t             *tp;
+    ngx_msec_int_t          ms;
+    ngx_http_llm_sample_t   s;
+
+    ngx_memzero(&s, sizeof(ngx_http_llm_sample_t));
+
+    tp = ngx_timeofday();
+    ms = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
+                           + (tp->msec - r->start_msec));
+
+    s.status = NGX_HTTP_UNAUTHORIZED;
+    s.duration = (ms > 0) ? (ngx_msec_t) ms : 0;
+
+    ngx_http_llm_metrics_record(r, &s);
 }
 
 

@@ -109,6 +109,8 @@ typedef struct {
      */
     int64_t                     req_level;
     int64_t                     tok_level;
+    int64_t                     req_cap;   /* the caps last applied, so */
+    int64_t                     tok_cap;   /* a changed limit keeps usage */
     ngx_msec_t                  last;      /* ngx_current_msec of the refill */
     ngx_uint_t                  has_quota; /* never evicted when set */
 

@@ -332,7 +332,11 @@ ngx_http_llm_limit_lookup(ngx_http_llm_zone_t *zone, u_char *hash,
 }
 
 
-/* Refills both buckets for the time since the last refill; zone locked. */
+/*
+ * Refills both buckets for the time since the last refill; zone locked.
+ * When a reload changed a limit, the bucket moves by the change of its
+ * capacity: what was used stays used, the rest follows the new limit.
+ */
 
 static void
 ngx_http_llm_limit_refill(ngx_http_llm_limit_node_t *ln,
@@ -340,6 +344,32 @@ ngx_http_llm_limit_refill(ngx_http_llm_limit_node_t *ln,
 {
     int64_t         cap;
     ngx_msec_int_t  elapsed;
+
+    cap = (int64_t) key->rpm * NGX_HTTP_LLM_UNIT;
+
+    if (cap != ln->req_cap) {
+        if (ln->req_cap && cap && ln->req_level < ln->req_cap) {
+            ln->req_level += cap - ln->req_cap;
+
+        } else {
+            ln->req_level = NGX_HTTP_LLM_FULL;
+        }
+
+        ln->req_cap = cap;
+    }
+
+    cap = (int64_t) key->tpm * NGX_HTTP_LLM_UNIT;
+
+    if (cap != ln->tok_cap) {
+        if (ln->tok_cap && cap && ln->tok_level < ln->tok_cap) {
+            ln->tok_level += cap - ln->tok_cap;
+
+        } else {
+            ln->tok_level = NGX_HTTP_LLM_FULL;
+        }
+
+        ln->tok_cap = cap;
+    }
 
     elapsed = (ngx_msec_int_t) (ngx_current_msec - ln->last);
 

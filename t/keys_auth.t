@@ -17,7 +17,7 @@ my ($wrong) = LlmKeys::new_key('nobody');
 LlmKeys::write_keys($t, $la, "  $lb   # a comment after the options", '',
                     "\t# a comment line");
 
-my $pass = LlmKeys::pass();
+my $pass = LlmKeys::pass_directive();
 LlmKeys::start_backends($t);
 $t->start_nginx(LlmKeys::api($t) . <<"EOF");
     server {

@@ -17,6 +17,7 @@ use warnings;
 
 use Digest::SHA qw(sha256_hex);
 use Test::More;
+use Time::HiRes qw(time);
 
 my @B62 = ('0' .. '9', 'A' .. 'Z', 'a' .. 'z');
 
@@ -46,7 +47,7 @@ sub write_keys {
 sub model { $ENV{LLM_KEYS_SHIM} ? 'tiny' : 'tiny' }
 
 # The directive that serves the OpenAI routes in a location.
-sub pass { $ENV{LLM_KEYS_SHIM} ? 'llm_shim;' : 'llm_api on;' }
+sub pass_directive { $ENV{LLM_KEYS_SHIM} ? 'llm_shim;' : 'llm_api on;' }
 
 # The http{}-level lines the gateway needs to reach its engine.
 sub upstreams {
@@ -66,7 +67,7 @@ sub api {
     my $extra = $o{extra} // '';
     my $loc = $o{location} // '';
     my $listen = $o{listen} // '';
-    my $pass = pass();
+    my $pass = pass_directive();
 
     $extra = upstreams() . $extra;
 
@@ -149,6 +150,22 @@ sub sample {
     my @l = map { "$_=\"$labels->{$_}\"" } sort keys %{ $labels // {} };
     my $k = @l ? "$name\{" . join(',', @l) . '}' : $name;
     return $m->{samples}{$k} // 0;
+}
+
+# Reloads nginx and waits until the old workers have exited, so that the
+# next request is answered by the new configuration.  %o: workers (1).
+sub reload {
+    my ($t, $conf, %o) = @_;
+    my $workers = $o{workers} // 1;
+    my $before = () = $t->error_log =~ /worker process \d+ exited/g;
+    $t->reload_nginx($conf, %o) or return 0;
+    my $deadline = time + 15;
+    while (time < $deadline) {
+        my $now = () = $t->error_log =~ /worker process \d+ exited/g;
+        return 1 if $now >= $before + $workers;
+        select(undef, undef, undef, 0.05);
+    }
+    return 0;
 }
 
 # Every text the error and access logs have: for "no key in any log".
