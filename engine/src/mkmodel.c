@@ -1,0 +1,640 @@
+/*
+ * Deterministic synthetic GGUF models (see mkmodel.h).
+ *
+ * The tensor list is built once from the hyperparameters (names, shapes,
+ * types, how to fill), declared to the GGUF writer, and then each tensor is
+ * produced slab by slab: the thread pool fills and converts rows into a
+ * slab buffer, the calling thread appends it to the file.
+ *
+ * Values: matrices ~ N(0, 1/fan_in) (fan_in = the row length ne[0]), so
+ * activations keep their scale through every projection; norm weights
+ * 1 + N(0, 0.1^2), not all ones, so a skipped norm shows; biases and the
+ * expert selection bias small.  The normal deviate is an Irwin-Hall sum of
+ * four uniforms: cheap, bounded, and plenty for random weights.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "mkmodel.h"
+#include "quant.h"
+#include "threadpool.h"
+#include "vocabgen.h"
+
+#define MK_SLAB_BYTES   (32u << 20)
+#define MK_CHUNK_ROWS   16
+
+typedef enum {
+    MK_MATRIX = 0,      /* N(0, 1/ne0) */
+    MK_NORM,            /* 1 + N(0, 0.01) */
+    MK_BIAS             /* N(0, 0.05^2) */
+} mk_fill_t;
+
+typedef struct {
+    char        name[64];
+    uint32_t    n_dims;
+    int64_t     ne[4];
+    uint32_t    type;
+    mk_fill_t   fill;
+} mk_tensor_t;
+
+typedef struct {
+    mk_tensor_t *t;
+    size_t       n, cap;
+} mk_list_t;
+
+const char *const llm_mkmodel_presets[] = {
+    "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
+    "tiny-qwen3", "tiny-minimax", NULL
+};
+
+static void
+mk_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || errlen == 0) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int
+mk_is_moe_arch(const char *arch)
+{
+    return strcmp(arch, "qwen3moe") == 0 || strcmp(arch, "minimax-m2") == 0;
+}
+
+uint32_t
+llm_mkmodel_file_type(uint32_t t)
+{
+    switch (t) {
+    case LLM_TYPE_F32:  return 0;
+    case LLM_TYPE_F16:  return 1;
+    case LLM_TYPE_Q4_0: return 2;
+    case LLM_TYPE_Q8_0: return 7;
+    case LLM_TYPE_Q4_K: return 15;
+    case LLM_TYPE_Q5_K: return 17;
+    case LLM_TYPE_Q6_K: return 18;
+    case LLM_TYPE_BF16: return 32;
+    default:            return 0;
+    }
+}
+
+int
+llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
+{
+    if (strcmp(p->arch, "llama") == 0) {
+        p->rope_base = 10000.0f;
+        p->eps = 1e-5f;
+        snprintf(p->pre, sizeof(p->pre), "gpt-2");
+    } else if (strcmp(p->arch, "qwen2") == 0
+               || strcmp(p->arch, "qwen3") == 0
+               || strcmp(p->arch, "qwen3moe") == 0)
+    {
+        p->rope_base = 1000000.0f;
+        p->eps = 1e-6f;
+        snprintf(p->pre, sizeof(p->pre), "qwen2");
+    } else if (strcmp(p->arch, "minimax-m2") == 0) {
+        p->rope_base = 5000000.0f;
+        p->eps = 1e-6f;
+        snprintf(p->pre, sizeof(p->pre), "gpt-2");
+    } else {
+        mk_err(err, errlen, "unknown architecture '%s' (expected llama, "
+            "qwen2, qwen3, qwen3moe or minimax-m2)", p->arch);
+        return -EINVAL;
+    }
+    p->rope_dim = strcmp(p->arch, "minimax-m2") == 0 ? p->head_dim / 2
+                                                     : p->head_dim;
+    return 0;
+}
+
+static void
+mk_shape(llm_mkmodel_params_t *p, const char *arch, uint32_t embd,
+    uint32_t layers, uint32_t heads, uint32_t kv, uint32_t hd, uint32_t ff,
+    uint32_t experts, uint32_t used, uint32_t ff_exp, uint32_t vocab,
+    uint32_t ctx)
+{
+    snprintf(p->arch, sizeof(p->arch), "%s", arch);
+    p->n_embd = embd;
+    p->n_layer = layers;
+    p->n_head = heads;
+    p->n_head_kv = kv;
+    p->head_dim = hd;
+    p->n_ff = ff;
+    p->n_expert = experts;
+    p->n_expert_used = used;
+    p->n_ff_exp = ff_exp;
+    p->n_vocab = vocab;
+    p->n_ctx = ctx;
+}
+
+int
+llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
+    size_t errlen)
+{
+    memset(p, 0, sizeof(*p));
+    p->type = LLM_TYPE_F32;
+    p->seed = 1;
+    p->n_threads = 2;
+
+    if (strcmp(preset, "tiny") == 0) {
+        mk_shape(p, "qwen3moe", 128, 4, 4, 2, 32, 256, 8, 2, 128, 1000,
+            2048);
+    } else if (strcmp(preset, "bench-moe") == 0) {
+        mk_shape(p, "qwen3moe", 2048, 16, 32, 4, 64, 6144, 64, 8, 768, 4096,
+            8192);
+    } else if (strcmp(preset, "tiny-llama") == 0) {
+        mk_shape(p, "llama", 128, 4, 4, 2, 32, 256, 0, 0, 0, 1000, 2048);
+    } else if (strcmp(preset, "tiny-mixtral") == 0) {
+        mk_shape(p, "llama", 128, 4, 4, 2, 32, 256, 4, 2, 256, 1000, 2048);
+    } else if (strcmp(preset, "tiny-qwen2") == 0) {
+        mk_shape(p, "qwen2", 128, 4, 4, 2, 32, 256, 0, 0, 0, 1000, 2048);
+    } else if (strcmp(preset, "tiny-qwen3") == 0) {
+        mk_shape(p, "qwen3", 128, 4, 4, 2, 32, 256, 0, 0, 0, 1000, 2048);
+    } else if (strcmp(preset, "tiny-minimax") == 0) {
+        mk_shape(p, "minimax-m2", 128, 4, 4, 2, 64, 128, 8, 2, 128, 1000,
+            2048);
+    } else {
+        mk_err(err, errlen, "unknown preset '%s'", preset);
+        return -EINVAL;
+    }
+    snprintf(p->name, sizeof(p->name), "synthetic-%s", preset);
+    return llm_mkmodel_arch_defaults(p, err, errlen);
+}
+
+int
+llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
+{
+    const llm_type_info_t *ti = llm_type_info(p->type);
+    int moe_arch = mk_is_moe_arch(p->arch);
+
+    if (strcmp(p->arch, "llama") != 0 && strcmp(p->arch, "qwen2") != 0
+        && strcmp(p->arch, "qwen3") != 0 && !moe_arch)
+    {
+        mk_err(err, errlen, "unknown architecture '%s' (expected llama, "
+            "qwen2, qwen3, qwen3moe or minimax-m2)", p->arch);
+        return -EINVAL;
+    }
+    if (p->n_embd == 0 || p->n_layer == 0 || p->n_head == 0
+        || p->n_head_kv == 0 || p->head_dim == 0 || p->n_ctx == 0)
+    {
+        mk_err(err, errlen, "embd, layers, heads, heads-kv, head-dim and ctx "
+            "must all be > 0");
+        return -EINVAL;
+    }
+    if (p->n_head % p->n_head_kv != 0) {
+        mk_err(err, errlen, "heads (%u) must be a multiple of heads-kv (%u)",
+            p->n_head, p->n_head_kv);
+        return -EINVAL;
+    }
+    if (p->head_dim % 2 != 0 || p->rope_dim == 0 || p->rope_dim % 2 != 0
+        || p->rope_dim > p->head_dim)
+    {
+        mk_err(err, errlen, "head-dim (%u) and rope-dim (%u) must be even, "
+            "0 < rope-dim <= head-dim", p->head_dim, p->rope_dim);
+        return -EINVAL;
+    }
+    if ((strcmp(p->arch, "qwen2") == 0 || strcmp(p->arch, "qwen3") == 0)
+        && p->n_expert != 0)
+    {
+        mk_err(err, errlen, "%s is dense: --experts must be 0 (use qwen3moe)",
+            p->arch);
+        return -EINVAL;
+    }
+    if (moe_arch && p->n_expert < 2) {
+        mk_err(err, errlen, "%s needs --experts >= 2", p->arch);
+        return -EINVAL;
+    }
+    if (p->n_expert > 0) {
+        if (p->n_expert_used == 0 || p->n_expert_used > p->n_expert
+            || p->n_ff_exp == 0)
+        {
+            mk_err(err, errlen, "experts-used (%u) must be in 1..experts "
+                "(%u) and ff-exp (%u) > 0", p->n_expert_used, p->n_expert,
+                p->n_ff_exp);
+            return -EINVAL;
+        }
+    } else if (p->n_ff == 0) {
+        mk_err(err, errlen, "a dense model needs --ff > 0");
+        return -EINVAL;
+    }
+    if (p->n_vocab < llm_vocabgen_min_size()) {
+        mk_err(err, errlen, "vocab %u is below the minimum %u", p->n_vocab,
+            llm_vocabgen_min_size());
+        return -EINVAL;
+    }
+    if (ti == NULL || (p->type != LLM_TYPE_F32 && p->type != LLM_TYPE_F16
+                       && p->type != LLM_TYPE_BF16
+                       && p->type != LLM_TYPE_Q8_0
+                       && p->type != LLM_TYPE_Q4_0))
+    {
+        mk_err(err, errlen, "--type %s: expected F32, F16, BF16, Q8_0 or "
+            "Q4_0 (use llm-quantize for K-quants)", llm_type_name(p->type));
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int
+mk_add(mk_list_t *l, uint32_t type, mk_fill_t fill, int64_t ne0, int64_t ne1,
+    int64_t ne2, const char *fmt, ...)
+{
+    mk_tensor_t *t;
+    va_list ap;
+
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        mk_tensor_t *n = realloc(l->t, cap * sizeof(*n));
+        if (n == NULL) {
+            return -ENOMEM;
+        }
+        l->t = n;
+        l->cap = cap;
+    }
+    t = &l->t[l->n++];
+    memset(t, 0, sizeof(*t));
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof(t->name), fmt, ap);
+    va_end(ap);
+    t->ne[0] = ne0;
+    t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[2] = ne2 ? ne2 : 1;
+    t->ne[3] = 1;
+    t->n_dims = ne2 ? 3 : ne1 ? 2 : 1;
+    t->type = fill == MK_MATRIX ? type : LLM_TYPE_F32;
+    t->fill = fill;
+    /* as llama.cpp's converter: a row that does not fit the block -> F16 */
+    if (t->type != LLM_TYPE_F32 && llm_row_bytes(t->type, ne0) == 0) {
+        t->type = LLM_TYPE_F16;
+    }
+    return 0;
+}
+
+/* The tensor list of p, in the order the converter writes them. */
+static int
+mk_tensors(const llm_mkmodel_params_t *p, mk_list_t *l)
+{
+    int64_t E = p->n_embd, V = p->n_vocab, Q = (int64_t) p->n_head
+            * p->head_dim, KV = (int64_t) p->n_head_kv * p->head_dim;
+    int64_t X = p->n_expert, F = p->n_ff, FX = p->n_ff_exp;
+    uint32_t ty = p->type;
+    int qwen2 = strcmp(p->arch, "qwen2") == 0;
+    int qk_head = strcmp(p->arch, "qwen3") == 0
+                  || strcmp(p->arch, "qwen3moe") == 0;
+    int minimax = strcmp(p->arch, "minimax-m2") == 0;
+    int rc = 0;
+
+    rc |= mk_add(l, ty, MK_MATRIX, E, V, 0, "token_embd.weight");
+    for (uint32_t i = 0; i < p->n_layer && rc == 0; i++) {
+        rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.attn_norm.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, E, Q, 0, "blk.%u.attn_q.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, E, KV, 0, "blk.%u.attn_k.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, E, KV, 0, "blk.%u.attn_v.weight", i);
+        if (qwen2) {
+            rc |= mk_add(l, ty, MK_BIAS, Q, 0, 0, "blk.%u.attn_q.bias", i);
+            rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_k.bias", i);
+            rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_v.bias", i);
+        }
+        if (qk_head) {
+            rc |= mk_add(l, ty, MK_NORM, p->head_dim, 0, 0,
+                "blk.%u.attn_q_norm.weight", i);
+            rc |= mk_add(l, ty, MK_NORM, p->head_dim, 0, 0,
+                "blk.%u.attn_k_norm.weight", i);
+        }
+        if (minimax) {
+            rc |= mk_add(l, ty, MK_NORM, Q, 0, 0,
+                "blk.%u.attn_q_norm.weight", i);
+            rc |= mk_add(l, ty, MK_NORM, KV, 0, 0,
+                "blk.%u.attn_k_norm.weight", i);
+        }
+        rc |= mk_add(l, ty, MK_MATRIX, Q, E, 0, "blk.%u.attn_output.weight",
+            i);
+        rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.ffn_norm.weight", i);
+        if (X > 0) {
+            /* the router stays F32, as the converter keeps it */
+            rc |= mk_add(l, LLM_TYPE_F32, MK_MATRIX, E, X, 0,
+                "blk.%u.ffn_gate_inp.weight", i);
+            if (minimax) {
+                rc |= mk_add(l, ty, MK_BIAS, X, 0, 0,
+                    "blk.%u.exp_probs_b.bias", i);
+            }
+            rc |= mk_add(l, ty, MK_MATRIX, E, FX, X,
+                "blk.%u.ffn_gate_exps.weight", i);
+            rc |= mk_add(l, ty, MK_MATRIX, E, FX, X,
+                "blk.%u.ffn_up_exps.weight", i);
+            rc |= mk_add(l, ty, MK_MATRIX, FX, E, X,
+                "blk.%u.ffn_down_exps.weight", i);
+        } else {
+            rc |= mk_add(l, ty, MK_MATRIX, E, F, 0,
+                "blk.%u.ffn_gate.weight", i);
+            rc |= mk_add(l, ty, MK_MATRIX, E, F, 0, "blk.%u.ffn_up.weight",
+                i);
+            rc |= mk_add(l, ty, MK_MATRIX, F, E, 0,
+                "blk.%u.ffn_down.weight", i);
+        }
+    }
+    rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "output_norm.weight");
+    rc |= mk_add(l, ty, MK_MATRIX, E, V, 0, "output.weight");
+    return rc ? -ENOMEM : 0;
+}
+
+/* ---- random numbers ---- */
+
+static uint64_t
+mk_splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Approximately N(0, 1): four 16-bit uniforms summed (Irwin-Hall). */
+static float
+mk_normal(uint64_t *s)
+{
+    uint64_t r = mk_splitmix(s);
+    uint32_t sum = (uint32_t) (r & 0xffff) + (uint32_t) ((r >> 16) & 0xffff)
+                   + (uint32_t) ((r >> 32) & 0xffff) + (uint32_t) (r >> 48);
+    /* mean 4 * 32767.5, variance 4 * (65536^2 - 1) / 12 */
+    return ((float) sum - 131070.0f) * (1.0f / 37837.23f);
+}
+
+static uint64_t
+mk_name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    while (*s) {
+        h = (h ^ (unsigned char) *s++) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* ---- slab production ---- */
+
+typedef struct {
+    const mk_tensor_t  *t;
+    uint64_t            tseed;
+    int64_t             row0, nrows;
+    size_t              row_bytes;
+    uint8_t            *out;
+    float             **scratch;     /* one row of floats per thread */
+    llm_pool_counter_t  next;
+} mk_job_t;
+
+static void
+mk_fill_row(const mk_tensor_t *t, uint64_t tseed, int64_t row, float *x)
+{
+    uint64_t s = tseed ^ ((uint64_t) row * 0xd1b54a32d192ed03ull);
+    int64_t n = t->ne[0];
+    float scale;
+
+    mk_splitmix(&s);
+    switch (t->fill) {
+    case MK_MATRIX:
+        scale = 1.0f / sqrtf((float) n);
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = scale * mk_normal(&s);
+        }
+        break;
+    case MK_NORM:
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = 1.0f + 0.1f * mk_normal(&s);
+        }
+        break;
+    case MK_BIAS:
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = 0.05f * mk_normal(&s);
+        }
+        break;
+    }
+}
+
+static void
+mk_slab_task(void *arg, uint32_t ith, uint32_t nth)
+{
+    mk_job_t *j = arg;
+    int64_t nchunks = (j->nrows + MK_CHUNK_ROWS - 1) / MK_CHUNK_ROWS;
+    float *x = j->scratch[ith];
+    uint32_t c;
+
+    (void) nth;
+    while ((c = llm_pool_claim(&j->next)) < nchunks) {
+        int64_t r0 = (int64_t) c * MK_CHUNK_ROWS;
+        int64_t r1 = r0 + MK_CHUNK_ROWS < j->nrows ? r0 + MK_CHUNK_ROWS
+                                                  : j->nrows;
+        for (int64_t r = r0; r < r1; r++) {
+            mk_fill_row(j->t, j->tseed, j->row0 + r, x);
+            llm_quantize_row(j->t->type, x, j->out + r * j->row_bytes,
+                j->t->ne[0]);
+        }
+    }
+}
+
+/* ---- metadata ---- */
+
+static void
+mk_key(char *buf, size_t n, const char *arch, const char *suffix)
+{
+    snprintf(buf, n, "%s.%s", arch, suffix);
+}
+
+static int
+mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
+    const llm_vocabgen_t *v)
+{
+    const char *a = p->arch;
+    const char *tmpl = llm_vocabgen_chat_template();
+    char k[128];
+    uint32_t ff = p->n_ff;
+
+    if (strcmp(a, "llama") == 0 && p->n_expert > 0) {
+        ff = p->n_ff_exp;       /* Mixtral: feed_forward_length = expert */
+    }
+    llm_gguf_w_str(w, "general.architecture", a, strlen(a));
+    llm_gguf_w_str(w, "general.name", p->name, strlen(p->name));
+    llm_gguf_w_u32(w, "general.file_type", llm_mkmodel_file_type(p->type));
+    llm_gguf_w_u32(w, "general.quantization_version", 2);
+    llm_gguf_w_u32(w, "general.alignment", LLM_GGUF_ALIGNMENT);
+    mk_key(k, sizeof(k), a, "vocab_size");
+    llm_gguf_w_u32(w, k, p->n_vocab);
+    mk_key(k, sizeof(k), a, "context_length");
+    llm_gguf_w_u32(w, k, p->n_ctx);
+    mk_key(k, sizeof(k), a, "embedding_length");
+    llm_gguf_w_u32(w, k, p->n_embd);
+    mk_key(k, sizeof(k), a, "block_count");
+    llm_gguf_w_u32(w, k, p->n_layer);
+    mk_key(k, sizeof(k), a, "feed_forward_length");
+    llm_gguf_w_u32(w, k, ff);
+    if (mk_is_moe_arch(a)) {
+        mk_key(k, sizeof(k), a, "expert_feed_forward_length");
+        llm_gguf_w_u32(w, k, p->n_ff_exp);
+    }
+    mk_key(k, sizeof(k), a, "attention.head_count");
+    llm_gguf_w_u32(w, k, p->n_head);
+    mk_key(k, sizeof(k), a, "attention.head_count_kv");
+    llm_gguf_w_u32(w, k, p->n_head_kv);
+    mk_key(k, sizeof(k), a, "attention.key_length");
+    llm_gguf_w_u32(w, k, p->head_dim);
+    mk_key(k, sizeof(k), a, "attention.value_length");
+    llm_gguf_w_u32(w, k, p->head_dim);
+    mk_key(k, sizeof(k), a, "attention.layer_norm_rms_epsilon");
+    llm_gguf_w_f32(w, k, p->eps);
+    mk_key(k, sizeof(k), a, "rope.dimension_count");
+    llm_gguf_w_u32(w, k, p->rope_dim);
+    mk_key(k, sizeof(k), a, "rope.freq_base");
+    llm_gguf_w_f32(w, k, p->rope_base);
+    if (p->n_expert > 0) {
+        mk_key(k, sizeof(k), a, "expert_count");
+        llm_gguf_w_u32(w, k, p->n_expert);
+        mk_key(k, sizeof(k), a, "expert_used_count");
+        llm_gguf_w_u32(w, k, p->n_expert_used);
+    }
+    if (strcmp(a, "minimax-m2") == 0) {
+        mk_key(k, sizeof(k), a, "expert_gating_func");
+        llm_gguf_w_u32(w, k, 2);            /* sigmoid */
+        mk_key(k, sizeof(k), a, "expert_weights_norm");
+        llm_gguf_w_bool(w, k, 1);
+    }
+
+    llm_gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
+    llm_gguf_w_str(w, "tokenizer.ggml.pre", p->pre, strlen(p->pre));
+    llm_gguf_w_str_arr(w, "tokenizer.ggml.tokens",
+        (const char *const *) v->tokens, NULL, v->n_tokens);
+    llm_gguf_w_arr(w, "tokenizer.ggml.token_type", LLM_GGUF_INT32, v->types,
+        v->n_tokens);
+    llm_gguf_w_str_arr(w, "tokenizer.ggml.merges",
+        (const char *const *) v->merges, NULL, v->n_merges);
+    llm_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", v->bos_id);
+    llm_gguf_w_u32(w, "tokenizer.ggml.eos_token_id", v->eos_id);
+    llm_gguf_w_u32(w, "tokenizer.ggml.eot_token_id", v->eot_id);
+    llm_gguf_w_u32(w, "tokenizer.ggml.padding_token_id", v->pad_id);
+    llm_gguf_w_bool(w, "tokenizer.ggml.add_bos_token", 0);
+    return llm_gguf_w_str(w, "tokenizer.chat_template", tmpl, strlen(tmpl));
+}
+
+int
+llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
+    char *err, size_t errlen)
+{
+    llm_gguf_writer_t *w = NULL;
+    llm_pool_t *pool = NULL;
+    llm_vocabgen_t v;
+    mk_list_t l = { 0 };
+    mk_job_t job;
+    uint8_t *slab = NULL;
+    float **scratch = NULL;
+    uint32_t nth = p->n_threads ? p->n_threads : 1;
+    int64_t max_ne0 = 0;
+    int rc;
+
+    memset(&v, 0, sizeof(v));
+    rc = llm_mkmodel_check(p, err, errlen);
+    if (rc != 0) {
+        return rc;
+    }
+    llm_simd_init();
+    rc = llm_vocabgen_build(&v, p->n_vocab, p->pre, err, errlen);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = mk_tensors(p, &l);
+    if (rc != 0) {
+        mk_err(err, errlen, "out of memory");
+        goto done;
+    }
+    rc = llm_pool_create(&pool, nth, err, errlen);
+    if (rc != 0) {
+        goto done;
+    }
+    for (size_t i = 0; i < l.n; i++) {
+        if (l.t[i].ne[0] > max_ne0) {
+            max_ne0 = l.t[i].ne[0];
+        }
+    }
+    scratch = calloc(nth, sizeof(float *));
+    slab = malloc(MK_SLAB_BYTES + (size_t) max_ne0 * 4);
+    if (scratch == NULL || slab == NULL) {
+        rc = -ENOMEM;
+        mk_err(err, errlen, "out of memory");
+        goto done;
+    }
+    for (uint32_t i = 0; i < nth; i++) {
+        scratch[i] = malloc((size_t) max_ne0 * sizeof(float));
+        if (scratch[i] == NULL) {
+            rc = -ENOMEM;
+            mk_err(err, errlen, "out of memory");
+            goto done;
+        }
+    }
+
+    rc = llm_gguf_writer_open(&w, path, err, errlen);
+    if (rc != 0) {
+        goto done;
+    }
+    mk_write_meta(w, p, &v);
+    for (size_t i = 0; i < l.n; i++) {
+        llm_gguf_w_tensor(w, l.t[i].name, l.t[i].n_dims, l.t[i].ne,
+            l.t[i].type);
+    }
+    if (llm_gguf_w_begin_data(w) != 0) {
+        goto wfail;
+    }
+
+    for (size_t i = 0; i < l.n; i++) {
+        const mk_tensor_t *t = &l.t[i];
+        int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+        size_t rb = llm_row_bytes(t->type, t->ne[0]);
+        int64_t per = (int64_t) (MK_SLAB_BYTES / rb);
+
+        if (per < 1) {
+            per = 1;
+        }
+        memset(&job, 0, sizeof(job));
+        job.t = t;
+        job.tseed = p->seed * 0x9e3779b97f4a7c15ull ^ mk_name_hash(t->name);
+        job.row_bytes = rb;
+        job.out = slab;
+        job.scratch = scratch;
+        for (int64_t r = 0; r < rows; r += per) {
+            job.row0 = r;
+            job.nrows = rows - r < per ? rows - r : per;
+            llm_pool_reset(&job.next);
+            llm_pool_run(pool, mk_slab_task, &job);
+            if (llm_gguf_w_data(w, slab, (size_t) job.nrows * rb) != 0) {
+                goto wfail;
+            }
+        }
+        if (log != NULL) {
+            fprintf(log, "%-32s %-5s [%lld, %lld, %lld] %zu bytes\n",
+                t->name, llm_type_name(t->type), (long long) t->ne[0],
+                (long long) t->ne[1], (long long) t->ne[2],
+                (size_t) rows * rb);
+        }
+    }
+
+wfail:
+    rc = llm_gguf_writer_close(w, err, errlen);
+    w = NULL;
+
+done:
+    if (scratch != NULL) {
+        for (uint32_t i = 0; i < nth; i++) {
+            free(scratch[i]);
+        }
+    }
+    free(scratch);
+    free(slab);
+    llm_pool_free(pool);
+    free(l.t);
+    llm_vocabgen_free(&v);
+    return rc;
+}

@@ -1,0 +1,71 @@
+/*
+ * Deterministic synthetic GGUF models (the engine of llm-mkmodel).
+ *
+ * Writes a model of any supported architecture with the metadata keys,
+ * tensor names and shapes llama.cpp's converter writes, random weights from
+ * a seed, and a small byte-level BPE vocabulary with a ChatML tool-calling
+ * template (vocabgen.h).  Tensors are generated and written slab by slab,
+ * so memory stays small whatever the file size.  Each row's random stream
+ * depends only on (seed, tensor name, row), so the bytes do not depend on
+ * the thread count.
+ */
+
+#ifndef LLM_MKMODEL_H
+#define LLM_MKMODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    char        arch[32];       /* llama, qwen2, qwen3, qwen3moe, minimax-m2 */
+    char        name[64];       /* general.name */
+    char        pre[16];        /* tokenizer.ggml.pre: qwen2 or gpt-2 */
+    uint32_t    n_vocab;
+    uint32_t    n_ctx;
+    uint32_t    n_embd;
+    uint32_t    n_layer;
+    uint32_t    n_head;
+    uint32_t    n_head_kv;
+    uint32_t    head_dim;
+    uint32_t    n_ff;           /* dense FFN (metadata only for MoE archs) */
+    uint32_t    n_expert;       /* 0 = dense */
+    uint32_t    n_expert_used;
+    uint32_t    n_ff_exp;       /* expert FFN */
+    uint32_t    rope_dim;
+    float       rope_base;
+    float       eps;
+    uint32_t    type;           /* ggml type of the weight matrices */
+    uint64_t    seed;
+    uint32_t    n_threads;
+} llm_mkmodel_params_t;
+
+/* Names of the presets, NULL-terminated (for --help). */
+extern const char *const llm_mkmodel_presets[];
+
+/*
+ * Fill p from a preset ("tiny", "bench-moe", "tiny-llama", ...).  Returns 0
+ * or -EINVAL with err naming the preset.
+ */
+int llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset,
+    char *err, size_t errlen);
+
+/* Architecture defaults (rope base, eps, pre, rope_dim) for p->arch. */
+int llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err,
+    size_t errlen);
+
+/* Check every hyperparameter against the architecture and each other. */
+int llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err,
+    size_t errlen);
+
+/*
+ * Write the model to path.  log (may be NULL) gets one line per tensor.
+ * Returns 0, or a negative errno with err set; a failed file is removed.
+ */
+int llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path,
+    FILE *log, char *err, size_t errlen);
+
+/* The llama.cpp general.file_type for a file whose matrices are type t. */
+uint32_t llm_mkmodel_file_type(uint32_t t);
+
+#endif /* LLM_MKMODEL_H */
