@@ -1,0 +1,407 @@
+/*
+ * llm-engine: the long-lived inference process nginx talks to.  Loads one
+ * GGUF model, opens the Unix socket (mode 0660: whoever may connect may
+ * use the model; the group is the trust boundary) and optionally a TCP
+ * port, and serves the protocol of proto/llm.proto with continuous
+ * batching until SIGTERM or SIGINT, then drains.
+ */
+
+#include <errno.h>
+#include <getopt.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gguf.h"
+#include "model.h"
+#include "prompt.h"
+#include "server.h"
+#include "template.h"
+#include "tokenizer.h"
+
+#define LLM_MAX_ALIASES  32
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+"usage: llm-engine --model FILE --socket PATH [options]\n"
+"\n"
+"Serves one GGUF model over proto/llm.proto (4-byte big-endian length +\n"
+"protobuf frames) with continuous batching.\n"
+"\n"
+"  --model FILE          the GGUF model (required)\n"
+"  --socket PATH         Unix socket to listen on, created mode 0660; a\n"
+"                        stale socket file is replaced only if nothing\n"
+"                        listens on it\n"
+"  --listen HOST:PORT    also listen on TCP (engines on other hosts)\n"
+"  --threads N           forward-pass threads (default: online CPUs)\n"
+"  --max-batch B         sequences decoded together (default 64)\n"
+"  --ctx C               context window per request (default: the\n"
+"                        model's training context, at most 8192)\n"
+"  --kv-mb M             KV cache budget in MiB (default: room for\n"
+"                        max(ctx, 16384) tokens)\n"
+"  --kv-type T           f16 (default) or f32\n"
+"  --block-tokens N      tokens per KV block (default 16)\n"
+"  --step-tokens N       tokens per forward call, decode + prefill\n"
+"                        chunks (default 512)\n"
+"  --max-queue Q         queued requests before `overloaded` (default 256)\n"
+"  --name NAME           the served model name (default: general.name)\n"
+"  --alias NAME          another name this engine answers to (repeat)\n"
+"  --drain-timeout S     seconds to finish requests after SIGTERM (30)\n"
+"  --max-frame BYTES     largest request frame (default 16 MiB)\n"
+"  --expert-cache-mb M   RAM for experts when streaming (default 0: mmap)\n"
+"  --mlock               lock the weights in RAM\n"
+"  --log-level L         error, warn, info (default) or debug\n"
+"  --help                this text\n");
+}
+
+static int
+fwd(void *ud, const llm_batch_t *b, float *out, char *err, size_t errlen)
+{
+    return llm_forward(ud, b, out, err, errlen);
+}
+
+/* A short revision id: SHA-256 of the header and metadata plus size. */
+static void
+revision_of(const llm_gguf_t *g, char *out, size_t outlen)
+{
+    unsigned char  md[EVP_MAX_MD_SIZE];
+    unsigned int   mdlen = 0;
+    uint64_t       size = llm_gguf_file_size(g);
+    EVP_MD_CTX    *x = EVP_MD_CTX_new();
+
+    snprintf(out, outlen, "unknown");
+    if (x == NULL) {
+        return;
+    }
+    if (EVP_DigestInit_ex(x, EVP_sha256(), NULL) == 1
+        && EVP_DigestUpdate(x, llm_gguf_map(g), llm_gguf_data_offset(g)) == 1
+        && EVP_DigestUpdate(x, &size, sizeof(size)) == 1
+        && EVP_DigestFinal_ex(x, md, &mdlen) == 1)
+    {
+        for (unsigned i = 0; i < 6 && 2 * i + 2 < outlen; i++) {
+            snprintf(out + 2 * i, 3, "%02x", md[i]);
+        }
+    }
+    EVP_MD_CTX_free(x);
+}
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static int
+parse_u32(const char *opt, const char *s, uint32_t min, uint32_t *v)
+{
+    char          *end;
+    unsigned long  x;
+
+    errno = 0;
+    x = strtoul(s, &end, 10);
+    if (errno || *end || end == s || x < min || x > 0xffffffffUL) {
+        fprintf(stderr, "llm-engine: %s: expected an integer >= %u, got "
+                "'%s'\n", opt, min, s);
+        return -1;
+    }
+    *v = (uint32_t) x;
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    enum {
+        O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
+        O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
+        O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_HELP
+    };
+    static const struct option lo[] = {
+        { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
+        { "listen", 1, 0, O_LISTEN }, { "threads", 1, 0, O_THREADS },
+        { "max-batch", 1, 0, O_MAXBATCH }, { "ctx", 1, 0, O_CTX },
+        { "kv-mb", 1, 0, O_KVMB }, { "kv-type", 1, 0, O_KVTYPE },
+        { "block-tokens", 1, 0, O_BLOCK }, { "step-tokens", 1, 0, O_STEP },
+        { "max-queue", 1, 0, O_QUEUE }, { "name", 1, 0, O_NAME },
+        { "alias", 1, 0, O_ALIAS }, { "drain-timeout", 1, 0, O_DRAIN },
+        { "max-frame", 1, 0, O_FRAME }, { "expert-cache-mb", 1, 0, O_EXPERT },
+        { "mlock", 0, 0, O_MLOCK }, { "log-level", 1, 0, O_LOG },
+        { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
+    };
+    const char         *model_path = NULL, *sock = NULL, *listen_on = NULL;
+    const char         *name = NULL, *aliases[LLM_MAX_ALIASES];
+    uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
+    uint32_t            block_tokens = 16, step_tokens = 512;
+    uint32_t            max_queue = 256, max_frame = 16u << 20;
+    uint32_t            expert_mb = 0, n_blocks;
+    size_t              n_aliases = 0, block_bytes;
+    double              drain = 30.0, t0;
+    llm_type_t          kv_type = LLM_TYPE_F16;
+    llm_model_opts_t    mo = { 0 };
+    llm_model_t        *m = NULL;
+    llm_vocab_t        *v = NULL;
+    llm_kv_t           *kv = NULL;
+    llm_ctx_t          *ctx = NULL;
+    llm_tmpl_t         *tmpl = NULL;
+    llm_server_t       *srv = NULL;
+    llm_server_conf_t   sc;
+    const llm_hparams_t *hp;
+    llm_gguf_str_t      ts = { 0 };
+    char                err[512] = "", rev[16], fp[32];
+    const char         *tsrc = "gguf", *tfmt = "none";
+    sigset_t            set;
+    int                 o, rc = 1, lvl;
+
+    /* before any thread exists: SIGTERM/SIGINT only through the signalfd */
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (o) {
+        case O_MODEL: model_path = optarg; break;
+        case O_SOCKET: sock = optarg; break;
+        case O_LISTEN: listen_on = optarg; break;
+        case O_THREADS:
+            if (parse_u32("--threads", optarg, 1, &threads)) return 2;
+            break;
+        case O_MAXBATCH:
+            if (parse_u32("--max-batch", optarg, 1, &max_batch)) return 2;
+            break;
+        case O_CTX:
+            if (parse_u32("--ctx", optarg, 16, &n_ctx)) return 2;
+            break;
+        case O_KVMB:
+            if (parse_u32("--kv-mb", optarg, 1, &kv_mb)) return 2;
+            break;
+        case O_KVTYPE:
+            if (strcmp(optarg, "f16") == 0) {
+                kv_type = LLM_TYPE_F16;
+            } else if (strcmp(optarg, "f32") == 0) {
+                kv_type = LLM_TYPE_F32;
+            } else {
+                fprintf(stderr, "llm-engine: --kv-type: f16 or f32, got "
+                        "'%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case O_BLOCK:
+            if (parse_u32("--block-tokens", optarg, 1, &block_tokens)) {
+                return 2;
+            }
+            break;
+        case O_STEP:
+            if (parse_u32("--step-tokens", optarg, 1, &step_tokens)) {
+                return 2;
+            }
+            break;
+        case O_QUEUE:
+            if (parse_u32("--max-queue", optarg, 0, &max_queue)) return 2;
+            break;
+        case O_NAME: name = optarg; break;
+        case O_ALIAS:
+            if (n_aliases == LLM_MAX_ALIASES) {
+                fprintf(stderr, "llm-engine: at most %d --alias\n",
+                        LLM_MAX_ALIASES);
+                return 2;
+            }
+            aliases[n_aliases++] = optarg;
+            break;
+        case O_DRAIN:
+            drain = strtod(optarg, NULL);
+            if (!(drain >= 0.0)) {
+                fprintf(stderr, "llm-engine: --drain-timeout: seconds >= 0\n");
+                return 2;
+            }
+            break;
+        case O_FRAME:
+            if (parse_u32("--max-frame", optarg, 64, &max_frame)) return 2;
+            break;
+        case O_EXPERT:
+            if (parse_u32("--expert-cache-mb", optarg, 0, &expert_mb)) {
+                return 2;
+            }
+            break;
+        case O_MLOCK: mo.use_mlock = 1; break;
+        case O_LOG:
+            lvl = llm_log_parse_level(optarg);
+            if (lvl < 0) {
+                fprintf(stderr, "llm-engine: --log-level: error, warn, info "
+                        "or debug, got '%s'\n", optarg);
+                return 2;
+            }
+            llm_log_set_level((llm_log_level_t) lvl);
+            break;
+        case O_HELP: case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "llm-engine: unexpected argument '%s'\n",
+                argv[optind]);
+        return 2;
+    }
+    if (model_path == NULL || (sock == NULL && listen_on == NULL)) {
+        fprintf(stderr, "llm-engine: --model and --socket (or --listen) are "
+                "required; see --help\n");
+        return 2;
+    }
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+        threads = n > 0 ? (uint32_t) n : 1;
+    }
+    if (step_tokens < max_batch) {
+        step_tokens = max_batch;
+    }
+
+    llm_log(LLM_LOG_INFO, "starting: model %s, %u threads, max batch %u",
+            model_path, threads, max_batch);
+    t0 = now_s();
+    mo.expert_cache_mb = expert_mb;
+    if (llm_model_load(&m, model_path, &mo, err, sizeof(err)) != 0) {
+        llm_log(LLM_LOG_ERROR, "%s", err);
+        goto done;
+    }
+    hp = llm_model_hparams(m);
+    if (llm_vocab_load(&v, llm_model_gguf(m), err, sizeof(err)) != 0) {
+        llm_log(LLM_LOG_ERROR, "%s", err);
+        goto done;
+    }
+
+    if (n_ctx == 0) {
+        n_ctx = hp->n_ctx_train ? hp->n_ctx_train : 4096;
+        if (n_ctx > 8192) {
+            n_ctx = 8192;
+        }
+    }
+    block_bytes = llm_kv_block_bytes(m, block_tokens, kv_type);
+    if (kv_mb) {
+        n_blocks = (uint32_t) (((uint64_t) kv_mb << 20) / block_bytes);
+    } else {
+        uint32_t tokens = n_ctx > 16384 ? n_ctx : 16384;
+
+        n_blocks = (tokens + block_tokens - 1) / block_tokens;
+    }
+    if ((uint64_t) n_blocks * block_tokens < n_ctx) {
+        llm_log(LLM_LOG_ERROR, "--kv-mb %u holds %llu tokens, less than the "
+                "context window %u; raise --kv-mb or lower --ctx", kv_mb,
+                (unsigned long long) n_blocks * block_tokens, n_ctx);
+        goto done;
+    }
+    if (llm_kv_create(&kv, m, n_blocks, block_tokens, kv_type, err,
+                      sizeof(err)) != 0)
+    {
+        llm_log(LLM_LOG_ERROR, "%s", err);
+        goto done;
+    }
+    if (llm_ctx_create(&ctx, m, kv, threads, step_tokens, err,
+                       sizeof(err)) != 0)
+    {
+        llm_log(LLM_LOG_ERROR, "%s", err);
+        goto done;
+    }
+
+    if (llm_gguf_get_str(llm_model_gguf(m), "tokenizer.chat_template", &ts,
+                         err, sizeof(err)) == 0 && ts.len > 0)
+    {
+        if (llm_tmpl_compile(&tmpl, ts.ptr, ts.len, err, sizeof(err)) != 0) {
+            llm_log(LLM_LOG_WARN, "the model's chat template does not "
+                    "compile (%s); using ChatML", err);
+            tmpl = NULL;
+        } else {
+            tfmt = llm_prompt_tool_format(ts.ptr, ts.len);
+        }
+    }
+    if (tmpl == NULL) {
+        tsrc = "chatml (fallback)";
+        if (llm_tmpl_compile(&tmpl, llm_tmpl_chatml, strlen(llm_tmpl_chatml),
+                             err, sizeof(err)) != 0)
+        {
+            llm_log(LLM_LOG_ERROR, "ChatML template: %s", err);
+            goto done;
+        }
+        tfmt = llm_prompt_tool_format(llm_tmpl_chatml,
+                                      strlen(llm_tmpl_chatml));
+    }
+
+    revision_of(llm_model_gguf(m), rev, sizeof(rev));
+    snprintf(fp, sizeof(fp), "fp_%s", rev);
+
+    llm_log(LLM_LOG_INFO, "model loaded in %.2f s: %s (%s, %s), %u layers, "
+            "n_embd %u, %u experts (%u used), vocab %u, %.2f B params, "
+            "file %.1f MiB, revision %s, chat template %s",
+            now_s() - t0, name ? name : hp->name, hp->arch_name,
+            llm_model_quant_name(m), hp->n_layer, hp->n_embd, hp->n_expert,
+            hp->n_expert_used, hp->n_vocab, (double) hp->n_params / 1e9,
+            (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
+            tsrc);
+    llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
+            "context %u, step budget %u tokens, max queue %u", n_blocks,
+            block_tokens, (double) n_blocks * block_bytes / 1048576.0,
+            kv_type == LLM_TYPE_F16 ? "f16" : "f32", n_ctx, step_tokens,
+            max_queue);
+
+    memset(&sc, 0, sizeof(sc));
+    sc.socket_path = sock;
+    sc.listen = listen_on;
+    sc.max_frame = max_frame;
+    sc.drain_timeout = drain;
+    sc.sched.vocab = v;
+    sc.sched.n_vocab = hp->n_vocab;
+    sc.sched.n_ctx = n_ctx;
+    sc.sched.max_batch = max_batch;
+    sc.sched.step_tokens = step_tokens;
+    sc.sched.max_queue = max_queue;
+    sc.sched.n_blocks = n_blocks;
+    sc.sched.block_tokens = block_tokens;
+    sc.sched.forward = fwd;
+    sc.sched.forward_ud = ctx;
+    sc.sched.model_name = name ? name : hp->name;
+    sc.sched.fingerprint = fp;
+    sc.vocab = v;
+    sc.tmpl = tmpl;
+    sc.model_name = name ? name : hp->name;
+    sc.aliases = aliases;
+    sc.n_aliases = n_aliases;
+    sc.architecture = hp->arch_name;
+    sc.quantization = llm_model_quant_name(m);
+    sc.revision = rev;
+    sc.n_params = hp->n_params;
+    sc.file_bytes = llm_gguf_file_size(llm_model_gguf(m));
+    sc.chat_template_source = tsrc;
+    sc.tool_call_format = tfmt;
+    sc.created = (int64_t) time(NULL);
+
+    if (llm_server_create(&srv, &sc, err, sizeof(err)) != 0) {
+        llm_log(LLM_LOG_ERROR, "%s", err);
+        goto done;
+    }
+    llm_log(LLM_LOG_INFO, "listening on %s%s%s", sock ? sock : "",
+            sock && listen_on ? " and " : "", listen_on ? listen_on : "");
+    rc = llm_server_run(srv) == 0 ? 0 : 1;
+
+done:
+    llm_server_free(srv);
+    llm_tmpl_free(tmpl);
+    llm_ctx_free(ctx);
+    llm_kv_free(kv);
+    llm_vocab_free(v);
+    llm_model_free(m);
+    return rc;
+}
