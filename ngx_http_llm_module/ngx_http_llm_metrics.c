@@ -34,7 +34,7 @@ static ngx_msec_t
 
 static void ngx_http_llm_metrics_cleanup(void *data);
 static ngx_http_llm_model_stats_t *ngx_http_llm_metrics_model(
-    ngx_http_llm_shctx_t *sh, ngx_str_t *model);
+    ngx_http_llm_shctx_t *sh, ngx_str_t *model, ngx_uint_t claim);
 static u_char *ngx_http_llm_metrics_label(u_char *p,
     ngx_http_llm_model_stats_t *m);
 static u_char *ngx_http_llm_metrics_seconds(u_char *p, uint64_t ms);
@@ -172,7 +172,14 @@ ngx_http_llm_metrics_record(ngx_http_request_t *r, ngx_http_llm_sample_t *s)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    m = ngx_http_llm_metrics_model(zone->sh, &s->model);
+    /*
+     * only a request that reached a model may take a slot: a 400 or 404
+     * names whatever the client sent
+     */
+
+    m = ngx_http_llm_metrics_model(zone->sh, &s->model,
+                                   s->status < 400 || s->status == 429
+                                   || s->status >= 500);
 
     for (i = 0; i < NGX_HTTP_LLM_METRICS_STATUSES; i++) {
         if (m->status[i].status == s->status) {
@@ -228,10 +235,15 @@ ngx_http_llm_metrics_record(ngx_http_request_t *r, ngx_http_llm_sample_t *s)
 }
 
 
-/* The model's slot, taking a free one on first use; zone locked. */
+/*
+ * The model's slot, taking a free one on first use when claim is set,
+ * else "other"; zone locked.  An empty name is "none" and may always
+ * take a slot (401s and other errors before the body).
+ */
 
 static ngx_http_llm_model_stats_t *
-ngx_http_llm_metrics_model(ngx_http_llm_shctx_t *sh, ngx_str_t *model)
+ngx_http_llm_metrics_model(ngx_http_llm_shctx_t *sh, ngx_str_t *model,
+    ngx_uint_t claim)
 {
     ngx_str_t                    name;
     ngx_uint_t                   i;
@@ -241,6 +253,7 @@ ngx_http_llm_metrics_model(ngx_http_llm_shctx_t *sh, ngx_str_t *model)
 
     if (name.len == 0) {
         ngx_str_set(&name, "none");
+        claim = 1;
     }
 
     if (name.len > NGX_HTTP_LLM_METRICS_MODEL_LEN) {
@@ -251,6 +264,10 @@ ngx_http_llm_metrics_model(ngx_http_llm_shctx_t *sh, ngx_str_t *model)
         m = &sh->models[i];
 
         if (m->len == 0) {
+            if (!claim) {
+                break;
+            }
+
             m->len = name.len;
             ngx_memcpy(m->name, name.data, name.len);
             return m;

@@ -52,8 +52,8 @@ sub pass_directive { $ENV{LLM_KEYS_SHIM} ? 'llm_shim;' : 'llm_api on;' }
 # The http{}-level lines the gateway needs to reach its engine.
 sub upstreams {
     return '' if $ENV{LLM_KEYS_SHIM};
-    return "    upstream engines { server unix:%%SOCK_a%%; }\n"
-         . "    llm_model " . model() . " engines;\n";
+    return "    upstream engines { server unix:%%SOCK_a%%; keepalive 4; }\n"
+         . "    llm_model " . model() . " upstream=engines;\n";
 }
 
 # The http{} body of a gateway with the keys file, a zone and /metrics.
