@@ -192,6 +192,12 @@ int main(int argc, char **argv)
         || (tpm && check_number("--tpm", tpm) != 0)
         || (quota && check_number("--quota", quota) != 0))
         return 2;
+    if (models && (models[0] == ',' || models[strlen(models) - 1] == ','
+                   || strstr(models, ",,"))) {
+        fprintf(stderr, "llm-keygen: --models \"%s\" has an empty name\n",
+                models);
+        return 2;
+    }
     if (strlen(name) > 64) {
         fprintf(stderr, "llm-keygen: --name is longer than 64 characters\n");
         return 2;
