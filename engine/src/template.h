@@ -16,6 +16,7 @@
 #define LLM_TEMPLATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -33,7 +34,19 @@ void llm_tmpl_free(llm_tmpl_t *t);
 int llm_tmpl_render(const llm_tmpl_t *t, json_t *vars, char **out,
     size_t *outlen, char *err, size_t errlen);
 
-/* The ChatML template used when a model file carries none. */
+/*
+ * As llm_tmpl_render, with strftime_now() formatting the given instant
+ * (epoch seconds, UTC) instead of the local clock; now < 0 means the
+ * clock.  Tests use it for reproducible output.
+ */
+int llm_tmpl_render_at(const llm_tmpl_t *t, json_t *vars, int64_t now,
+    char **out, size_t *outlen, char *err, size_t errlen);
+
+/*
+ * The ChatML template used when a model file carries none (Hermes-style
+ * tools: <tools></tools> in the system turn, <tool_call> and
+ * <tool_response> blocks).
+ */
 extern const char llm_tmpl_chatml[];
 
 #endif /* LLM_TEMPLATE_H */
