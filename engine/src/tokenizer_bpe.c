@@ -304,7 +304,8 @@ llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err, size_t errlen)
 
     for (cap = 16; cap < 2 * n; cap <<= 1) { /* void */ }
     v->merges = calloc(cap, sizeof(llm_merge_slot_t));
-    if (v->merges == NULL) {
+    v->byte_pair = calloc(65536, sizeof(llm_merge_slot_t));
+    if (v->merges == NULL || v->byte_pair == NULL) {
         ERR("tokenizer: out of memory for %llu merges",
             (unsigned long long) n);
         return -ENOMEM;
@@ -345,6 +346,21 @@ llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err, size_t errlen)
                          | 1ull << 63, (int32_t) i, id);
     }
     free(cat);
+
+    /* the first round of every piece merges byte tokens: a direct table */
+    for (b = 0; b < 65536; b++) {
+        const llm_merge_slot_t *ms = NULL;
+
+        if (v->byte_tok[b >> 8] >= 0 && v->byte_tok[b & 0xff] >= 0) {
+            ms = merges_find(v, v->byte_tok[b >> 8], v->byte_tok[b & 0xff]);
+        }
+        if (ms != NULL) {
+            v->byte_pair[b] = *ms;
+        } else {
+            v->byte_pair[b].key = 0;
+            v->byte_pair[b].rank = -1;
+        }
+    }
     return 0;
 }
 
@@ -358,100 +374,9 @@ llm_bpe_free(llm_vocab_t *v)
         v->re[k] = NULL;
     }
     free(v->merges);
+    free(v->byte_pair);
     v->merges = NULL;
-}
-
-/* ---- pieces: (offset, length) spans of the fragment ---- */
-
-typedef struct {
-    uint32_t  off;
-    uint32_t  len;
-} span_t;
-
-typedef struct {
-    span_t   *s;
-    size_t    n;
-    size_t    cap;
-} spans_t;
-
-static int
-spans_push(spans_t *a, size_t off, size_t len)
-{
-    span_t  *p;
-    size_t   cap;
-
-    if (len == 0) {
-        return 0;
-    }
-    if (a->n == a->cap) {
-        cap = a->cap ? a->cap * 2 : 256;
-        p = realloc(a->s, cap * sizeof(*p));
-        if (p == NULL) {
-            return -ENOMEM;
-        }
-        a->s = p;
-        a->cap = cap;
-    }
-    a->s[a->n].off = (uint32_t) off;
-    a->s[a->n].len = (uint32_t) len;
-    a->n++;
-    return 0;
-}
-
-/* Split every span of in by re into out: gaps and matches both kept. */
-static int
-split_spans(const pcre2_code *re, pcre2_match_data *md, const char *text,
-    const spans_t *in, spans_t *out, char *err, size_t errlen)
-{
-    const PCRE2_SIZE  *ov;
-    const char        *sub;
-    size_t             i, pos, last, slen, ms, me;
-    int                rc;
-
-    out->n = 0;
-    ov = pcre2_get_ovector_pointer(md);
-
-    for (i = 0; i < in->n; i++) {
-        sub = text + in->s[i].off;
-        slen = in->s[i].len;
-        pos = 0;
-        last = 0;
-        while (pos < slen) {
-            rc = pcre2_match(re, (PCRE2_SPTR) sub, slen, pos, 0, md, NULL);
-            if (rc == PCRE2_ERROR_NOMATCH) {
-                break;
-            }
-            if (rc < 0) {
-                PCRE2_UCHAR msg[128];
-
-                pcre2_get_error_message(rc, msg, sizeof(msg));
-                ERR("tokenize: pre-tokenizer regex failed: %s", (char *) msg);
-                return -EINVAL;
-            }
-            ms = ov[0];
-            me = ov[1];
-            if (me == ms) {
-                /* never produced by these patterns; step over one byte */
-                pos = ms + 1;
-                continue;
-            }
-            if (spans_push(out, in->s[i].off + last, ms - last) < 0
-                || spans_push(out, in->s[i].off + ms, me - ms) < 0)
-            {
-                goto nomem;
-            }
-            last = me;
-            pos = me;
-        }
-        if (spans_push(out, in->s[i].off + last, slen - last) < 0) {
-            goto nomem;
-        }
-    }
-    return 0;
-
-nomem:
-    ERR("tokenize: out of memory");
-    return -ENOMEM;
+    v->byte_pair = NULL;
 }
 
 /* ---- BPE of one piece ---- */
@@ -461,6 +386,7 @@ typedef struct {
     int32_t   left;
     int32_t   lid;
     int32_t   rid;
+    int32_t   id;           /* what the pair merges into */
 } bigram_t;
 
 typedef struct {
@@ -558,6 +484,7 @@ try_pair(const llm_vocab_t *v, bpe_work_t *w, int32_t left, int32_t right)
     bg.left = left;
     bg.lid = w->id[left];
     bg.rid = w->id[right];
+    bg.id = ms->id;
     return heap_push(w, bg);
 }
 
@@ -566,7 +493,6 @@ static int
 bpe_piece(const llm_vocab_t *v, bpe_work_t *w, const uint8_t *p, size_t n,
     llm_tokens_t *out)
 {
-    const llm_merge_slot_t  *ms;
     bigram_t                 bg;
     size_t                   i, el;
     int32_t                  l, r, id;
@@ -615,8 +541,17 @@ bpe_piece(const llm_vocab_t *v, bpe_work_t *w, const uint8_t *p, size_t n,
 
     w->hn = 0;
     for (i = 0; i + 1 < n; i++) {
-        if (try_pair(v, w, (int32_t) i, (int32_t) i + 1) < 0) {
-            return -ENOMEM;
+        const llm_merge_slot_t *bp = &v->byte_pair[p[i] << 8 | p[i + 1]];
+
+        if (bp->rank >= 0) {
+            bg.rank = bp->rank;
+            bg.left = (int32_t) i;
+            bg.lid = w->id[i];
+            bg.rid = w->id[i + 1];
+            bg.id = bp->id;
+            if (heap_push(w, bg) < 0) {
+                return -ENOMEM;
+            }
         }
     }
 
@@ -628,8 +563,7 @@ bpe_piece(const llm_vocab_t *v, bpe_work_t *w, const uint8_t *p, size_t n,
         if (w->id[l] != bg.lid || r < 0 || w->id[r] != bg.rid) {
             continue;
         }
-        ms = merges_find(v, bg.lid, bg.rid);
-        w->id[l] = ms->id;
+        w->id[l] = bg.id;
         w->id[r] = -2;                      /* dead */
         w->next[l] = w->next[r];
         if (w->next[r] >= 0) {
@@ -695,6 +629,125 @@ cache_grow(piece_cache_t *c)
     return 0;
 }
 
+typedef struct {
+    const llm_vocab_t  *v;
+    const char         *text;
+    pcre2_match_data   *md;
+    bpe_work_t          w;
+    piece_cache_t       c;
+    llm_tokens_t       *out;
+    char               *err;
+    size_t              errlen;
+} bpe_ctx_t;
+
+/* One piece: from the cache, else merged and remembered. */
+static int
+emit_piece(bpe_ctx_t *x, size_t off, size_t len)
+{
+    piece_cache_t  *c = &x->c;
+    llm_tokens_t   *out = x->out;
+    cache_slot_t   *cs;
+    const uint8_t  *p = (const uint8_t *) x->text + off;
+    uint32_t        h, j;
+    size_t          k, before;
+
+    if (len <= 1) {
+        return bpe_piece(x->v, &x->w, p, len, out);
+    }
+
+    h = llm_tok_hash_bytes(p, len);
+    for (j = h & c->mask; c->slot[j].n_ids; j = (j + 1) & c->mask) {
+        cs = &c->slot[j];
+        if (cs->hash == h && cs->len == len
+            && memcmp(x->text + cs->off, p, len) == 0)
+        {
+            for (k = 0; k < cs->n_ids; k++) {
+                if (llm_tokens_push(out, c->ids.ids[cs->ids + k]) < 0) {
+                    return -ENOMEM;
+                }
+            }
+            return 0;
+        }
+    }
+
+    before = out->n;
+    if (bpe_piece(x->v, &x->w, p, len, out) < 0) {
+        return -ENOMEM;
+    }
+    if (out->n == before) {
+        return 0;
+    }
+    cs = &c->slot[j];
+    cs->hash = h;
+    cs->off = (uint32_t) off;
+    cs->len = (uint32_t) len;
+    cs->ids = (uint32_t) c->ids.n;
+    cs->n_ids = (uint32_t) (out->n - before);
+    for (k = before; k < out->n; k++) {
+        if (llm_tokens_push(&c->ids, out->ids[k]) < 0) {
+            return -ENOMEM;
+        }
+    }
+    if (++c->used * 2 > c->mask) {
+        return cache_grow(c);
+    }
+    return 0;
+}
+
+/*
+ * Split text[off..off+len) by regex k: the gaps between matches and the
+ * matches both go on to regex k + 1, and after the last regex to BPE.
+ * Recursion depth is the number of regexes in the set (at most 8).
+ */
+static int
+split_rec(bpe_ctx_t *x, uint32_t k, size_t off, size_t len)
+{
+    const PCRE2_SIZE  *ov;
+    const char        *sub = x->text + off;
+    size_t             pos = 0, last = 0, ms, me;
+    int                rc;
+
+    if (k == x->v->n_re) {
+        return emit_piece(x, off, len);
+    }
+
+    ov = pcre2_get_ovector_pointer(x->md);
+    while (pos < len) {
+        rc = pcre2_match(x->v->re[k], (PCRE2_SPTR) sub, len, pos, 0, x->md,
+                         NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            break;
+        }
+        if (rc < 0) {
+            PCRE2_UCHAR msg[128];
+            char       *err = x->err;
+            size_t      errlen = x->errlen;
+
+            pcre2_get_error_message(rc, msg, sizeof(msg));
+            ERR("tokenize: pre-tokenizer regex failed: %s", (char *) msg);
+            return -EINVAL;
+        }
+        ms = ov[0];
+        me = ov[1];
+        if (me == ms) {
+            pos = ms + 1;       /* never produced by these patterns */
+            continue;
+        }
+        if (ms > last && (rc = split_rec(x, k + 1, off + last, ms - last)) < 0)
+        {
+            return rc;
+        }
+        if ((rc = split_rec(x, k + 1, off + ms, me - ms)) < 0) {
+            return rc;
+        }
+        last = pos = me;
+    }
+    if (len > last) {
+        return split_rec(x, k + 1, off + last, len - last);
+    }
+    return 0;
+}
+
 /*
  * Byte-level BPE of one plain fragment (no special tokens in it).
  */
@@ -702,101 +755,51 @@ int
 llm_bpe_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     llm_tokens_t *out, char *err, size_t errlen)
 {
-    pcre2_match_data  *md = NULL;
-    spans_t            a = { 0 }, b = { 0 }, t;
-    bpe_work_t         w = { 0 };
-    piece_cache_t      c = { 0 };
-    cache_slot_t      *cs;
-    size_t             i, k, before;
-    uint32_t           h, j;
-    int                rc = -ENOMEM;
-    const uint8_t     *p;
+    bpe_ctx_t   x;
+    size_t      want;
+    int         rc;
 
     if (len > 0xffffffffu) {
         ERR("tokenize: text too long (%zu bytes)", len);
         return -E2BIG;
     }
-    md = pcre2_match_data_create(1, NULL);
-    if (md == NULL || spans_push(&a, 0, len) < 0 || cache_grow(&c) < 0) {
-        goto nomem;
+    if (len == 0) {
+        return 0;
     }
 
-    for (k = 0; k < v->n_re; k++) {
-        rc = split_spans(v->re[k], md, text, &a, &b, err, errlen);
-        if (rc < 0) {
-            goto done;
+    memset(&x, 0, sizeof(x));
+    x.v = v;
+    x.text = text;
+    x.out = out;
+    x.err = err;
+    x.errlen = errlen;
+
+    /* about one token per 2-4 bytes: reserve once instead of doubling */
+    want = out->n + len / 3 + 16;
+    if (out->cap < want) {
+        int32_t *ids = realloc(out->ids, want * sizeof(int32_t));
+
+        if (ids != NULL) {
+            out->ids = ids;
+            out->cap = want;
         }
-        t = a;
-        a = b;
-        b = t;
     }
 
-    for (i = 0; i < a.n; i++) {
-        p = (const uint8_t *) text + a.s[i].off;
-        if (a.s[i].len <= 1) {
-            rc = bpe_piece(v, &w, p, a.s[i].len, out);
-            if (rc < 0) {
-                goto nomem;
-            }
-            continue;
-        }
-
-        h = llm_tok_hash_bytes(p, a.s[i].len);
-        for (j = h & c.mask; c.slot[j].n_ids; j = (j + 1) & c.mask) {
-            cs = &c.slot[j];
-            if (cs->hash == h && cs->len == a.s[i].len
-                && memcmp(text + cs->off, p, cs->len) == 0)
-            {
-                break;
-            }
-        }
-        cs = &c.slot[j];
-        if (cs->n_ids) {
-            for (k = 0; k < cs->n_ids; k++) {
-                if (llm_tokens_push(out, c.ids.ids[cs->ids + k]) < 0) {
-                    goto nomem;
-                }
-            }
-            continue;
-        }
-
-        before = out->n;
-        rc = bpe_piece(v, &w, p, a.s[i].len, out);
-        if (rc < 0) {
-            goto nomem;
-        }
-        if (out->n == before) {
-            continue;
-        }
-        cs->hash = h;
-        cs->off = a.s[i].off;
-        cs->len = a.s[i].len;
-        cs->ids = (uint32_t) c.ids.n;
-        cs->n_ids = (uint32_t) (out->n - before);
-        for (k = before; k < out->n; k++) {
-            if (llm_tokens_push(&c.ids, out->ids[k]) < 0) {
-                goto nomem;
-            }
-        }
-        if (++c.used * 2 > c.mask && cache_grow(&c) < 0) {
-            goto nomem;
-        }
+    x.md = pcre2_match_data_create(1, NULL);
+    if (x.md == NULL || cache_grow(&x.c) < 0) {
+        rc = -ENOMEM;
+    } else {
+        rc = split_rec(&x, 0, 0, len);
     }
-    rc = 0;
-    goto done;
+    if (rc == -ENOMEM) {
+        ERR("tokenize: out of memory");
+    }
 
-nomem:
-    rc = -ENOMEM;
-    ERR("tokenize: out of memory");
-
-done:
-    pcre2_match_data_free(md);
-    free(a.s);
-    free(b.s);
-    free(w.id);
-    free(w.heap);
-    free(w.enc);
-    free(c.slot);
-    llm_tokens_free(&c.ids);
+    pcre2_match_data_free(x.md);
+    free(x.w.id);
+    free(x.w.heap);
+    free(x.w.enc);
+    free(x.c.slot);
+    llm_tokens_free(&x.c.ids);
     return rc;
 }

@@ -64,6 +64,9 @@ struct llm_vocab_s {
     llm_merge_slot_t  *merges;
     uint32_t           merge_mask;
 
+    /* BPE: merges of two single-byte tokens, by (byte << 8 | byte) */
+    llm_merge_slot_t  *byte_pair;
+
     /* BPE: token of each byte's bytes_to_unicode char; SPM: <0xNN> */
     int32_t            byte_tok[256];
 
