@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,6 @@
 #include "gguf.h"
 #include "mkmodel.h"
 #include "quant.h"
-#include "threadpool.h"
 #include "vocabgen.h"
 
 #define MK_SLAB_BYTES   (32u << 20)
@@ -387,7 +387,7 @@ typedef struct {
     size_t              row_bytes;
     uint8_t            *out;
     float             **scratch;     /* one row of floats per thread */
-    llm_pool_counter_t  next;
+    uint32_t            next;        /* chunk counter, atomic */
 } mk_job_t;
 
 static void
@@ -418,16 +418,57 @@ mk_fill_row(const mk_tensor_t *t, uint64_t tseed, int64_t row, float *x)
     }
 }
 
+typedef struct {
+    void      (*fn)(void *, uint32_t);
+    void       *arg;
+    uint32_t    ith;
+} mk_thread_t;
+
+static void *
+mk_thread_main(void *a)
+{
+    mk_thread_t *t = a;
+    t->fn(t->arg, t->ith);
+    return NULL;
+}
+
+void
+llm_mk_parallel(uint32_t nth, void (*fn)(void *arg, uint32_t ith),
+    void *arg)
+{
+    pthread_t tid[64];
+    mk_thread_t ts[64];
+    uint32_t started = 0;
+
+    if (nth > 64) {
+        nth = 64;
+    }
+    for (uint32_t i = 1; i < nth; i++) {
+        ts[i].fn = fn;
+        ts[i].arg = arg;
+        ts[i].ith = i;
+        if (pthread_create(&tid[i], NULL, mk_thread_main, &ts[i]) != 0) {
+            break;          /* fewer threads: the counter still splits */
+        }
+        started = i;
+    }
+    fn(arg, 0);
+    for (uint32_t i = 1; i <= started; i++) {
+        pthread_join(tid[i], NULL);
+    }
+}
+
 static void
-mk_slab_task(void *arg, uint32_t ith, uint32_t nth)
+mk_slab_task(void *arg, uint32_t ith)
 {
     mk_job_t *j = arg;
     int64_t nchunks = (j->nrows + MK_CHUNK_ROWS - 1) / MK_CHUNK_ROWS;
     float *x = j->scratch[ith];
     uint32_t c;
 
-    (void) nth;
-    while ((c = llm_pool_claim(&j->next)) < nchunks) {
+    while ((c = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED))
+           < nchunks)
+    {
         int64_t r0 = (int64_t) c * MK_CHUNK_ROWS;
         int64_t r1 = r0 + MK_CHUNK_ROWS < j->nrows ? r0 + MK_CHUNK_ROWS
                                                   : j->nrows;
@@ -526,7 +567,6 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
     char *err, size_t errlen)
 {
     llm_gguf_writer_t *w = NULL;
-    llm_pool_t *pool = NULL;
     llm_vocabgen_t v;
     mk_list_t l = { 0 };
     mk_job_t job;
@@ -551,9 +591,8 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         mk_err(err, errlen, "out of memory");
         goto done;
     }
-    rc = llm_pool_create(&pool, nth, err, errlen);
-    if (rc != 0) {
-        goto done;
+    if (nth > 64) {
+        nth = 64;
     }
     for (size_t i = 0; i < l.n; i++) {
         if (l.t[i].ne[0] > max_ne0) {
@@ -607,8 +646,8 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         for (int64_t r = 0; r < rows; r += per) {
             job.row0 = r;
             job.nrows = rows - r < per ? rows - r : per;
-            llm_pool_reset(&job.next);
-            llm_pool_run(pool, mk_slab_task, &job);
+            job.next = 0;
+            llm_mk_parallel(nth, mk_slab_task, &job);
             if (llm_gguf_w_data(w, slab, (size_t) job.nrows * rb) != 0) {
                 goto wfail;
             }
@@ -633,7 +672,6 @@ done:
     }
     free(scratch);
     free(slab);
-    llm_pool_free(pool);
     free(l.t);
     llm_vocabgen_free(&v);
     return rc;

@@ -65,6 +65,13 @@ int llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err,
 int llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path,
     FILE *log, char *err, size_t errlen);
 
+/*
+ * Run fn(arg, ith) on nth threads (the caller is ith 0) and wait for all:
+ * the tools' fan-out per slab.  Work inside is split by an atomic counter.
+ */
+void llm_mk_parallel(uint32_t nth, void (*fn)(void *arg, uint32_t ith),
+    void *arg);
+
 /* The llama.cpp general.file_type for a file whose matrices are type t. */
 uint32_t llm_mkmodel_file_type(uint32_t t);
 
