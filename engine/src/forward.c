@@ -104,7 +104,7 @@ struct llm_ctx_s {
     llm_mm_item_t      *items;
     uint32_t            n_items;
     uint32_t            cap_items;
-    llm_pool_counter_t  next;
+    uint32_t            rpi;        /* rows per item of a row phase */
     const llm_batch_t  *b;
     uint32_t            T;          /* rows in this phase */
     uint32_t            layer;
@@ -337,27 +337,43 @@ llm_item_run(const llm_mm_item_t *it)
 }
 
 static void
-llm_task_items(void *arg, uint32_t ith, uint32_t nth)
+llm_task_items(void *arg, uint32_t i, uint32_t ith)
 {
     llm_ctx_t  *c = arg;
-    uint32_t    i;
 
     (void) ith;
-    (void) nth;
-    while ((i = llm_pool_claim(&c->next)) < c->n_items) {
-        llm_item_run(&c->items[i]);
-    }
+    llm_item_run(&c->items[i]);
 }
 
 static void
 llm_run_items(llm_ctx_t *c)
 {
-    if (c->n_items == 0) {
-        return;
-    }
-    llm_pool_reset(&c->next);
-    llm_pool_run(c->pool, llm_task_items, c);
+    llm_pool_for(c->pool, c->n_items, llm_task_items, c);
     c->n_items = 0;
+}
+
+/*
+ * Run a per-row task over rows [0, T): items of c->rpi rows each, about
+ * four per thread.  The task reads its range with llm_rows().
+ */
+static void
+llm_run_rows(llm_ctx_t *c, uint32_t T, llm_pool_fn fn)
+{
+    uint32_t  want = c->nth * 4;
+
+    c->T = T;
+    c->rpi = (T + want - 1) / want;
+    if (c->rpi == 0) {
+        c->rpi = 1;
+    }
+    llm_pool_for(c->pool, (T + c->rpi - 1) / c->rpi, fn, c);
+}
+
+static inline void
+llm_rows(const llm_ctx_t *c, uint32_t item, uint32_t *r0, uint32_t *r1)
+{
+    *r0 = item * c->rpi;
+    *r1 = *r0 + c->rpi < c->T ? *r0 + c->rpi : c->T;
 }
 
 /* A matrix product y[T][n_out] = src @ W^T as items. */
@@ -389,12 +405,14 @@ llm_items_mat(llm_ctx_t *c, const llm_wt_t *w, const float *src,
  * norm_w, then quantize into the activation types of act_mask.
  */
 static void
-llm_task_norm(void *arg, uint32_t ith, uint32_t nth)
+llm_task_norm(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t  *c = arg;
-    uint32_t    r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth, r;
+    uint32_t    r0, r1, r;
     int64_t     n = c->m->hp.n_embd;
 
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
     for (r = r0; r < r1; r++) {
         llm_rmsnorm(c->norm_dst + (size_t) r * n,
                     c->norm_src + (size_t) r * n, c->norm_w, n,
@@ -405,11 +423,13 @@ llm_task_norm(void *arg, uint32_t ith, uint32_t nth)
 
 /* Quantize rows of act_src only. */
 static void
-llm_task_act(void *arg, uint32_t ith, uint32_t nth)
+llm_task_act(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t  *c = arg;
-    uint32_t    r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t    r0, r1;
 
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
     llm_act_rows(c, r0, r1);
 }
 
@@ -426,7 +446,7 @@ llm_run_norm(llm_ctx_t *c, uint32_t T, const float *src, float *dst,
     c->act_src = dst;
     c->act_src_stride = c->m->hp.n_embd;
     c->act_set = c->act;
-    llm_pool_run(c->pool, llm_task_norm, c);
+    llm_run_rows(c, T, llm_task_norm);
 }
 
 static void
@@ -440,7 +460,7 @@ llm_run_act(llm_ctx_t *c, uint32_t rows, const float *src, int64_t n,
     c->act_src_stride = n;
     c->act_set = set;
     if (mask & ~1u) {
-        llm_pool_run(c->pool, llm_task_act, c);
+        llm_run_rows(c, rows, llm_task_act);
     }
 }
 
@@ -487,7 +507,7 @@ llm_store_row(llm_type_t t, uint8_t *dst, const float *src, uint32_t n)
 }
 
 static void
-llm_task_rope(void *arg, uint32_t ith, uint32_t nth)
+llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t           *c = arg;
     const llm_model_t   *m = c->m;
@@ -495,7 +515,7 @@ llm_task_rope(void *arg, uint32_t ith, uint32_t nth)
     const llm_layer_t   *L = &m->layers[c->layer];
     const llm_batch_t   *b = c->b;
     llm_kv_t            *kv = c->kv;
-    uint32_t             r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t             r0, r1;
     uint32_t             q_dim = hp->n_head * hp->head_dim;
     uint32_t             k_dim = hp->n_head_kv * hp->head_dim;
     uint32_t             v_dim = hp->n_head_kv * hp->head_dim_v;
@@ -503,6 +523,8 @@ llm_task_rope(void *arg, uint32_t ith, uint32_t nth)
     float               *q, *k, *cs;
     const llm_seq_view_t *sv;
 
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
     for (r = r0; r < r1; r++) {
         q = c->q + (size_t) r * q_dim;
         k = c->k + (size_t) r * k_dim;
@@ -631,18 +653,14 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
 }
 
 static void
-llm_task_attn(void *arg, uint32_t ith, uint32_t nth)
+llm_task_attn(void *arg, uint32_t i, uint32_t ith)
 {
     llm_ctx_t           *c = arg;
     const llm_hparams_t *hp = &c->m->hp;
     uint32_t             G = hp->n_head / hp->n_head_kv;
-    uint32_t             n = c->T * hp->n_head_kv, i;
     float               *sc = c->scores + (size_t) ith * G * c->max_pos;
 
-    (void) nth;
-    while ((i = llm_pool_claim(&c->next)) < n) {
-        llm_attn_one(c, i / hp->n_head_kv, i % hp->n_head_kv, sc);
-    }
+    llm_attn_one(c, i / hp->n_head_kv, i % hp->n_head_kv, sc);
 }
 
 /* ---- MoE routing -------------------------------------------------------- */
@@ -653,12 +671,12 @@ llm_task_attn(void *arg, uint32_t ith, uint32_t nth)
  * the unbiased probs, optional renormalization and scale.
  */
 static void
-llm_task_route(void *arg, uint32_t ith, uint32_t nth)
+llm_task_route(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t           *c = arg;
     const llm_hparams_t *hp = &c->m->hp;
     const llm_layer_t   *L = &c->m->layers[c->layer];
-    uint32_t             r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t             r0, r1;
     uint32_t             NE = hp->n_expert, K = hp->n_expert_used;
     uint32_t             r, e, j, best;
     float                mx, sum, *pr, sel[4096];
@@ -666,6 +684,8 @@ llm_task_route(void *arg, uint32_t ith, uint32_t nth)
     float               *sw;
     double               ws;
 
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
     for (r = r0; r < r1; r++) {
         pr = c->router + (size_t) r * NE;
         se = c->sel + (size_t) r * K;
@@ -757,13 +777,15 @@ llm_group_experts(llm_ctx_t *c, uint32_t T)
 
 /* Copy each slot's activation row (of its token) into slot order. */
 static void
-llm_task_gather(void *arg, uint32_t ith, uint32_t nth)
+llm_task_gather(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t  *c = arg;
-    uint32_t    S = c->T * c->m->hp.n_expert_used;
-    uint32_t    s0 = S * ith / nth, s1 = S * (ith + 1) / nth, s;
+    uint32_t    s0, s1, s;
     size_t      rb = c->gather_rb;
     const uint8_t *src = c->gather_src;
+
+    (void) ith;
+    llm_rows(c, item, &s0, &s1);
 
     for (s = s0; s < s1; s++) {
         memcpy(c->xg + (size_t) s * rb, src + (size_t) c->slot_tok[s] * rb,
@@ -773,16 +795,18 @@ llm_task_gather(void *arg, uint32_t ith, uint32_t nth)
 
 /* x[t] += sum_j w[t][j] * eo[slot(t, j)], rows split by thread. */
 static void
-llm_task_scatter(void *arg, uint32_t ith, uint32_t nth)
+llm_task_scatter(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t  *c = arg;
     uint32_t    K = c->m->hp.n_expert_used;
     uint32_t    n = c->m->hp.n_embd;
-    uint32_t    r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t    r0, r1;
     uint32_t    r, j, i;
     float      *x, a;
     const float *eo;
 
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
     for (r = r0; r < r1; r++) {
         x = c->x + (size_t) r * n;
         for (j = 0; j < K; j++) {
@@ -797,12 +821,17 @@ llm_task_scatter(void *arg, uint32_t ith, uint32_t nth)
 
 /* x += tmp, rows split by thread. */
 static void
-llm_task_add(void *arg, uint32_t ith, uint32_t nth)
+llm_task_add(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t  *c = arg;
     size_t      n = c->m->hp.n_embd;
-    size_t      i0 = c->T * n * ith / nth, i1 = c->T * n * (ith + 1) / nth;
-    size_t      i;
+    uint32_t    r0, r1;
+    size_t      i, i0, i1;
+
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
+    i0 = r0 * n;
+    i1 = r1 * n;
 
     for (i = i0; i < i1; i++) {
         c->x[i] += c->tmp[i];
@@ -831,16 +860,14 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         return rc;
     }
     llm_run_items(c);
-    c->T = T;
-    llm_pool_run(c->pool, llm_task_route, c);
+    llm_run_rows(c, T, llm_task_route);
     llm_group_experts(c, T);
 
     /* gather the activation rows of the gate/up type into slot order */
     xop = llm_act_operand(c, c->act, c->xn, E, E, L->gate_exps.type, &xs);
     c->gather_src = xop;
     c->gather_rb = xs;
-    c->T = T;
-    llm_pool_run(c->pool, llm_task_gather, c);
+    llm_run_rows(c, S, llm_task_gather);
 
     /* gate + up + SwiGLU per (expert, ff chunk) */
     ch = llm_chunk_rows(c, ff * c->n_active, ff);
@@ -891,8 +918,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     }
     llm_run_items(c);
 
-    c->T = T;
-    llm_pool_run(c->pool, llm_task_scatter, c);
+    llm_run_rows(c, T, llm_task_scatter);
     return 0;
 }
 
@@ -954,8 +980,7 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         return rc;
     }
     llm_run_items(c);
-    c->T = T;
-    llm_pool_run(c->pool, llm_task_add, c);
+    llm_run_rows(c, T, llm_task_add);
     return 0;
 }
 
@@ -992,11 +1017,9 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     }
     llm_run_items(c);
 
-    c->T = T;
-    llm_pool_run(c->pool, llm_task_rope, c);
+    llm_run_rows(c, T, llm_task_rope);
 
-    llm_pool_reset(&c->next);
-    llm_pool_run(c->pool, llm_task_attn, c);
+    llm_pool_for(c->pool, T * hp->n_head_kv, llm_task_attn, c);
 
     /* output projection, residual */
     llm_run_act(c, T, c->att, o_dim, llm_act_mask_of(L->wo.type), c->act);
@@ -1006,8 +1029,7 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
         return rc;
     }
     llm_run_items(c);
-    c->T = T;
-    llm_pool_run(c->pool, llm_task_add, c);
+    llm_run_rows(c, T, llm_task_add);
 
     /* FFN */
     if (hp->n_expert > 0) {
@@ -1076,17 +1098,19 @@ llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
 
 /* Embedding rows and RoPE tables, rows split by thread. */
 static void
-llm_task_embed(void *arg, uint32_t ith, uint32_t nth)
+llm_task_embed(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t           *c = arg;
     const llm_model_t   *m = c->m;
     const llm_hparams_t *hp = &m->hp;
     const llm_batch_t   *b = c->b;
-    uint32_t             r0 = c->T * ith / nth, r1 = c->T * (ith + 1) / nth;
+    uint32_t             r0, r1;
     uint32_t             r, i, half = hp->rope_dims / 2;
     double               th, base = hp->rope_base;
     float               *cs;
 
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
     for (r = r0; r < r1; r++) {
         llm_dequantize_row((llm_type_t) m->tok_embd.type,
                            m->tok_embd.data
@@ -1134,8 +1158,7 @@ llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
         return rc;
     }
     c->b = b;
-    c->T = T;
-    llm_pool_run(c->pool, llm_task_embed, c);
+    llm_run_rows(c, T, llm_task_embed);
 
     for (l = 0; l < hp->n_layer; l++) {
         rc = llm_layer(c, l, T);

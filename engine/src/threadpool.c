@@ -1,13 +1,19 @@
 /*
- * Persistent thread pool: a generation counter publishes a task, workers
- * spin then sleep on it (futex), a done counter ends the phase.
+ * Persistent thread pool: a generation counter publishes a phase, workers
+ * spin then sleep on it (futex), items are claimed with a compare-and-swap
+ * on a counter tagged with the phase, and a done counter ends the phase.
+ *
+ * Phase descriptors live in a ring indexed by generation.  A descriptor is
+ * rewritten only after its counter is marked invalid, and a worker checks
+ * the tag before and after reading the descriptor (a seqlock), so a worker
+ * that slept through many phases reads either a consistent descriptor of
+ * the phase it saw or nothing at all.
  */
 
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +22,18 @@
 
 #include "threadpool.h"
 
-#define LLM_POOL_SPIN       (1u << 17)   /* pause loops before sleeping */
+#define LLM_POOL_SPIN       (1u << 16)   /* pause loops before sleeping */
+#define LLM_POOL_YIELD      (1u << 12)   /* caller: pauses before yielding */
 #define LLM_POOL_MAX        256
+#define LLM_POOL_RING       64
+#define LLM_POOL_INVALID    0xffffffffu
+
+typedef struct {
+    _Alignas(64) uint64_t  ctr;        /* tag << 32 | next item */
+    uint32_t               n;
+    llm_pool_fn            fn;
+    void                  *arg;
+} llm_pool_phase_t;
 
 typedef struct {
     llm_pool_t      *pool;
@@ -25,16 +41,15 @@ typedef struct {
 } llm_pool_worker_t;
 
 struct llm_pool_s {
-    _Alignas(64) uint32_t gen;         /* futex word: bumped per task */
-    _Alignas(64) uint32_t done;        /* workers finished this task */
+    _Alignas(64) uint32_t gen;         /* futex word: bumped per phase */
+    _Alignas(64) uint32_t done;        /* items finished this phase */
     _Alignas(64) uint32_t sleepers;
     uint32_t             stop;
     uint32_t             n;
-    llm_pool_fn          fn;
-    void                *arg;
+    uint32_t             n_started;
     pthread_t           *threads;
     llm_pool_worker_t   *workers;
-    uint32_t             n_started;
+    llm_pool_phase_t     ring[LLM_POOL_RING];
 };
 
 static inline void
@@ -55,6 +70,40 @@ static void
 llm_futex_wake(uint32_t *addr)
 {
     syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Claim and run items of phase g until none are left (or g is gone). */
+static void
+llm_pool_work(llm_pool_t *p, uint32_t g, uint32_t ith)
+{
+    llm_pool_phase_t  *ph = &p->ring[g % LLM_POOL_RING];
+    llm_pool_fn        fn;
+    void              *arg;
+    uint64_t           v;
+    uint32_t           n;
+
+    v = __atomic_load_n(&ph->ctr, __ATOMIC_ACQUIRE);
+    if ((uint32_t) (v >> 32) != g) {
+        return;
+    }
+    fn = __atomic_load_n(&ph->fn, __ATOMIC_RELAXED);
+    arg = __atomic_load_n(&ph->arg, __ATOMIC_RELAXED);
+    n = __atomic_load_n(&ph->n, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    v = __atomic_load_n(&ph->ctr, __ATOMIC_RELAXED);
+
+    for ( ;; ) {
+        if ((uint32_t) (v >> 32) != g || (uint32_t) v >= n) {
+            return;
+        }
+        if (__atomic_compare_exchange_n(&ph->ctr, &v, v + 1, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        {
+            fn(arg, (uint32_t) v, ith);
+            __atomic_fetch_add(&p->done, 1, __ATOMIC_RELEASE);
+            v = __atomic_load_n(&ph->ctr, __ATOMIC_RELAXED);
+        }
+    }
 }
 
 static void *
@@ -82,15 +131,13 @@ llm_pool_main(void *arg)
         if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
             return NULL;
         }
-        p->fn(p->arg, w->ith, p->n);
-        __atomic_fetch_add(&p->done, 1, __ATOMIC_RELEASE);
+        llm_pool_work(p, g, w->ith);
     }
 }
 
 static void
-llm_pool_publish(llm_pool_t *p)
+llm_pool_wake(llm_pool_t *p)
 {
-    __atomic_fetch_add(&p->gen, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) != 0) {
         llm_futex_wake(&p->gen);
     }
@@ -116,6 +163,9 @@ llm_pool_create(llm_pool_t **out, uint32_t n_threads, char *err,
         goto nomem;
     }
     p->n = n_threads;
+    for (i = 0; i < LLM_POOL_RING; i++) {
+        p->ring[i].ctr = (uint64_t) LLM_POOL_INVALID << 32;
+    }
     p->threads = calloc(n_threads, sizeof(pthread_t));
     p->workers = calloc(n_threads, sizeof(llm_pool_worker_t));
     if (p->threads == NULL || p->workers == NULL) {
@@ -155,7 +205,8 @@ llm_pool_free(llm_pool_t *p)
     }
     if (p->n_started > 0) {
         __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
-        llm_pool_publish(p);
+        __atomic_fetch_add(&p->gen, 1, __ATOMIC_SEQ_CST);
+        llm_futex_wake(&p->gen);
         for (i = 1; i <= p->n_started; i++) {
             pthread_join(p->threads[i], NULL);
         }
@@ -172,24 +223,43 @@ llm_pool_size(const llm_pool_t *p)
 }
 
 void
-llm_pool_run(llm_pool_t *p, llm_pool_fn fn, void *arg)
+llm_pool_for(llm_pool_t *p, uint32_t n_items, llm_pool_fn fn, void *arg)
 {
-    uint32_t  spins = 0;
+    llm_pool_phase_t  *ph;
+    uint32_t           g, i, spins = 0;
 
-    if (p->n == 1) {
-        fn(arg, 0, 1);
+    if (n_items == 0) {
+        return;
+    }
+    if (p->n == 1 || n_items == 1) {
+        for (i = 0; i < n_items; i++) {
+            fn(arg, i, 0);
+        }
         return;
     }
 
-    p->fn = fn;
-    p->arg = arg;
+    g = p->gen + 1;
+    if (g == LLM_POOL_INVALID) {
+        g = 1;          /* skip the invalid tag (and 0, the initial seen) */
+    }
+    ph = &p->ring[g % LLM_POOL_RING];
+
+    /* invalidate, rewrite, then tag: a stale reader sees a mismatch */
+    __atomic_store_n(&ph->ctr, (uint64_t) LLM_POOL_INVALID << 32,
+                     __ATOMIC_RELEASE);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    __atomic_store_n(&ph->fn, fn, __ATOMIC_RELAXED);
+    __atomic_store_n(&ph->arg, arg, __ATOMIC_RELAXED);
+    __atomic_store_n(&ph->n, n_items, __ATOMIC_RELAXED);
     __atomic_store_n(&p->done, 0, __ATOMIC_RELAXED);
-    llm_pool_publish(p);
+    __atomic_store_n(&ph->ctr, (uint64_t) g << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&p->gen, g, __ATOMIC_SEQ_CST);
+    llm_pool_wake(p);
 
-    fn(arg, 0, p->n);
+    llm_pool_work(p, g, 0);
 
-    while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) != p->n - 1) {
-        if (++spins < LLM_POOL_SPIN) {
+    while (__atomic_load_n(&p->done, __ATOMIC_ACQUIRE) != n_items) {
+        if (++spins < LLM_POOL_YIELD) {
             llm_cpu_relax();
         } else {
             sched_yield();

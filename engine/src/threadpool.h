@@ -2,12 +2,17 @@
  * A persistent thread pool for the forward pass.
  *
  * n_threads - 1 worker threads are created once; the calling thread is
- * worker 0.  llm_pool_run() publishes a task by bumping a generation
- * counter, runs its own share, and returns when every worker has finished:
- * one call is one phase, its return is the phase's barrier.  Workers spin
- * on the generation counter for a short while, then sleep on a futex, so an
- * idle engine costs no CPU.  Tasks split their work themselves, usually by
- * claiming items from an atomic counter (llm_pool_claim).
+ * worker 0.  llm_pool_for() publishes a phase of n items by bumping a
+ * generation counter; every thread claims items from an atomic counter and
+ * runs fn(arg, item, ith) on each; the call returns when all n items are
+ * done: one call is one phase, its return is the phase's barrier.
+ *
+ * The barrier waits for items, not for threads: a worker that the kernel
+ * has descheduled (a shared, oversubscribed machine) simply claims nothing,
+ * and the caller does its share, instead of every phase waiting a full time
+ * slice for it.  Claims are tagged with the phase so a late worker can
+ * never take an item of a later phase by mistake.  Idle workers spin for a
+ * short while, then sleep on a futex, so an idle engine costs no CPU.
  */
 
 #ifndef LLM_THREADPOOL_H
@@ -18,7 +23,9 @@
 
 typedef struct llm_pool_s llm_pool_t;
 
-typedef void (*llm_pool_fn)(void *arg, uint32_t ith, uint32_t nth);
+/* One item of a phase; ith (0..n_threads-1) names the thread running it,
+ * for per-thread scratch. */
+typedef void (*llm_pool_fn)(void *arg, uint32_t item, uint32_t ith);
 
 int llm_pool_create(llm_pool_t **out, uint32_t n_threads, char *err,
     size_t errlen);
@@ -26,29 +33,11 @@ void llm_pool_free(llm_pool_t *p);
 uint32_t llm_pool_size(const llm_pool_t *p);
 
 /*
- * Run fn(arg, ith, nth) on all nth threads (the caller is ith 0) and wait
- * until all returned.  Not reentrant: one task at a time per pool.
+ * Run fn(arg, i, ith) for every i < n_items, spread over the pool's
+ * threads, and return when all are done.  Not reentrant: one phase at a
+ * time per pool, from one calling thread.
  */
-void llm_pool_run(llm_pool_t *p, llm_pool_fn fn, void *arg);
-
-/*
- * Work counter for one phase: set to 0 before llm_pool_run (llm_pool_reset)
- * and claim items with llm_pool_claim until it returns >= n.
- */
-typedef struct {
-    _Alignas(64) uint32_t next;
-} llm_pool_counter_t;
-
-static inline void
-llm_pool_reset(llm_pool_counter_t *c)
-{
-    __atomic_store_n(&c->next, 0, __ATOMIC_RELAXED);
-}
-
-static inline uint32_t
-llm_pool_claim(llm_pool_counter_t *c)
-{
-    return __atomic_fetch_add(&c->next, 1, __ATOMIC_RELAXED);
-}
+void llm_pool_for(llm_pool_t *p, uint32_t n_items, llm_pool_fn fn,
+    void *arg);
 
 #endif /* LLM_THREADPOOL_H */

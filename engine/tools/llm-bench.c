@@ -1,0 +1,292 @@
+/*
+ * llm-bench: prefill (pp) and decode (tg) throughput of a model, like
+ * llama-bench.  pp: one batch of -p random tokens at positions 0..p-1.
+ * tg: -n single-token steps on one sequence with the KV cache, from an
+ * empty cache.  Each repeated -r times after one warm-up run; prints
+ * mean +- stddev in a table with the settings, or JSON.
+ */
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "model.h"
+
+typedef struct {
+    llm_ctx_t      *c;
+    const llm_hparams_t *hp;
+    uint32_t       *blocks;
+    uint32_t        n_blocks;
+    int32_t        *tok, *pos, *seq;
+    uint8_t        *want;
+    float          *logits;
+    uint64_t        rng;
+} bench_t;
+
+static void
+usage(FILE *f)
+{
+    fprintf(f,
+        "usage: llm-bench -m FILE [-t THREADS] [-p N_PROMPT] [-n N_GEN]\n"
+        "                 [-r REPS] [--kv-type f32|f16] [--json]\n"
+        "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
+        "  -n  generated tokens (128)     -r  repetitions (default 3)\n"
+        "Prefill: one batch of -p tokens.  Decode: -n single-token steps on\n"
+        "one sequence with the KV cache.  Reports tokens/s, mean +- stddev.\n"
+        "JSON fields: pp_tps, pp_tps_std, tg_tps, tg_tps_std, threads,\n"
+        "model_bytes, peak_rss_bytes, kv_bytes, n_prompt, n_gen, reps.\n");
+}
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int32_t
+rnd_tok(bench_t *B)
+{
+    B->rng ^= B->rng << 13;
+    B->rng ^= B->rng >> 7;
+    B->rng ^= B->rng << 17;
+    return (int32_t) (B->rng % B->hp->n_vocab);
+}
+
+static int
+run_batch(bench_t *B, uint32_t n, uint32_t pos0, char *err, size_t errlen)
+{
+    llm_seq_view_t  sv = { B->blocks, B->n_blocks };
+    llm_batch_t     b;
+    uint32_t        i;
+
+    for (i = 0; i < n; i++) {
+        B->tok[i] = rnd_tok(B);
+        B->pos[i] = (int32_t) (pos0 + i);
+        B->seq[i] = 0;
+        B->want[i] = i == n - 1;
+    }
+    b.n_tokens = n;
+    b.tokens = B->tok;
+    b.pos = B->pos;
+    b.seq = B->seq;
+    b.logits = B->want;
+    b.n_seqs = 1;
+    b.seqs = &sv;
+    return llm_forward(B->c, &b, B->logits, err, errlen);
+}
+
+static int
+run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
+{
+    uint32_t  i;
+    int       rc;
+
+    for (i = 0; i < n; i++) {
+        rc = run_batch(B, 1, i, err, errlen);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void
+stats(const double *v, int n, double *mean, double *sd)
+{
+    double  s = 0, q = 0;
+    int     i;
+
+    for (i = 0; i < n; i++) {
+        s += v[i];
+    }
+    *mean = s / n;
+    for (i = 0; i < n; i++) {
+        q += (v[i] - *mean) * (v[i] - *mean);
+    }
+    *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
+}
+
+int
+main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "model", required_argument, NULL, 'm' },
+        { "threads", required_argument, NULL, 't' },
+        { "n-prompt", required_argument, NULL, 'p' },
+        { "n-gen", required_argument, NULL, 'n' },
+        { "repetitions", required_argument, NULL, 'r' },
+        { "kv-type", required_argument, NULL, 'k' },
+        { "json", no_argument, NULL, 'J' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    const char      *model = NULL;
+    int              threads = 2, np = 512, ng = 128, reps = 3, json = 0;
+    int              ch, i, rc = 1;
+    llm_type_t       kvt = LLM_TYPE_F32;
+    llm_model_t     *m = NULL;
+    llm_kv_t        *kv = NULL;
+    bench_t          B;
+    double           t0, *pp = NULL, *tg = NULL, ppm = 0, pps = 0, tgm = 0;
+    double           tgs = 0;
+    uint64_t         model_bytes;
+    size_t           kv_bytes;
+    struct rusage    ru;
+    char             err[512];
+    uint32_t         bt = 16, maxb, j;
+
+    memset(&B, 0, sizeof(B));
+    while ((ch = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'm': model = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'p': np = atoi(optarg); break;
+        case 'n': ng = atoi(optarg); break;
+        case 'r': reps = atoi(optarg); break;
+        case 'J': json = 1; break;
+        case 'k':
+            if (strcmp(optarg, "f16") == 0) {
+                kvt = LLM_TYPE_F16;
+            } else if (strcmp(optarg, "f32") != 0) {
+                fprintf(stderr, "llm-bench: --kv-type is f32 or f16\n");
+                return 2;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (model == NULL || threads < 1 || np < 0 || ng < 0 || reps < 1
+        || (np == 0 && ng == 0))
+    {
+        usage(stderr);
+        return 2;
+    }
+
+    if (llm_model_load(&m, model, NULL, err, sizeof(err)) < 0) {
+        fprintf(stderr, "llm-bench: %s\n", err);
+        return 1;
+    }
+    B.hp = llm_model_hparams(m);
+    model_bytes = llm_gguf_file_size(llm_model_gguf(m));
+    maxb = ((uint32_t) (np > ng ? np : ng) + 1 + bt - 1) / bt;
+    if (llm_kv_create(&kv, m, maxb, bt, kvt, err, sizeof(err)) < 0
+        || llm_ctx_create(&B.c, m, kv, (uint32_t) threads,
+                          np > 0 ? (uint32_t) np : 1, err, sizeof(err)) < 0)
+    {
+        fprintf(stderr, "llm-bench: %s\n", err);
+        goto done;
+    }
+    kv_bytes = llm_kv_block_bytes(m, bt, kvt) * maxb;
+    B.n_blocks = maxb;
+    B.blocks = malloc(maxb * sizeof(uint32_t));
+    B.tok = malloc((np + 1) * sizeof(int32_t));
+    B.pos = malloc((np + 1) * sizeof(int32_t));
+    B.seq = malloc((np + 1) * sizeof(int32_t));
+    B.want = malloc(np + 1);
+    B.logits = malloc((size_t) B.hp->n_vocab * sizeof(float));
+    pp = calloc(reps, sizeof(double));
+    tg = calloc(reps, sizeof(double));
+    if (!B.blocks || !B.tok || !B.pos || !B.seq || !B.want || !B.logits
+        || !pp || !tg)
+    {
+        fprintf(stderr, "llm-bench: out of memory\n");
+        goto done;
+    }
+    for (j = 0; j < maxb; j++) {
+        B.blocks[j] = j;
+    }
+    B.rng = 0x9e3779b97f4a7c15ull;
+
+    /* warm-up: fault the weights in, size the buffers */
+    if ((np > 0 && run_batch(&B, (uint32_t) np, 0, err, sizeof(err)) < 0)
+        || (ng > 0 && run_tg(&B, ng < 4 ? (uint32_t) ng : 4, err,
+                             sizeof(err)) < 0))
+    {
+        fprintf(stderr, "llm-bench: %s\n", err);
+        goto done;
+    }
+
+    for (i = 0; i < reps; i++) {
+        if (np > 0) {
+            t0 = now_s();
+            if (run_batch(&B, (uint32_t) np, 0, err, sizeof(err)) < 0) {
+                fprintf(stderr, "llm-bench: %s\n", err);
+                goto done;
+            }
+            pp[i] = np / (now_s() - t0);
+        }
+        if (ng > 0) {
+            t0 = now_s();
+            if (run_tg(&B, (uint32_t) ng, err, sizeof(err)) < 0) {
+                fprintf(stderr, "llm-bench: %s\n", err);
+                goto done;
+            }
+            tg[i] = ng / (now_s() - t0);
+        }
+    }
+    if (np > 0) {
+        stats(pp, reps, &ppm, &pps);
+    }
+    if (ng > 0) {
+        stats(tg, reps, &tgm, &tgs);
+    }
+    getrusage(RUSAGE_SELF, &ru);
+
+    if (json) {
+        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"quant\": \"%s\", "
+               "\"simd\": \"%s\", \"threads\": %d, \"n_prompt\": %d, "
+               "\"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, "
+               "\"pp_tps_std\": %.3f, \"tg_tps\": %.3f, \"tg_tps_std\": "
+               "%.3f, \"model_bytes\": %llu, \"kv_bytes\": %zu, "
+               "\"peak_rss_bytes\": %llu}\n", model, B.hp->arch_name,
+               llm_model_quant_name(m), llm_simd_name(llm_simd_level()),
+               threads, np, ng, reps, ppm, pps, tgm, tgs,
+               (unsigned long long) model_bytes, kv_bytes,
+               (unsigned long long) ru.ru_maxrss * 1024ull);
+    } else {
+        printf("| model | size | params | simd | threads | test | t/s |\n");
+        printf("| --- | ---: | ---: | --- | ---: | --- | ---: |\n");
+        if (np > 0) {
+            printf("| %s %s | %.2f GiB | %.2f B | %s | %d | pp%d | "
+                   "%.2f ± %.2f |\n", B.hp->arch_name,
+                   llm_model_quant_name(m), model_bytes / 1073741824.0,
+                   B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
+                   threads, np, ppm, pps);
+        }
+        if (ng > 0) {
+            printf("| %s %s | %.2f GiB | %.2f B | %s | %d | tg%d | "
+                   "%.2f ± %.2f |\n", B.hp->arch_name,
+                   llm_model_quant_name(m), model_bytes / 1073741824.0,
+                   B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
+                   threads, ng, tgm, tgs);
+        }
+        printf("\nreps %d, KV %s %.1f MiB, peak RSS %.2f GiB (file %.2f "
+               "GiB)\n", reps, kvt == LLM_TYPE_F16 ? "f16" : "f32",
+               kv_bytes / 1048576.0, ru.ru_maxrss / 1048576.0,
+               model_bytes / 1073741824.0);
+    }
+    rc = 0;
+
+done:
+    llm_ctx_free(B.c);
+    llm_kv_free(kv);
+    llm_model_free(m);
+    free(B.blocks);
+    free(B.tok);
+    free(B.pos);
+    free(B.seq);
+    free(B.want);
+    free(B.logits);
+    free(pp);
+    free(tg);
+    return rc;
+}
