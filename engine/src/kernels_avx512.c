@@ -78,6 +78,9 @@ llm_q4_0_tile(const int R, const int C, int64_t nb, const char *w,
             /* lanes: lo(q0) hi(q0) lo(q1) hi(q1), as the y bytes lie */
             z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
             wq[r] = _mm512_and_si512(z, m4);
+            /* the next row tile, same offset: a stream the hardware
+             * prefetchers do not see through R interleaved rows */
+            _mm_prefetch((const char *) p + R * ws + 64, _MM_HINT_T0);
             wd[r] = llm_pair_scale(p[0].d, p[1].d);
         }
 
@@ -162,6 +165,7 @@ llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
                              _mm256_loadu_si256((const void *) p[1].qs), 1);
 
             wq[r] = _mm512_xor_si512(z, bias);      /* w + 128 */
+            _mm_prefetch((const char *) p + R * ws + 64, _MM_HINT_T0);
             wd[r] = llm_pair_scale(p[0].d, p[1].d);
         }
 
@@ -311,6 +315,7 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
                 __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
 
                 z = _mm512_and_si512(z, m4);
+                _mm_prefetch(blk + R * ws + 64 * j, _MM_HINT_T0);
                 if (with_qh) {
                     __mmask64  k = _mm512_test_epi8_mask(hz[r], hbit);
                     z = _mm512_mask_add_epi8(z, k, z, sixteen);
@@ -429,6 +434,7 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
                 __m512i  q;
                 __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
 
+                _mm_prefetch((const char *) p + R * ws + 64 * t, _MM_HINT_T0);
                 hz = _mm512_slli_epi16(_mm512_and_si512(hz, m3), 4);
                 q = _mm512_or_si512(_mm512_and_si512(lo, m4), hz);
 
