@@ -56,6 +56,8 @@ typedef enum {
     JV_LOOP
 } jv_type_t;
 
+#define JV_MARKUP  2
+
 typedef enum {
     JL_LIST = 0,
     JL_TUPLE,
@@ -73,7 +75,8 @@ typedef struct jj_loop_s jj_loop_t;
 
 typedef struct {
     uint32_t     type;
-    uint32_t     flag;       /* UNDEF: 1 = unsafe attribute (sandbox) */
+    uint32_t     flag;       /* UNDEF: 1 = unsafe attribute (sandbox);
+                                STR: JV_MARKUP = markupsafe.Markup */
     size_t       n;          /* STR: byte length */
     union {
         int64_t       i;     /* INT, BOOL */
@@ -273,6 +276,7 @@ int jj_getitem(jj_ctx_t *c, jv_t obj, jv_t key, jv_t *out);
 int jj_call_builtin(jj_ctx_t *c, jj_func_t *fn, jv_t *args, size_t nargs,
     const char **kwn, jv_t *kwv, size_t nkw, jv_t *out);
 void jj_add_globals(jj_ctx_t *c, jv_t dict);
+int jj_escape(jj_ctx_t *c, jv_t s, jv_t *out);     /* markupsafe.escape */
 
 /* Evaluator services the builtins use. */
 int jj_str(jj_ctx_t *c, jv_t v, jv_t *out);         /* str(v) */

@@ -1324,7 +1324,13 @@ filter_select(jj_ctx_t *c, jv_t v, const jargs_t *a, int by_attr,
     size_t       i, first = by_attr ? 1 : 0;
     int          res;
 
-    if (jj_iterate(c, v, &l) != 0 || make_gen(c, out) != 0) {
+    if (make_gen(c, out) != 0) {
+        return -1;
+    }
+    if (!jv_truthy(v)) {
+        return 0;               /* jinja2: "if value:" before iterating */
+    }
+    if (jj_iterate(c, v, &l) != 0) {
         return -1;
     }
     if (by_attr && (a->nargs < 1)) {
@@ -1367,7 +1373,13 @@ filter_map(jj_ctx_t *c, jv_t v, const jargs_t *a, jv_t *out)
     jv_t    l, item, x, name, def;
     size_t  i;
 
-    if (jj_iterate(c, v, &l) != 0 || make_gen(c, out) != 0) {
+    if (make_gen(c, out) != 0) {
+        return -1;
+    }
+    if (!jv_truthy(v)) {
+        return 0;
+    }
+    if (jj_iterate(c, v, &l) != 0) {
         return -1;
     }
     for (i = 0; i < l.u.l->n; i++) {
@@ -1537,6 +1549,9 @@ jj_filter_exists(const char *name, size_t n)
 
 #define IS(s)  name_eq(name, s, namelen)
 
+static int filter_rest(jj_ctx_t *c, const char *name, size_t namelen,
+    jv_t v, const jargs_t *ap, jv_t *out);
+
 int
 jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
     jv_t *args, size_t nargs, const char **kwn, jv_t *kwv, size_t nkw,
@@ -1544,10 +1559,8 @@ jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
 {
     jargs_t      a = { args, nargs, kwn, kwv, nkw };
     jv_t         s, x, y, l, key;
-    sortitem_t  *it;
-    size_t       i, j, k;
+    size_t       i;
     int64_t      n = 0;
-    int          ci, res, cmp;
     sbuf_t       sb = { 0 };
 
     if (IS("default") || IS("d")) {
@@ -1570,7 +1583,11 @@ jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
         return 0;
     }
     if (IS("safe")) {
-        *out = v;
+        /* Markup: "+" with a plain str escapes the plain side */
+        if (jj_str(c, v, out) != 0) {
+            return -1;
+        }
+        out->flag = JV_MARKUP;
         return 0;
     }
     if (IS("string")) {
@@ -1735,6 +1752,25 @@ jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
             return 0;
         }
         /* escape */
+        if (s.flag == JV_MARKUP && !IS("forceescape")) {
+            *out = s;
+            return 0;
+        }
+        if (jj_escape(c, s, out) != 0) {
+            return -1;
+        }
+        return 0;
+    }
+    return filter_rest(c, name, namelen, v, &a, out);
+}
+
+int
+jj_escape(jj_ctx_t *c, jv_t s, jv_t *out)
+{
+    sbuf_t  sb = { 0 };
+    size_t  i;
+
+    {
         for (i = 0; i < s.n; i++) {
             const char *r = NULL;
 
@@ -1752,8 +1788,23 @@ jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
             }
         }
         *out = sb_val(&sb);
+        out->flag = JV_MARKUP;
         return 0;
     }
+}
+
+static int
+filter_rest(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
+    const jargs_t *ap, jv_t *out)
+{
+    jargs_t      a = *ap;
+    jv_t         s, x, y, l, key;
+    sortitem_t  *it;
+    size_t       i, j, k;
+    int64_t      n = 0;
+    int          ci, res, cmp;
+    sbuf_t       sb = { 0 };
+
     if (IS("selectattr") || IS("rejectattr")) {
         return filter_select(c, v, &a, 1, IS("rejectattr"), out);
     }

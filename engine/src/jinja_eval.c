@@ -462,6 +462,15 @@ binop(jj_ctx_t *c, uint32_t op, jv_t a, jv_t b, jv_t *out)
         }
     }
     if (op == JOP_ADD && a.type == JV_STR && b.type == JV_STR) {
+        int markup = a.flag == JV_MARKUP || b.flag == JV_MARKUP;
+
+        /* Markup + str escapes the str (markupsafe), giving Markup */
+        if (markup && a.flag != JV_MARKUP && jj_escape(c, a, &a) != 0) {
+            return -1;
+        }
+        if (markup && b.flag != JV_MARKUP && jj_escape(c, b, &b) != 0) {
+            return -1;
+        }
         p = jj_alloc(&c->arena, a.n + b.n + 1);
         if (p == NULL) {
             return jj_oom(c);
@@ -469,6 +478,7 @@ binop(jj_ctx_t *c, uint32_t op, jv_t a, jv_t b, jv_t *out)
         memcpy(p, a.u.s, a.n);
         memcpy(p + a.n, b.u.s, b.n);
         *out = jv_strn(p, a.n + b.n);
+        out->flag = markup ? JV_MARKUP : 0;
         return 0;
     }
     if (op == JOP_ADD && a.type == JV_LIST && b.type == JV_LIST
@@ -877,6 +887,10 @@ eval(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n, jv_t *out)
                              out);
 
     case JN_FILTER:
+        if (n->op == 1) {
+            return jj_fail(c, -EINVAL, "TemplateRuntimeError: No filter "
+                           "named '%s' found. (line %u)", n->name, n->line);
+        }
         if (eval(c, s, n->a, &a) != 0 || eval_args(c, s, n, &args, &kwv)) {
             return -1;
         }
@@ -884,13 +898,17 @@ eval(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n, jv_t *out)
                          n->names, kwv, n->nkids2, out);
 
     case JN_TEST:
+        if (n->op & 2) {
+            return jj_fail(c, -EINVAL, "TemplateRuntimeError: No test "
+                           "named '%s' found. (line %u)", n->name, n->line);
+        }
         if (eval(c, s, n->a, &a) != 0 || eval_args(c, s, n, &args, &kwv)) {
             return -1;
         }
         if (jj_test(c, n->name, n->namelen, a, args, n->nkids, &res) != 0) {
             return -1;
         }
-        *out = jv_bool(n->op ? !res : res);
+        *out = jv_bool((n->op & 1) ? !res : res);
         return 0;
 
     case JN_NEG:
@@ -1157,14 +1175,19 @@ exec_for(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
     lv.flag = 0;
     lv.n = 0;
     lv.u.loop = loop;
+    is = scope_new(c, s);
+    if (is == NULL) {
+        return -1;
+    }
     for (i = 0; i < items.u.l->n; i++) {
         if (++c->iterations > JJ_MAX_ITERATIONS) {
             return jj_fail(c, -E2BIG, "more than %u loop iterations",
                            JJ_MAX_ITERATIONS);
         }
         loop->index0 = i;
-        is = scope_new(c, s);
-        if (is == NULL || assign(c, is, n->a, items.u.l->items[i]) != 0
+        /* a fresh scope per iteration; its storage is reused */
+        is->vars.u.d->n = 0;
+        if (assign(c, is, n->a, items.u.l->items[i]) != 0
             || scope_set(c, is, "loop", 4, lv) != 0)
         {
             return -1;
@@ -1336,8 +1359,8 @@ exec_body(jj_ctx_t *c, jj_scope_t *s, jj_node_t **kids, uint32_t n)
     int       rc;
 
     if (c->depth >= JJ_MAX_DEPTH) {
-        return jj_fail(c, -ELOOP, "template nesting deeper than %d",
-                       JJ_MAX_DEPTH);
+        return jj_fail(c, -ELOOP, "maximum recursion depth exceeded: "
+                       "template nesting deeper than %d", JJ_MAX_DEPTH);
     }
     c->depth++;
     for (i = 0; i < n; i++) {

@@ -55,6 +55,8 @@ typedef struct {
     int          failed;
     unsigned     n_varargs;  /* NAME "varargs" / "kwargs" seen so far */
     unsigned     n_kwargs;
+    int          soft;       /* inside {% if %}: unknown filters/tests
+                                fail at render, as jinja2's soft frames */
 } parser_t;
 
 static int
@@ -1476,8 +1478,11 @@ parse_filter(parser_t *p, jj_node_t *operand, int start_inline)
             return NULL;
         }
         if (!jj_filter_exists(f->name, f->namelen)) {
-            perr(p, f->line, "No filter named '%s'.", f->name);
-            return NULL;
+            if (!p->soft) {
+                perr(p, f->line, "No filter named '%s'.", f->name);
+                return NULL;
+            }
+            f->op = 1;          /* unknown: an error if evaluated */
         }
         if (tok_is_op(cur(p), "(") && parse_call_args(p, f) != 0) {
             return NULL;
@@ -1508,8 +1513,11 @@ parse_test(parser_t *p, jj_node_t *operand)
         return NULL;
     }
     if (!jj_test_exists(t->name, t->namelen)) {
-        perr(p, line, "No test named '%s'.", t->name);
-        return NULL;
+        if (!p->soft) {
+            perr(p, line, "No test named '%s'.", t->name);
+            return NULL;
+        }
+        t->op |= 2;             /* unknown: an error if evaluated */
     }
     c = cur(p);
     if (tok_is_op(c, "(")) {
@@ -2003,19 +2011,35 @@ parse_with(parser_t *p, uint32_t line)
     return n;
 }
 
+static jj_node_t *parse_statement_kind(parser_t *p, tok_t *t,
+    uint32_t line);
+
 static jj_node_t *
 parse_statement(parser_t *p)
 {
     tok_t      *t = cur(p);
     uint32_t    line = t->line;
     jj_node_t  *n;
-    char        buf[64];
+    int         saved;
 
     if (t->type != TK_NAME) {
         perr(p, line, "tag name expected");
         return NULL;
     }
     p->pos++;
+    saved = p->soft;
+    p->soft = tok_is_name(t, "if") || (saved && tok_is_name(t, "set"));
+    n = parse_statement_kind(p, t, line);
+    p->soft = saved;
+    return n;
+}
+
+static jj_node_t *
+parse_statement_kind(parser_t *p, tok_t *t, uint32_t line)
+{
+    jj_node_t  *n;
+    char        buf[64];
+
     if (tok_is_name(t, "for")) {
         return parse_for(p, line);
     }
