@@ -131,6 +131,240 @@ void ngx_http_llm_metrics_record(ngx_http_request_t *r,
     ngx_http_llm_sample_t *s);
 
 
+/*
+ * Internals of ngx_http_llm_module shared by its three files (module,
+ * upstream, openai).  Not used by the keys module.
+ */
+
+#include <jansson.h>
+#include "llm.pb-c.h"
+
+
+#define NGX_HTTP_LLM_ROUTE_CHAT         1
+#define NGX_HTTP_LLM_ROUTE_COMPLETION   2
+
+
+typedef struct ngx_http_llm_model_s  ngx_http_llm_model_t;
+
+/* One engine address of an upstream, probed with InfoRequest. */
+typedef struct {
+    ngx_str_t                      name;       /* "unix:/run/a.sock" */
+    ngx_addr_t                    *addr;
+    ngx_http_upstream_srv_conf_t  *upstream;
+    ngx_msec_t                     timeout;
+
+    /* the probe in flight */
+    ngx_peer_connection_t          pc;
+    u_char                        *buf;
+    size_t                         size;
+    size_t                         len;
+    unsigned                       busy:1;
+    unsigned                       sent:1;
+
+    /* the last answer */
+    ngx_msec_t                     checked;    /* 0: never */
+    unsigned                       up:1;
+    u_char                         model[128];
+    u_char                         revision[64];
+    u_char                         load_state[32];
+    u_char                         quantization[32];
+    u_char                         architecture[32];
+    uint32_t                       queue_depth;
+    uint32_t                       context_length;
+    int64_t                        created;
+    uint64_t                       requests_total;
+    uint64_t                       requests_running;
+    uint64_t                       requests_queued;
+    uint64_t                       requests_cancelled;
+    u_char                         error[128];
+} ngx_http_llm_backend_t;
+
+
+struct ngx_http_llm_model_s {
+    ngx_str_t                      name;
+    ngx_array_t                    aliases;    /* of ngx_str_t */
+    ngx_str_t                      upstream_name;
+    ngx_http_upstream_srv_conf_t  *upstream;
+    ngx_array_t                    fallback_names;  /* of ngx_str_t */
+    ngx_array_t                    fallback;   /* of ngx_http_llm_model_t * */
+    ngx_uint_t                     first_backend;   /* in mcf->backends */
+    ngx_uint_t                     nbackends;
+};
+
+
+typedef struct {
+    ngx_http_upstream_srv_conf_t  *upstream;
+    ngx_http_upstream_init_peer_pt init;
+} ngx_http_llm_peer_init_t;
+
+
+typedef struct {
+    ngx_array_t                    models;     /* of ngx_http_llm_model_t */
+    ngx_array_t                    inits;      /* of ngx_http_llm_peer_init_t */
+    ngx_array_t                    backends;   /* of ngx_http_llm_backend_t */
+    ngx_msec_t                     info_cache;
+} ngx_http_llm_main_conf_t;
+
+
+typedef struct {
+    ngx_http_upstream_conf_t       upstream;
+    ngx_flag_t                     api;
+    ngx_flag_t                     health;
+    ngx_flag_t                     fallback_header;
+    ngx_msec_t                     sse_heartbeat;
+    ngx_msec_t                     sse_flush_interval;
+    size_t                         max_frame;
+    ngx_uint_t                     backend;    /* llm_pass's first backend */
+    ngx_uint_t                     nbackends;
+} ngx_http_llm_loc_conf_t;
+
+
+/* A growable byte string in r->pool. */
+typedef struct {
+    u_char                        *data;
+    size_t                         len;
+    size_t                         cap;
+} ngx_http_llm_sbuf_t;
+
+
+typedef struct {
+    ngx_http_llm_sbuf_t            id;
+    ngx_http_llm_sbuf_t            name;
+    ngx_http_llm_sbuf_t            arguments;
+} ngx_http_llm_call_t;
+
+
+typedef struct {
+    ngx_http_llm_sbuf_t            content;
+    ngx_http_llm_sbuf_t            reasoning;
+    ngx_array_t                    calls;      /* of ngx_http_llm_call_t */
+    json_t                        *logprobs;   /* non-stream: array */
+    ngx_uint_t                     text_offset;
+    Llm__FinishReason              finish;
+    unsigned                       role_sent:1;
+} ngx_http_llm_choice_t;
+
+
+typedef struct {
+    ngx_http_request_t            *request;
+    ngx_uint_t                     route;
+    ngx_uint_t                     info;       /* 1 models, 2 model, 3 health */
+    ngx_str_t                      info_id;
+
+    /* the request */
+    ngx_str_t                      requested;  /* model name as asked */
+    ngx_http_llm_model_t          *model;      /* answering; NULL: llm_pass */
+    ngx_str_t                      model_name; /* for "model" in bodies */
+    ngx_array_t                    chain;      /* of ngx_http_llm_model_t * */
+    ngx_uint_t                     chain_pos;
+    ngx_uint_t                     fallbacks;
+    Llm__GenerateRequest          *gen;
+    ngx_uint_t                     n;
+    ngx_uint_t                     max_tokens;
+    ngx_uint_t                     est_tokens;
+    ngx_int_t                      completion_logprobs;  /* -1: off */
+    unsigned                       stream:1;
+    unsigned                       include_usage:1;
+    unsigned                       logprobs:1;
+    unsigned                       echo:1;
+
+    /* the response */
+    u_char                         id[48];
+    size_t                         id_len;
+    time_t                         created;
+    ngx_str_t                      fingerprint;
+    ngx_http_llm_choice_t         *choices;
+    ngx_uint_t                     prompt_tokens;
+    ngx_uint_t                     completion_tokens;
+    ngx_uint_t                     cached_tokens;
+    ngx_str_t                      finish_reason;
+    ngx_str_t                      error_code;
+    ngx_msec_t                     start;
+    ngx_msec_t                     ttft;
+    unsigned                       header_done:1;   /* first byte decided */
+    unsigned                       done:1;          /* terminal event */
+    unsigned                       got_token:1;
+    unsigned                       upstream_error:1;
+    unsigned                       rewrite:1;       /* error filter active */
+    unsigned                       rewrite_sent:1;
+    unsigned                       recorded:1;
+    unsigned                       inflight:1;
+
+    /* an engine error before the first byte, for the final answer */
+    ngx_uint_t                     err_status;
+    const char                    *err_type;
+    const char                    *err_code;
+    const char                    *err_param;
+    ngx_str_t                      err_message;
+    ngx_str_t                      err_body;
+
+    /* keys and limits */
+    ngx_http_llm_key_t            *key;
+    ngx_http_llm_ticket_t          ticket;
+    unsigned                       ticket_set:1;
+
+    /* the frame parser */
+    ngx_uint_t                     state;
+    u_char                         lenbuf[4];
+    ngx_uint_t                     lenpos;
+    size_t                         frame_len;
+    size_t                         frame_got;
+    u_char                        *frame;
+    size_t                         frame_cap;
+
+    /* streaming timers */
+    ngx_event_t                    heartbeat;
+    ngx_event_t                    flush;
+    unsigned                       unflushed:1;
+
+    /* the wrapped balancer */
+    ngx_event_get_peer_pt          inner_get;
+    ngx_event_free_peer_pt         inner_free;
+    void                          *inner_data;
+} ngx_http_llm_ctx_t;
+
+
+/* ngx_http_llm_module.c */
+ngx_http_llm_ctx_t *ngx_http_llm_get_ctx(ngx_http_request_t *r);
+ngx_http_llm_model_t *ngx_http_llm_find_model(ngx_http_llm_main_conf_t *mcf,
+    ngx_str_t *name);
+void ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_uint_t status);
+u_char *ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
+    size_t *len);
+
+/* ngx_http_llm_upstream.c */
+ngx_int_t ngx_http_llm_upstream_start(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
+ngx_int_t ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log);
+ngx_int_t ngx_http_llm_frame(ngx_http_llm_ctx_t *ctx, u_char **pos,
+    u_char *last, size_t max, u_char **frame, size_t *len);
+
+ngx_int_t ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
+    ngx_http_upstream_srv_conf_t *uscf);
+
+/* ngx_http_llm_openai.c */
+ngx_chain_t *ngx_http_llm_chain_buf(ngx_http_request_t *r, size_t size);
+ngx_int_t ngx_http_llm_parse_request(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, u_char *body, size_t len,
+    ngx_http_llm_error_t *err);
+ngx_int_t ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_chain_t **out);
+ngx_int_t ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
+    const u_char *data, size_t len);
+size_t ngx_http_llm_json_escape_len(const u_char *s, size_t len);
+u_char *ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len);
+ngx_int_t ngx_http_llm_sse_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);
+ngx_int_t ngx_http_llm_sse_raw(ngx_http_request_t *r, ngx_chain_t ***ll,
+    u_char *data, size_t len, ngx_uint_t flush);
+ngx_int_t ngx_http_llm_collect(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
+ngx_int_t ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_str_t *body);
+void ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err);
+
+
 extern ngx_module_t  ngx_http_llm_module;
 extern ngx_module_t  ngx_http_llm_keys_module;
 

@@ -1,0 +1,2734 @@
+
+/*
+ * ngx_http_llm_module: the OpenAI side.  Request bodies of
+ * /v1/chat/completions and /v1/completions parsed with jansson (strict
+ * UTF-8, error positions) and validated field by field with OpenAI's
+ * messages, codes and `param` paths; the protobuf GenerateRequest built
+ * from them; response bodies and SSE chunks rendered exactly as OpenAI
+ * does; engine errors mapped to OpenAI error classes.
+ *
+ * Unknown top-level fields are ignored: clients send vendor extras.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_llm_module.h"
+
+
+#define NGX_HTTP_LLM_MAX_N       128
+#define NGX_HTTP_LLM_MAX_STOP    4
+
+
+typedef struct {
+    ngx_http_request_t        *request;
+    ngx_http_llm_error_t      *err;
+} ngx_http_llm_check_t;
+
+
+static ngx_int_t ngx_http_llm_bad(ngx_http_llm_check_t *ck,
+    const char *code, const char *param, const char *fmt, ...);
+static const char *ngx_http_llm_type_name(json_t *j);
+static ngx_int_t ngx_http_llm_get_number(ngx_http_llm_check_t *ck,
+    json_t *root, const char *name, double min, double max, double *out,
+    ngx_uint_t *present);
+static ngx_int_t ngx_http_llm_get_int(ngx_http_llm_check_t *ck,
+    json_t *root, const char *name, json_int_t min, json_int_t max,
+    json_int_t *out, ngx_uint_t *present);
+static ngx_int_t ngx_http_llm_get_bool(ngx_http_llm_check_t *ck,
+    json_t *root, const char *name, ngx_uint_t *out, ngx_uint_t *present);
+static ngx_int_t ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
+    ngx_http_llm_ctx_t *ctx, json_t *msgs);
+static ngx_int_t ngx_http_llm_parse_content(ngx_http_llm_check_t *ck,
+    json_t *content, ngx_uint_t i, const char *role, char **out);
+static ngx_int_t ngx_http_llm_parse_tools(ngx_http_llm_check_t *ck,
+    json_t *root);
+static ngx_int_t ngx_http_llm_parse_stop(ngx_http_llm_check_t *ck,
+    Llm__Sampling *s, json_t *stop);
+static ngx_int_t ngx_http_llm_parse_logit_bias(ngx_http_llm_check_t *ck,
+    Llm__Sampling *s, json_t *bias);
+static char *ngx_http_llm_dump(ngx_pool_t *pool, json_t *j);
+static char *ngx_http_llm_pstrdup(ngx_pool_t *pool, const char *s,
+    size_t len);
+static void ngx_http_llm_json_cleanup(void *data);
+static json_t *ngx_http_llm_text_json(const u_char *s, size_t len);
+static json_t *ngx_http_llm_bytes_json(ProtobufCBinaryData *b);
+static json_t *ngx_http_llm_chat_logprobs(Llm__Delta *d);
+static ngx_int_t ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_choice_t *ch, Llm__Delta *d);
+static const char *ngx_http_llm_finish_name(Llm__FinishReason f);
+static size_t ngx_http_llm_head_len(ngx_http_llm_ctx_t *ctx);
+static u_char *ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p);
+static u_char *ngx_http_llm_tail(ngx_http_llm_ctx_t *ctx, u_char *p);
+static ngx_int_t ngx_http_llm_sse_usage(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_llm_sse_error(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Error *e, ngx_chain_t ***ll);
+static ngx_http_llm_choice_t *ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx,
+    ngx_uint_t index);
+
+
+static const char  ngx_http_llm_alnum[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+
+/*
+ * Fills an invalid_request_error (400) and returns NGX_DECLINED, the
+ * value every check returns on bad input.
+ */
+
+static ngx_int_t
+ngx_http_llm_bad(ngx_http_llm_check_t *ck, const char *code,
+    const char *param, const char *fmt, ...)
+{
+    u_char                *p;
+    va_list                args;
+    ngx_http_llm_error_t  *err;
+
+    err = ck->err;
+
+    p = ngx_pnalloc(ck->request->pool, 1024);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    err->status = NGX_HTTP_BAD_REQUEST;
+    err->type = "invalid_request_error";
+    err->code = code;
+    err->param = param ? ngx_http_llm_pstrdup(ck->request->pool, param,
+                                              ngx_strlen(param))
+                       : NULL;
+    err->message.data = p;
+
+    va_start(args, fmt);
+    err->message.len = ngx_vslprintf(p, p + 1024, fmt, args) - p;
+    va_end(args);
+
+    return NGX_DECLINED;
+}
+
+
+static const char *
+ngx_http_llm_type_name(json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a decimal";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+
+#define ngx_http_llm_bad_type(ck, param, expected, j)                         \
+    ngx_http_llm_bad(ck, "invalid_type", param,                               \
+                     "Invalid type for '%s': expected %s, but got %s "        \
+                     "instead.", param, expected, ngx_http_llm_type_name(j))
+
+
+static ngx_int_t
+ngx_http_llm_get_number(ngx_http_llm_check_t *ck, json_t *root,
+    const char *name, double min, double max, double *out,
+    ngx_uint_t *present)
+{
+    json_t  *j;
+    double   v;
+
+    *present = 0;
+
+    j = json_object_get(root, name);
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_number(j)) {
+        return ngx_http_llm_bad_type(ck, name, "a decimal", j);
+    }
+
+    v = json_number_value(j);
+
+    if (v < min) {
+        return ngx_http_llm_bad(ck, "decimal_below_min_value", name,
+                                "Invalid '%s': decimal below minimum value. "
+                                "Expected a value >= %.1f, but got %.4f "
+                                "instead.", name, min, v);
+    }
+
+    if (v > max) {
+        return ngx_http_llm_bad(ck, "decimal_above_max_value", name,
+                                "Invalid '%s': decimal above maximum value. "
+                                "Expected a value <= %.1f, but got %.4f "
+                                "instead.", name, max, v);
+    }
+
+    *out = v;
+    *present = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_get_int(ngx_http_llm_check_t *ck, json_t *root,
+    const char *name, json_int_t min, json_int_t max, json_int_t *out,
+    ngx_uint_t *present)
+{
+    json_t      *j;
+    json_int_t   v;
+
+    *present = 0;
+
+    j = json_object_get(root, name);
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_integer(j)) {
+        return ngx_http_llm_bad_type(ck, name, "an integer", j);
+    }
+
+    v = json_integer_value(j);
+
+    if (v < min) {
+        return ngx_http_llm_bad(ck, "integer_below_min_value", name,
+                                "Invalid '%s': integer below minimum value. "
+                                "Expected a value >= %L, but got %L "
+                                "instead.", name, (int64_t) min, (int64_t) v);
+    }
+
+    if (v > max) {
+        return ngx_http_llm_bad(ck, "integer_above_max_value", name,
+                                "Invalid '%s': integer above maximum value. "
+                                "Expected a value <= %L, but got %L "
+                                "instead.", name, (int64_t) max, (int64_t) v);
+    }
+
+    *out = v;
+    *present = 1;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_get_bool(ngx_http_llm_check_t *ck, json_t *root,
+    const char *name, ngx_uint_t *out, ngx_uint_t *present)
+{
+    json_t  *j;
+
+    *present = 0;
+
+    j = json_object_get(root, name);
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_boolean(j)) {
+        return ngx_http_llm_bad_type(ck, name, "a boolean", j);
+    }
+
+    *out = json_is_true(j) ? 1 : 0;
+    *present = 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Parses and validates the body of a chat or legacy completion request
+ * into ctx (the GenerateRequest in ctx->gen, the response options).
+ * NGX_OK; NGX_DECLINED with err filled (400); NGX_ERROR on no memory.
+ */
+
+ngx_int_t
+ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    u_char *body, size_t len, ngx_http_llm_error_t *err)
+{
+    u_char                 *p;
+    json_t                 *root, *j, *opts;
+    double                  d;
+    ngx_int_t               rc;
+    ngx_uint_t              i, present, flag, chat;
+    json_int_t              v;
+    json_error_t            jerr;
+    ngx_pool_cleanup_t     *cln;
+    Llm__Sampling          *s;
+    Llm__GenerateRequest   *gen;
+    ngx_http_llm_check_t    ck;
+
+    ck.request = r;
+    ck.err = err;
+
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    root = json_loadb((const char *) body, len, 0, &jerr);
+    if (root == NULL) {
+        return ngx_http_llm_bad(&ck, NULL, NULL,
+                                "We could not parse the JSON body of your "
+                                "request: %s at line %d, column %d "
+                                "(byte %d).", jerr.text, jerr.line,
+                                jerr.column, jerr.position);
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        json_decref(root);
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_llm_json_cleanup;
+    cln->data = root;
+
+    if (!json_is_object(root)) {
+        return ngx_http_llm_bad(&ck, NULL, NULL,
+                                "The request body must be a JSON object, "
+                                "not %s.", ngx_http_llm_type_name(root));
+    }
+
+    gen = ngx_palloc(r->pool, sizeof(Llm__GenerateRequest));
+    s = ngx_palloc(r->pool, sizeof(Llm__Sampling));
+    if (gen == NULL || s == NULL) {
+        return NGX_ERROR;
+    }
+
+    llm__generate_request__init(gen);
+    llm__sampling__init(s);
+    gen->sampling = s;
+    ctx->gen = gen;
+
+    /* the response id */
+
+    p = ngx_cpymem(ctx->id, chat ? "chatcmpl-" : "cmpl-",
+                   chat ? sizeof("chatcmpl-") - 1 : sizeof("cmpl-") - 1);
+    for (i = 0; i < 24; i++) {
+        *p++ = ngx_http_llm_alnum[ngx_random() % 62];
+    }
+    *p = '\0';
+    ctx->id_len = p - ctx->id;
+    gen->request_id = (char *) ctx->id;
+
+    if (ctx->key) {
+        gen->key_id = ngx_http_llm_pstrdup(r->pool,
+                                           (char *) ctx->key->name.data,
+                                           ctx->key->name.len);
+        if (gen->key_id == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    /* model */
+
+    j = json_object_get(root, "model");
+    if (j == NULL || json_is_null(j)) {
+        return ngx_http_llm_bad(&ck, "missing_required_parameter", "model",
+                                "you must provide a model parameter");
+    }
+
+    if (!json_is_string(j)) {
+        return ngx_http_llm_bad_type(&ck, "model", "a string", j);
+    }
+
+    if (json_string_length(j) == 0) {
+        return ngx_http_llm_bad(&ck, "missing_required_parameter", "model",
+                                "you must provide a model parameter");
+    }
+
+    ctx->requested.data = (u_char *) json_string_value(j);
+    ctx->requested.len = json_string_length(j);
+    gen->model = (char *) ctx->requested.data;
+
+    /* messages or prompt */
+
+    if (chat) {
+        j = json_object_get(root, "messages");
+        if (j == NULL) {
+            return ngx_http_llm_bad(&ck, "missing_required_parameter",
+                                    "messages", "Missing required parameter: "
+                                    "'messages'.");
+        }
+
+        rc = ngx_http_llm_parse_messages(&ck, ctx, j);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+    } else {
+        gen->is_completion = 1;
+
+        j = json_object_get(root, "prompt");
+        if (j == NULL || json_is_null(j)) {
+            return ngx_http_llm_bad(&ck, "missing_required_parameter",
+                                    "prompt", "Missing required parameter: "
+                                    "'prompt'.");
+        }
+
+        if (json_is_array(j)) {
+            if (json_array_size(j) != 1) {
+                return ngx_http_llm_bad(&ck, "unsupported_value", "prompt",
+                                        "Only one prompt per request is "
+                                        "supported; got an array of %uz.",
+                                        json_array_size(j));
+            }
+
+            j = json_array_get(j, 0);
+
+            if (!json_is_string(j)) {
+                return ngx_http_llm_bad(&ck, "unsupported_value", "prompt",
+                                        "Invalid 'prompt[0]': only text "
+                                        "prompts are supported, not %s.",
+                                        ngx_http_llm_type_name(j));
+            }
+        }
+
+        if (!json_is_string(j)) {
+            return ngx_http_llm_bad_type(&ck, "prompt", "a string", j);
+        }
+
+        gen->prompt = (char *) json_string_value(j);
+
+        j = json_object_get(root, "suffix");
+        if (j && !json_is_null(j)) {
+            return ngx_http_llm_bad(&ck, "unsupported_parameter", "suffix",
+                                    "Unsupported parameter: 'suffix' is not "
+                                    "supported by this server.");
+        }
+
+        rc = ngx_http_llm_get_bool(&ck, root, "echo", &flag, &present);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        gen->echo = present && flag;
+        ctx->echo = gen->echo;
+
+        rc = ngx_http_llm_get_int(&ck, root, "best_of", 1, 1, &v, &present);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    /* stream, stream_options */
+
+    rc = ngx_http_llm_get_bool(&ck, root, "stream", &flag, &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->stream = present && flag;
+    gen->stream = ctx->stream;
+
+    opts = json_object_get(root, "stream_options");
+    if (opts && !json_is_null(opts)) {
+        if (!ctx->stream) {
+            return ngx_http_llm_bad(&ck, "invalid_value", "stream_options",
+                                    "The 'stream_options' parameter is only "
+                                    "allowed when 'stream' is enabled.");
+        }
+
+        if (!json_is_object(opts)) {
+            return ngx_http_llm_bad_type(&ck, "stream_options", "an object",
+                                         opts);
+        }
+
+        j = json_object_get(opts, "include_usage");
+        if (j && !json_is_null(j)) {
+            if (!json_is_boolean(j)) {
+                return ngx_http_llm_bad_type(&ck,
+                                             "stream_options.include_usage",
+                                             "a boolean", j);
+            }
+
+            ctx->include_usage = json_is_true(j);
+        }
+    }
+
+    /* sampling */
+
+    s->temperature = 1.0f;
+
+    rc = ngx_http_llm_get_number(&ck, root, "temperature", 0, 2, &d,
+                                 &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (present) {
+        s->temperature = (float) d;
+    }
+
+    rc = ngx_http_llm_get_number(&ck, root, "top_p", 0, 1, &d, &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    s->top_p = present ? (float) d : 1.0f;
+
+    rc = ngx_http_llm_get_number(&ck, root, "presence_penalty", -2, 2, &d,
+                                 &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    s->presence_penalty = present ? (float) d : 0;
+
+    rc = ngx_http_llm_get_number(&ck, root, "frequency_penalty", -2, 2, &d,
+                                 &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    s->frequency_penalty = present ? (float) d : 0;
+
+    /* vendor extras with the same meaning as in llama.cpp and vLLM */
+
+    rc = ngx_http_llm_get_int(&ck, root, "top_k", 0, 1000000, &v, &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    s->top_k = present ? (int32_t) v : 0;
+
+    rc = ngx_http_llm_get_number(&ck, root, "min_p", 0, 1, &d, &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    s->min_p = present ? (float) d : 0;
+
+    rc = ngx_http_llm_get_number(&ck, root, "repetition_penalty", 0, 10, &d,
+                                 &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    s->repetition_penalty = present ? (float) d : 0;
+
+    rc = ngx_http_llm_get_bool(&ck, root, "ignore_eos", &flag, &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    s->ignore_eos = present && flag;
+
+    rc = ngx_http_llm_get_int(&ck, root, "n", 1, NGX_HTTP_LLM_MAX_N, &v,
+                              &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->n = present ? (ngx_uint_t) v : 1;
+    s->n = ctx->n;
+
+    rc = ngx_http_llm_get_int(&ck, root, "max_tokens", 1, 1 << 24, &v,
+                              &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->max_tokens = present ? (ngx_uint_t) v : (chat ? 0 : 16);
+
+    if (chat) {
+        rc = ngx_http_llm_get_int(&ck, root, "max_completion_tokens", 1,
+                                  1 << 24, &v, &present);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        if (present) {
+            ctx->max_tokens = (ngx_uint_t) v;
+        }
+    }
+
+    s->max_tokens = (uint32_t) ctx->max_tokens;
+
+    rc = ngx_http_llm_get_int(&ck, root, "seed", INT64_MIN, INT64_MAX, &v,
+                              &present);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (present) {
+        s->has_seed = 1;
+        s->seed = (uint64_t) v;
+    }
+
+    /* logprobs */
+
+    if (chat) {
+        rc = ngx_http_llm_get_bool(&ck, root, "logprobs", &flag, &present);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        ctx->logprobs = present && flag;
+        s->logprobs = ctx->logprobs;
+
+        rc = ngx_http_llm_get_int(&ck, root, "top_logprobs", 0, 20, &v,
+                                  &present);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        if (present) {
+            if (!ctx->logprobs) {
+                return ngx_http_llm_bad(&ck, "invalid_value", "top_logprobs",
+                                        "Invalid value for 'top_logprobs': "
+                                        "'logprobs' must be set to true to "
+                                        "use it.");
+            }
+
+            s->top_logprobs = (uint32_t) v;
+        }
+
+    } else {
+        rc = ngx_http_llm_get_int(&ck, root, "logprobs", 0, 5, &v, &present);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        if (present) {
+            ctx->completion_logprobs = (ngx_int_t) v;
+            s->logprobs = 1;
+            s->top_logprobs = (uint32_t) v;
+        }
+    }
+
+    /* stop, logit_bias, user */
+
+    rc = ngx_http_llm_parse_stop(&ck, s, json_object_get(root, "stop"));
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    rc = ngx_http_llm_parse_logit_bias(&ck, s,
+                                       json_object_get(root, "logit_bias"));
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    j = json_object_get(root, "user");
+    if (j && !json_is_null(j) && !json_is_string(j)) {
+        return ngx_http_llm_bad_type(&ck, "user", "a string", j);
+    }
+
+    if (chat) {
+
+        /* tools, tool_choice, parallel_tool_calls */
+
+        rc = ngx_http_llm_parse_tools(&ck, root);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        j = json_object_get(root, "tools");
+        if (j && json_array_size(j)) {
+            gen->tools_json = ngx_http_llm_dump(r->pool, j);
+            if (gen->tools_json == NULL) {
+                return NGX_ERROR;
+            }
+        }
+
+        j = json_object_get(root, "tool_choice");
+        if (j && !json_is_null(j)) {
+            if (json_is_string(j)) {
+                gen->tool_choice_json = (char *) json_string_value(j);
+
+            } else {
+                gen->tool_choice_json = ngx_http_llm_dump(r->pool, j);
+                if (gen->tool_choice_json == NULL) {
+                    return NGX_ERROR;
+                }
+            }
+        }
+
+        gen->parallel_tool_calls = 1;
+
+        rc = ngx_http_llm_get_bool(&ck, root, "parallel_tool_calls", &flag,
+                                   &present);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        if (present) {
+            gen->parallel_tool_calls = flag;
+        }
+
+        /* response_format */
+
+        j = json_object_get(root, "response_format");
+        if (j && !json_is_null(j)) {
+            json_t      *t, *js;
+            const char  *type;
+
+            if (!json_is_object(j)) {
+                return ngx_http_llm_bad_type(&ck, "response_format",
+                                             "an object", j);
+            }
+
+            t = json_object_get(j, "type");
+            if (t == NULL) {
+                return ngx_http_llm_bad(&ck, "missing_required_parameter",
+                                        "response_format.type",
+                                        "Missing required parameter: "
+                                        "'response_format.type'.");
+            }
+
+            if (!json_is_string(t)) {
+                return ngx_http_llm_bad_type(&ck, "response_format.type",
+                                             "a string", t);
+            }
+
+            type = json_string_value(t);
+
+            if (ngx_strcmp(type, "json_schema") == 0) {
+                js = json_object_get(j, "json_schema");
+
+                if (js == NULL || !json_is_object(js)) {
+                    return ngx_http_llm_bad(&ck, js ? "invalid_type"
+                                            : "missing_required_parameter",
+                                            "response_format.json_schema",
+                                            "Invalid 'response_format."
+                                            "json_schema': expected an "
+                                            "object with 'name' and "
+                                            "'schema'.");
+                }
+
+                t = json_object_get(js, "name");
+                if (t == NULL || !json_is_string(t)) {
+                    return ngx_http_llm_bad(&ck, "missing_required_parameter",
+                                            "response_format.json_schema.name",
+                                            "Missing required parameter: "
+                                            "'response_format.json_schema."
+                                            "name'.");
+                }
+
+                t = json_object_get(js, "schema");
+                if (t && !json_is_object(t)) {
+                    return ngx_http_llm_bad_type(&ck,
+                                      "response_format.json_schema.schema",
+                                      "an object", t);
+                }
+
+            } else if (ngx_strcmp(type, "json_object") != 0
+                       && ngx_strcmp(type, "text") != 0)
+            {
+                return ngx_http_llm_bad(&ck, "invalid_value",
+                                        "response_format.type",
+                                        "Invalid value: '%s'. Supported "
+                                        "values are: 'text', 'json_object' "
+                                        "and 'json_schema'.", type);
+            }
+
+            if (ngx_strcmp(type, "text") != 0) {
+                gen->response_format_json = ngx_http_llm_dump(r->pool, j);
+                if (gen->response_format_json == NULL) {
+                    return NGX_ERROR;
+                }
+            }
+        }
+
+        j = json_object_get(root, "chat_template_kwargs");
+        if (j && !json_is_null(j)) {
+            if (!json_is_object(j)) {
+                return ngx_http_llm_bad_type(&ck, "chat_template_kwargs",
+                                             "an object", j);
+            }
+
+            gen->chat_template_kwargs_json = ngx_http_llm_dump(r->pool, j);
+            if (gen->chat_template_kwargs_json == NULL) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    /* per-choice state */
+
+    ctx->choices = ngx_pcalloc(r->pool,
+                               ctx->n * sizeof(ngx_http_llm_choice_t));
+    if (ctx->choices == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < ctx->n; i++) {
+        if (ngx_array_init(&ctx->choices[i].calls, r->pool, 1,
+                           sizeof(ngx_http_llm_call_t))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    /* tokens reserved at admission: a prompt estimate plus the output */
+
+    ctx->est_tokens = len / 4 + ctx->n * (ctx->max_tokens ? ctx->max_tokens
+                                                          : 512);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_llm_json_cleanup(void *data)
+{
+    json_decref((json_t *) data);
+}
+
+
+static ngx_int_t
+ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
+    ngx_http_llm_ctx_t *ctx, json_t *msgs)
+{
+    u_char                 param[128];
+    json_t                *m, *j, *calls, *c, *f, *t;
+    ngx_int_t              rc;
+    ngx_uint_t             i, k, n;
+    const char            *role;
+    Llm__Message          *pm, **pmsgs;
+    Llm__ToolCall         *tc;
+    ngx_http_request_t    *r;
+
+    r = ck->request;
+
+    if (!json_is_array(msgs)) {
+        return ngx_http_llm_bad_type(ck, "messages", "an array", msgs);
+    }
+
+    n = json_array_size(msgs);
+
+    if (n == 0) {
+        return ngx_http_llm_bad(ck, "empty_array", "messages",
+                                "Invalid 'messages': empty array. Expected "
+                                "an array with minimum length 1, but got an "
+                                "empty array instead.");
+    }
+
+    pmsgs = ngx_palloc(r->pool, n * sizeof(Llm__Message *));
+    if (pmsgs == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->gen->messages = pmsgs;
+    ctx->gen->n_messages = n;
+
+    for (i = 0; i < n; i++) {
+        m = json_array_get(msgs, i);
+
+        ngx_sprintf(param, "messages[%ui]%Z", i);
+
+        if (!json_is_object(m)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "an object", m);
+        }
+
+        pm = ngx_palloc(r->pool, sizeof(Llm__Message));
+        if (pm == NULL) {
+            return NGX_ERROR;
+        }
+
+        llm__message__init(pm);
+        pmsgs[i] = pm;
+
+        j = json_object_get(m, "role");
+        ngx_sprintf(param, "messages[%ui].role%Z", i);
+
+        if (j == NULL) {
+            return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                    (char *) param, "Missing required "
+                                    "parameter: '%s'.", param);
+        }
+
+        if (!json_is_string(j)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "a string", j);
+        }
+
+        role = json_string_value(j);
+
+        if (ngx_strcmp(role, "function") == 0) {
+            role = "tool";
+
+        } else if (ngx_strcmp(role, "system") != 0
+                   && ngx_strcmp(role, "developer") != 0
+                   && ngx_strcmp(role, "user") != 0
+                   && ngx_strcmp(role, "assistant") != 0
+                   && ngx_strcmp(role, "tool") != 0)
+        {
+            return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                    "Invalid value: '%s'. Supported values "
+                                    "are: 'system', 'assistant', 'user', "
+                                    "'function', 'tool', and 'developer'.",
+                                    role);
+        }
+
+        pm->role = (char *) role;
+
+        /* content */
+
+        j = json_object_get(m, "content");
+        calls = json_object_get(m, "tool_calls");
+
+        if (j == NULL || json_is_null(j)) {
+            if (ngx_strcmp(role, "assistant") != 0) {
+                ngx_sprintf(param, "messages[%ui].content%Z", i);
+                return ngx_http_llm_bad(ck, j ? "invalid_type"
+                                        : "missing_required_parameter",
+                                        (char *) param,
+                                        j ? "Invalid type for '%s': "
+                                            "expected a string or an array "
+                                            "of content parts, but got null "
+                                            "instead."
+                                          : "Missing required parameter: "
+                                            "'%s'.", param);
+            }
+
+            pm->content_null = 1;
+
+        } else {
+            rc = ngx_http_llm_parse_content(ck, j, i, role, &pm->content);
+            if (rc != NGX_OK) {
+                return rc;
+            }
+        }
+
+        j = json_object_get(m, "name");
+        if (j && !json_is_null(j)) {
+            if (!json_is_string(j)) {
+                ngx_sprintf(param, "messages[%ui].name%Z", i);
+                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                             j);
+            }
+
+            pm->name = (char *) json_string_value(j);
+        }
+
+        j = json_object_get(m, "reasoning_content");
+        if (j && json_is_string(j)) {
+            pm->reasoning_content = (char *) json_string_value(j);
+        }
+
+        /* tool role */
+
+        if (ngx_strcmp(role, "tool") == 0
+            && ngx_strcmp(json_string_value(json_object_get(m, "role")),
+                          "tool") == 0)
+        {
+            j = json_object_get(m, "tool_call_id");
+            ngx_sprintf(param, "messages[%ui].tool_call_id%Z", i);
+
+            if (j == NULL) {
+                return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                        (char *) param, "Missing required "
+                                        "parameter: '%s'.", param);
+            }
+
+            if (!json_is_string(j)) {
+                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                             j);
+            }
+
+            pm->tool_call_id = (char *) json_string_value(j);
+        }
+
+        /* assistant tool calls */
+
+        if (calls && !json_is_null(calls)) {
+            ngx_sprintf(param, "messages[%ui].tool_calls%Z", i);
+
+            if (ngx_strcmp(role, "assistant") != 0) {
+                return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                        "Invalid parameter: '%s' is only "
+                                        "allowed for messages with role "
+                                        "'assistant'.", param);
+            }
+
+            if (!json_is_array(calls)) {
+                return ngx_http_llm_bad_type(ck, (char *) param, "an array",
+                                             calls);
+            }
+
+            pm->n_tool_calls = json_array_size(calls);
+            pm->tool_calls = ngx_palloc(r->pool, pm->n_tool_calls
+                                                 * sizeof(Llm__ToolCall *));
+            if (pm->tool_calls == NULL) {
+                return NGX_ERROR;
+            }
+
+            for (k = 0; k < pm->n_tool_calls; k++) {
+                c = json_array_get(calls, k);
+                ngx_sprintf(param, "messages[%ui].tool_calls[%ui]%Z", i, k);
+
+                if (!json_is_object(c)) {
+                    return ngx_http_llm_bad_type(ck, (char *) param,
+                                                 "an object", c);
+                }
+
+                tc = ngx_palloc(r->pool, sizeof(Llm__ToolCall));
+                if (tc == NULL) {
+                    return NGX_ERROR;
+                }
+
+                llm__tool_call__init(tc);
+                pm->tool_calls[k] = tc;
+                tc->type = "function";
+
+                t = json_object_get(c, "id");
+                if (t == NULL || !json_is_string(t)) {
+                    ngx_sprintf(param, "messages[%ui].tool_calls[%ui].id%Z",
+                                i, k);
+                    return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                            (char *) param, "Missing "
+                                            "required parameter: '%s'.",
+                                            param);
+                }
+
+                tc->id = (char *) json_string_value(t);
+
+                t = json_object_get(c, "type");
+                if (t && (!json_is_string(t)
+                          || ngx_strcmp(json_string_value(t), "function")))
+                {
+                    ngx_sprintf(param,
+                                "messages[%ui].tool_calls[%ui].type%Z", i, k);
+                    return ngx_http_llm_bad(ck, "invalid_value",
+                                            (char *) param, "Invalid value "
+                                            "for '%s': expected 'function'.",
+                                            param);
+                }
+
+                f = json_object_get(c, "function");
+                ngx_sprintf(param, "messages[%ui].tool_calls[%ui].function%Z",
+                            i, k);
+
+                if (f == NULL || !json_is_object(f)) {
+                    return ngx_http_llm_bad(ck, f ? "invalid_type"
+                                            : "missing_required_parameter",
+                                            (char *) param, "Invalid '%s': "
+                                            "expected an object with 'name' "
+                                            "and 'arguments'.", param);
+                }
+
+                t = json_object_get(f, "name");
+                if (t == NULL || !json_is_string(t)) {
+                    ngx_sprintf(param, "messages[%ui].tool_calls[%ui]"
+                                "function.name%Z", i, k);
+                    return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                            (char *) param, "Missing "
+                                            "required parameter: '%s'.",
+                                            param);
+                }
+
+                tc->name = (char *) json_string_value(t);
+
+                t = json_object_get(f, "arguments");
+                if (t && !json_is_string(t)) {
+                    ngx_sprintf(param, "messages[%ui].tool_calls[%ui]."
+                                "function.arguments%Z", i, k);
+                    return ngx_http_llm_bad_type(ck, (char *) param,
+                                                 "a string", t);
+                }
+
+                tc->arguments = t ? (char *) json_string_value(t) : "{}";
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* A message's content: a string, or text parts joined. */
+
+static ngx_int_t
+ngx_http_llm_parse_content(ngx_http_llm_check_t *ck, json_t *content,
+    ngx_uint_t i, const char *role, char **out)
+{
+    u_char               param[128], *p;
+    size_t               len;
+    json_t              *part, *t, *text;
+    ngx_uint_t           k, n;
+    const char          *type;
+    ngx_http_request_t  *r;
+
+    r = ck->request;
+
+    if (json_is_string(content)) {
+        *out = (char *) json_string_value(content);
+        return NGX_OK;
+    }
+
+    ngx_sprintf(param, "messages[%ui].content%Z", i);
+
+    if (!json_is_array(content)) {
+        return ngx_http_llm_bad(ck, "invalid_type", (char *) param,
+                                "Invalid type for '%s': expected a string "
+                                "or an array of content parts, but got %s "
+                                "instead.", param,
+                                ngx_http_llm_type_name(content));
+    }
+
+    n = json_array_size(content);
+    len = 0;
+
+    for (k = 0; k < n; k++) {
+        part = json_array_get(content, k);
+        ngx_sprintf(param, "messages[%ui].content[%ui]%Z", i, k);
+
+        if (!json_is_object(part)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "an object",
+                                         part);
+        }
+
+        t = json_object_get(part, "type");
+        ngx_sprintf(param, "messages[%ui].content[%ui].type%Z", i, k);
+
+        if (t == NULL || !json_is_string(t)) {
+            return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                    (char *) param, "Missing required "
+                                    "parameter: '%s'.", param);
+        }
+
+        type = json_string_value(t);
+
+        if (ngx_strcmp(type, "text") == 0
+            || (ngx_strcmp(type, "refusal") == 0
+                && ngx_strcmp(role, "assistant") == 0))
+        {
+            text = json_object_get(part, type[0] == 't' ? "text" : "refusal");
+
+            if (text == NULL || !json_is_string(text)) {
+                ngx_sprintf(param, "messages[%ui].content[%ui].%s%Z", i, k,
+                            type);
+                return ngx_http_llm_bad(ck, text ? "invalid_type"
+                                        : "missing_required_parameter",
+                                        (char *) param, "Invalid '%s': "
+                                        "expected a string.", param);
+            }
+
+            len += json_string_length(text);
+            continue;
+        }
+
+        if (ngx_strcmp(type, "image_url") == 0
+            || ngx_strcmp(type, "input_audio") == 0
+            || ngx_strcmp(type, "file") == 0
+            || ngx_strcmp(type, "image") == 0
+            || ngx_strcmp(type, "audio") == 0)
+        {
+            return ngx_http_llm_bad(ck, "unsupported_content", (char *) param,
+                                    "Unsupported content part type '%s': "
+                                    "the model accepts text only.", type);
+        }
+
+        return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                "Invalid value: '%s'. Supported values are: "
+                                "'text'%s.", type,
+                                ngx_strcmp(role, "assistant") == 0
+                                ? " and 'refusal'" : "");
+    }
+
+    p = ngx_pnalloc(r->pool, len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    *out = (char *) p;
+
+    for (k = 0; k < n; k++) {
+        part = json_array_get(content, k);
+        type = json_string_value(json_object_get(part, "type"));
+        text = json_object_get(part, type[0] == 't' ? "text" : "refusal");
+
+        p = ngx_cpymem(p, json_string_value(text), json_string_length(text));
+    }
+
+    *p = '\0';
+
+    return NGX_OK;
+}
+
+
+/* tools[], tool_choice: every field OpenAI defines, with its param path. */
+
+static ngx_int_t
+ngx_http_llm_parse_tools(ngx_http_llm_check_t *ck, json_t *root)
+{
+    u_char       param[128];
+    json_t      *tools, *tool, *t, *f, *choice;
+    size_t       len;
+    ngx_uint_t   i, k, n, found;
+    const char  *name, *s;
+
+    tools = json_object_get(root, "tools");
+    n = 0;
+
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) {
+            return ngx_http_llm_bad_type(ck, "tools", "an array", tools);
+        }
+
+        n = json_array_size(tools);
+
+        for (i = 0; i < n; i++) {
+            tool = json_array_get(tools, i);
+            ngx_sprintf(param, "tools[%ui]%Z", i);
+
+            if (!json_is_object(tool)) {
+                return ngx_http_llm_bad_type(ck, (char *) param, "an object",
+                                             tool);
+            }
+
+            t = json_object_get(tool, "type");
+            ngx_sprintf(param, "tools[%ui].type%Z", i);
+
+            if (t == NULL) {
+                return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                        (char *) param, "Missing required "
+                                        "parameter: '%s'.", param);
+            }
+
+            if (!json_is_string(t)
+                || ngx_strcmp(json_string_value(t), "function") != 0)
+            {
+                return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                        "Invalid value: '%s'. Supported "
+                                        "values are: 'function'.",
+                                        json_is_string(t)
+                                        ? json_string_value(t) : "?");
+            }
+
+            f = json_object_get(tool, "function");
+            ngx_sprintf(param, "tools[%ui].function%Z", i);
+
+            if (f == NULL) {
+                return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                        (char *) param, "Missing required "
+                                        "parameter: '%s'.", param);
+            }
+
+            if (!json_is_object(f)) {
+                return ngx_http_llm_bad_type(ck, (char *) param, "an object",
+                                             f);
+            }
+
+            t = json_object_get(f, "name");
+            ngx_sprintf(param, "tools[%ui].function.name%Z", i);
+
+            if (t == NULL) {
+                return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                        (char *) param, "Missing required "
+                                        "parameter: '%s'.", param);
+            }
+
+            if (!json_is_string(t)) {
+                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                             t);
+            }
+
+            name = json_string_value(t);
+            len = json_string_length(t);
+
+            for (k = 0; k < len; k++) {
+                if (!((name[k] >= 'a' && name[k] <= 'z')
+                      || (name[k] >= 'A' && name[k] <= 'Z')
+                      || (name[k] >= '0' && name[k] <= '9')
+                      || name[k] == '_' || name[k] == '-'))
+                {
+                    break;
+                }
+            }
+
+            if (len == 0 || len > 64 || k < len) {
+                return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                        "Invalid '%s': string does not "
+                                        "match pattern. Expected a string "
+                                        "that matches the pattern "
+                                        "'^[a-zA-Z0-9_-]{1,64}$'.", param);
+            }
+
+            t = json_object_get(f, "description");
+            if (t && !json_is_null(t) && !json_is_string(t)) {
+                ngx_sprintf(param, "tools[%ui].function.description%Z", i);
+                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                             t);
+            }
+
+            t = json_object_get(f, "parameters");
+            if (t && !json_is_object(t)) {
+                ngx_sprintf(param, "tools[%ui].function.parameters%Z", i);
+                return ngx_http_llm_bad(ck, "invalid_type", (char *) param,
+                                        "Invalid '%s': expected a JSON "
+                                        "schema object, but got %s "
+                                        "instead.", param,
+                                        ngx_http_llm_type_name(t));
+            }
+
+            if (t) {
+                json_t  *type = json_object_get(t, "type");
+
+                if (type && !json_is_string(type) && !json_is_array(type)) {
+                    ngx_sprintf(param,
+                                "tools[%ui].function.parameters%Z", i);
+                    return ngx_http_llm_bad(ck, "invalid_value",
+                                            (char *) param, "Invalid schema "
+                                            "for function '%s': 'type' must "
+                                            "be a string.", name);
+                }
+            }
+
+            t = json_object_get(f, "strict");
+            if (t && !json_is_null(t) && !json_is_boolean(t)) {
+                ngx_sprintf(param, "tools[%ui].function.strict%Z", i);
+                return ngx_http_llm_bad_type(ck, (char *) param,
+                                             "a boolean", t);
+            }
+        }
+    }
+
+    choice = json_object_get(root, "tool_choice");
+    if (choice == NULL || json_is_null(choice)) {
+        return NGX_OK;
+    }
+
+    if (json_is_string(choice)) {
+        s = json_string_value(choice);
+
+        if (ngx_strcmp(s, "none") != 0 && ngx_strcmp(s, "auto") != 0
+            && ngx_strcmp(s, "required") != 0)
+        {
+            return ngx_http_llm_bad(ck, "invalid_value", "tool_choice",
+                                    "Invalid value: '%s'. Supported values "
+                                    "are: 'none', 'auto', and 'required'.",
+                                    s);
+        }
+
+        if (n == 0 && ngx_strcmp(s, "none") != 0) {
+            return ngx_http_llm_bad(ck, "invalid_value", "tool_choice",
+                                    "Invalid value for 'tool_choice': "
+                                    "'tool_choice' is only allowed when "
+                                    "'tools' are specified.");
+        }
+
+        return NGX_OK;
+    }
+
+    if (!json_is_object(choice)) {
+        return ngx_http_llm_bad(ck, "invalid_type", "tool_choice",
+                                "Invalid type for 'tool_choice': expected "
+                                "a string or an object, but got %s instead.",
+                                ngx_http_llm_type_name(choice));
+    }
+
+    t = json_object_get(choice, "type");
+    if (t == NULL || !json_is_string(t)
+        || ngx_strcmp(json_string_value(t), "function") != 0)
+    {
+        return ngx_http_llm_bad(ck, "invalid_value", "tool_choice.type",
+                                "Invalid value for 'tool_choice.type': "
+                                "expected 'function'.");
+    }
+
+    f = json_object_get(choice, "function");
+    t = f ? json_object_get(f, "name") : NULL;
+
+    if (t == NULL || !json_is_string(t)) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                "tool_choice.function.name",
+                                "Missing required parameter: "
+                                "'tool_choice.function.name'.");
+    }
+
+    name = json_string_value(t);
+    found = 0;
+
+    for (i = 0; i < n; i++) {
+        f = json_object_get(json_array_get(tools, i), "function");
+        t = json_object_get(f, "name");
+
+        if (ngx_strcmp(json_string_value(t), name) == 0) {
+            found = 1;
+            break;
+        }
+    }
+
+    if (!found) {
+        return ngx_http_llm_bad(ck, "invalid_value",
+                                "tool_choice.function.name",
+                                "Invalid value for 'tool_choice': no "
+                                "function named '%s' was specified in the "
+                                "'tools' parameter.", name);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_parse_stop(ngx_http_llm_check_t *ck, Llm__Sampling *s,
+    json_t *stop)
+{
+    u_char      param[32];
+    json_t     *e;
+    ngx_uint_t  i, n;
+
+    if (stop == NULL || json_is_null(stop)) {
+        return NGX_OK;
+    }
+
+    if (json_is_string(stop)) {
+        s->stop = ngx_palloc(ck->request->pool, sizeof(char *));
+        if (s->stop == NULL) {
+            return NGX_ERROR;
+        }
+
+        s->stop[0] = (char *) json_string_value(stop);
+        s->n_stop = 1;
+        return NGX_OK;
+    }
+
+    if (!json_is_array(stop)) {
+        return ngx_http_llm_bad(ck, "invalid_type", "stop",
+                                "Invalid type for 'stop': expected a string "
+                                "or an array of strings, but got %s "
+                                "instead.", ngx_http_llm_type_name(stop));
+    }
+
+    n = json_array_size(stop);
+
+    if (n > NGX_HTTP_LLM_MAX_STOP) {
+        return ngx_http_llm_bad(ck, "array_above_max_length", "stop",
+                                "Invalid 'stop': array too long. Expected an "
+                                "array with maximum length 4, but got an "
+                                "array with length %ui instead.", n);
+    }
+
+    s->stop = ngx_palloc(ck->request->pool, (n + 1) * sizeof(char *));
+    if (s->stop == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        e = json_array_get(stop, i);
+
+        if (!json_is_string(e)) {
+            ngx_sprintf(param, "stop[%ui]%Z", i);
+            return ngx_http_llm_bad_type(ck, (char *) param, "a string", e);
+        }
+
+        s->stop[i] = (char *) json_string_value(e);
+    }
+
+    s->n_stop = n;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_parse_logit_bias(ngx_http_llm_check_t *ck, Llm__Sampling *s,
+    json_t *bias)
+{
+    u_char                           *end;
+    json_t                           *v;
+    double                            d;
+    ngx_int_t                         id;
+    ngx_uint_t                        n;
+    const char                       *key;
+    Llm__Sampling__LogitBiasEntry    *e;
+
+    if (bias == NULL || json_is_null(bias)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(bias)) {
+        return ngx_http_llm_bad_type(ck, "logit_bias", "an object", bias);
+    }
+
+    n = json_object_size(bias);
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    s->logit_bias = ngx_palloc(ck->request->pool,
+                               n * sizeof(Llm__Sampling__LogitBiasEntry *));
+    e = ngx_palloc(ck->request->pool,
+                   n * sizeof(Llm__Sampling__LogitBiasEntry));
+    if (s->logit_bias == NULL || e == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_object_foreach(bias, key, v) {
+        end = (u_char *) key + ngx_strlen(key);
+        id = ngx_atoi((u_char *) key, end - (u_char *) key);
+
+        if (id == NGX_ERROR || id > 0x7fffffff) {
+            return ngx_http_llm_bad(ck, "invalid_value", "logit_bias",
+                                    "Invalid key in 'logit_bias': '%s' is "
+                                    "not a token id.", key);
+        }
+
+        if (!json_is_number(v)) {
+            return ngx_http_llm_bad(ck, "invalid_type", "logit_bias",
+                                    "Invalid value in 'logit_bias' for token "
+                                    "%s: expected a number.", key);
+        }
+
+        d = json_number_value(v);
+
+        if (d < -100 || d > 100) {
+            return ngx_http_llm_bad(ck, "invalid_value", "logit_bias",
+                                    "Invalid value in 'logit_bias' for token "
+                                    "%s: expected a value between -100 and "
+                                    "100.", key);
+        }
+
+        llm__sampling__logit_bias_entry__init(e);
+        e->key = (int32_t) id;
+        e->value = (float) d;
+        s->logit_bias[s->n_logit_bias++] = e++;
+    }
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_llm_pstrdup(ngx_pool_t *pool, const char *s, size_t len)
+{
+    char  *p;
+
+    p = ngx_pnalloc(pool, len + 1);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    ngx_memcpy(p, s, len);
+    p[len] = '\0';
+
+    return p;
+}
+
+
+static char *
+ngx_http_llm_dump(ngx_pool_t *pool, json_t *j)
+{
+    char  *s, *p;
+
+    s = json_dumps(j, JSON_COMPACT);
+    if (s == NULL) {
+        return NULL;
+    }
+
+    p = ngx_http_llm_pstrdup(pool, s, ngx_strlen(s));
+    free(s);
+
+    return p;
+}
+
+
+/*
+ * Encodes the request for the model now answering (its configured name
+ * goes in GenerateRequest.model) as one frame in a new chain.
+ */
+
+ngx_int_t
+ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_chain_t **out)
+{
+    size_t        len;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+    Llm__Request  req = LLM__REQUEST__INIT;
+
+    if (ctx->model) {
+        ctx->gen->model = ngx_http_llm_pstrdup(r->pool,
+                                               (char *) ctx->model->name.data,
+                                               ctx->model->name.len);
+        if (ctx->gen->model == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    req.kind_case = LLM__REQUEST__KIND_GENERATE;
+    req.generate = ctx->gen;
+
+    len = llm__request__get_packed_size(&req);
+
+    b = ngx_create_temp_buf(r->pool, len + 4);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    b->last[0] = (u_char) (len >> 24);
+    b->last[1] = (u_char) (len >> 16);
+    b->last[2] = (u_char) (len >> 8);
+    b->last[3] = (u_char) len;
+
+    b->last += 4;
+    b->last += llm__request__pack(&req, b->last);
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf = b;
+    cl->next = NULL;
+    *out = cl;
+
+    return NGX_OK;
+}
+
+
+/* JSON string escaping for text the engine guarantees to be UTF-8. */
+
+size_t
+ngx_http_llm_json_escape_len(const u_char *s, size_t len)
+{
+    size_t  n, i;
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        if (s[i] == '"' || s[i] == '\\' || s[i] == '\n' || s[i] == '\r'
+            || s[i] == '\t')
+        {
+            n += 2;
+
+        } else if (s[i] < 0x20 || s[i] == 0x7f) {
+            n += 6;
+
+        } else {
+            n++;
+        }
+    }
+
+    return n;
+}
+
+
+u_char *
+ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len)
+{
+    size_t  i;
+
+    static u_char  hex[] = "0123456789abcdef";
+
+    for (i = 0; i < len; i++) {
+        switch (s[i]) {
+        case '"':
+            *d++ = '\\'; *d++ = '"';
+            break;
+        case '\\':
+            *d++ = '\\'; *d++ = '\\';
+            break;
+        case '\n':
+            *d++ = '\\'; *d++ = 'n';
+            break;
+        case '\r':
+            *d++ = '\\'; *d++ = 'r';
+            break;
+        case '\t':
+            *d++ = '\\'; *d++ = 't';
+            break;
+        default:
+            if (s[i] < 0x20 || s[i] == 0x7f) {
+                *d++ = '\\'; *d++ = 'u'; *d++ = '0'; *d++ = '0';
+                *d++ = hex[s[i] >> 4];
+                *d++ = hex[s[i] & 0xf];
+
+            } else {
+                *d++ = s[i];
+            }
+        }
+    }
+
+    return d;
+}
+
+
+ngx_int_t
+ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
+    const u_char *data, size_t len)
+{
+    u_char  *p;
+    size_t   cap;
+
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    if (s->len + len + 1 > s->cap) {
+        cap = ngx_max(s->cap * 2, s->len + len + 1);
+        cap = ngx_max(cap, 256);
+
+        p = ngx_pnalloc(pool, cap);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (s->len) {
+            ngx_memcpy(p, s->data, s->len);
+        }
+
+        s->data = p;
+        s->cap = cap;
+    }
+
+    ngx_memcpy(s->data + s->len, data, len);
+    s->len += len;
+    s->data[s->len] = '\0';
+
+    return NGX_OK;
+}
+
+
+/* A buffer with room for size bytes, recycled through u->free_bufs. */
+
+ngx_chain_t *
+ngx_http_llm_chain_buf(ngx_http_request_t *r, size_t size)
+{
+    u_char               *start, *end;
+    ngx_buf_t            *b;
+    ngx_chain_t          *cl;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    cl = ngx_chain_get_free_buf(r->pool, &u->free_bufs);
+    if (cl == NULL) {
+        return NULL;
+    }
+
+    b = cl->buf;
+    start = b->start;
+    end = b->end;
+
+    if (start == NULL || (size_t) (end - start) < size) {
+        size = ngx_max(size, 1024);
+
+        start = ngx_palloc(r->pool, size);
+        if (start == NULL) {
+            return NULL;
+        }
+
+        end = start + size;
+    }
+
+    ngx_memzero(b, sizeof(ngx_buf_t));
+
+    b->start = start;
+    b->end = end;
+    b->pos = start;
+    b->last = start;
+    b->temporary = 1;
+    b->tag = u->output.tag;
+
+    cl->next = NULL;
+
+    return cl;
+}
+
+
+ngx_int_t
+ngx_http_llm_sse_raw(ngx_http_request_t *r, ngx_chain_t ***ll, u_char *data,
+    size_t len, ngx_uint_t flush)
+{
+    ngx_chain_t  *cl;
+
+    cl = ngx_http_llm_chain_buf(r, len);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (len) {
+        cl->buf->last = ngx_cpymem(cl->buf->last, data, len);
+    }
+
+    cl->buf->flush = flush;
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+static ngx_http_llm_choice_t *
+ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t index)
+{
+    if (index >= ctx->n) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "llm: engine sent choice %ui of %ui", index, ctx->n);
+        return NULL;
+    }
+
+    return &ctx->choices[index];
+}
+
+
+static const char *
+ngx_http_llm_finish_name(Llm__FinishReason f)
+{
+    switch (f) {
+    case LLM__FINISH_REASON__FINISH_LENGTH:
+        return "length";
+    case LLM__FINISH_REASON__FINISH_TOOL_CALLS:
+        return "tool_calls";
+    case LLM__FINISH_REASON__FINISH_CONTENT_FILTER:
+        return "content_filter";
+    default:
+        return "stop";
+    }
+}
+
+
+/* The fixed start of a chunk: data: {"id":...,"choices":[ */
+
+static size_t
+ngx_http_llm_head_len(ngx_http_llm_ctx_t *ctx)
+{
+    return sizeof("data: {\"id\":\"\",\"object\":\"chat.completion.chunk\","
+                  "\"created\":,\"model\":\"\",\"system_fingerprint\":,"
+                  "\"choices\":[") + ctx->id_len + NGX_TIME_T_LEN
+           + ngx_http_llm_json_escape_len(ctx->model_name.data,
+                                          ctx->model_name.len)
+           + ctx->fingerprint.len + 8;
+}
+
+
+static u_char *
+ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p)
+{
+    p = ngx_sprintf(p, "data: {\"id\":\"%*s\",\"object\":\"%s\","
+                    "\"created\":%T,\"model\":\"",
+                    ctx->id_len, ctx->id,
+                    ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
+                    ? "chat.completion.chunk" : "text_completion",
+                    ctx->created);
+    p = ngx_http_llm_json_escape(p, ctx->model_name.data,
+                                 ctx->model_name.len);
+
+    if (ctx->fingerprint.len) {
+        p = ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\",\"choices\":[",
+                        &ctx->fingerprint);
+
+    } else {
+        p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
+                       sizeof("\",\"system_fingerprint\":null,\"choices\":[")
+                       - 1);
+    }
+
+    return p;
+}
+
+
+static u_char *
+ngx_http_llm_tail(ngx_http_llm_ctx_t *ctx, u_char *p)
+{
+    if (ctx->include_usage) {
+        return ngx_cpymem(p, "],\"usage\":null}\n\n",
+                          sizeof("],\"usage\":null}\n\n") - 1);
+    }
+
+    return ngx_cpymem(p, "]}\n\n", sizeof("]}\n\n") - 1);
+}
+
+
+/*
+ * Renders one engine event of a started stream as SSE chunks at *ll:
+ * Delta and ToolCallDelta as content / tool_calls deltas (the first delta
+ * of a choice carries the role), Done as one finish_reason chunk per
+ * choice, the usage chunk when asked, and [DONE]; Error (or ev == NULL:
+ * the error kept in ctx) as a final error event without [DONE].
+ */
+
+ngx_int_t
+ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Event *ev, ngx_chain_t ***ll)
+{
+    u_char                   *p;
+    char                     *lp;
+    size_t                    size, lplen;
+    json_t                   *lj;
+    ngx_uint_t                i, chat, flush;
+    ngx_chain_t              *cl;
+    Llm__Delta               *d;
+    Llm__ToolCallDelta       *t;
+    Llm__ChoiceEnd           *ce;
+    ngx_http_llm_choice_t    *ch;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+    flush = (llcf->sse_flush_interval == 0);
+
+    if (ev == NULL) {
+        return ngx_http_llm_sse_error(r, ctx, NULL, ll);
+    }
+
+    switch (ev->kind_case) {
+
+    case LLM__EVENT__KIND_DELTA:
+        d = ev->delta;
+
+        ch = ngx_http_llm_choice(ctx, d->index);
+        if (ch == NULL) {
+            return NGX_OK;
+        }
+
+        lp = NULL;
+        lplen = 0;
+
+        if (d->n_logprobs && (ctx->logprobs || ctx->completion_logprobs >= 0))
+        {
+            if (chat) {
+                lj = ngx_http_llm_chat_logprobs(d);
+
+            } else {
+                ch->logprobs = NULL;
+                if (ngx_http_llm_completion_logprobs(ctx, ch, d) != NGX_OK) {
+                    return NGX_ERROR;
+                }
+                lj = ch->logprobs;
+                ch->logprobs = NULL;
+            }
+
+            if (lj) {
+                lp = json_dumps(lj, JSON_COMPACT);
+                json_decref(lj);
+                lplen = lp ? ngx_strlen(lp) : 0;
+            }
+        }
+
+        size = ngx_http_llm_head_len(ctx) + 160 + lplen
+               + ngx_http_llm_json_escape_len((u_char *) d->text,
+                                              ngx_strlen(d->text))
+               + ngx_http_llm_json_escape_len((u_char *) d->reasoning,
+                                              ngx_strlen(d->reasoning));
+
+        cl = ngx_http_llm_chain_buf(r, size);
+        if (cl == NULL) {
+            free(lp);
+            return NGX_ERROR;
+        }
+
+        p = ngx_http_llm_head(ctx, cl->buf->last);
+
+        if (chat) {
+            p = ngx_sprintf(p, "{\"index\":%uD,\"delta\":{", d->index);
+
+            if (!ch->role_sent) {
+                ch->role_sent = 1;
+                p = ngx_cpymem(p, "\"role\":\"assistant\",",
+                               sizeof("\"role\":\"assistant\",") - 1);
+            }
+
+            if (d->reasoning[0]) {
+                p = ngx_cpymem(p, "\"reasoning_content\":\"",
+                               sizeof("\"reasoning_content\":\"") - 1);
+                p = ngx_http_llm_json_escape(p, (u_char *) d->reasoning,
+                                             ngx_strlen(d->reasoning));
+                *p++ = '"';
+                *p++ = ',';
+            }
+
+            p = ngx_cpymem(p, "\"content\":\"", sizeof("\"content\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, (u_char *) d->text,
+                                         ngx_strlen(d->text));
+            p = ngx_cpymem(p, "\"},\"logprobs\":", 
+                           sizeof("\"},\"logprobs\":") - 1);
+
+        } else {
+            p = ngx_cpymem(p, "{\"text\":\"", sizeof("{\"text\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, (u_char *) d->text,
+                                         ngx_strlen(d->text));
+            p = ngx_sprintf(p, "\",\"index\":%uD,\"logprobs\":", d->index);
+        }
+
+        if (lp) {
+            p = ngx_cpymem(p, lp, lplen);
+            free(lp);
+
+        } else {
+            p = ngx_cpymem(p, "null", 4);
+        }
+
+        p = ngx_cpymem(p, ",\"finish_reason\":null}",
+                       sizeof(",\"finish_reason\":null}") - 1);
+        p = ngx_http_llm_tail(ctx, p);
+
+        cl->buf->last = p;
+        cl->buf->flush = flush;
+
+        **ll = cl;
+        *ll = &cl->next;
+
+        return NGX_OK;
+
+    case LLM__EVENT__KIND_TOOL_CALL:
+        t = ev->tool_call;
+
+        ch = ngx_http_llm_choice(ctx, t->index);
+        if (ch == NULL || !chat) {
+            return NGX_OK;
+        }
+
+        size = ngx_http_llm_head_len(ctx) + 256
+               + ngx_http_llm_json_escape_len((u_char *) t->id,
+                                              ngx_strlen(t->id))
+               + ngx_http_llm_json_escape_len((u_char *) t->name,
+                                              ngx_strlen(t->name))
+               + ngx_http_llm_json_escape_len((u_char *) t->arguments,
+                                              ngx_strlen(t->arguments));
+
+        cl = ngx_http_llm_chain_buf(r, size);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = ngx_http_llm_head(ctx, cl->buf->last);
+        p = ngx_sprintf(p, "{\"index\":%uD,\"delta\":{", t->index);
+
+        if (!ch->role_sent) {
+            ch->role_sent = 1;
+            p = ngx_cpymem(p, "\"role\":\"assistant\",\"content\":null,",
+                     sizeof("\"role\":\"assistant\",\"content\":null,") - 1);
+        }
+
+        p = ngx_sprintf(p, "\"tool_calls\":[{\"index\":%uD,", t->call_index);
+
+        if (t->id[0] || t->name[0]) {
+            p = ngx_cpymem(p, "\"id\":\"", sizeof("\"id\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, (u_char *) t->id,
+                                         ngx_strlen(t->id));
+            p = ngx_cpymem(p, "\",\"type\":\"function\",\"function\":"
+                           "{\"name\":\"", sizeof("\",\"type\":\"function\","
+                           "\"function\":{\"name\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, (u_char *) t->name,
+                                         ngx_strlen(t->name));
+            p = ngx_cpymem(p, "\",", 2);
+
+        } else {
+            p = ngx_cpymem(p, "\"function\":{", sizeof("\"function\":{") - 1);
+        }
+
+        p = ngx_cpymem(p, "\"arguments\":\"", sizeof("\"arguments\":\"") - 1);
+        p = ngx_http_llm_json_escape(p, (u_char *) t->arguments,
+                                     ngx_strlen(t->arguments));
+        p = ngx_cpymem(p, "\"}}]},\"logprobs\":null,\"finish_reason\":null}",
+                       sizeof("\"}}]},\"logprobs\":null,"
+                              "\"finish_reason\":null}") - 1);
+        p = ngx_http_llm_tail(ctx, p);
+
+        cl->buf->last = p;
+        cl->buf->flush = flush;
+
+        **ll = cl;
+        *ll = &cl->next;
+
+        return NGX_OK;
+
+    case LLM__EVENT__KIND_DONE:
+
+        if (ev->done->system_fingerprint[0] && ctx->fingerprint.len == 0) {
+            ctx->fingerprint.len = ngx_strlen(ev->done->system_fingerprint);
+            ctx->fingerprint.data = (u_char *) ngx_http_llm_pstrdup(r->pool,
+                                               ev->done->system_fingerprint,
+                                               ctx->fingerprint.len);
+            if (ctx->fingerprint.data == NULL) {
+                return NGX_ERROR;
+            }
+        }
+
+        for (i = 0; i < ctx->n; i++) {
+            ctx->choices[i].finish = LLM__FINISH_REASON__FINISH_STOP;
+        }
+
+        for (i = 0; i < ev->done->n_choices; i++) {
+            ce = ev->done->choices[i];
+            if (ce->index < ctx->n) {
+                ctx->choices[ce->index].finish = ce->finish_reason;
+            }
+        }
+
+        ctx->finish_reason.data = (u_char *)
+                             ngx_http_llm_finish_name(ctx->choices[0].finish);
+        ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
+
+        size = ctx->n * (ngx_http_llm_head_len(ctx) + 128) + 512;
+
+        cl = ngx_http_llm_chain_buf(r, size);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        p = cl->buf->last;
+
+        for (i = 0; i < ctx->n; i++) {
+            p = ngx_http_llm_head(ctx, p);
+
+            if (chat) {
+                p = ngx_sprintf(p, "{\"index\":%ui,\"delta\":{%s},"
+                                "\"logprobs\":null,\"finish_reason\":\"%s\"}",
+                                i, ctx->choices[i].role_sent ? ""
+                                : "\"role\":\"assistant\",\"content\":\"\"",
+                                ngx_http_llm_finish_name(
+                                    ctx->choices[i].finish));
+
+            } else {
+                p = ngx_sprintf(p, "{\"text\":\"\",\"index\":%ui,"
+                                "\"logprobs\":null,\"finish_reason\":\"%s\"}",
+                                i, ngx_http_llm_finish_name(
+                                       ctx->choices[i].finish));
+            }
+
+            p = ngx_http_llm_tail(ctx, p);
+        }
+
+        cl->buf->last = p;
+
+        **ll = cl;
+        *ll = &cl->next;
+
+        if (ctx->include_usage
+            && ngx_http_llm_sse_usage(r, ctx, ll) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_llm_sse_raw(r, ll, (u_char *) "data: [DONE]\n\n",
+                                    sizeof("data: [DONE]\n\n") - 1, 1);
+
+    case LLM__EVENT__KIND_ERROR:
+        return ngx_http_llm_sse_error(r, ctx, ev->error, ll);
+
+    default:
+        return NGX_OK;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_llm_sse_usage(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_chain_t ***ll)
+{
+    u_char       *p;
+    ngx_chain_t  *cl;
+
+    cl = ngx_http_llm_chain_buf(r, ngx_http_llm_head_len(ctx) + 256);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_http_llm_head(ctx, cl->buf->last);
+    p = ngx_sprintf(p, "],\"usage\":{\"prompt_tokens\":%ui,"
+                    "\"completion_tokens\":%ui,\"total_tokens\":%ui,"
+                    "\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}\n\n",
+                    ctx->prompt_tokens, ctx->completion_tokens,
+                    ctx->prompt_tokens + ctx->completion_tokens,
+                    ctx->cached_tokens);
+
+    cl->buf->last = p;
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_sse_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Error *e, ngx_chain_t ***ll)
+{
+    u_char                *body;
+    size_t                 len;
+    ngx_chain_t           *cl;
+    ngx_http_llm_error_t   err;
+
+    if (e) {
+        ngx_http_llm_map_error(e, &err);
+
+    } else {
+        err.status = ctx->err_status;
+        err.type = "server_error";
+        err.code = ctx->error_code.len ? (char *) ctx->error_code.data : NULL;
+        err.param = NULL;
+        err.message = ctx->err_message;
+    }
+
+    if (err.code) {
+        ctx->error_code.data = (u_char *) err.code;
+        ctx->error_code.len = ngx_strlen(err.code);
+    }
+
+    ngx_str_set(&ctx->finish_reason, "error");
+
+    body = ngx_http_llm_error_json(r->pool, &err, &len);
+    if (body == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl = ngx_http_llm_chain_buf(r, len + 16);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* error_json ends with "\n"; an SSE event ends with an empty line */
+    cl->buf->last = ngx_cpymem(cl->buf->last, "data: ", 6);
+    cl->buf->last = ngx_cpymem(cl->buf->last, body, len - 1);
+    cl->buf->last = ngx_cpymem(cl->buf->last, "\n\n", 2);
+    cl->buf->flush = 1;
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
+}
+
+
+/* A JSON string of possibly partial UTF-8 bytes (invalid ones: U+FFFD). */
+
+static json_t *
+ngx_http_llm_text_json(const u_char *s, size_t len)
+{
+    u_char   *buf, *d;
+    size_t    i, n;
+    json_t   *j;
+    uint32_t  c;
+    u_char   *p;
+
+    j = json_stringn((const char *) s, len);
+    if (j) {
+        return j;
+    }
+
+    buf = malloc(len * 3 + 1);
+    if (buf == NULL) {
+        return NULL;
+    }
+
+    d = buf;
+    i = 0;
+
+    while (i < len) {
+        p = (u_char *) s + i;
+        c = ngx_utf8_decode(&p, len - i);
+        n = p - (s + i);
+
+        if (c > 0x10ffff || n == 0) {
+            *d++ = 0xef; *d++ = 0xbf; *d++ = 0xbd;
+            i++;
+            continue;
+        }
+
+        ngx_memcpy(d, s + i, n);
+        d += n;
+        i += n;
+    }
+
+    j = json_stringn((const char *) buf, d - buf);
+    free(buf);
+
+    return j;
+}
+
+
+static json_t *
+ngx_http_llm_bytes_json(ProtobufCBinaryData *b)
+{
+    size_t   i;
+    json_t  *a;
+
+    a = json_array();
+
+    for (i = 0; a && i < b->len; i++) {
+        json_array_append_new(a, json_integer(b->data[i]));
+    }
+
+    return a;
+}
+
+
+/* {"content":[{"token","logprob","bytes","top_logprobs"}],"refusal":null} */
+
+static json_t *
+ngx_http_llm_chat_logprobs(Llm__Delta *d)
+{
+    size_t            i, k;
+    json_t           *content, *top, *item;
+    Llm__TokenLogprob *tl;
+    Llm__TopLogprob   *tp;
+
+    content = json_array();
+    if (content == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < d->n_logprobs; i++) {
+        tl = d->logprobs[i];
+
+        top = json_array();
+
+        for (k = 0; top && k < tl->n_top; k++) {
+            tp = tl->top[k];
+            json_array_append_new(top,
+                json_pack("{s:o,s:f,s:o}",
+                          "token", ngx_http_llm_text_json(tp->text.data,
+                                                          tp->text.len),
+                          "logprob", (double) tp->logprob,
+                          "bytes", ngx_http_llm_bytes_json(&tp->text)));
+        }
+
+        item = json_pack("{s:o,s:f,s:o,s:o}",
+                         "token", ngx_http_llm_text_json(tl->text.data,
+                                                         tl->text.len),
+                         "logprob", (double) tl->logprob,
+                         "bytes", ngx_http_llm_bytes_json(&tl->text),
+                         "top_logprobs", top ? top : json_array());
+        json_array_append_new(content, item);
+    }
+
+    return json_pack("{s:o,s:n}", "content", content, "refusal");
+}
+
+
+/*
+ * Legacy completions logprobs, appended to ch->logprobs:
+ * {"tokens","token_logprobs","top_logprobs","text_offset"}.
+ */
+
+static ngx_int_t
+ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_choice_t *ch, Llm__Delta *d)
+{
+    size_t              i, k;
+    json_t             *lp, *top;
+    Llm__TokenLogprob  *tl;
+
+    (void) ctx;
+
+    if (ch->logprobs == NULL) {
+        ch->logprobs = json_pack("{s:[],s:[],s:[],s:[]}", "tokens",
+                                 "token_logprobs", "top_logprobs",
+                                 "text_offset");
+        if (ch->logprobs == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    lp = ch->logprobs;
+
+    for (i = 0; i < d->n_logprobs; i++) {
+        tl = d->logprobs[i];
+
+        json_array_append_new(json_object_get(lp, "tokens"),
+                              ngx_http_llm_text_json(tl->text.data,
+                                                     tl->text.len));
+        json_array_append_new(json_object_get(lp, "token_logprobs"),
+                              json_real(tl->logprob));
+
+        top = json_object();
+
+        for (k = 0; top && k < tl->n_top; k++) {
+            json_t  *s = ngx_http_llm_text_json(tl->top[k]->text.data,
+                                                tl->top[k]->text.len);
+            if (s) {
+                json_object_set_new(top, json_string_value(s),
+                                    json_real(tl->top[k]->logprob));
+                json_decref(s);
+            }
+        }
+
+        json_array_append_new(json_object_get(lp, "top_logprobs"),
+                              top ? top : json_null());
+        json_array_append_new(json_object_get(lp, "text_offset"),
+                              json_integer(ch->text_offset));
+
+        ch->text_offset += tl->text.len;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Non-stream: accumulates one event into the choices. */
+
+ngx_int_t
+ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Event *ev)
+{
+    json_t                 *lj, *a, *v;
+    size_t                  i;
+    ngx_uint_t              k;
+    Llm__Delta             *d;
+    Llm__ToolCallDelta     *t;
+    ngx_http_llm_call_t    *call;
+    ngx_http_llm_choice_t  *ch;
+
+    switch (ev->kind_case) {
+
+    case LLM__EVENT__KIND_DELTA:
+        d = ev->delta;
+
+        ch = ngx_http_llm_choice(ctx, d->index);
+        if (ch == NULL) {
+            return NGX_OK;
+        }
+
+        if (ngx_http_llm_sbuf_add(r->pool, &ch->content, (u_char *) d->text,
+                                  ngx_strlen(d->text))
+            != NGX_OK
+            || ngx_http_llm_sbuf_add(r->pool, &ch->reasoning,
+                                     (u_char *) d->reasoning,
+                                     ngx_strlen(d->reasoning))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (d->n_logprobs == 0) {
+            return NGX_OK;
+        }
+
+        if (ctx->route == NGX_HTTP_LLM_ROUTE_COMPLETION) {
+            if (ctx->completion_logprobs >= 0) {
+                return ngx_http_llm_completion_logprobs(ctx, ch, d);
+            }
+
+            return NGX_OK;
+        }
+
+        if (!ctx->logprobs) {
+            return NGX_OK;
+        }
+
+        lj = ngx_http_llm_chat_logprobs(d);
+        if (lj == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ch->logprobs == NULL) {
+            ch->logprobs = lj;
+            return NGX_OK;
+        }
+
+        a = json_object_get(ch->logprobs, "content");
+
+        json_array_foreach(json_object_get(lj, "content"), i, v) {
+            json_array_append(a, v);
+        }
+
+        json_decref(lj);
+
+        return NGX_OK;
+
+    case LLM__EVENT__KIND_TOOL_CALL:
+        t = ev->tool_call;
+
+        ch = ngx_http_llm_choice(ctx, t->index);
+        if (ch == NULL) {
+            return NGX_OK;
+        }
+
+        if (t->call_index > 1024) {
+            return NGX_OK;
+        }
+
+        while (ch->calls.nelts <= t->call_index) {
+            call = ngx_array_push(&ch->calls);
+            if (call == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memzero(call, sizeof(ngx_http_llm_call_t));
+        }
+
+        call = (ngx_http_llm_call_t *) ch->calls.elts + t->call_index;
+
+        if (t->id[0] && call->id.len == 0
+            && ngx_http_llm_sbuf_add(r->pool, &call->id, (u_char *) t->id,
+                                     ngx_strlen(t->id))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (t->name[0] && call->name.len == 0
+            && ngx_http_llm_sbuf_add(r->pool, &call->name, (u_char *) t->name,
+                                     ngx_strlen(t->name))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_llm_sbuf_add(r->pool, &call->arguments,
+                                     (u_char *) t->arguments,
+                                     ngx_strlen(t->arguments));
+
+    case LLM__EVENT__KIND_DONE:
+
+        if (ev->done->usage) {
+            ctx->prompt_tokens = ev->done->usage->prompt_tokens;
+            ctx->completion_tokens = ev->done->usage->completion_tokens;
+            ctx->cached_tokens = ev->done->usage->cached_tokens;
+        }
+
+        if (ev->done->system_fingerprint[0]) {
+            ctx->fingerprint.len = ngx_strlen(ev->done->system_fingerprint);
+            ctx->fingerprint.data = (u_char *) ngx_http_llm_pstrdup(r->pool,
+                                               ev->done->system_fingerprint,
+                                               ctx->fingerprint.len);
+            if (ctx->fingerprint.data == NULL) {
+                return NGX_ERROR;
+            }
+        }
+
+        for (k = 0; k < ctx->n; k++) {
+            ctx->choices[k].finish = LLM__FINISH_REASON__FINISH_STOP;
+        }
+
+        for (i = 0; i < ev->done->n_choices; i++) {
+            if (ev->done->choices[i]->index < ctx->n) {
+                ctx->choices[ev->done->choices[i]->index].finish =
+                                           ev->done->choices[i]->finish_reason;
+            }
+        }
+
+        ctx->finish_reason.data = (u_char *)
+                             ngx_http_llm_finish_name(ctx->choices[0].finish);
+        ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
+        ctx->done = 1;
+
+        return NGX_OK;
+
+    default:
+        return NGX_OK;
+    }
+}
+
+
+/* Non-stream: the whole chat.completion / text_completion body. */
+
+ngx_int_t
+ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_str_t *body)
+{
+    char                   *s;
+    json_t                 *root, *choices, *choice, *msg, *calls, *c;
+    ngx_uint_t              i, k;
+    ngx_http_llm_call_t    *call;
+    ngx_http_llm_choice_t  *ch;
+
+    root = json_pack("{s:s%,s:s,s:I,s:s%}",
+                     "id", (char *) ctx->id, ctx->id_len,
+                     "object", ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
+                               ? "chat.completion" : "text_completion",
+                     "created", (json_int_t) ctx->created,
+                     "model", (char *) ctx->model_name.data,
+                     ctx->model_name.len);
+    if (root == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_object_set_new(root, "system_fingerprint",
+                        ctx->fingerprint.len
+                        ? json_stringn((char *) ctx->fingerprint.data,
+                                       ctx->fingerprint.len)
+                        : json_null());
+
+    choices = json_array();
+    json_object_set_new(root, "choices", choices);
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (ctx->route == NGX_HTTP_LLM_ROUTE_COMPLETION) {
+            choice = json_pack("{s:o,s:I,s:o,s:s}",
+                               "text", ngx_http_llm_text_json(
+                                           ch->content.data
+                                           ? ch->content.data
+                                           : (u_char *) "",
+                                           ch->content.len),
+                               "index", (json_int_t) i,
+                               "logprobs", ch->logprobs
+                                           ? json_incref(ch->logprobs)
+                                           : json_null(),
+                               "finish_reason",
+                               ngx_http_llm_finish_name(ch->finish));
+            json_array_append_new(choices, choice);
+            continue;
+        }
+
+        msg = json_pack("{s:s}", "role", "assistant");
+
+        if (ch->content.len || ch->calls.nelts == 0) {
+            json_object_set_new(msg, "content",
+                                ngx_http_llm_text_json(
+                                    ch->content.data ? ch->content.data
+                                                     : (u_char *) "",
+                                    ch->content.len));
+        } else {
+            json_object_set_new(msg, "content", json_null());
+        }
+
+        json_object_set_new(msg, "refusal", json_null());
+
+        if (ch->reasoning.len) {
+            json_object_set_new(msg, "reasoning_content",
+                                ngx_http_llm_text_json(ch->reasoning.data,
+                                                       ch->reasoning.len));
+        }
+
+        if (ch->calls.nelts) {
+            calls = json_array();
+            call = ch->calls.elts;
+
+            for (k = 0; k < ch->calls.nelts; k++) {
+                c = json_pack("{s:o,s:s,s:{s:o,s:o}}",
+                              "id", ngx_http_llm_text_json(
+                                        call[k].id.data ? call[k].id.data
+                                                        : (u_char *) "",
+                                        call[k].id.len),
+                              "type", "function",
+                              "function",
+                              "name", ngx_http_llm_text_json(
+                                        call[k].name.data ? call[k].name.data
+                                                          : (u_char *) "",
+                                        call[k].name.len),
+                              "arguments", ngx_http_llm_text_json(
+                                        call[k].arguments.data
+                                        ? call[k].arguments.data
+                                        : (u_char *) "",
+                                        call[k].arguments.len));
+                json_array_append_new(calls, c);
+            }
+
+            json_object_set_new(msg, "tool_calls", calls);
+        }
+
+        choice = json_pack("{s:I,s:o,s:o,s:s}",
+                           "index", (json_int_t) i,
+                           "message", msg,
+                           "logprobs", ch->logprobs
+                                       ? json_incref(ch->logprobs)
+                                       : json_null(),
+                           "finish_reason",
+                           ngx_http_llm_finish_name(ch->finish));
+        json_array_append_new(choices, choice);
+    }
+
+    json_object_set_new(root, "usage",
+                        json_pack("{s:I,s:I,s:I,s:{s:I}}",
+                                  "prompt_tokens",
+                                  (json_int_t) ctx->prompt_tokens,
+                                  "completion_tokens",
+                                  (json_int_t) ctx->completion_tokens,
+                                  "total_tokens",
+                                  (json_int_t) (ctx->prompt_tokens
+                                                + ctx->completion_tokens),
+                                  "prompt_tokens_details",
+                                  "cached_tokens",
+                                  (json_int_t) ctx->cached_tokens));
+
+    s = json_dumps(root, JSON_COMPACT);
+
+    for (i = 0; i < ctx->n; i++) {
+        if (ctx->choices[i].logprobs) {
+            json_decref(ctx->choices[i].logprobs);
+            ctx->choices[i].logprobs = NULL;
+        }
+    }
+
+    json_decref(root);
+
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->len = ngx_strlen(s);
+    body->data = ngx_pnalloc(r->pool, body->len + 1);
+    if (body->data == NULL) {
+        free(s);
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(body->data, s, body->len);
+    body->data[body->len++] = '\n';
+    free(s);
+
+    return NGX_OK;
+}
+
+
+/* Engine error codes as OpenAI error classes. */
+
+void
+ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err)
+{
+    err->param = (e->param && e->param[0]) ? e->param : NULL;
+    err->message.data = (u_char *) e->message;
+    err->message.len = ngx_strlen(e->message);
+
+    switch (e->code) {
+
+    case LLM__ERROR_CODE__ERROR_CONTEXT_LENGTH_EXCEEDED:
+        err->status = NGX_HTTP_BAD_REQUEST;
+        err->type = "invalid_request_error";
+        err->code = "context_length_exceeded";
+        if (err->param == NULL) {
+            err->param = "messages";
+        }
+        break;
+
+    case LLM__ERROR_CODE__ERROR_INVALID_REQUEST:
+        err->status = NGX_HTTP_BAD_REQUEST;
+        err->type = "invalid_request_error";
+        err->code = "invalid_value";
+        break;
+
+    case LLM__ERROR_CODE__ERROR_MODEL_NOT_FOUND:
+        err->status = NGX_HTTP_NOT_FOUND;
+        err->type = "invalid_request_error";
+        err->code = "model_not_found";
+        break;
+
+    case LLM__ERROR_CODE__ERROR_OVERLOADED:
+        err->status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        err->type = "server_error";
+        err->code = "engine_overloaded";
+        break;
+
+    case LLM__ERROR_CODE__ERROR_SHUTTING_DOWN:
+        err->status = NGX_HTTP_SERVICE_UNAVAILABLE;
+        err->type = "server_error";
+        err->code = "engine_shutting_down";
+        break;
+
+    case LLM__ERROR_CODE__ERROR_BAD_FRAME:
+        err->status = NGX_HTTP_BAD_GATEWAY;
+        err->type = "server_error";
+        err->code = "bad_frame";
+        break;
+
+    default:
+        err->status = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        err->type = "server_error";
+        err->code = "internal_error";
+    }
+
+    if (err->message.len == 0) {
+        ngx_str_set(&err->message, "The inference engine failed.");
+    }
+}

@@ -1,0 +1,1481 @@
+
+/*
+ * ngx_http_llm_module: the engine protocol over ngx_http_upstream_t.
+ *
+ * A request is one frame (4-byte big-endian length + protobuf Request);
+ * the answer a sequence of Event frames.  The upstream runs unbuffered:
+ * process_header consumes events until the first byte for the client is
+ * decided (the first token for a stream, Done for a JSON body, or an
+ * error), input_filter renders the rest as SSE events.  The frame parser
+ * is resumable: it keeps its state in the request context and copies a
+ * frame that spans reads, so any split of the byte stream works.
+ *
+ * Failover: the upstream's own next-upstream handles connect errors,
+ * timeouts before the first byte and engine errors reported as
+ * "invalid header"; when every server of a model has failed, the wrapped
+ * balancer re-initializes the peer with the next model of the fallback
+ * chain and re-encodes the request for it.
+ *
+ * Also here: the Info probe for /v1/models and /healthz, a small direct
+ * connection per engine address, outside of any request.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_llm_module.h"
+
+
+enum {
+    NGX_HTTP_LLM_FRAME_LEN = 0,
+    NGX_HTTP_LLM_FRAME_BODY
+};
+
+
+static ngx_int_t ngx_http_llm_create_request(ngx_http_request_t *r);
+static ngx_int_t ngx_http_llm_reinit_request(ngx_http_request_t *r);
+static ngx_int_t ngx_http_llm_process_header(ngx_http_request_t *r);
+static ngx_int_t ngx_http_llm_header_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
+static ngx_int_t ngx_http_llm_start_response(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_uint_t status, off_t length,
+    ngx_uint_t sse);
+static ngx_int_t ngx_http_llm_engine_error(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Error *e);
+static ngx_int_t ngx_http_llm_input_filter_init(void *data);
+static ngx_int_t ngx_http_llm_input_filter(void *data, ssize_t bytes);
+static ngx_int_t ngx_http_llm_stream_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);
+static void ngx_http_llm_terminal(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
+static void ngx_http_llm_abort_request(ngx_http_request_t *r);
+static void ngx_http_llm_finalize_request(ngx_http_request_t *r,
+    ngx_int_t rc);
+static void ngx_http_llm_heartbeat_handler(ngx_event_t *ev);
+static void ngx_http_llm_flush_handler(ngx_event_t *ev);
+static void ngx_http_llm_kick(ngx_http_request_t *r);
+
+static ngx_int_t ngx_http_llm_peer_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us);
+static ngx_int_t ngx_http_llm_peer_get(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t state);
+static ngx_int_t ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx);
+
+static void ngx_http_llm_probe_write(ngx_event_t *wev);
+static void ngx_http_llm_probe_read(ngx_event_t *rev);
+static void ngx_http_llm_probe_done(ngx_http_llm_backend_t *be,
+    const char *error);
+
+
+/*
+ * Creates the upstream for a validated generate request in ctx and starts
+ * it.  The upstream finalizes the request.
+ */
+
+ngx_int_t
+ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    ngx_http_upstream_t       *u;
+    ngx_http_upstream_conf_t  *conf;
+    ngx_http_llm_loc_conf_t   *llcf;
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    if (ngx_http_upstream_create(r) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    u = r->upstream;
+
+    conf = ngx_palloc(r->pool, sizeof(ngx_http_upstream_conf_t));
+    if (conf == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    *conf = llcf->upstream;
+
+    if (ctx->model) {
+        conf->upstream = ctx->model->upstream;
+    }
+
+    if (conf->upstream == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "llm: no llm_pass for model \"%V\"", &ctx->requested);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    u->conf = conf;
+
+    ngx_str_set(&u->schema, "llm://");
+    u->output.tag = (ngx_buf_tag_t) &ngx_http_llm_module;
+
+    u->create_request = ngx_http_llm_create_request;
+    u->reinit_request = ngx_http_llm_reinit_request;
+    u->process_header = ngx_http_llm_process_header;
+    u->abort_request = ngx_http_llm_abort_request;
+    u->finalize_request = ngx_http_llm_finalize_request;
+
+    u->input_filter_init = ngx_http_llm_input_filter_init;
+    u->input_filter = ngx_http_llm_input_filter;
+    u->input_filter_ctx = ctx;
+
+    ctx->inflight = 1;
+    ngx_http_llm_metrics_inflight(r, 1);
+
+    ngx_http_upstream_init(r);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_create_request(ngx_http_request_t *r)
+{
+    ngx_http_llm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+
+    return ngx_http_llm_encode(r, ctx, &r->upstream->request_bufs);
+}
+
+
+static ngx_int_t
+ngx_http_llm_reinit_request(ngx_http_request_t *r)
+{
+    ngx_http_llm_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+
+    if (ctx == NULL) {
+        return NGX_OK;
+    }
+
+    ctx->state = NGX_HTTP_LLM_FRAME_LEN;
+    ctx->lenpos = 0;
+    ctx->frame_got = 0;
+    ctx->done = 0;
+    ctx->err_status = 0;
+    ctx->prompt_tokens = 0;
+    ctx->cached_tokens = 0;
+
+    r->upstream->out_bufs = NULL;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The resumable frame parser.  Walks *pos..last; returns NGX_OK with one
+ * complete frame in *frame and *len (pointing into the input when the frame
+ * arrived whole, else into ctx->frame), NGX_AGAIN when every byte was
+ * consumed and more are needed, NGX_ERROR for a frame over max bytes.
+ */
+
+ngx_int_t
+ngx_http_llm_frame(ngx_http_llm_ctx_t *ctx, u_char **pos, u_char *last,
+    size_t max, u_char **frame, size_t *len)
+{
+    u_char  *p;
+    size_t   n;
+
+    p = *pos;
+
+    if (ctx->state == NGX_HTTP_LLM_FRAME_LEN) {
+
+        while (ctx->lenpos < 4 && p < last) {
+            ctx->lenbuf[ctx->lenpos++] = *p++;
+        }
+
+        *pos = p;
+
+        if (ctx->lenpos < 4) {
+            return NGX_AGAIN;
+        }
+
+        ctx->frame_len = ((size_t) ctx->lenbuf[0] << 24)
+                         | ((size_t) ctx->lenbuf[1] << 16)
+                         | ((size_t) ctx->lenbuf[2] << 8)
+                         | (size_t) ctx->lenbuf[3];
+        ctx->lenpos = 0;
+
+        if (ctx->frame_len > max) {
+            return NGX_ERROR;
+        }
+
+        ctx->state = NGX_HTTP_LLM_FRAME_BODY;
+        ctx->frame_got = 0;
+    }
+
+    /* NGX_HTTP_LLM_FRAME_BODY */
+
+    if (ctx->frame_got == 0 && (size_t) (last - p) >= ctx->frame_len) {
+        *frame = p;
+        *len = ctx->frame_len;
+        *pos = p + ctx->frame_len;
+        ctx->state = NGX_HTTP_LLM_FRAME_LEN;
+        return NGX_OK;
+    }
+
+    if (ctx->frame_cap < ctx->frame_len) {
+        ngx_free(ctx->frame);
+
+        ctx->frame_cap = ngx_max(ctx->frame_len, 4096);
+        ctx->frame = ngx_alloc(ctx->frame_cap, ngx_cycle->log);
+        if (ctx->frame == NULL) {
+            ctx->frame_cap = 0;
+            return NGX_ERROR;
+        }
+    }
+
+    n = ngx_min((size_t) (last - p), ctx->frame_len - ctx->frame_got);
+    ngx_memcpy(ctx->frame + ctx->frame_got, p, n);
+    ctx->frame_got += n;
+    *pos = p + n;
+
+    if (ctx->frame_got < ctx->frame_len) {
+        return NGX_AGAIN;
+    }
+
+    *frame = ctx->frame;
+    *len = ctx->frame_len;
+    ctx->frame_got = 0;
+    ctx->state = NGX_HTTP_LLM_FRAME_LEN;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_process_header(ngx_http_request_t *r)
+{
+    size_t                    len;
+    u_char                   *frame;
+    ngx_int_t                 rc;
+    ngx_buf_t                *b;
+    Llm__Event               *ev;
+    ngx_http_upstream_t      *u;
+    ngx_http_llm_ctx_t       *ctx;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    u = r->upstream;
+    b = &u->buffer;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    for ( ;; ) {
+
+        rc = ngx_http_llm_frame(ctx, &b->pos, b->last, llcf->max_frame,
+                                &frame, &len);
+
+        if (rc == NGX_AGAIN) {
+            /* every byte is consumed or copied: the buffer can be reused */
+            b->pos = b->start;
+            b->last = b->start;
+            return NGX_AGAIN;
+        }
+
+        if (rc == NGX_ERROR) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "llm: engine sent a frame of %uz bytes, over "
+                          "llm_max_frame %uz", ctx->frame_len,
+                          llcf->max_frame);
+            return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        }
+
+        ev = llm__event__unpack(NULL, len, frame);
+        if (ev == NULL || ev->kind_case == LLM__EVENT__KIND__NOT_SET) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "llm: engine sent an undecodable frame of %uz "
+                          "bytes", len);
+            if (ev) {
+                llm__event__free_unpacked(ev, NULL);
+            }
+            return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        }
+
+        rc = ngx_http_llm_header_event(r, ctx, ev);
+
+        llm__event__free_unpacked(ev, NULL);
+
+        if (rc != NGX_AGAIN) {
+            if (rc == NGX_OK && ctx->done && b->pos == b->last
+                && ctx->state == NGX_HTTP_LLM_FRAME_LEN && ctx->lenpos == 0)
+            {
+                u->keepalive = !u->headers_in.connection_close;
+            }
+
+            return rc;
+        }
+    }
+}
+
+
+/*
+ * One event before the first byte.  NGX_AGAIN: keep reading; NGX_OK: the
+ * response starts (headers set, any body already in u->out_bufs);
+ * NGX_HTTP_UPSTREAM_INVALID_HEADER: try the next engine.
+ */
+
+static ngx_int_t
+ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Event *ev)
+{
+    ngx_int_t                 rc;
+    ngx_str_t                 body;
+    ngx_chain_t              *cl, **ll;
+    ngx_http_upstream_t      *u;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    u = r->upstream;
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    switch (ev->kind_case) {
+
+    case LLM__EVENT__KIND_QUEUED:
+        if (ctx->stream && llcf->sse_heartbeat) {
+            return ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, -1, 1);
+        }
+
+        return NGX_AGAIN;
+
+    case LLM__EVENT__KIND_STARTED:
+        ctx->prompt_tokens = ev->started->prompt_tokens;
+        ctx->cached_tokens = ev->started->cached_tokens;
+
+        if (ctx->stream && llcf->sse_heartbeat) {
+            return ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, -1, 1);
+        }
+
+        return NGX_AGAIN;
+
+    case LLM__EVENT__KIND_DELTA:
+    case LLM__EVENT__KIND_TOOL_CALL:
+    case LLM__EVENT__KIND_DONE:
+
+        if (ctx->stream) {
+            rc = ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, -1, 1);
+            if (rc != NGX_OK) {
+                return rc;
+            }
+
+            for (ll = &u->out_bufs; *ll; ll = &(*ll)->next) { /* void */ }
+
+            if (ngx_http_llm_stream_event(r, ctx, ev, &ll) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            return NGX_OK;
+        }
+
+        if (ev->kind_case != LLM__EVENT__KIND_DONE && !ctx->got_token) {
+            ctx->got_token = 1;
+            ctx->ttft = ngx_current_msec - ctx->start;
+        }
+
+        if (ngx_http_llm_collect(r, ctx, ev) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        if (ev->kind_case != LLM__EVENT__KIND_DONE) {
+            return NGX_AGAIN;
+        }
+
+        ngx_http_llm_terminal(r, ctx);
+
+        if (ngx_http_llm_body(r, ctx, &body) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        rc = ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, body.len, 0);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        cl = ngx_http_llm_chain_buf(r, body.len);
+        if (cl == NULL) {
+            return NGX_ERROR;
+        }
+
+        cl->buf->last = ngx_cpymem(cl->buf->last, body.data, body.len);
+        cl->buf->flush = 1;
+        u->out_bufs = cl;
+
+        return NGX_OK;
+
+    case LLM__EVENT__KIND_ERROR:
+        return ngx_http_llm_engine_error(r, ctx, ev->error);
+
+    default:
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "llm: engine sent an unexpected event %d",
+                      (int) ev->kind_case);
+        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+    }
+}
+
+
+/*
+ * An Error event before the first byte.  Overloaded, shutting down and
+ * internal errors go to the next engine when llm_next_upstream allows;
+ * the error is kept so that the final answer, if every engine fails, says
+ * what happened.  Others become the response.
+ */
+
+static ngx_int_t
+ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Error *e)
+{
+    u_char                *p;
+    ngx_str_t              body;
+    ngx_uint_t             mask;
+    ngx_chain_t           *cl;
+    ngx_http_upstream_t   *u;
+    ngx_http_llm_error_t   err;
+
+    u = r->upstream;
+
+    ngx_http_llm_map_error(e, &err);
+
+    p = ngx_pnalloc(r->pool, err.message.len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(p, err.message.data, err.message.len);
+    err.message.data = p;
+
+    if (err.param) {
+        p = ngx_pnalloc(r->pool, ngx_strlen(err.param) + 1);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_cpystrn(p, (u_char *) err.param, ngx_strlen(err.param) + 1);
+        err.param = (char *) p;
+    }
+
+    ctx->err_status = err.status;
+    ctx->err_type = err.type;
+    ctx->err_code = err.code;
+    ctx->err_param = err.param;
+    ctx->err_message = err.message;
+
+    if (e->usage) {
+        ctx->prompt_tokens = e->usage->prompt_tokens;
+        ctx->completion_tokens = e->usage->completion_tokens;
+        ctx->cached_tokens = e->usage->cached_tokens;
+    }
+
+    switch (e->code) {
+
+    case LLM__ERROR_CODE__ERROR_OVERLOADED:
+    case LLM__ERROR_CODE__ERROR_SHUTTING_DOWN:
+        mask = NGX_HTTP_UPSTREAM_FT_HTTP_503;
+        break;
+
+    case LLM__ERROR_CODE__ERROR_INTERNAL:
+        mask = NGX_HTTP_UPSTREAM_FT_HTTP_500;
+        break;
+
+    default:
+        mask = 0;
+    }
+
+    if (mask && (u->conf->next_upstream & mask)
+        && !(u->conf->next_upstream & NGX_HTTP_UPSTREAM_FT_OFF))
+    {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "llm: engine %V answered \"%V\", trying the next one",
+                      u->peer.name, &err.message);
+        ctx->upstream_error = 1;
+        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "llm: engine error %d: %V", (int) e->code, &err.message);
+
+    if (err.status >= 500) {
+        ctx->upstream_error = 1;
+    }
+
+    ctx->done = 1;
+    ctx->error_code.data = (u_char *) (err.code ? err.code : err.type);
+    ctx->error_code.len = ngx_strlen(ctx->error_code.data);
+
+    body.data = ngx_http_llm_error_json(r->pool, &err, &body.len);
+    if (body.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_llm_start_response(r, ctx, err.status, body.len, 0)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    cl = ngx_http_llm_chain_buf(r, body.len);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf->last = ngx_cpymem(cl->buf->last, body.data, body.len);
+    cl->buf->flush = 1;
+    u->out_bufs = cl;
+
+    if (e->code == LLM__ERROR_CODE__ERROR_BAD_FRAME) {
+        /* the engine closes the connection after it */
+        ctx->done = 1;
+        u->headers_in.connection_close = 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Sets the response status and headers; the upstream sends them. */
+
+static ngx_int_t
+ngx_http_llm_start_response(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_uint_t status, off_t length, ngx_uint_t sse)
+{
+    ngx_table_elt_t      *h;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (ctx->header_done) {
+        return NGX_OK;
+    }
+
+    ctx->header_done = 1;
+
+    u->headers_in.status_n = status;
+    u->headers_in.content_length_n = length;
+    u->state->status = status;
+
+    if (sse) {
+        ngx_str_set(&r->headers_out.content_type, "text/event-stream");
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Cache-Control");
+        ngx_str_set(&h->value, "no-cache");
+
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "X-Accel-Buffering");
+        ngx_str_set(&h->value, "no");
+
+    } else {
+        ngx_str_set(&r->headers_out.content_type, "application/json");
+    }
+
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    if (ctx->fallbacks) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "x-llm-fallback");
+        h->value = ctx->model_name;
+    }
+
+    if (ctx->ticket_set
+        && ngx_http_llm_limit_headers(r, &ctx->ticket) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+#if (NGX_HTTP_GZIP)
+    r->gzip_tested = 1;
+    r->gzip_ok = 0;
+#endif
+
+    return NGX_OK;
+}
+
+
+/*
+ * Called by the upstream once the headers went out.  Arms the heartbeat
+ * for a stream still waiting for its first token, ends the response at
+ * once when the terminal event came with the headers, and makes sure
+ * output prepared in process_header is written even when no more bytes
+ * arrive from the engine.
+ */
+
+static ngx_int_t
+ngx_http_llm_input_filter_init(void *data)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    ngx_http_request_t       *r;
+    ngx_http_upstream_t      *u;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    r = ctx->request;
+    u = r->upstream;
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    if (ctx->done) {
+        u->length = 0;
+
+    } else {
+        u->length = -1;
+    }
+
+    if (ctx->stream && !ctx->done && !ctx->got_token && llcf->sse_heartbeat)
+    {
+        ctx->heartbeat.handler = ngx_http_llm_heartbeat_handler;
+        ctx->heartbeat.data = r;
+        ctx->heartbeat.log = r->connection->log;
+        ngx_add_timer(&ctx->heartbeat, llcf->sse_heartbeat);
+    }
+
+    if (u->buffer.pos == u->buffer.last && (u->out_bufs || ctx->done)) {
+        ngx_post_event(r->connection->write, &ngx_posted_events);
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_input_filter(void *data, ssize_t bytes)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    size_t                    len;
+    u_char                   *frame;
+    ngx_int_t                 rc;
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl, **ll;
+    Llm__Event               *ev;
+    ngx_http_request_t       *r;
+    ngx_http_upstream_t      *u;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    r = ctx->request;
+    u = r->upstream;
+    b = &u->buffer;
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    b->pos = b->last;
+    b->last += bytes;
+
+    for (cl = u->out_bufs, ll = &u->out_bufs; cl; cl = cl->next) {
+        ll = &cl->next;
+    }
+
+    while (b->pos < b->last) {
+
+        if (ctx->done) {
+            ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                          "llm: engine sent %z bytes after the end of the "
+                          "answer", b->last - b->pos);
+            b->pos = b->last;
+            u->keepalive = 0;
+            break;
+        }
+
+        rc = ngx_http_llm_frame(ctx, &b->pos, b->last, llcf->max_frame,
+                                &frame, &len);
+
+        if (rc == NGX_AGAIN) {
+            break;
+        }
+
+        ev = NULL;
+
+        if (rc == NGX_OK) {
+            ev = llm__event__unpack(NULL, len, frame);
+        }
+
+        if (ev == NULL || ev->kind_case == LLM__EVENT__KIND__NOT_SET) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "llm: engine sent an invalid frame of %uz bytes "
+                          "mid-stream", ctx->frame_len);
+
+            if (ev) {
+                llm__event__free_unpacked(ev, NULL);
+            }
+
+            ctx->upstream_error = 1;
+            ngx_str_set(&ctx->error_code, "invalid_frame");
+            ctx->err_status = NGX_HTTP_BAD_GATEWAY;
+            ngx_str_set(&ctx->err_message, "The inference engine sent an "
+                        "invalid answer.");
+
+            if (ctx->stream
+                && ngx_http_llm_stream_event(r, ctx, NULL, &ll) != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+
+            ctx->done = 1;
+            u->keepalive = 0;
+            u->length = 0;
+            b->pos = b->last;
+            return NGX_OK;
+        }
+
+        rc = ngx_http_llm_stream_event(r, ctx, ev, &ll);
+
+        llm__event__free_unpacked(ev, NULL);
+
+        if (rc != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->done) {
+        u->length = 0;
+
+        if (b->pos == b->last && ctx->state == NGX_HTTP_LLM_FRAME_LEN
+            && ctx->lenpos == 0 && !u->headers_in.connection_close)
+        {
+            u->keepalive = 1;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * One event of a started stream, rendered as SSE at *ll; ev == NULL
+ * renders the error kept in ctx.  Marks the end on Done and Error.
+ */
+
+static ngx_int_t
+ngx_http_llm_stream_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Event *ev, ngx_chain_t ***ll)
+{
+    ngx_http_upstream_t      *u;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    u = r->upstream;
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    if (ev == NULL) {
+        return ngx_http_llm_sse_event(r, ctx, NULL, ll);
+    }
+
+    switch (ev->kind_case) {
+
+    case LLM__EVENT__KIND_QUEUED:
+        return NGX_OK;
+
+    case LLM__EVENT__KIND_STARTED:
+        ctx->prompt_tokens = ev->started->prompt_tokens;
+        ctx->cached_tokens = ev->started->cached_tokens;
+        return NGX_OK;
+
+    case LLM__EVENT__KIND_DELTA:
+    case LLM__EVENT__KIND_TOOL_CALL:
+        if (!ctx->got_token) {
+            ctx->got_token = 1;
+            ctx->ttft = ngx_current_msec - ctx->start;
+
+            if (ctx->heartbeat.timer_set) {
+                ngx_del_timer(&ctx->heartbeat);
+            }
+        }
+
+        break;
+
+    case LLM__EVENT__KIND_DONE:
+        if (ev->done->usage) {
+            ctx->prompt_tokens = ev->done->usage->prompt_tokens;
+            ctx->completion_tokens = ev->done->usage->completion_tokens;
+            ctx->cached_tokens = ev->done->usage->cached_tokens;
+        }
+
+        ngx_http_llm_terminal(r, ctx);
+        ctx->done = 1;
+        break;
+
+    case LLM__EVENT__KIND_ERROR:
+        if (ev->error->usage) {
+            ctx->prompt_tokens = ev->error->usage->prompt_tokens;
+            ctx->completion_tokens = ev->error->usage->completion_tokens;
+            ctx->cached_tokens = ev->error->usage->cached_tokens;
+        }
+
+        ctx->upstream_error = 1;
+        ctx->done = 1;
+
+        if (ev->error->code == LLM__ERROR_CODE__ERROR_BAD_FRAME) {
+            u->headers_in.connection_close = 1;
+        }
+
+        break;
+
+    default:
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "llm: engine sent an unexpected event %d mid-stream",
+                      (int) ev->kind_case);
+        return NGX_OK;
+    }
+
+    if (ngx_http_llm_sse_event(r, ctx, ev, ll) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->done || llcf->sse_flush_interval == 0) {
+        return NGX_OK;
+    }
+
+    /* coalesce: the flush timer pushes the events out */
+
+    if (!ctx->flush.timer_set) {
+        ctx->flush.handler = ngx_http_llm_flush_handler;
+        ctx->flush.data = r;
+        ctx->flush.log = r->connection->log;
+        ngx_add_timer(&ctx->flush, llcf->sse_flush_interval);
+    }
+
+    return NGX_OK;
+}
+
+
+/* Copies the finish reason and stops the timers at the terminal event. */
+
+static void
+ngx_http_llm_terminal(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    (void) r;
+
+    if (ctx->heartbeat.timer_set) {
+        ngx_del_timer(&ctx->heartbeat);
+    }
+
+    if (ctx->flush.timer_set) {
+        ngx_del_timer(&ctx->flush);
+    }
+}
+
+
+static void
+ngx_http_llm_abort_request(ngx_http_request_t *r)
+{
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "abort http llm request");
+    return;
+}
+
+
+/*
+ * The end of the exchange.  A stream that ends without a terminal event
+ * (engine closed, timed out, invalid data) gets a final error event so
+ * the client never sees a silent truncation.
+ */
+
+static void
+ngx_http_llm_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_chain_t          *out, **ll;
+    ngx_http_llm_ctx_t   *ctx;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "finalize http llm request %i", rc);
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+    if (ctx == NULL) {
+        return;
+    }
+
+    ngx_http_llm_terminal(r, ctx);
+
+    if (ctx->inflight) {
+        ctx->inflight = 0;
+        ngx_http_llm_metrics_inflight(r, -1);
+    }
+
+    if (!ctx->stream || !ctx->header_done || ctx->done
+        || rc == NGX_HTTP_CLIENT_CLOSED_REQUEST || r->connection->error)
+    {
+        if (!ctx->done && ctx->header_done) {
+            ngx_str_set(&ctx->finish_reason, "cancelled");
+        }
+
+        return;
+    }
+
+    ctx->upstream_error = 1;
+    ctx->done = 1;
+
+    if (ctx->err_status == 0) {
+        ctx->err_status = (rc == NGX_HTTP_GATEWAY_TIME_OUT)
+                          ? NGX_HTTP_GATEWAY_TIME_OUT : NGX_HTTP_BAD_GATEWAY;
+
+        if (rc == NGX_HTTP_GATEWAY_TIME_OUT) {
+            ngx_str_set(&ctx->error_code, "engine_timeout");
+            ngx_str_set(&ctx->err_message, "The inference engine stopped "
+                        "answering in the middle of the stream.");
+
+        } else {
+            ngx_str_set(&ctx->error_code, "engine_disconnected");
+            ngx_str_set(&ctx->err_message, "The inference engine closed the "
+                        "stream before its end.");
+        }
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "llm: stream cut off: %V", &ctx->err_message);
+
+    ngx_str_set(&ctx->finish_reason, "error");
+
+    out = NULL;
+    ll = &out;
+
+    if (ngx_http_llm_sse_event(r, ctx, NULL, &ll) != NGX_OK || out == NULL) {
+        return;
+    }
+
+    (void) ngx_http_output_filter(r, out);
+}
+
+
+static void
+ngx_http_llm_heartbeat_handler(ngx_event_t *ev)
+{
+    ngx_chain_t              *cl, **ll;
+    ngx_connection_t         *c;
+    ngx_http_request_t       *r;
+    ngx_http_upstream_t      *u;
+    ngx_http_llm_ctx_t       *ctx;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    r = ev->data;
+    c = r->connection;
+    u = r->upstream;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    if (u == NULL || ctx->got_token || ctx->done || u->cleanup == NULL) {
+        return;
+    }
+
+    for (cl = u->out_bufs, ll = &u->out_bufs; cl; cl = cl->next) {
+        ll = &cl->next;
+    }
+
+    if (ngx_http_llm_sse_raw(r, &ll, (u_char *) ": keep-alive\n\n",
+                             sizeof(": keep-alive\n\n") - 1, 1)
+        != NGX_OK)
+    {
+        return;
+    }
+
+    ngx_add_timer(ev, llcf->sse_heartbeat);
+
+    ngx_http_llm_kick(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static void
+ngx_http_llm_flush_handler(ngx_event_t *ev)
+{
+    ngx_chain_t          *cl, **ll;
+    ngx_connection_t     *c;
+    ngx_http_request_t   *r;
+    ngx_http_upstream_t  *u;
+
+    r = ev->data;
+    c = r->connection;
+    u = r->upstream;
+
+    if (u == NULL || u->cleanup == NULL) {
+        return;
+    }
+
+    for (cl = u->out_bufs, ll = &u->out_bufs; cl; cl = cl->next) {
+        ll = &cl->next;
+    }
+
+    if (ngx_http_llm_sse_raw(r, &ll, NULL, 0, 1) != NGX_OK) {
+        return;
+    }
+
+    ngx_http_llm_kick(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* Runs the upstream's writer to the client, as a write event would. */
+
+static void
+ngx_http_llm_kick(ngx_http_request_t *r)
+{
+    if (r->upstream && r->upstream->header_sent && r->write_event_handler) {
+        r->write_event_handler(r);
+    }
+}
+
+
+/*
+ * The balancer wrapper.  ngx_http_llm_wrap_peer_init() replaces the peer
+ * init of an upstream{} used by this module (at configuration time, once)
+ * so that each request of ours gets its get/free wrapped: when a model's
+ * servers are exhausted (no live peer, or the last try failed) the next
+ * model of the chain takes over before nginx gives up.
+ */
+
+ngx_int_t
+ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
+    ngx_http_upstream_srv_conf_t *uscf)
+{
+    ngx_uint_t                 i;
+    ngx_http_llm_peer_init_t  *pi;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    if (uscf == NULL || uscf->peer.init == ngx_http_llm_peer_init) {
+        return NGX_OK;
+    }
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_llm_module);
+
+    pi = mcf->inits.elts;
+    for (i = 0; i < mcf->inits.nelts; i++) {
+        if (pi[i].upstream == uscf) {
+            return NGX_OK;
+        }
+    }
+
+    if (uscf->peer.init == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "llm: upstream \"%V\" has no balancer",
+                           &uscf->host);
+        return NGX_ERROR;
+    }
+
+    pi = ngx_array_push(&mcf->inits);
+    if (pi == NULL) {
+        return NGX_ERROR;
+    }
+
+    pi->upstream = uscf;
+    pi->init = uscf->peer.init;
+
+    uscf->peer.init = ngx_http_llm_peer_init;
+
+    return NGX_OK;
+}
+
+
+static ngx_http_upstream_init_peer_pt
+ngx_http_llm_orig_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_uint_t                 i;
+    ngx_http_llm_peer_init_t  *pi;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    pi = mcf->inits.elts;
+    for (i = 0; i < mcf->inits.nelts; i++) {
+        if (pi[i].upstream == us) {
+            return pi[i].init;
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_int_t
+ngx_http_llm_peer_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_int_t                        rc;
+    ngx_http_upstream_t             *u;
+    ngx_http_llm_ctx_t              *ctx;
+    ngx_http_upstream_init_peer_pt   init;
+
+    init = ngx_http_llm_orig_init(r, us);
+    if (init == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = init(r, us);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    u = r->upstream;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+
+    if (ctx == NULL || u == NULL || u->input_filter_ctx != ctx) {
+        /* not one of ours: the upstream{} is shared with another module */
+        return NGX_OK;
+    }
+
+    ctx->inner_get = u->peer.get;
+    ctx->inner_free = u->peer.free;
+    ctx->inner_data = u->peer.data;
+
+    u->peer.get = ngx_http_llm_peer_get;
+    u->peer.free = ngx_http_llm_peer_free;
+    u->peer.data = ctx;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_peer_get(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    ngx_int_t  rc;
+
+    for ( ;; ) {
+        rc = ctx->inner_get(pc, ctx->inner_data);
+
+        if (rc != NGX_BUSY || ctx->header_done
+            || ctx->chain_pos + 1 >= ctx->chain.nelts)
+        {
+            return rc;
+        }
+
+        ngx_log_error(NGX_LOG_WARN, pc->log, 0,
+                      "llm: no live engine for model \"%V\"",
+                      &ctx->model_name);
+
+        if (ngx_http_llm_next_model(ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+}
+
+
+static void
+ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t state)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    ctx->inner_free(pc, ctx->inner_data, state);
+
+    if (pc->tries == 0 && (state & NGX_PEER_FAILED) && !ctx->header_done
+        && ctx->chain_pos + 1 < ctx->chain.nelts)
+    {
+        if (ngx_http_llm_next_model(ctx) != NGX_OK) {
+            pc->tries = 0;
+        }
+    }
+}
+
+
+/*
+ * Moves the request to the next model of its chain: that model's
+ * upstream balancer takes the peer, and the request is encoded again
+ * with the model's name.
+ */
+
+static ngx_int_t
+ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
+{
+    ngx_http_request_t              *r;
+    ngx_http_upstream_t             *u;
+    ngx_http_llm_model_t            *m, **chain;
+    ngx_http_upstream_init_peer_pt   init;
+
+    r = ctx->request;
+    u = r->upstream;
+
+    chain = ctx->chain.elts;
+    m = chain[++ctx->chain_pos];
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "llm: model \"%V\" failed, falling back to \"%V\"",
+                  &ctx->model_name, &m->name);
+
+    init = ngx_http_llm_orig_init(r, m->upstream);
+    if (init == NULL || init(r, m->upstream) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ctx->inner_get = u->peer.get;
+    ctx->inner_free = u->peer.free;
+    ctx->inner_data = u->peer.data;
+
+    u->peer.get = ngx_http_llm_peer_get;
+    u->peer.free = ngx_http_llm_peer_free;
+    u->peer.data = ctx;
+
+    if (u->conf->next_upstream_tries
+        && u->peer.tries > u->conf->next_upstream_tries)
+    {
+        u->peer.tries = u->conf->next_upstream_tries;
+    }
+
+    ctx->model = m;
+    ctx->model_name = m->name;
+    ctx->fallbacks++;
+
+    return ngx_http_llm_encode(r, ctx, &u->request_bufs);
+}
+
+
+/*
+ * The Info probe: one short connection to one engine address, sending an
+ * InfoRequest and keeping what the InfoResponse says in be.  Runs
+ * detached from requests (they poll be->busy).
+ */
+
+ngx_int_t
+ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log)
+{
+    ngx_int_t          rc;
+    ngx_connection_t  *c;
+
+    if (be->busy) {
+        return NGX_AGAIN;
+    }
+
+    if (be->buf == NULL) {
+        be->size = 65536;
+        be->buf = ngx_alloc(be->size, ngx_cycle->log);
+        if (be->buf == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    ngx_memzero(&be->pc, sizeof(ngx_peer_connection_t));
+
+    be->pc.sockaddr = be->addr->sockaddr;
+    be->pc.socklen = be->addr->socklen;
+    be->pc.name = &be->name;
+    be->pc.get = ngx_event_get_peer;
+    be->pc.log = ngx_cycle->log;
+    be->pc.log_error = NGX_ERROR_ERR;
+    be->pc.tries = 1;
+    be->len = 0;
+    be->sent = 0;
+
+    (void) log;
+
+    rc = ngx_event_connect_peer(&be->pc);
+
+    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
+        if (be->pc.connection) {
+            ngx_close_connection(be->pc.connection);
+            be->pc.connection = NULL;
+        }
+
+        be->up = 0;
+        be->checked = ngx_current_msec;
+        ngx_cpystrn(be->error, (u_char *) "connect failed",
+                    sizeof(be->error));
+        return NGX_DECLINED;
+    }
+
+    be->busy = 1;
+
+    c = be->pc.connection;
+    c->data = be;
+    c->read->handler = ngx_http_llm_probe_read;
+    c->write->handler = ngx_http_llm_probe_write;
+
+    ngx_add_timer(c->read, be->timeout);
+
+    if (rc == NGX_OK) {
+        ngx_http_llm_probe_write(c->write);
+    }
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_llm_probe_write(ngx_event_t *wev)
+{
+    /* Request{info{}}: field 2, length 0, framed */
+    static u_char  req[] = { 0, 0, 0, 2, 0x12, 0x00 };
+
+    ssize_t                  n;
+    ngx_connection_t        *c;
+    ngx_http_llm_backend_t  *be;
+
+    c = wev->data;
+    be = c->data;
+
+    if (be->sent) {
+        return;
+    }
+
+    n = c->send(c, req, sizeof(req));
+
+    if (n == NGX_AGAIN) {
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_llm_probe_done(be, "send failed");
+        }
+        return;
+    }
+
+    if (n != (ssize_t) sizeof(req)) {
+        ngx_http_llm_probe_done(be, "send failed");
+        return;
+    }
+
+    be->sent = 1;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_http_llm_probe_done(be, "read failed");
+    }
+}
+
+
+static void
+ngx_http_llm_probe_read(ngx_event_t *rev)
+{
+    size_t                   len, got;
+    ssize_t                  n;
+    ngx_connection_t        *c;
+    Llm__Event              *ev;
+    Llm__InfoResponse       *info;
+    ngx_http_llm_backend_t  *be;
+
+    c = rev->data;
+    be = c->data;
+
+    if (rev->timedout) {
+        ngx_http_llm_probe_done(be, "timed out");
+        return;
+    }
+
+    got = be->len;
+
+    for ( ;; ) {
+        n = c->recv(c, be->buf + got, be->size - got);
+
+        if (n == NGX_AGAIN) {
+            be->len = got;
+
+            if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+                ngx_http_llm_probe_done(be, "read failed");
+            }
+            return;
+        }
+
+        if (n == 0 || n == NGX_ERROR) {
+            ngx_http_llm_probe_done(be, "connection closed");
+            return;
+        }
+
+        got += n;
+
+        if (got < 4) {
+            continue;
+        }
+
+        len = ((size_t) be->buf[0] << 24) | ((size_t) be->buf[1] << 16)
+              | ((size_t) be->buf[2] << 8) | (size_t) be->buf[3];
+
+        if (len > be->size - 4) {
+            ngx_http_llm_probe_done(be, "info frame too large");
+            return;
+        }
+
+        if (got >= len + 4) {
+            break;
+        }
+
+        if (got == be->size) {
+            ngx_http_llm_probe_done(be, "info frame too large");
+            return;
+        }
+    }
+
+    ev = llm__event__unpack(NULL, len, be->buf + 4);
+
+    if (ev == NULL || ev->kind_case != LLM__EVENT__KIND_INFO) {
+        if (ev && ev->kind_case == LLM__EVENT__KIND_ERROR) {
+            ngx_cpystrn(be->error, (u_char *) ev->error->message,
+                        sizeof(be->error));
+            llm__event__free_unpacked(ev, NULL);
+            ngx_http_llm_probe_done(be, (char *) be->error);
+            return;
+        }
+
+        if (ev) {
+            llm__event__free_unpacked(ev, NULL);
+        }
+
+        ngx_http_llm_probe_done(be, "invalid info answer");
+        return;
+    }
+
+    info = ev->info;
+
+    ngx_cpystrn(be->model, (u_char *) info->model, sizeof(be->model));
+    ngx_cpystrn(be->revision, (u_char *) info->revision,
+                sizeof(be->revision));
+    ngx_cpystrn(be->load_state, (u_char *) info->load_state,
+                sizeof(be->load_state));
+    ngx_cpystrn(be->quantization, (u_char *) info->quantization,
+                sizeof(be->quantization));
+    ngx_cpystrn(be->architecture, (u_char *) info->architecture,
+                sizeof(be->architecture));
+    be->queue_depth = info->queue_depth;
+    be->context_length = info->context_length;
+    be->created = info->created;
+
+    if (info->stats) {
+        be->requests_total = info->stats->requests_total;
+        be->requests_running = info->stats->requests_running;
+        be->requests_queued = info->stats->requests_queued;
+        be->requests_cancelled = info->stats->requests_cancelled;
+    }
+
+    llm__event__free_unpacked(ev, NULL);
+
+    ngx_http_llm_probe_done(be, NULL);
+}
+
+
+static void
+ngx_http_llm_probe_done(ngx_http_llm_backend_t *be, const char *error)
+{
+    if (be->pc.connection) {
+        ngx_close_connection(be->pc.connection);
+        be->pc.connection = NULL;
+    }
+
+    be->busy = 0;
+    be->checked = ngx_current_msec;
+
+    if (error) {
+        be->up = 0;
+
+        if ((u_char *) error != be->error) {
+            ngx_cpystrn(be->error, (u_char *) error, sizeof(be->error));
+        }
+
+        ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                      "llm: info probe of %V: %s", &be->name, error);
+        return;
+    }
+
+    be->up = (ngx_strcmp(be->load_state, "draining") != 0);
+    be->error[0] = '\0';
+}
