@@ -443,7 +443,7 @@ llm_req_destroy(llm_sreq_t *r)
 {
     llm_sched_t *s = r->s;
 
-    for (uint32_t i = 0; i < r->n; i++) {
+    for (uint32_t i = 0; r->seqs != NULL && i < r->n; i++) {
         llm_seq_t *q = &r->seqs[i];
 
         llm_seq_detach(s, q);

@@ -1,0 +1,77 @@
+#!/usr/bin/perl
+# Continuous batching: temperature 0 gives the same tokens alone and in a
+# batch of 32; a seeded sampled request too; 64 concurrent clients all
+# finish; preemption when the KV cache runs out recomputes to the same
+# tokens.
+
+use strict;
+use warnings;
+use lib 't/lib';
+use Test::More;
+use LlmTest;
+use LlmEngine;
+
+my $t = LlmTest->new;
+my $sock = $t->start_engine('a', model => LlmEngine::model($t),
+                            threads => 2);
+
+sub chat {
+    my ($q, %o) = @_;
+    return { messages => [{ role => 'user', content => $q }],
+             max_tokens => 16, ignore_eos => JSON::PP::true, %o };
+}
+
+my $ref = chat('What is the capital of France?');
+my $alone = LlmEngine::gen($t, $sock, $ref);
+is(scalar @{ $alone->{tokens} }, 16, 'reference run');
+my $sref = chat('Pick a number', temperature => 0.9, seed => 1234,
+                top_k => 40);
+my $salone = LlmEngine::gen($t, $sock, $sref);
+
+# 32 at once: 30 others with their own prompts, the reference in the middle
+my @h;
+for my $i (0 .. 31) {
+    my $req = $i == 15 ? $ref : $i == 16 ? $sref
+            : chat("Question number $i about " . ('x' x $i),
+                   max_tokens => 8 + $i % 13);
+    push @h, LlmEngine::spawn($t, $sock, $req);
+}
+my @res = LlmEngine::wait_clients($t, @h);
+is(scalar(grep { $_->{done} } @res), 32, 'all 32 finished');
+is_deeply($res[15]{tokens}, $alone->{tokens},
+          'temperature 0: the same tokens alone and in a batch of 32');
+is_deeply($res[16]{tokens}, $salone->{tokens},
+          'seeded sampling: the same tokens alone and in a batch');
+my $st = LlmEngine::info($t, $sock)->{stats};
+ok($st->{steps_total} < $st->{completion_tokens_total},
+   "batched: $st->{steps_total} steps for $st->{completion_tokens_total} "
+   . "tokens");
+
+# 64 concurrent clients
+@h = map { LlmEngine::spawn($t, $sock, chat("client $_", max_tokens => 10)) }
+     1 .. 64;
+@res = LlmEngine::wait_clients($t, @h);
+is(scalar(grep { $_->{done} && $_->{done}{usage}{completion_tokens} == 10 }
+          @res), 64, '64 concurrent clients each got 10 tokens');
+is(scalar(grep { $_->{rc} == 0 } @res), 64, 'all exit 0');
+$st = LlmEngine::wait_stats($t, $sock,
+                            sub { $_[0]{requests_running} == 0 });
+is($st->{kv_blocks_free}, $st->{kv_blocks_total}, 'all blocks free after');
+
+# preemption: a KV cache far too small for 12 long streams at once
+my $small = $t->start_engine('small', model => LlmEngine::model($t),
+                             args => ['--kv-mb', '1', '--ctx', '256']);
+my @long = map { chat("long stream $_ " . ('and more ' x 8),
+                      max_tokens => 160) } 1 .. 12;
+my @want = map { LlmEngine::gen($t, $small, $_)->{tokens} } @long[0, 1];
+@h = map { LlmEngine::spawn($t, $small, $_) } @long;
+@res = LlmEngine::wait_clients($t, @h);
+is(scalar(grep { $_->{done} } @res), 12, 'all 12 finished despite the KV');
+is_deeply([map { $_->{tokens} } @res[0, 1]], \@want,
+          'preempted streams recompute to the same tokens');
+$st = LlmEngine::info($t, $small)->{stats};
+ok($st->{requests_preempted} > 0,
+   "preemption happened ($st->{requests_preempted})");
+is($st->{kv_blocks_free}, $st->{kv_blocks_total}, 'blocks all back');
+
+$t->done;
