@@ -1537,8 +1537,8 @@ ngx_http_llm_dump(ngx_pool_t *pool, json_t *j)
 
 
 /*
- * Encodes the request for the model now answering (its configured name
- * goes in GenerateRequest.model) as one frame in a new chain.
+ * Encodes the request for the model now answering as one frame in a new
+ * chain.
  */
 
 ngx_int_t
@@ -1551,12 +1551,12 @@ ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Request  req = LLM__REQUEST__INIT;
 
     if (ctx->model) {
-        ctx->gen->model = ngx_http_llm_pstrdup(r->pool,
-                                               (char *) ctx->model->name.data,
-                                               ctx->model->name.len);
-        if (ctx->gen->model == NULL) {
-            return NGX_ERROR;
-        }
+        /*
+         * The model table already chose this engine: its configured name
+         * need not be the engine's own, and an empty name is "whatever
+         * you serve".  Without a table the client's name goes through.
+         */
+        ctx->gen->model = "";
     }
 
     req.kind_case = LLM__REQUEST__KIND_GENERATE;
