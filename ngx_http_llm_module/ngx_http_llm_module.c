@@ -25,7 +25,7 @@ static void ngx_http_llm_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_read_body(ngx_http_request_t *r,
     ngx_str_t *body);
 static ngx_int_t ngx_http_llm_resolve(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx);
+    ngx_http_llm_ctx_t *ctx, ngx_int_t *sent);
 static ngx_int_t ngx_http_llm_not_found(ngx_http_request_t *r,
     ngx_str_t *name);
 static ngx_int_t ngx_http_llm_info_route(ngx_http_request_t *r,
@@ -637,8 +637,7 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    rc = ngx_http_llm_resolve(r, ctx);
-    if (rc != NGX_OK) {
+    if (ngx_http_llm_resolve(r, ctx, &rc) != NGX_OK) {
         ngx_http_finalize_request(r, rc);
         return;
     }
@@ -765,7 +764,8 @@ ngx_http_llm_find_model(ngx_http_llm_main_conf_t *mcf, ngx_str_t *name)
  */
 
 static ngx_int_t
-ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_int_t *sent)
 {
     u_char                     *p, *last, *s;
     ngx_str_t                   name;
@@ -782,7 +782,7 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     if (ngx_array_init(&ctx->chain, r->pool, 4, sizeof(ngx_http_llm_model_t *))
         != NGX_OK)
     {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto failed;
     }
 
     if (mcf->models.nelts == 0) {
@@ -794,15 +794,17 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     m = ngx_http_llm_find_model(mcf, &ctx->requested);
     if (m == NULL) {
-        return ngx_http_llm_not_found(r, &ctx->requested);
+        *sent = ngx_http_llm_not_found(r, &ctx->requested);
+        return NGX_DONE;
     }
 
     if (ctx->key && !ngx_http_llm_key_allows(ctx->key, &m->name)) {
-        return ngx_http_llm_send_errorf(r, NGX_HTTP_FORBIDDEN,
+        *sent = ngx_http_llm_send_errorf(r, NGX_HTTP_FORBIDDEN,
                                         "invalid_request_error",
                                         "model_not_allowed", "model",
                                         "The API key may not use the model "
                                         "'%V'.", &ctx->requested);
+        return NGX_DONE;
     }
 
     ctx->model = m;
@@ -810,7 +812,7 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     pm = ngx_array_push(&ctx->chain);
     if (pm == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        goto failed;
     }
 
     *pm = m;
@@ -867,17 +869,18 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
             fb = ngx_http_llm_find_model(mcf, &name);
             if (fb == NULL) {
-                return ngx_http_llm_send_errorf(r, NGX_HTTP_BAD_REQUEST,
+                *sent = ngx_http_llm_send_errorf(r, NGX_HTTP_BAD_REQUEST,
                                                 "invalid_request_error",
                                                 "model_not_found",
                                                 "x-llm-fallback",
                                                 "The fallback model '%V' "
                                                 "does not exist.", &name);
+                return NGX_DONE;
             }
 
             pm = ngx_array_push(&ctx->chain);
             if (pm == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+                goto failed;
             }
 
             *pm = fb;
@@ -889,7 +892,7 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
         for (i = 0; i < m->fallback.nelts; i++) {
             pm = ngx_array_push(&ctx->chain);
             if (pm == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+                goto failed;
             }
 
             *pm = chain[i];
@@ -922,6 +925,11 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     ctx->chain_pos = 0;
 
     return NGX_OK;
+
+failed:
+
+    *sent = NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return NGX_ERROR;
 }
 
 
@@ -1577,12 +1585,32 @@ ngx_http_llm_send_errorf(ngx_http_request_t *r, ngx_uint_t status,
 static ngx_int_t
 ngx_http_llm_header_filter(ngx_http_request_t *r)
 {
-    ngx_http_llm_ctx_t    *ctx;
-    ngx_http_llm_error_t   err;
+    ngx_http_llm_ctx_t       *ctx;
+    ngx_http_llm_error_t      err;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    if (r != r->main || r->err_status == 0) {
+        return ngx_http_next_header_filter(r);
+    }
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
 
-    if (ctx == NULL || r != r->main || r->err_status == 0 || ctx->rewrite) {
+    if (ctx == NULL) {
+        /* an error before the handler ran, e.g. 413 on Content-Length */
+
+        llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+        if (llcf->api != 1 && llcf->health != 1) {
+            return ngx_http_next_header_filter(r);
+        }
+
+        ctx = ngx_http_llm_get_ctx(r);
+        if (ctx == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ctx->rewrite) {
         return ngx_http_next_header_filter(r);
     }
 
