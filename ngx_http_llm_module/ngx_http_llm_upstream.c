@@ -1209,6 +1209,9 @@ ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
                   "llm: model \"%V\" failed, falling back to \"%V\"",
                   &ctx->model_name, &m->name);
 
+    /* the round-robin init reuses a non-NULL peer.data as its own */
+    u->peer.data = NULL;
+
     init = ngx_http_llm_orig_init(r, m->upstream);
     if (init == NULL || init(r, m->upstream) != NGX_OK) {
         return NGX_ERROR;
