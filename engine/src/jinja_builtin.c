@@ -619,6 +619,14 @@ jj_getattr(jj_ctx_t *c, jv_t obj, const char *name, size_t n, jv_t *out)
     if (obj.type == JV_DICT && jv_dict_gets(obj, name, n, out)) {
         return 0;
     }
+    if (jv_is_num(obj) && (name_eq(name, "real", n)
+                           || name_eq(name, "imag", n)))
+    {
+        *out = name[0] == 'i' ? (obj.type == JV_FLOAT ? jv_float(0.0)
+                                 : jv_int(0))
+               : obj.type == JV_BOOL ? jv_int(obj.u.i) : obj;
+        return 0;
+    }
     *out = undef_msg(c, 0, "%s has no attribute '%.*s'",
                      obj_desc(obj, buf, sizeof(buf)), (int) n, name);
     return 0;
@@ -1470,11 +1478,12 @@ filter_tojson(jj_ctx_t *c, jv_t v, const jargs_t *a, jv_t *out)
 static int
 filter_indent(jj_ctx_t *c, jv_t s, const jargs_t *a, jv_t *out)
 {
-    sbuf_t  b = { 0 };
-    jv_t    w, ind;
-    char    spaces[256];
-    size_t  i, k, nl, start;
-    int     first, blank, line;
+    sbuf_t   b = { 0 };
+    jv_t     w, ind, line;
+    char     spaces[256];
+    size_t   i, start, n;
+    int      first, blank;
+    jv_t     lines;
 
     ind = jv_strn(spaces, 4);
     memset(spaces, ' ', sizeof(spaces));
@@ -1488,38 +1497,47 @@ filter_indent(jj_ctx_t *c, jv_t s, const jargs_t *a, jv_t *out)
     }
     first = arg_bool(a, 1, "first", 0);
     blank = arg_bool(a, 2, "blank", 0);
+    /* as jinja2: lines = (s + "\n").splitlines() */
+    lines = jv_list_new(&c->arena, JL_LIST, 0);
+    if (lines.type != JV_LIST) {
+        return jj_oom(c);
+    }
+    for (i = 0, start = 0; i < s.n; ) {
+        if (s.u.s[i] == '\n' || s.u.s[i] == '\r') {
+            n = s.u.s[i] == '\r' && i + 1 < s.n && s.u.s[i + 1] == '\n'
+                ? 2 : 1;
+            if (jv_list_push(&c->arena, lines, jv_strn(s.u.s + start,
+                             i - start)) != 0)
+            {
+                return jj_oom(c);
+            }
+            i += n;
+            start = i;
+        } else {
+            i++;
+        }
+    }
+    /* the appended "\n" ends the last line */
+    if (jv_list_push(&c->arena, lines, jv_strn(s.u.s + start,
+                     s.n - start)) != 0)
+    {
+        return jj_oom(c);
+    }
     if (first && sb_add(c, &b, ind.u.s, ind.n) != 0) {
         return -1;
     }
-    /* s += "\n"; lines = splitlines(); join with "\n" + indent */
-    for (i = 0, start = 0, line = 0; i <= s.n; ) {
-        if (i < s.n && s.u.s[i] != '\n' && s.u.s[i] != '\r') {
-            i++;
-            continue;
-        }
-        if (i == s.n && start == s.n && line > 0) {
-            break;          /* the appended "\n" ends the last line */
-        }
-        k = i;
-        nl = i < s.n && s.u.s[i] == '\r' && i + 1 < s.n
-             && s.u.s[i + 1] == '\n' ? 2 : 1;
-        if (line > 0) {
-            if (sb_add(c, &b, "\n", 1) != 0) {
-                return -1;
-            }
-            if ((blank || k > start) && sb_add(c, &b, ind.u.s, ind.n) != 0) {
+    for (i = 0; i < lines.u.l->n; i++) {
+        line = lines.u.l->items[i];
+        if (i > 0) {
+            if (sb_add(c, &b, "\n", 1) != 0
+                || ((blank || line.n) && sb_add(c, &b, ind.u.s, ind.n) != 0))
+            {
                 return -1;
             }
         }
-        if (sb_add(c, &b, s.u.s + start, k - start) != 0) {
+        if (sb_add(c, &b, line.u.s, line.n) != 0) {
             return -1;
         }
-        line++;
-        if (i >= s.n) {
-            break;
-        }
-        i += nl;
-        start = i;
     }
     *out = sb_val(&b);
     return 0;
@@ -1818,8 +1836,19 @@ filter_rest(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
         if (!arg(&a, 0, "name", &x) || need_str(c, x, "attribute name")) {
             return c->rc ? -1 : jj_fail(c, -EINVAL, "attr needs a name");
         }
+        if (v.type == JV_DICT) {
+            /* getattr() only: a dict's keys are not attributes */
+            int r = find_method(c, v, x.u.s, x.n, out);
+
+            if (r == 0) {
+                *out = undef_msg(c, 0, "'dict object' has no attribute "
+                                 "'%.*s'", (int) x.n, x.u.s);
+            }
+            return r < 0 ? -1 : 0;
+        }
         if (v.type == JV_UNDEF) {
-            return jj_undef_fail(c, v);
+            *out = v;
+            return 0;
         }
         return jj_getattr(c, v, x.u.s, x.n, out);
     }
@@ -2070,8 +2099,13 @@ filter_rest(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
                    && memcmp(s.u.s, "floor", 5) == 0)
         {
             f = floor(f * m) / m;
-        } else {
-            f = round(f * m) / m;
+        } else if (isfinite(f)) {
+            /* Python's round(): half-even on the exact binary value,
+             * which is what printf's correctly rounded %.*f does */
+            char  tmp[400];
+
+            snprintf(tmp, sizeof(tmp), "%.*f", (int) prec, f);
+            f = strtod(tmp, NULL);
         }
         *out = jv_float(f);
         return 0;

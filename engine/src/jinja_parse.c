@@ -57,6 +57,7 @@ typedef struct {
     unsigned     n_kwargs;
     int          soft;       /* inside {% if %}: unknown filters/tests
                                 fail at render, as jinja2's soft frames */
+    const char *const *ends; /* end tags of the innermost open block */
 } parser_t;
 
 static int
@@ -649,19 +650,56 @@ tok_is_name(const tok_t *t, const char *name)
 static const char *
 tok_desc(const tok_t *t, char *buf, size_t len)
 {
+    const char  *d = NULL;
+
+    /* jinja2's describe_token, quoted as its messages quote it */
     switch (t->type) {
-    case TK_EOF: return "end of template";
-    case TK_VAR_END: return "end of print statement";
-    case TK_BLOCK_END: return "end of statement block";
-    case TK_BLOCK_BEGIN: return "begin of statement block";
-    case TK_VAR_BEGIN: return "begin of print statement";
-    case TK_DATA: return "template data";
-    case TK_STRING: return "string";
-    case TK_INT: return "integer";
-    case TK_FLOAT: return "float";
+    case TK_EOF: d = "end of template"; break;
+    case TK_VAR_END: d = "end of print statement"; break;
+    case TK_BLOCK_END: d = "end of statement block"; break;
+    case TK_BLOCK_BEGIN: d = "begin of statement block"; break;
+    case TK_VAR_BEGIN: d = "begin of print statement"; break;
+    case TK_DATA: d = "template data / text"; break;
+    case TK_STRING: d = "string"; break;
+    case TK_INT: d = "integer"; break;
+    case TK_FLOAT: d = "float"; break;
     default:
+        break;
+    }
+    if (d != NULL) {
+        snprintf(buf, len, "'%s'", d);
+    } else {
         snprintf(buf, len, "'%.*s'", (int) (t->n < 40 ? t->n : 40), t->s);
-        return buf;
+    }
+    return buf;
+}
+
+/* " Jinja was looking for ... The innermost block ..." for messages. */
+static void
+looking_for(parser_t *p, char *buf, size_t len)
+{
+    const char *const  *e = p->ends;
+    size_t              o = 0, k;
+
+    buf[0] = '\0';
+    if (e == NULL) {
+        return;
+    }
+    o += (size_t) snprintf(buf + o, len - o, " Jinja was looking for the "
+                           "following tags: ");
+    for (k = 0; e[k] != NULL && o < len; k++) {
+        o += (size_t) snprintf(buf + o, len - o, "%s'%s'", k ? " or " : "",
+                               e[k]);
+    }
+    for (k = 0; e[k] != NULL && o < len; k++) {
+        if (strncmp(e[k], "end", 3) == 0) {
+            snprintf(buf + o, len - o, ". The innermost block that needs to "
+                     "be closed is '%s'.", e[k] + 3);
+            return;
+        }
+    }
+    if (o < len) {
+        snprintf(buf + o, len - o, ".");
     }
 }
 
@@ -2077,8 +2115,13 @@ parse_statement_kind(parser_t *p, tok_t *t, uint32_t line)
              tok_desc(t, buf, sizeof(buf)));
         return NULL;
     }
-    perr(p, line, "Encountered unknown tag %s",
-         tok_desc(t, buf, sizeof(buf)));
+    {
+        char  lbuf[256];
+
+        looking_for(p, lbuf, sizeof(lbuf));
+        perr(p, line, "Encountered unknown tag %s.%s",
+             tok_desc(t, buf, sizeof(buf)), lbuf);
+    }
     return NULL;
 }
 
@@ -2090,24 +2133,28 @@ parse_statement_kind(parser_t *p, tok_t *t, uint32_t line)
 static int
 parse_body(parser_t *p, const char *const *ends, nvec_t *body)
 {
-    jj_node_t  *n;
-    tok_t      *t;
-    size_t      k;
-    char        buf[64];
+    jj_node_t          *n;
+    tok_t              *t;
+    size_t              k;
+    char                buf[64], lbuf[256];
+    const char *const  *saved_ends;
 
     if (++p->depth > JJ_MAX_PARSE_DEPTH) {
         return perr(p, cur(p)->line, "blocks nested too deeply");
     }
+    saved_ends = p->ends;
+    p->ends = ends;
     for ( ;; ) {
         t = cur(p);
         switch (t->type) {
         case TK_EOF:
             if (ends != NULL) {
-                return perr(p, t->line, "Unexpected end of template. Jinja "
-                            "was looking for the following tags: '%s'",
-                            ends[0]);
+                looking_for(p, lbuf, sizeof(lbuf));
+                return perr(p, t->line, "Unexpected end of template.%s",
+                            lbuf);
             }
             p->depth--;
+            p->ends = saved_ends;
             return 0;
         case TK_DATA:
             n = node(p, JN_TEXT, t->line);
@@ -2136,6 +2183,7 @@ parse_body(parser_t *p, const char *const *ends, nvec_t *body)
                 for (k = 0; ends[k] != NULL; k++) {
                     if (tok_is_name(cur(p), ends[k])) {
                         p->depth--;
+                        p->ends = saved_ends;
                         return 0;
                     }
                 }
@@ -2151,8 +2199,9 @@ parse_body(parser_t *p, const char *const *ends, nvec_t *body)
                     || tok_is_name(cur(p), "endcall")
                     || tok_is_name(cur(p), "endwith")))
             {
-                return perr(p, cur(p)->line, "Encountered unknown tag %s.",
-                            tok_desc(cur(p), buf, sizeof(buf)));
+                looking_for(p, lbuf, sizeof(lbuf));
+                return perr(p, cur(p)->line, "Encountered unknown tag %s.%s",
+                            tok_desc(cur(p), buf, sizeof(buf)), lbuf);
             }
             n = parse_statement(p);
             if (n == NULL) {

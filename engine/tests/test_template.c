@@ -277,6 +277,77 @@ golden(const char *filter)
     return failed;
 }
 
+/*
+ * snippets.json: small templates pinning down jinja2's behaviour.  Output
+ * must match byte for byte; where jinja2 raised, the C error must contain
+ * jinja2's message.
+ */
+static int
+snippets(const char *filter)
+{
+    json_t       *all, *it, *vars;
+    json_error_t  je;
+    llm_tmpl_t   *t;
+    const char   *name, *src, *want, *werr, *msg;
+    char          path[1024], err[1024], *got;
+    size_t        i, gn, ok = 0, n = 0;
+    int           rc;
+
+    snprintf(path, sizeof(path), "%s/snippets.json", DATA);
+    all = json_load_file(path, 0, &je);
+    if (all == NULL) {
+        printf("snippets: SKIP, %s: %s\n", path, je.text);
+        return 0;
+    }
+    json_array_foreach(all, i, it) {
+        name = json_string_value(json_object_get(it, "name"));
+        src = json_string_value(json_object_get(it, "template"));
+        vars = json_object_get(it, "vars");
+        want = json_string_value(json_object_get(it, "out"));
+        werr = json_string_value(json_object_get(it, "err"));
+        if (name == NULL || src == NULL || (filter && !strstr(name, filter)))
+        {
+            continue;
+        }
+        n++;
+        got = NULL;
+        gn = 0;
+        rc = llm_tmpl_compile(&t, src, strlen(src), err, sizeof(err));
+        if (rc == 0) {
+            rc = llm_tmpl_render_at(t, vars, FIXED_NOW, &got, &gn, err,
+                                    sizeof(err));
+            llm_tmpl_free(t);
+        }
+        if (want != NULL) {
+            if (rc == 0 && gn == strlen(want) && memcmp(got, want, gn) == 0) {
+                ok++;
+            } else {
+                printf("  snippet %s: %s\n", name, rc ? err : "differs");
+                if (rc == 0) {
+                    show_diff(want, strlen(want), got, gn);
+                }
+            }
+        } else if (werr != NULL) {
+            msg = strchr(werr, '\t');
+            msg = msg ? msg + 1 : werr;
+            if (rc != 0 && strstr(err, msg) != NULL) {
+                ok++;
+            } else {
+                printf("  snippet %s: want error \"%s\", got %s\n", name,
+                       werr, rc ? err : "output");
+            }
+            if (verbose && rc != 0) {
+                printf("  snippet %s: C error \"%s\"\n", name, err);
+            }
+        }
+        free(got);
+    }
+    json_decref(all);
+    printf("snippets: %zu/%zu match jinja2 %s\n", ok, n,
+           ok == n ? "ok" : "FAIL");
+    return ok != n;
+}
+
 /* ---- fuzz ---- */
 
 static uint64_t  rng = 0x9e3779b97f4a7c15ull;
@@ -290,7 +361,7 @@ rnd(void)
     return (uint32_t) (rng >> 16);
 }
 
-static const char *const snippets[] = {
+static const char *const mutations[] = {
     "{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "(", ")", "[", "]",
     "{", "}", "'", "\"", "|", ".", ",", "~", " if ", " else ", " for ",
     " in ", " not ", " is ", "loop.", "namespace(", "|tojson", "|length",
@@ -354,8 +425,8 @@ fuzz_templates(void)
                 break;
             }
             default:                /* insert a snippet */
-                sn = snippets[rnd() % (sizeof(snippets)
-                                       / sizeof(snippets[0]))];
+                sn = mutations[rnd() % (sizeof(mutations)
+                                       / sizeof(mutations[0]))];
                 if (len + strlen(sn) < slen * 2 + 4096) {
                     memmove(buf + pos + strlen(sn), buf + pos, len - pos);
                     memcpy(buf + pos, sn, strlen(sn));
@@ -617,6 +688,7 @@ main(int argc, char **argv)
         }
     }
     bad |= golden(filter);
+    bad |= snippets(filter);
     if (filter == NULL) {
         bad |= limits();
         bad |= chatml();
