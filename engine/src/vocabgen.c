@@ -7,9 +7,9 @@
  * merges exist.  The embedded text alone yields some 1500 merges; beyond
  * that, pseudo-words built from English-like syllables (weight 1 against
  * the text's 1000 per occurrence) keep the trainer going, so any size up
- * to LLM_VG_MAX_MERGES gets real, reachable merges.  Pair counts live in a
- * hash table stamped with the iteration number, so nothing is cleared
- * between iterations.
+ * to LLM_VG_MAX_MERGES gets real, reachable merges.  Training is
+ * incremental (see vg_pairs_t): a merge only revisits the words that hold
+ * the pair.
  */
 
 #include <errno.h>
@@ -290,12 +290,6 @@ typedef struct {
 } vg_word_t;
 
 typedef struct {
-    uint64_t    key;
-    int64_t     count;
-    uint32_t    stamp;
-} vg_pair_t;
-
-typedef struct {
     vg_word_t  *words;
     size_t      n_words, cap_words;
     /* unique pre-token lookup while collecting */
@@ -570,6 +564,217 @@ llm_vocabgen_free(llm_vocabgen_t *v)
 }
 
 /*
+ * Incremental trainer state.  count(pair) is the weighted number of
+ * adjacent positions holding it, over all words.  Each pair keeps the
+ * words it was ever seen in (stale entries are rechecked); a max-heap of
+ * (count, key) entries finds the best pair, entries going stale lazily:
+ * an old pair's count only ever drops, and a new pair is pushed with its
+ * count after each merge, so the first entry whose count is current is
+ * the true maximum (ties: smaller key), exactly as a full recount finds.
+ */
+typedef struct {
+    uint64_t    key;            /* left << 32 | right */
+    int64_t     count;
+    uint32_t   *words;
+    uint32_t    n_words, cap_words;
+    uint32_t    pushed;         /* merge round it was last pushed in */
+} vg_pair_t;
+
+typedef struct {
+    int64_t     count;
+    uint64_t    key;
+} vg_heap_t;
+
+typedef struct {
+    vg_pair_t  *pairs;
+    size_t      n_pairs, cap_pairs;
+    uint32_t   *slots;          /* open addressing, pair index + 1 */
+    size_t      n_slots;
+    vg_heap_t  *heap;
+    size_t      n_heap, cap_heap;
+    uint32_t   *touched;        /* pairs changed in this round */
+    size_t      n_touched, cap_touched;
+} vg_pairs_t;
+
+static vg_pair_t *
+vg_pair(vg_pairs_t *ps, uint64_t key, int create)
+{
+    size_t mask = ps->n_slots - 1;
+    size_t j = (size_t) ((key * 0x9e3779b97f4a7c15ull) >> 17) & mask;
+
+    while (ps->slots[j] != 0) {
+        vg_pair_t *p = &ps->pairs[ps->slots[j] - 1];
+        if (p->key == key) {
+            return p;
+        }
+        j = (j + 1) & mask;
+    }
+    if (!create) {
+        return NULL;
+    }
+    if ((ps->n_pairs + 1) * 2 > ps->n_slots) {
+        /* grow the table and re-place every pair */
+        size_t n = ps->n_slots * 2;
+        uint32_t *sl = calloc(n, sizeof(uint32_t));
+        if (sl == NULL) {
+            return NULL;
+        }
+        for (size_t i = 0; i < ps->n_pairs; i++) {
+            size_t k = (size_t) ((ps->pairs[i].key * 0x9e3779b97f4a7c15ull)
+                                 >> 17) & (n - 1);
+            while (sl[k] != 0) {
+                k = (k + 1) & (n - 1);
+            }
+            sl[k] = (uint32_t) i + 1;
+        }
+        free(ps->slots);
+        ps->slots = sl;
+        ps->n_slots = n;
+        return vg_pair(ps, key, create);
+    }
+    if (ps->n_pairs == ps->cap_pairs) {
+        size_t cap = ps->cap_pairs ? ps->cap_pairs * 2 : 4096;
+        vg_pair_t *np = realloc(ps->pairs, cap * sizeof(*np));
+        if (np == NULL) {
+            return NULL;
+        }
+        ps->pairs = np;
+        ps->cap_pairs = cap;
+    }
+    vg_pair_t *p = &ps->pairs[ps->n_pairs++];
+    memset(p, 0, sizeof(*p));
+    p->key = key;
+    ps->slots[j] = (uint32_t) ps->n_pairs;
+    return p;
+}
+
+static int
+vg_heap_less(const vg_heap_t *a, const vg_heap_t *b)
+{
+    /* a below b: smaller count, or same count and larger key */
+    return a->count < b->count || (a->count == b->count && a->key > b->key);
+}
+
+static int
+vg_heap_push(vg_pairs_t *ps, int64_t count, uint64_t key)
+{
+    size_t i;
+
+    if (ps->n_heap == ps->cap_heap) {
+        size_t cap = ps->cap_heap ? ps->cap_heap * 2 : 4096;
+        vg_heap_t *nh = realloc(ps->heap, cap * sizeof(*nh));
+        if (nh == NULL) {
+            return -ENOMEM;
+        }
+        ps->heap = nh;
+        ps->cap_heap = cap;
+    }
+    i = ps->n_heap++;
+    ps->heap[i].count = count;
+    ps->heap[i].key = key;
+    while (i > 0 && vg_heap_less(&ps->heap[(i - 1) / 2], &ps->heap[i])) {
+        vg_heap_t tmp = ps->heap[i];
+        ps->heap[i] = ps->heap[(i - 1) / 2];
+        ps->heap[(i - 1) / 2] = tmp;
+        i = (i - 1) / 2;
+    }
+    return 0;
+}
+
+static vg_heap_t
+vg_heap_pop(vg_pairs_t *ps)
+{
+    vg_heap_t top = ps->heap[0];
+    size_t i = 0;
+
+    ps->heap[0] = ps->heap[--ps->n_heap];
+    for ( ;; ) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < ps->n_heap && vg_heap_less(&ps->heap[m], &ps->heap[l])) {
+            m = l;
+        }
+        if (r < ps->n_heap && vg_heap_less(&ps->heap[m], &ps->heap[r])) {
+            m = r;
+        }
+        if (m == i) {
+            break;
+        }
+        vg_heap_t tmp = ps->heap[i];
+        ps->heap[i] = ps->heap[m];
+        ps->heap[m] = tmp;
+        i = m;
+    }
+    return top;
+}
+
+/* Add sign * weight for every adjacent pair of word w (and index it). */
+static int
+vg_count_word(vg_pairs_t *ps, const vg_word_t *wd, uint32_t w, int sign,
+    uint32_t round)
+{
+    for (uint32_t i = 0; i + 1 < wd->n; i++) {
+        uint64_t key = (uint64_t) wd->s[i] << 32 | wd->s[i + 1];
+        vg_pair_t *p = vg_pair(ps, key, 1);
+        if (p == NULL) {
+            return -ENOMEM;
+        }
+        p->count += sign * wd->weight;
+        if (sign > 0 && (p->n_words == 0 || p->words[p->n_words - 1] != w)) {
+            if (p->n_words == p->cap_words) {
+                uint32_t cap = p->cap_words ? p->cap_words * 2 : 4;
+                uint32_t *nw = realloc(p->words, cap * sizeof(uint32_t));
+                if (nw == NULL) {
+                    return -ENOMEM;
+                }
+                p->words = nw;
+                p->cap_words = cap;
+            }
+            p->words[p->n_words++] = w;
+        }
+        if (p->pushed != round) {
+            p->pushed = round;
+            if (ps->n_touched == ps->cap_touched) {
+                size_t cap = ps->cap_touched ? ps->cap_touched * 2 : 1024;
+                uint32_t *nt = realloc(ps->touched, cap * sizeof(uint32_t));
+                if (nt == NULL) {
+                    return -ENOMEM;
+                }
+                ps->touched = nt;
+                ps->cap_touched = cap;
+            }
+            ps->touched[ps->n_touched++] = (uint32_t) (p - ps->pairs);
+        }
+    }
+    return 0;
+}
+
+/* Push the current count of every pair touched this round. */
+static int
+vg_push_touched(vg_pairs_t *ps)
+{
+    for (size_t i = 0; i < ps->n_touched; i++) {
+        vg_pair_t *p = &ps->pairs[ps->touched[i]];
+        if (p->count > 0 && vg_heap_push(ps, p->count, p->key) != 0) {
+            return -ENOMEM;
+        }
+    }
+    ps->n_touched = 0;
+    return 0;
+}
+
+static void
+vg_pairs_free(vg_pairs_t *ps)
+{
+    for (size_t i = 0; i < ps->n_pairs; i++) {
+        free(ps->pairs[i].words);
+    }
+    free(ps->pairs);
+    free(ps->slots);
+    free(ps->heap);
+    free(ps->touched);
+}
+
+/*
  * Learn up to want merges over t's words.  sym[] holds the byte-mapped
  * string of every symbol (256 bytes, then one per merge, appended here).
  * On return *n_done merges exist; merges[k] is "left right".
@@ -578,76 +783,80 @@ static int
 vg_learn(vg_train_t *t, uint32_t want, char **sym, char **merges,
     uint32_t *n_done)
 {
-    size_t cap = 16;
-    vg_pair_t *tab;
-    uint32_t m, stamp = 0;
+    vg_pairs_t ps;
+    uint32_t *seen = NULL;
+    uint32_t m = 0;
+    int rc = -ENOMEM;
 
-    while (cap < t->n_syms * 2) {
-        cap <<= 1;
+    memset(&ps, 0, sizeof(ps));
+    ps.n_slots = 1 << 16;
+    ps.slots = calloc(ps.n_slots, sizeof(uint32_t));
+    seen = calloc(t->n_words ? t->n_words : 1, sizeof(uint32_t));
+    if (ps.slots == NULL || seen == NULL) {
+        goto done;
     }
-    tab = calloc(cap, sizeof(*tab));
-    if (tab == NULL) {
-        return -ENOMEM;
+    for (size_t w = 0; w < t->n_words; w++) {
+        if (vg_count_word(&ps, &t->words[w], (uint32_t) w, 1, 1) != 0) {
+            goto done;
+        }
     }
-    for (m = 0; m < want; m++) {
-        uint64_t best_key = UINT64_MAX;
-        int64_t best = 0;
-        uint32_t a, b, id = 256 + m;
-        size_t la, lb;
+    if (vg_push_touched(&ps) != 0) {
+        goto done;
+    }
 
-        stamp++;
-        for (size_t w = 0; w < t->n_words; w++) {
-            vg_word_t *wd = &t->words[w];
-            for (uint32_t i = 0; i + 1 < wd->n; i++) {
-                uint64_t key = (uint64_t) wd->s[i] << 32 | wd->s[i + 1];
-                size_t j = (size_t) ((key * 0x9e3779b97f4a7c15ull) >> 20)
-                           & (cap - 1);
-                while (tab[j].stamp == stamp && tab[j].key != key) {
-                    j = (j + 1) & (cap - 1);
-                }
-                if (tab[j].stamp != stamp) {
-                    tab[j].stamp = stamp;
-                    tab[j].key = key;
-                    tab[j].count = 0;
-                }
-                tab[j].count += wd->weight;
-                if (tab[j].count > best
-                    || (tab[j].count == best && key < best_key))
-                {
-                    best = tab[j].count;
-                    best_key = key;
-                }
+    while (m < want && ps.n_heap > 0) {
+        vg_heap_t top = vg_heap_pop(&ps);
+        vg_pair_t *p = vg_pair(&ps, top.key, 0);
+        uint32_t a, b, id = 256 + m, round = m + 2;
+        size_t la, lb, nw;
+
+        if (p == NULL || p->count != top.count) {
+            if (p != NULL && p->count > 0 && p->count < top.count
+                && vg_heap_push(&ps, p->count, p->key) != 0)
+            {
+                goto done;
             }
+            continue;               /* stale entry */
         }
-        if (best == 0) {
-            break;
-        }
-        a = (uint32_t) (best_key >> 32);
-        b = (uint32_t) best_key;
+        a = (uint32_t) (top.key >> 32);
+        b = (uint32_t) top.key;
         la = strlen(sym[a]);
         lb = strlen(sym[b]);
         sym[id] = malloc(la + lb + 1);
         merges[m] = malloc(la + lb + 2);
         if (sym[id] == NULL || merges[m] == NULL) {
-            free(sym[id]);
-            sym[id] = NULL;
-            free(merges[m]);
-            merges[m] = NULL;
-            free(tab);
-            *n_done = m;
-            return -ENOMEM;
+            goto done;
         }
         memcpy(sym[id], sym[a], la);
         memcpy(sym[id] + la, sym[b], lb + 1);
         memcpy(merges[m], sym[a], la);
         merges[m][la] = ' ';
         memcpy(merges[m] + la + 1, sym[b], lb + 1);
+        m++;
 
-        for (size_t w = 0; w < t->n_words; w++) {
+        /* rewrite every word holding (a, b); p may move as pairs grow */
+        nw = p->n_words;
+        for (size_t k = 0; k < nw; k++) {
+            uint32_t w = ps.pairs[p - ps.pairs].words[k];
             vg_word_t *wd = &t->words[w];
-            uint32_t i, o = 0;
-            if (wd->n < 2) {
+            uint32_t i, o = 0, hit = 0;
+            size_t pi = (size_t) (p - ps.pairs);
+
+            if (seen[w] == round) {
                 continue;
+            }
+            seen[w] = round;
+            for (i = 0; i + 1 < wd->n; i++) {
+                if (wd->s[i] == a && wd->s[i + 1] == b) {
+                    hit = 1;
+                    break;
+                }
+            }
+            if (!hit) {
+                continue;
+            }
+            if (vg_count_word(&ps, wd, w, -1, round) != 0) {
+                goto done;
             }
             for (i = 0; i < wd->n; i++) {
                 if (i + 1 < wd->n && wd->s[i] == a && wd->s[i + 1] == b) {
@@ -658,11 +867,28 @@ vg_learn(vg_train_t *t, uint32_t want, char **sym, char **merges,
                 }
             }
             wd->n = o;
+            if (vg_count_word(&ps, wd, w, 1, round) != 0) {
+                goto done;
+            }
+            p = &ps.pairs[pi];      /* the array may have moved */
+        }
+        if (vg_push_touched(&ps) != 0) {
+            goto done;
         }
     }
-    free(tab);
+    rc = 0;
+
+done:
     *n_done = m;
-    return 0;
+    if (rc != 0 && m < want) {
+        free(sym[256 + m]);
+        sym[256 + m] = NULL;
+        free(merges[m]);
+        merges[m] = NULL;
+    }
+    free(seen);
+    vg_pairs_free(&ps);
+    return rc;
 }
 
 int

@@ -25,7 +25,7 @@
 #define LLM_VG_UNUSED        5
 
 /* The most merges the trainer learns; the rest of the ids are [PADn]. */
-#define LLM_VG_MAX_MERGES    8000
+#define LLM_VG_MAX_MERGES    32768
 
 typedef struct {
     uint32_t    n_tokens;

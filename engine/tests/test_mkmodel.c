@@ -329,10 +329,10 @@ test_vocab(void)
     llm_gguf_close(g);
 
     /* sizes beyond what the trainer makes get [PADn]; bad inputs fail */
-    rc = llm_vocabgen_build(&v, 12000, "gpt-2", err, sizeof(err));
-    CHECK(rc == 0 && v.n_tokens == 12000 && v.n_merges == LLM_VG_MAX_MERGES
-          && v.types[11999] == LLM_VG_UNUSED
-          && strcmp(v.tokens[11999], "[PAD11999]") == 0, "pad fill: %s",
+    rc = llm_vocabgen_build(&v, 33100, "gpt-2", err, sizeof(err));
+    CHECK(rc == 0 && v.n_tokens == 33100 && v.n_merges == LLM_VG_MAX_MERGES
+          && v.types[33099] == LLM_VG_UNUSED
+          && strcmp(v.tokens[33099], "[PAD33099]") == 0, "pad fill: %s",
         err);
     if (rc == 0) {
         llm_vocabgen_free(&v);
