@@ -22,11 +22,6 @@
 
 #include "kernels_common.h"
 
-#define LLM_INLINE  static inline __attribute__((always_inline))
-
-/* Column tiles are walked in chunks of this many activation rows so the
- * chunk stays in L2 while every weight row tile passes over it. */
-#define LLM_COL_CHUNK  64
 
 
 /* [h0 x 8 | h1 x 8] as floats from two fp16 values. */
@@ -469,51 +464,6 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
     }
 }
 
-
-/* ---- drivers --------------------------------------------------------- */
-
-/*
- * For each type: tiles of RT rows x CT columns, with 1-row / 1-column
- * tiles for the edges; columns walked in chunks of LLM_COL_CHUNK.
- */
-#define LLM_GEMM_DRIVER(name, QK, RT, CT, TILE)                              \
-static void                                                                 \
-llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
-{                                                                           \
-    const char  *wp = w, *xp = x;                                           \
-    int64_t      nb = n / (QK), c0, c1, r, c;                               \
-                                                                            \
-    for (c0 = 0; c0 < nc; c0 = c1) {                                        \
-        c1 = c0 + LLM_COL_CHUNK < nc ? c0 + LLM_COL_CHUNK : nc;             \
-        for (r = 0; r + (RT) <= nr; r += (RT)) {                            \
-            for (c = c0; c + (CT) <= c1; c += (CT)) {                       \
-                TILE((RT), (CT), nb, wp + r * ws, ws, xp + c * xs, xs,      \
-                     y + c * ldy + r, ldy);                                 \
-            }                                                               \
-            for (; c < c1; c++) {                                           \
-                TILE((RT), 1, nb, wp + r * ws, ws, xp + c * xs, xs,         \
-                     y + c * ldy + r, ldy);                                 \
-            }                                                               \
-        }                                                                   \
-        for (; r < nr; r++) {                                               \
-            for (c = c0; c + (CT) <= c1; c += (CT)) {                       \
-                TILE(1, (CT), nb, wp + r * ws, ws, xp + c * xs, xs,         \
-                     y + c * ldy + r, ldy);                                 \
-            }                                                               \
-            for (; c < c1; c++) {                                           \
-                TILE(1, 1, nb, wp + r * ws, ws, xp + c * xs, xs,            \
-                     y + c * ldy + r, ldy);                                 \
-            }                                                               \
-        }                                                                   \
-    }                                                                       \
-}                                                                           \
-                                                                            \
-static void                                                                 \
-llm_dot_##name(int64_t n, float *s, const void *w, const void *x)           \
-{                                                                           \
-    TILE(1, 1, n / (QK), w, 0, x, 0, s, 1);                                 \
-}
 
 #define LLM_Q4_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 0, __VA_ARGS__)
 #define LLM_Q5_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 1, __VA_ARGS__)

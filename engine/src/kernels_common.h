@@ -142,6 +142,57 @@ typedef struct {
 void llm_kernels_init_avx2(llm_kernels_t *k);
 void llm_kernels_init_avx512(llm_kernels_t *k);
 
+#define LLM_INLINE  static inline __attribute__((always_inline))
+
+/* Column tiles are walked in chunks of this many activation rows so the
+ * chunk stays in L2 while every weight row tile passes over it. */
+#define LLM_COL_CHUNK  64
+
+/*
+ * The gemm and vec_dot entry points of one type, from a tile function
+ * TILE(R, C, nb, w, w_stride, x, x_stride, y, ldy) that computes an R x C
+ * block of results (R, C compile-time constants after inlining).
+ */
+#define LLM_GEMM_DRIVER(name, QK, RT, CT, TILE)                              \
+static void                                                                 \
+llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
+{                                                                           \
+    const char  *wp = w, *xp = x;                                           \
+    int64_t      nb = n / (QK), c0, c1, r, c;                               \
+                                                                            \
+    for (c0 = 0; c0 < nc; c0 = c1) {                                        \
+        c1 = c0 + LLM_COL_CHUNK < nc ? c0 + LLM_COL_CHUNK : nc;             \
+        for (r = 0; r + (RT) <= nr; r += (RT)) {                            \
+            for (c = c0; c + (CT) <= c1; c += (CT)) {                       \
+                TILE((RT), (CT), nb, wp + r * ws, ws, xp + c * xs, xs,      \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+            for (; c < c1; c++) {                                           \
+                TILE((RT), 1, nb, wp + r * ws, ws, xp + c * xs, xs,         \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+        }                                                                   \
+        for (; r < nr; r++) {                                               \
+            for (c = c0; c + (CT) <= c1; c += (CT)) {                       \
+                TILE(1, (CT), nb, wp + r * ws, ws, xp + c * xs, xs,         \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+            for (; c < c1; c++) {                                           \
+                TILE(1, 1, nb, wp + r * ws, ws, xp + c * xs, xs,            \
+                     y + c * ldy + r, ldy);                                 \
+            }                                                               \
+        }                                                                   \
+    }                                                                       \
+}                                                                           \
+                                                                            \
+static void                                                                 \
+llm_dot_##name(int64_t n, float *s, const void *w, const void *x)           \
+{                                                                           \
+    TILE(1, 1, n / (QK), w, 0, x, 0, s, 1);                                 \
+}
+
+
 /* Scalar fp16 -> fp32, exact (every half is a float). */
 static inline float
 llm_h2f(uint16_t h)
