@@ -142,7 +142,38 @@ def conversations():
          "content": [{"type": "text", "text": "Describe this: "},
                      {"type": "text", "text": "a red apple."}]},
     ]
+    reasoning = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "4",
+         "reasoning_content": "The user asks a sum. 2+2 is 4."},
+        {"role": "user", "content": "Sure?"},
+    ]
+    parallel = [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [
+             {"id": "abc123XYZ", "type": "function",
+              "function": {"name": "get_weather",
+                           "arguments": {"city": "Paris"}}},
+             {"id": "def456UVW", "type": "function",
+              "function": {"name": "get_weather",
+                           "arguments": {"city": "Rome", "unit": "celsius"}}},
+         ]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "18C"},
+        {"role": "tool", "tool_call_id": "def456UVW", "content": "25C"},
+        {"role": "assistant", "content": "Paris 18C, Rome 25C."},
+    ]
+    strargs = [dict(m) for m in six]
+    strargs[2] = dict(six[2])
+    strargs[2]["tool_calls"] = [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "get_weather",
+                     "arguments": "{\"city\": \"Paris\"}"}}]
     return {
+        "reasoning": base(reasoning, True, enable_thinking=False),
+        "parallel": base(parallel, True, tools=TOOLS),
+        "strargs": base(strargs, False, tools=TOOLS),
         "single": base(single, True),
         "single_nogen": base(single, False),
         "multi": base(multi, True),
