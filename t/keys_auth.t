@@ -19,7 +19,7 @@ LlmKeys::write_keys($t, $la, "  $lb   # a comment after the options", '',
 
 my $pass = LlmKeys::pass_directive();
 LlmKeys::start_backends($t);
-$t->start_nginx(LlmKeys::api($t) . <<"EOF");
+LlmKeys::start($t, LlmKeys::api($t) . <<"EOF");
     server {
         listen 127.0.0.1:%%PORT_open%%;
         llm_keys off;

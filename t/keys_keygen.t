@@ -50,7 +50,7 @@ is(system("$kg --help >/dev/null"), 0, '--help exits 0');
 # nginx takes its line and the key works
 LlmKeys::write_keys($t, $line =~ s/ models=a,b//r);
 LlmKeys::start_backends($t);
-$t->start_nginx(LlmKeys::api($t));
+LlmKeys::start($t, LlmKeys::api($t));
 my $r = LlmKeys::chat($t, $key);
 is($r->{status}, 200, 'the key llm-keygen made authenticates')
     or diag $r->{content};

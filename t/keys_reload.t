@@ -18,7 +18,7 @@ LlmKeys::write_keys($t, $la, $lb);
 
 LlmKeys::start_backends($t);
 my $conf = LlmKeys::api($t);
-$t->start_nginx($conf, workers => 2);
+LlmKeys::start($t, $conf, workers => 2);
 
 is(LlmKeys::chat($t, $ka)->{status}, 200, 'a: 1st');
 is(LlmKeys::chat($t, $ka)->{status}, 200, 'a: 2nd');

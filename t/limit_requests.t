@@ -16,7 +16,7 @@ my ($free, $lf) = LlmKeys::new_key('free');
 LlmKeys::write_keys($t, $l5, $lf);
 
 LlmKeys::start_backends($t);
-$t->start_nginx(LlmKeys::api($t, listen => 'reuseport',
+LlmKeys::start($t, LlmKeys::api($t, listen => 'reuseport',
                              location => 'add_header X-Worker $pid always;'),
                 workers => 2);
 

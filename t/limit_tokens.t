@@ -19,7 +19,7 @@ my ($both, $lb) = LlmKeys::new_key('both', rpm => 100, tpm => 100000);
 LlmKeys::write_keys($t, $lt, $lq, $lb);
 
 LlmKeys::start_backends($t);
-$t->start_nginx(LlmKeys::api($t, listen => 'reuseport'), workers => 2);
+LlmKeys::start($t, LlmKeys::api($t, listen => 'reuseport'), workers => 2);
 
 sub used { my $u = $_[0]{json}{usage}; $u->{total_tokens} // 0 }
 

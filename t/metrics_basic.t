@@ -16,7 +16,7 @@ my ($one, $l1) = LlmKeys::new_key('one', rpm => 1);
 LlmKeys::write_keys($t, $la, $l1);
 
 LlmKeys::start_backends($t);
-$t->start_nginx(LlmKeys::api($t, listen => 'reuseport'), workers => 2);
+LlmKeys::start($t, LlmKeys::api($t, listen => 'reuseport'), workers => 2);
 
 my $model = LlmKeys::model();
 my ($prompt, $completion, $ok, $unauth, $limited) = (0, 0, 0, 0, 0);
