@@ -30,7 +30,6 @@
 
 
 #define NGX_HTTP_LLM_KEY_NAME_LEN  64
-#define NGX_HTTP_LLM_KEY_MAX_LEN   512
 
 
 static ngx_int_t ngx_http_llm_keys_presented(ngx_http_request_t *r,
@@ -340,11 +339,6 @@ ngx_http_llm_keys_presented(ngx_http_request_t *r, ngx_str_t *key)
     return NGX_DECLINED;
 
 found:
-
-    if (key->len > NGX_HTTP_LLM_KEY_MAX_LEN) {
-        /* cannot be one of ours: hash it anyway, it will not be found */
-        key->len = NGX_HTTP_LLM_KEY_MAX_LEN;
-    }
 
     return NGX_OK;
 }

@@ -19,7 +19,12 @@ LlmKeys::write_keys($t, $la, "  $lb   # a comment after the options", '',
 
 my $pass = LlmKeys::pass_directive();
 LlmKeys::start_backends($t);
-LlmKeys::start($t, LlmKeys::api($t) . <<"EOF");
+LlmKeys::start($t, LlmKeys::api($t, extra => <<'EOC',
+    log_format keys '$status key=$llm_key_name model=$llm_model '
+                    'error=$llm_error_code "$request"';
+    access_log %%DIR%%/keys-access.log keys;
+EOC
+                                  ) . <<"EOF");
     server {
         listen 127.0.0.1:%%PORT_open%%;
         llm_keys off;
@@ -105,5 +110,10 @@ unlike($logs, qr/\Q$alice\E/, 'the good key is in no log');
 unlike($logs, qr/\Q$wrong\E/, 'the wrong key is in no log');
 unlike($logs, qr/\Q$bob\E/, "bob's key is in no log");
 like($logs, qr/unknown API key/, 'the failure is logged (without the key)');
+my $acc = $t->slurp($t->dir . '/keys-access.log');
+like($acc, qr/^200 key=alice /m, '$llm_key_name in the access log');
+like($acc, qr/^401 key=- .*error=invalid_api_key/m,
+     'a 401 in the access log: no key name, the error code');
+like($acc, qr/^403 key=bob /m, 'the 403 names the key');
 
 $t->done;

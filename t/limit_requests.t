@@ -7,13 +7,15 @@ use strict;
 use warnings;
 use lib 't/lib';
 use Test::More;
+use POSIX ();
 use LlmTest;
 use LlmKeys;
 
 my $t = LlmTest->new;
 my ($k5, $l5) = LlmKeys::new_key('five', rpm => 5);
 my ($free, $lf) = LlmKeys::new_key('free');
-LlmKeys::write_keys($t, $l5, $lf);
+my ($burst, $lbu) = LlmKeys::new_key('burst', rpm => 6);
+LlmKeys::write_keys($t, $l5, $lf, $lbu);
 
 LlmKeys::start_backends($t);
 LlmKeys::start($t, LlmKeys::api($t, listen => 'reuseport',
@@ -73,6 +75,36 @@ for (1 .. 6) {
 is($r->{status}, 200, 'a key without limits is not limited');
 ok(!exists $r->{headers}{'x-ratelimit-limit-requests'},
    'and gets no x-ratelimit headers');
+
+# 16 clients at once over both workers: exactly 6 pass
+
+my @kids;
+for my $i (1 .. 16) {
+    pipe(my $rd, my $wr) or die "pipe: $!";
+    my $pid = fork // die "fork: $!";
+    if ($pid == 0) {
+        close $rd;
+        my $res = LlmKeys::chat($t, $burst);
+        print $wr $res->{status}, ' ', $res->{headers}{'x-worker'} // '?', "\n";
+        close $wr;
+        POSIX::_exit(0);
+    }
+    close $wr;
+    push @kids, [$pid, $rd];
+}
+my (%st, %w);
+for (@kids) {
+    my ($pid, $rd) = @$_;
+    my $line = <$rd> // '';
+    waitpid($pid, 0);
+    my ($code, $worker) = split ' ', $line;
+    $st{$code // 'none'}++;
+    $w{$worker // '?'}++;
+}
+is($st{200} // 0, 6, 'concurrent burst, rpm=6: exactly 6 of 16 pass')
+    or diag explain \%st;
+is($st{429} // 0, 10, 'and 10 get 429');
+note('burst spread over workers: ', join(', ', map { "$_=$w{$_}" } keys %w));
 
 SKIP: {
     skip 'LLM_TEST_QUICK: no refill wait', 2 if $ENV{LLM_TEST_QUICK};

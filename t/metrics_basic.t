@@ -42,6 +42,24 @@ for (@one) {
     $completion += $_->{json}{usage}{completion_tokens};
 }
 
+# one streamed answer with include_usage
+{
+    my $s = $t->open_stream('/v1/chat/completions', {
+        model => $model, max_tokens => 5, temperature => 0, stream => JSON::PP::true,
+        stream_options => { include_usage => JSON::PP::true },
+        messages => [ { role => 'user', content => 'Stream please' } ] },
+        Authorization => "Bearer $ka");
+    my ($st, $h, $body) = $t->read_response($s, 60);
+    is($st, 200, 'stream: 200');
+    my ($u) = grep { ref $_ && $_->{usage} } LlmTest::sse_events($body);
+    ok($u, 'stream: a usage chunk') or diag $body;
+    if ($u) {
+        $ok++;
+        $prompt += $u->{usage}{prompt_tokens};
+        $completion += $u->{usage}{completion_tokens};
+    }
+}
+
 my $r = $t->get('/metrics');
 is($r->{status}, 200, '/metrics: 200');
 like($r->{headers}{'content-type'}, qr{^text/plain; version=0\.0\.4},
