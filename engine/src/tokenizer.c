@@ -236,7 +236,7 @@ spec_cmp(const void *a, const void *b, void *arg)
 static int
 vocab_index_specials(llm_vocab_t *v)
 {
-    uint32_t  i, n = 0, c;
+    uint32_t  i, n = 0, c, k;
 
     for (i = 0; i < v->n; i++) {
         if (v->text_len[i] > 0
@@ -273,6 +273,19 @@ vocab_index_specials(llm_vocab_t *v)
         }
     }
     v->spec_start[256] = n;
+
+    v->spec_only_first = -1;
+    k = 0;
+    for (c = 0; c < 256; c++) {
+        v->spec_first[c] = v->spec_start[c] != v->spec_start[c + 1];
+        if (v->spec_first[c]) {
+            v->spec_only_first = (int) c;
+            k++;
+        }
+    }
+    if (k != 1) {
+        v->spec_only_first = -1;
+    }
     return 0;
 }
 
@@ -873,10 +886,20 @@ llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
 
     start = 0;
     for (i = 0; i < len; i++) {
-        if (v->spec_start[(uint8_t) text[i]]
-            == v->spec_start[(uint8_t) text[i] + 1])
-        {
-            continue;
+        if (v->spec_only_first >= 0) {
+            const char *p = memchr(text + i, v->spec_only_first, len - i);
+
+            if (p == NULL) {
+                break;
+            }
+            i = (size_t) (p - text);
+        } else {
+            while (i < len && !v->spec_first[(uint8_t) text[i]]) {
+                i++;
+            }
+            if (i == len) {
+                break;
+            }
         }
         id = match_special(v, text, len, i, parse);
         if (id < 0) {

@@ -235,34 +235,20 @@ merges_find(const llm_vocab_t *v, int32_t l, int32_t r)
     }
 }
 
-/*
- * Compile the `pre` regex set, resolve merges to (left id, right id) ->
- * (rank, merged id), and find each byte's token.
- */
-int
-llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err, size_t errlen)
+/* Compile the regexes of a pre-tokenizer set into v (replacing any). */
+static int
+compile_set(llm_vocab_t *v, const llm_pre_set_t *set, char *err,
+    size_t errlen)
 {
-    const llm_pre_set_t   *set;
-    const llm_gguf_str_t  *m;
-    uint64_t               n, i;
-    uint32_t               cap, k;
-    int                    rc, ec, b;
-    PCRE2_SIZE             eo;
-    char                   buf[8], *cat = NULL;
-    size_t                 catcap = 0, sp, ll;
-    int32_t                l, r, id;
+    uint32_t    k;
+    int         ec;
+    PCRE2_SIZE  eo;
 
-    set = find_pre_set(v->pre);
-    if (set == NULL) {
-        ERR("tokenizer.ggml.pre: unknown pre-tokenizer '%s' (known: gpt-2, "
-            "llama-bpe, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, "
-            "falcon, mpt, starcoder, refact, minimax-m2, ...)", v->pre);
-        return -ENOTSUP;
+    for (k = 0; k < v->n_re; k++) {
+        pcre2_code_free(v->re[k]);
+        v->re[k] = NULL;
     }
-    v->ignore_merges = set->ignore_merges;
-    if (set->add_bos) {
-        v->add_bos = 1;
-    }
+    v->n_re = 0;
 
     for (k = 0; k < LLM_TOK_MAX_REGEX && set->re[k] != NULL; k++) {
         v->re[k] = pcre2_compile((PCRE2_SPTR) set->re[k], PCRE2_ZERO_TERMINATED,
@@ -280,6 +266,67 @@ llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err, size_t errlen)
         v->n_re = k + 1;
         /* JIT is an optimisation: the interpreter gives the same matches */
         (void) pcre2_jit_compile(v->re[k], PCRE2_JIT_COMPLETE);
+
+        /* the common patterns have hand-written matchers (same matches) */
+        v->re_kind[k] = LLM_PRE_PCRE;
+        if (llm_ucd_init() == 0) {
+            if (strcmp(set->re[k], RE_GPT2) == 0) {
+                v->re_kind[k] = LLM_PRE_GPT2;
+            } else if (strcmp(set->re[k], RE_LLAMA3) == 0) {
+                v->re_kind[k] = LLM_PRE_LLAMA3;
+            } else if (strcmp(set->re[k], RE_QWEN2) == 0) {
+                v->re_kind[k] = LLM_PRE_QWEN2;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Tests: split with the regex set of another `pre` (the merges stay).
+ */
+int
+llm_bpe_set_pre(llm_vocab_t *v, const char *pre, char *err, size_t errlen)
+{
+    const llm_pre_set_t *set = find_pre_set(pre);
+
+    if (set == NULL || v->type != LLM_VOCAB_BPE) {
+        ERR("tokenizer: cannot use pre-tokenizer '%s' here", pre);
+        return -EINVAL;
+    }
+    return compile_set(v, set, err, errlen);
+}
+
+/*
+ * Compile the `pre` regex set, resolve merges to (left id, right id) ->
+ * (rank, merged id), and find each byte's token.
+ */
+int
+llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err, size_t errlen)
+{
+    const llm_pre_set_t   *set;
+    const llm_gguf_str_t  *m;
+    uint64_t               n, i;
+    uint32_t               cap;
+    int                    rc, b;
+    char                   buf[8], *cat = NULL;
+    size_t                 catcap = 0, sp, ll;
+    int32_t                l, r, id;
+
+    set = find_pre_set(v->pre);
+    if (set == NULL) {
+        ERR("tokenizer.ggml.pre: unknown pre-tokenizer '%s' (known: gpt-2, "
+            "llama-bpe, qwen2, deepseek-llm, deepseek-coder, deepseek-v3, "
+            "falcon, mpt, starcoder, refact, minimax-m2, ...)", v->pre);
+        return -ENOTSUP;
+    }
+    v->ignore_merges = set->ignore_merges;
+    if (set->add_bos) {
+        v->add_bos = 1;
+    }
+    rc = compile_set(v, set, err, errlen);
+    if (rc < 0) {
+        return rc;
     }
 
     for (b = 0; b < 256; b++) {
@@ -577,7 +624,7 @@ bpe_piece(const llm_vocab_t *v, bpe_work_t *w, const uint8_t *p, size_t n,
     }
 
     for (i = 0; i < n; i = (size_t) w->next[i]) {
-        if (w->id[i] >= 0 && llm_tokens_push(out, w->id[i]) < 0) {
+        if (w->id[i] >= 0 && llm_tok_push(out, w->id[i]) < 0) {
             return -ENOMEM;
         }
         if (w->next[i] < 0) {
@@ -651,6 +698,11 @@ emit_piece(bpe_ctx_t *x, size_t off, size_t len)
     uint32_t        h, j;
     size_t          k, before;
 
+    if (x->v->split_log != NULL
+        && llm_tokens_push(x->v->split_log, (int32_t) (off + len)) < 0)
+    {
+        return -ENOMEM;
+    }
     if (len <= 1) {
         return bpe_piece(x->v, &x->w, p, len, out);
     }
@@ -662,7 +714,7 @@ emit_piece(bpe_ctx_t *x, size_t off, size_t len)
             && memcmp(x->text + cs->off, p, len) == 0)
         {
             for (k = 0; k < cs->n_ids; k++) {
-                if (llm_tokens_push(out, c->ids.ids[cs->ids + k]) < 0) {
+                if (llm_tok_push(out, c->ids.ids[cs->ids + k]) < 0) {
                     return -ENOMEM;
                 }
             }
@@ -684,7 +736,7 @@ emit_piece(bpe_ctx_t *x, size_t off, size_t len)
     cs->ids = (uint32_t) c->ids.n;
     cs->n_ids = (uint32_t) (out->n - before);
     for (k = before; k < out->n; k++) {
-        if (llm_tokens_push(&c->ids, out->ids[k]) < 0) {
+        if (llm_tok_push(&c->ids, out->ids[k]) < 0) {
             return -ENOMEM;
         }
     }
@@ -709,6 +761,35 @@ split_rec(bpe_ctx_t *x, uint32_t k, size_t off, size_t len)
 
     if (k == x->v->n_re) {
         return emit_piece(x, off, len);
+    }
+
+    if (x->v->re_kind[k] != LLM_PRE_PCRE && !x->v->pcre_only) {
+        const uint8_t *u = (const uint8_t *) sub;
+        int            kind = x->v->re_kind[k];
+
+        while (pos < len) {
+            me = kind == LLM_PRE_GPT2 ? llm_pre_gpt2(u, len, pos)
+                 : llm_pre_llama3(u, len, pos, kind == LLM_PRE_LLAMA3 ? 3 : 1);
+            if (me == 0) {
+                /* no match here: on to the next character */
+                rc = llm_utf8_check(u + pos, len - pos);
+                pos += rc > 0 ? (size_t) rc : 1;
+                continue;
+            }
+            if (pos > last
+                && (rc = split_rec(x, k + 1, off + last, pos - last)) < 0)
+            {
+                return rc;
+            }
+            if ((rc = split_rec(x, k + 1, off + pos, me - pos)) < 0) {
+                return rc;
+            }
+            last = pos = me;
+        }
+        if (len > last) {
+            return split_rec(x, k + 1, off + last, len - last);
+        }
+        return 0;
     }
 
     ov = pcre2_get_ovector_pointer(x->md);

@@ -73,10 +73,15 @@ struct llm_vocab_s {
     /* special tokens matched in the raw text, by first byte, longest first */
     int32_t           *spec;        /* ids */
     uint32_t           spec_start[257];
+    uint8_t            spec_first[256];  /* 1: some special starts so */
+    int                spec_only_first;  /* the one first byte, or -1 */
 
     /* pre-tokenizer: regexes applied one after the other */
     pcre2_code        *re[LLM_TOK_MAX_REGEX];
+    uint8_t            re_kind[LLM_TOK_MAX_REGEX];  /* LLM_PRE_* */
     uint32_t           n_re;
+    int                pcre_only;   /* tests: no hand-written matchers */
+    llm_tokens_t      *split_log;   /* tests: record piece end offsets */
     int                ignore_merges;
 
     int32_t            bos, eos, eot, eom, unk, pad;
@@ -85,18 +90,47 @@ struct llm_vocab_s {
 };
 
 uint32_t llm_tok_hash_bytes(const void *p, size_t n);
+
+/* llm_tokens_push() with the common case inline */
+static inline int
+llm_tok_push(llm_tokens_t *t, int32_t id)
+{
+    if (t->n < t->cap) {
+        t->ids[t->n++] = id;
+        return 0;
+    }
+    return llm_tokens_push(t, id);
+}
 int32_t llm_tok_lookup(const llm_vocab_t *v, const char *s, size_t n);
 
 /* tokenizer_bpe.c */
 int llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err,
     size_t errlen);
 void llm_bpe_free(llm_vocab_t *v);
+/* tests: use the regex set of another `pre` value */
+int llm_bpe_set_pre(llm_vocab_t *v, const char *pre, char *err,
+    size_t errlen);
 int llm_bpe_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     llm_tokens_t *out, char *err, size_t errlen);
 /* bytes_to_unicode: the code point that stands for byte b */
 uint32_t llm_bpe_byte_cp(uint8_t b);
 /* inverse: byte for code point cp, or -1 */
 int llm_bpe_cp_byte(uint32_t cp);
+
+/* tokenizer_pre.c: hand-written matchers for the common regexes */
+#define LLM_PRE_PCRE     0      /* run the regex with PCRE2 */
+#define LLM_PRE_GPT2     1
+#define LLM_PRE_LLAMA3   2      /* \p{N}{1,3} */
+#define LLM_PRE_QWEN2    3      /* \p{N} */
+
+#define LLM_UCD_L  1            /* \p{L} */
+#define LLM_UCD_N  2            /* \p{N} */
+#define LLM_UCD_S  4            /* \s (PCRE2_UCP) */
+
+int llm_ucd_init(void);
+/* End of the match at byte i of s[0..n), or 0 if none starts there. */
+size_t llm_pre_gpt2(const uint8_t *s, size_t n, size_t i);
+size_t llm_pre_llama3(const uint8_t *s, size_t n, size_t i, int max_digits);
 
 /* tokenizer_spm.c */
 int llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,

@@ -28,7 +28,8 @@ usage(FILE *f)
         "  --bos       add BOS/EOS as the vocabulary asks (add_bos_token)\n"
         "  --special   match control tokens such as <|im_start|> in the text\n"
         "  --ids-only  print only the ids, space-separated\n"
-        "  --time      print the tokenize time (excluding load) on stderr\n");
+        "  --time      print the tokenize wall and CPU time (excluding load) "
+        "on stderr\n");
 }
 
 static void
@@ -96,7 +97,7 @@ main(int argc, char **argv)
     size_t            len = 0, i, n;
     unsigned          flags = 0;
     int               ids_only = 0, timing = 0, rc, i_arg, status = 1;
-    struct timespec   t0, t1;
+    struct timespec   t0, t1, c0, c1;
 
     for (i_arg = 1; i_arg < argc; i_arg++) {
         if (strcmp(argv[i_arg], "-m") == 0 && i_arg + 1 < argc) {
@@ -144,16 +145,21 @@ main(int argc, char **argv)
     }
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     rc = llm_tokenize(v, text, len, flags, &toks, err, sizeof(err));
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc < 0) {
         fprintf(stderr, "llm-tokenize: %s\n", err);
         goto done;
     }
     if (timing) {
-        fprintf(stderr, "tokenized %zu bytes into %zu tokens in %.3f ms\n",
-                len, toks.n, (t1.tv_sec - t0.tv_sec) * 1e3
-                             + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+        fprintf(stderr, "tokenized %zu bytes into %zu tokens in %.3f ms "
+                "(cpu %.3f ms)\n", len, toks.n,
+                (t1.tv_sec - t0.tv_sec) * 1e3
+                + (t1.tv_nsec - t0.tv_nsec) / 1e6,
+                (c1.tv_sec - c0.tv_sec) * 1e3
+                + (c1.tv_nsec - c0.tv_nsec) / 1e6);
     }
 
     for (i = 0; i < toks.n; i++) {

@@ -6,6 +6,7 @@
 //
 //   node compare.mjs --tool BUILD/bin/llm-tokenize --vocab DIR [--bytes N]
 //                    [--write-text FILE] [--only qwen3|llama3]
+//   node compare.mjs --text-only FILE [--bytes N]   (just write the text)
 //
 // DIR holds qwen2.gguf and llama-bpe.gguf (made by llm-vocab).  Exits 1 on
 // the first mismatch, printing its position with context.
@@ -21,7 +22,7 @@ const args = Object.fromEntries(
     return acc;
   }, []),
 );
-if (!args.tool || !args.vocab) {
+if (!args["text-only"] && (!args.tool || !args.vocab)) {
   console.error("usage: node compare.mjs --tool llm-tokenize --vocab DIR " +
     "[--bytes N] [--write-text FILE] [--only qwen3|llama3]");
   process.exit(2);
@@ -137,6 +138,10 @@ while (bytes < minBytes) {
 const text = parts.join("").normalize("NFC");
 const textBytes = Buffer.from(text, "utf8");
 if (args["write-text"]) writeFileSync(args["write-text"], textBytes);
+if (args["text-only"]) {
+  writeFileSync(args["text-only"], textBytes);
+  process.exit(0);
+}
 
 function runTool(gguf) {
   const r = spawnSync(args.tool, ["-m", gguf, "--ids-only"], {
