@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "quant.h"
@@ -239,6 +241,23 @@ qz_task(void *arg, uint32_t ith)
     }
 }
 
+/*
+ * Done with a tensor: let its input pages go, so resident memory stays
+ * near one tensor rather than growing to the input file's size.  The
+ * mapping is read-only and file-backed, so this only drops clean pages.
+ */
+static void
+qz_drop(const void *p, uint64_t n)
+{
+    uintptr_t pg = (uintptr_t) sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t) p + pg - 1) & ~(pg - 1);
+    uintptr_t b = ((uintptr_t) p + n) & ~(pg - 1);
+
+    if (b > a) {
+        madvise((void *) a, b - a, MADV_DONTNEED);
+    }
+}
+
 static void
 qz_arch_u32(const llm_gguf_t *g, const char *arch, const char *suffix,
     uint32_t *v)
@@ -428,6 +447,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
             }
             stats.n_quantized++;
         }
+        qz_drop(t->data, t->nbytes);
         stats.n_tensors++;
         stats.bytes_in += t->nbytes;
         stats.bytes_out += out_bytes;
