@@ -648,6 +648,24 @@ ngx_http_llm_input_filter_init(void *data)
     }
 
     if (u->buffer.pos == u->buffer.last && (u->out_bufs || ctx->done)) {
+
+        /*
+         * No engine bytes left for input_filter, so the upstream would
+         * flush the headers alone and wait for the engine: write the
+         * prepared body with them now (one writev), and let the client
+         * write event run the upstream's writer, which ends the response
+         * when the terminal event came with the headers.
+         */
+
+        if (u->out_bufs) {
+            if (ngx_http_output_filter(r, u->out_bufs) == NGX_ERROR) {
+                return NGX_ERROR;
+            }
+
+            ngx_chain_update_chains(r->pool, &u->free_bufs, &u->busy_bufs,
+                                    &u->out_bufs, u->output.tag);
+        }
+
         ngx_post_event(r->connection->write, &ngx_posted_events);
     }
 

@@ -1,0 +1,169 @@
+// Load side of bench/gateway.sh.
+//
+//   node gateway-load.mjs latency SOCKET URL N [MAX_TOKENS]
+//     N sequential requests to the engine on SOCKET directly (protobuf
+//     frames) and N through the gateway at URL (HTTP keep-alive, JSON);
+//     prints p50/p99 of each and the difference.
+//   node gateway-load.mjs streams HOST:PORT COUNT RAMP_PER_S PIDS
+//     COUNT concurrent SSE streams, opened at RAMP_PER_S; counts the ones
+//     that end with data: [DONE]; samples the RSS of the nginx workers
+//     PIDS (comma-separated) before and with every stream open.
+
+import net from 'node:net';
+import http from 'node:http';
+import fs from 'node:fs';
+
+const [mode, ...args] = process.argv.slice(2);
+
+function varint(n) {
+  const b = [];
+  while (n >= 0x80) { b.push((n & 0x7f) | 0x80); n = Math.floor(n / 128); }
+  b.push(n);
+  return Buffer.from(b);
+}
+const fv = (f, v) => Buffer.concat([varint(f << 3), varint(v)]);
+const fb = (f, b) => {
+  b = Buffer.isBuffer(b) ? b : Buffer.from(b);
+  return Buffer.concat([varint((f << 3) | 2), varint(b.length), b]);
+};
+const frame = (m) => { const h = Buffer.alloc(4); h.writeUInt32BE(m.length); return Buffer.concat([h, m]); };
+
+function pct(a, p) {
+  const s = [...a].sort((x, y) => x - y);
+  return s[Math.min(s.length - 1, Math.floor(p * s.length))];
+}
+
+async function latency(sock, url, n, maxTokens) {
+  // the same request both ways: one user message, max_tokens, greedy
+  const gen = Buffer.concat([fb(1, 'bench'), fb(4, Buffer.concat([fb(1, 'user'), fb(2, 'Hello')])),
+    fb(7, fv(1, maxTokens))]);
+  const req = frame(fb(1, gen));
+  const body = JSON.stringify({ model: 'fake', max_tokens: maxTokens, temperature: 0,
+    messages: [{ role: 'user', content: 'Hello' }] });
+
+  const direct = [];
+  await new Promise((resolve, reject) => {
+    const c = net.connect(sock);
+    let buf = Buffer.alloc(0), t0 = 0, left = n + 50;
+    const send = () => { t0 = process.hrtime.bigint(); c.write(req); };
+    c.on('connect', send);
+    c.on('error', reject);
+    c.on('data', (d) => {
+      buf = buf.length ? Buffer.concat([buf, d]) : d;
+      while (buf.length >= 4) {
+        const len = buf.readUInt32BE(0);
+        if (buf.length < 4 + len) return;
+        const kind = buf[4];
+        buf = buf.subarray(4 + len);
+        if (kind === 0x2a || kind === 0x32) {          /* Done, Error */
+          if (left-- <= n) direct.push(Number(process.hrtime.bigint() - t0) / 1e6);
+          if (left > 0) send(); else { c.end(); resolve(); }
+        }
+      }
+    });
+  });
+
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  const u = new URL(url);
+  const viaNginx = [];
+  for (let i = 0; i < n + 50; i++) {
+    const t0 = process.hrtime.bigint();
+    await new Promise((resolve, reject) => {
+      const r = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST',
+        agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+      (res) => {
+        res.on('data', () => {});
+        res.on('end', () => { if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`)); else resolve(); });
+      });
+      r.on('error', reject);
+      r.end(body);
+    });
+    if (i >= 50) viaNginx.push(Number(process.hrtime.bigint() - t0) / 1e6);
+  }
+  agent.destroy();
+
+  const row = (name, a) => `${name.padEnd(26)} ${pct(a, 0.5).toFixed(3).padStart(9)} ${pct(a, 0.99).toFixed(3).padStart(9)}`;
+  console.log(`${'path'.padEnd(26)} ${'p50 ms'.padStart(9)} ${'p99 ms'.padStart(9)}`);
+  console.log(row('engine direct (socket)', direct));
+  console.log(row('through nginx (HTTP)', viaNginx));
+  console.log(`${'added by the gateway'.padEnd(26)} ${(pct(viaNginx, 0.5) - pct(direct, 0.5)).toFixed(3).padStart(9)} ${(pct(viaNginx, 0.99) - pct(direct, 0.99)).toFixed(3).padStart(9)}`);
+}
+
+function rss(pids) {
+  let kb = 0;
+  for (const p of pids) {
+    try {
+      const m = fs.readFileSync(`/proc/${p}/status`, 'utf8').match(/VmRSS:\s+(\d+)/);
+      if (m) kb += Number(m[1]);
+    } catch {}
+  }
+  return kb;
+}
+
+async function streams(hostport, count, ramp, pidList) {
+  const [host, port] = hostport.split(':');
+  const pids = pidList.split(',').filter(Boolean);
+  const body = JSON.stringify({ model: 'fake', stream: true, max_tokens: 16,
+    messages: [{ role: 'user', content: 'Hello' }] });
+  const req = `POST /v1/chat/completions HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\n`
+    + `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`;
+
+  const base = rss(pids);
+  let open = 0, started = 0, ok = 0, errors = 0, peak = base, peakOpen = 0;
+  const t0 = Date.now();
+  const errKinds = {};
+
+  await new Promise((resolve) => {
+    let launched = 0;
+    const finish = (good, why) => {
+      open--;
+      if (good) ok++; else { errors++; errKinds[why] = (errKinds[why] ?? 0) + 1; }
+      if (ok + errors === count) resolve();
+    };
+    const one = () => {
+      const s = net.connect({ host, port: Number(port) });
+      let first = true, tail = '', status = '';
+      open++;
+      s.setNoDelay(true);
+      s.on('connect', () => s.write(req));
+      s.on('data', (d) => {
+        const t = d.toString('latin1');
+        if (first) { status = t.slice(0, 12); first = false; started++; }
+        tail = (tail + t).slice(-64);
+      });
+      s.on('error', (e) => { s.destroy(); finish(false, e.code ?? 'error'); });
+      s.on('end', () => {
+        const good = status.endsWith('200') && tail.includes('data: [DONE]');
+        finish(good, good ? '' : `status ${status.trim()}`);
+      });
+    };
+    const timer = setInterval(() => {
+      const n = Math.min(Math.ceil(ramp / 20), count - launched);
+      for (let i = 0; i < n; i++) one();
+      launched += n;
+      if (launched >= count) clearInterval(timer);
+    }, 50);
+    const sampler = setInterval(() => {
+      const r = rss(pids);
+      if (started - (ok + errors) > peakOpen) { peakOpen = started - (ok + errors); }
+      if (r > peak) peak = r;
+      if (ok + errors === count) clearInterval(sampler);
+    }, 100);
+  });
+
+  const secs = (Date.now() - t0) / 1000;
+  console.log(`streams ${count}, completed with [DONE] ${ok}, errors ${errors} ${JSON.stringify(errKinds)}`);
+  console.log(`most open at once ${peakOpen}, wall ${secs.toFixed(1)} s`);
+  console.log(`nginx workers RSS: idle ${(base / 1024).toFixed(1)} MiB, peak ${(peak / 1024).toFixed(1)} MiB, `
+    + `per open stream ${((peak - base) / Math.max(peakOpen, 1)).toFixed(1)} KiB`);
+  if (errors) process.exitCode = 1;
+}
+
+if (mode === 'latency') {
+  await latency(args[0], args[1], Number(args[2] ?? 2000), Number(args[3] ?? 1));
+} else if (mode === 'streams') {
+  await streams(args[0], Number(args[1] ?? 10000), Number(args[2] ?? 2000), args[3] ?? '');
+} else {
+  console.error('usage: gateway-load.mjs latency SOCKET URL N [MAX_TOKENS] | streams HOST:PORT COUNT RAMP PIDS');
+  process.exit(2);
+}
