@@ -45,6 +45,8 @@ is($h->{'x-ratelimit-remaining-requests'}, 4,
    'remaining after the first request: 4');
 like($h->{'x-ratelimit-reset-requests'}, qr/^(\d+(\.\d+)?(ms|s)|\d+m\d+(\.\d+)?s)$/,
      'reset-requests in OpenAI\'s duration format') or diag explain $h;
+like($h->{'x-ratelimit-reset-requests'}, qr/^(?:11\.\d{1,3}|12)s$/,
+     'reset-requests: 12 s for the one used request at rpm=5');
 is($ok[4]{headers}{'x-ratelimit-remaining-requests'}, 0,
    'remaining after the fifth: 0');
 ok(!exists $h->{'x-ratelimit-limit-tokens'},

@@ -16,7 +16,8 @@ my $t = LlmTest->new;
 my ($tok, $lt) = LlmKeys::new_key('tok', tpm => $TPM);
 my ($quo, $lq) = LlmKeys::new_key('quo', quota => 60);
 my ($both, $lb) = LlmKeys::new_key('both', rpm => 100, tpm => 100000);
-LlmKeys::write_keys($t, $lt, $lq, $lb);
+my ($ten, $l10) = LlmKeys::new_key('ten', tpm => 10);
+LlmKeys::write_keys($t, $lt, $lq, $lb, $l10);
 
 LlmKeys::start_backends($t);
 LlmKeys::start($t, LlmKeys::api($t, listen => 'reuseport'), workers => 2);
@@ -88,6 +89,18 @@ ok(!exists $r->{headers}{'retry-after'}, 'no Retry-After: waiting will not help'
 is($r->{headers}{'x-should-retry'}, 'false', 'x-should-retry: false');
 cmp_ok($qsum, '>=', 60, "admitted until the quota was used ($qsum)");
 cmp_ok($qsum - $last, '<', 60, 'and not one request more');
+
+# a reservation larger than the limit is capped at the limit: the request
+# passes on a full bucket, leaving it empty for a minute ("1m0s")
+
+$r = LlmKeys::chat($t, $ten, max_tokens => 50);
+is($r->{status}, 200, 'tpm=10, max_tokens=50: passes on a full bucket');
+is($r->{headers}{'x-ratelimit-remaining-tokens'}, 0, 'remaining 0');
+is($r->{headers}{'x-ratelimit-reset-tokens'}, '1m0s',
+   'reset-tokens "1m0s", as OpenAI writes durations');
+$r = LlmKeys::chat($t, $ten, max_tokens => 50);
+is($r->{status}, 429, 'and the next one waits');
+cmp_ok($r->{headers}{'retry-after'}, '>=', 55, 'for about a minute or more');
 
 # both limits: all six headers
 
