@@ -149,9 +149,11 @@ jv_t jv_from_json(jj_arena_t *a, json_t *j, int depth);
 int jv_str_into(jj_buf_t *b, jv_t v);
 /* repr() as Python prints a list element. */
 int jv_repr_into(jj_buf_t *b, jv_t v);
-/* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys). */
+/* json.dumps(v, ensure_ascii, indent, separators, sort_keys). */
+#define JJ_JSON_SORT_KEYS  1
+#define JJ_JSON_ASCII      2
 int jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
-    const char *itemsep, const char *keysep, int sort_keys, int level,
+    const char *itemsep, const char *keysep, int flags, int level,
     char *err, size_t errlen);
 void jj_float_repr(char *dst, size_t dstlen, double f);
 

@@ -133,7 +133,9 @@ sb_add(jj_ctx_t *c, sbuf_t *b, const char *s, size_t n)
         b->p = p;
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) {
+        memcpy(b->p + b->n, s, n);
+    }
     b->n += n;
     return 0;
 }
@@ -1462,7 +1464,9 @@ filter_tojson(jj_ctx_t *c, jv_t v, const jargs_t *a, jv_t *out)
         keysep = ksep;
     }
     rc = jv_json_into(&b, v, indent, nindent, itemsep, keysep,
-                      arg_bool(a, 3, "sort_keys", 0), 0, e, sizeof(e));
+                      (arg_bool(a, 3, "sort_keys", 0) ? JJ_JSON_SORT_KEYS : 0)
+                      | (arg_bool(a, 0, "ensure_ascii", 0) ? JJ_JSON_ASCII : 0),
+                      0, e, sizeof(e));
     if (rc != 0) {
         free(b.p);
         if (e[0]) {

@@ -863,18 +863,20 @@ jv_repr_into(jj_buf_t *b, jv_t v)
 /* ---- json.dumps ---- */
 
 static int
-json_str_into(jj_buf_t *b, const char *s, size_t n)
+json_str_into(jj_buf_t *b, const char *s, size_t n, int ascii)
 {
-    size_t          i, run;
+    size_t          i, run, k;
     unsigned char   ch;
-    char            tmp[8];
+    char            tmp[16];
+    uint32_t        cp;
     int             rc = 0;
 
     rc |= jj_buf_addc(b, '"');
     for (i = 0; i < n; ) {
         for (run = i; run < n; run++) {
             ch = (unsigned char) s[run];
-            if (ch < 0x20 || ch == '"' || ch == '\\') {
+            if (ch < 0x20 || ch == '"' || ch == '\\' || (ascii && ch >= 0x80))
+            {
                 break;
             }
         }
@@ -883,6 +885,21 @@ json_str_into(jj_buf_t *b, const char *s, size_t n)
             break;
         }
         ch = (unsigned char) s[run];
+        if (ch >= 0x80) {
+            /* ensure_ascii: \uXXXX, astral planes as surrogate pairs */
+            k = run;
+            cp = jj_utf8_decode(s, n, &k);
+            if (cp >= 0x10000) {
+                cp -= 0x10000;
+                snprintf(tmp, sizeof(tmp), "\\u%04x\\u%04x",
+                         0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+            } else {
+                snprintf(tmp, sizeof(tmp), "\\u%04x", cp);
+            }
+            rc |= jj_buf_add(b, tmp, strlen(tmp));
+            i = k;
+            continue;
+        }
         switch (ch) {
         case '"': rc |= jj_buf_add(b, "\\\"", 2); break;
         case '\\': rc |= jj_buf_add(b, "\\\\", 2); break;
@@ -936,7 +953,7 @@ json_key_cmp(const void *a, const void *b)
  */
 int
 jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
-    const char *itemsep, const char *keysep, int sort_keys, int level,
+    const char *itemsep, const char *keysep, int flags, int level,
     char *err, size_t errlen)
 {
     char         tmp[64];
@@ -968,7 +985,7 @@ jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
         jj_float_repr(tmp, sizeof(tmp), v.u.f);
         return jj_buf_add(b, tmp, strlen(tmp));
     case JV_STR:
-        return json_str_into(b, v.u.s, v.n);
+        return json_str_into(b, v.u.s, v.n, flags & JJ_JSON_ASCII);
     case JV_LIST:
         if (v.u.l->kind != JL_LIST && v.u.l->kind != JL_TUPLE) {
             break;
@@ -987,7 +1004,7 @@ jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
                 rc |= json_newline(b, indent, nindent, level + 1);
             }
             if (jv_json_into(b, items[i], indent, nindent, itemsep, keysep,
-                             sort_keys, level + 1, err, errlen) != 0)
+                             flags, level + 1, err, errlen) != 0)
             {
                 return -1;
             }
@@ -1010,7 +1027,7 @@ jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
         for (i = 0; i < n; i++) {
             order[i] = &v.u.d->keys[i];
         }
-        if (sort_keys) {
+        if (flags & JJ_JSON_SORT_KEYS) {
             for (i = 0; i < n; i++) {
                 if (order[i]->type != JV_STR) {
                     snprintf(err, errlen, "'<' not supported between "
@@ -1032,7 +1049,7 @@ jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
             }
             key = *order[i];
             if (key.type == JV_STR) {
-                rc |= json_str_into(b, key.u.s, key.n);
+                rc |= json_str_into(b, key.u.s, key.n, flags & JJ_JSON_ASCII);
             } else if (key.type == JV_INT || key.type == JV_FLOAT
                        || key.type == JV_BOOL || key.type == JV_NONE)
             {
@@ -1045,7 +1062,7 @@ jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
                 } else {
                     rc |= jv_str_into(&kb, key);
                 }
-                rc |= json_str_into(b, kb.p, kb.n);
+                rc |= json_str_into(b, kb.p, kb.n, 0);
             } else {
                 snprintf(err, errlen, "keys must be str, int, float, bool "
                          "or None, not %s", jv_type_name(key));
@@ -1055,7 +1072,7 @@ jv_json_into(jj_buf_t *b, jv_t v, const char *indent, int nindent,
             }
             rc |= jj_buf_add(b, keysep, strlen(keysep));
             if (jv_json_into(b, v.u.d->vals[order[i] - v.u.d->keys], indent,
-                             nindent, itemsep, keysep, sort_keys, level + 1,
+                             nindent, itemsep, keysep, flags, level + 1,
                              err, errlen) != 0)
             {
                 free(order);

@@ -371,6 +371,15 @@ static const char *const mutations[] = {
     "**", "//", "%", "-", "1e308", "9223372036854775807",
 };
 
+/* LLM_FUZZ_ITERS=N scales the fuzz runs (default 3000 / 1500). */
+static unsigned
+fuzz_iters(unsigned dflt)
+{
+    const char  *e = getenv("LLM_FUZZ_ITERS");
+
+    return e != NULL && atoi(e) > 0 ? (unsigned) atoi(e) : dflt;
+}
+
 static int
 fuzz_templates(void)
 {
@@ -380,7 +389,7 @@ fuzz_templates(void)
     llm_tmpl_t *t;
     json_t     *vars;
     json_error_t je;
-    unsigned    iter;
+    unsigned    iter, iters = fuzz_iters(3000);
     const char *sn;
 
     tmpls = list_dir(DATA, ".jinja", &nt);
@@ -391,7 +400,7 @@ fuzz_templates(void)
         free_list(tmpls, nt);
         return 0;
     }
-    for (iter = 0; iter < 3000; iter++) {
+    for (iter = 0; iter < iters; iter++) {
         i = rnd() % nt;
         snprintf(path, sizeof(path), "%s/%s.jinja", DATA, tmpls[i]);
         src = read_file(path, &slen);
@@ -454,8 +463,8 @@ fuzz_templates(void)
         free(buf);
         free(src);
     }
-    printf("fuzz-templates: 3000 mutated templates, %zu rendered, %s\n",
-           rendered, failed ? "FAIL" : "ok");
+    printf("fuzz-templates: %u mutated templates, %zu rendered, %s\n",
+           iters, rendered, failed ? "FAIL" : "ok");
     json_decref(vars);
     free_list(tmpls, nt);
     return failed != 0;
@@ -468,7 +477,7 @@ fuzz_messages(void)
     size_t      nt, slen, i, k, outlen, n;
     llm_tmpl_t *t;
     json_t     *vars, *msgs, *m;
-    unsigned    iter, failed = 0, rendered = 0;
+    unsigned    iter, failed = 0, rendered = 0, iters = fuzz_iters(1500);
     const char *roles[] = { "system", "user", "assistant", "tool", "x" };
 
     tmpls = list_dir(DATA, ".jinja", &nt);
@@ -476,7 +485,7 @@ fuzz_messages(void)
         printf("fuzz-messages: SKIP, no test data\n");
         return 0;
     }
-    for (iter = 0; iter < 1500; iter++) {
+    for (iter = 0; iter < iters; iter++) {
         i = rnd() % nt;
         snprintf(path, sizeof(path), "%s/%s.jinja", DATA, tmpls[i]);
         src = read_file(path, &slen);
@@ -528,8 +537,8 @@ fuzz_messages(void)
         json_decref(vars);
         llm_tmpl_free(t);
     }
-    printf("fuzz-messages: 1500 random conversations, %u rendered, %s\n",
-           rendered, failed ? "FAIL" : "ok");
+    printf("fuzz-messages: %u random conversations, %u rendered, %s\n",
+           iters, rendered, failed ? "FAIL" : "ok");
     free_list(tmpls, nt);
     return failed != 0;
 }
@@ -674,8 +683,13 @@ chatml(void)
 int
 main(int argc, char **argv)
 {
-    const char *filter = NULL;
+    const char *filter = NULL, *seed;
     int         i, bad = 0;
+
+    seed = getenv("LLM_FUZZ_SEED");
+    if (seed != NULL && strtoull(seed, NULL, 0) != 0) {
+        rng = strtoull(seed, NULL, 0);
+    }
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-v") == 0) {

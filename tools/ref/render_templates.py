@@ -246,7 +246,8 @@ SNIPPETS = [
      "{{ x|tojson(indent=0) }}\n{{ x|tojson(separators=(',', ':')) }}\n"
      "{{ x|tojson(sort_keys=true) }}\n{{ 'a\"b\\\\c\\n\\u0001é😀\\u007f'|tojson }}\n"
      "{{ [[], {}, [[]]]|tojson(indent=2) }}\n{{ x|tojson(indent='\\t') }}\n"
-     "{{ none|tojson }}{{ true|tojson }}{{ 1.0|tojson }}{{ (1, 2)|tojson }}",
+     "{{ none|tojson }}{{ true|tojson }}{{ 1.0|tojson }}{{ (1, 2)|tojson }}\n"
+     "{{ 'é😀'|tojson(ensure_ascii=true) }}{{ x|tojson(true, 1) }}",
      {"x": {"b": [1, 2.5, None, True, "s"], "a": {"k": "ü"}, "1": []}}),
     ("indent", "[{{ 'a\\nb\\n\\nc'|indent }}][{{ 'a\\nb'|indent(2, true) }}]"
      "[{{ 'a\\n\\nb\\n'|indent(2, blank=true) }}][{{ 'x\\n'|indent('> ') }}]"
