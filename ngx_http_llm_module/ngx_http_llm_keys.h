@@ -186,7 +186,6 @@ size_t ngx_http_llm_format_duration(u_char *buf, ngx_msec_t ms);
 
 /* ngx_http_llm_metrics.c */
 ngx_int_t ngx_http_llm_metrics_handler(ngx_http_request_t *r);
-void ngx_http_llm_metrics_rate_limited(ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_LLM_KEYS_H_INCLUDED_ */

@@ -453,10 +453,14 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
                     "# HELP llm_zone_start_time_seconds When the counters "
                     "started (reloads keep them).\n"
                     "# TYPE llm_zone_start_time_seconds gauge\n"
-                    "llm_zone_start_time_seconds %T\n",
+                    "llm_zone_start_time_seconds %T\n"
+                    "# HELP llm_zone_reloads_total Reloads that kept the "
+                    "counters.\n"
+                    "# TYPE llm_zone_reloads_total counter\n"
+                    "llm_zone_reloads_total %ui\n",
                     sh->in_flight > 0 ? sh->in_flight : 0,
                     sh->rate_limited, sh->fallbacks, sh->upstream_errors,
-                    sh->started);
+                    sh->started, sh->reloads);
 
     b->last = p;
     b->last_buf = (r == r->main) ? 1 : 0;

@@ -51,6 +51,7 @@ is(LlmKeys::sample($m, 'llm_requests_total',
    $before + 2, 'metrics kept over the reload');
 is(LlmKeys::sample($m, 'llm_zone_start_time_seconds'), $start,
    'the zone is the same one');
+is(LlmKeys::sample($m, 'llm_zone_reloads_total'), 1, 'one reload counted');
 
 # a changed limit applies to the kept counters
 LlmKeys::write_keys($t, $lc, $la =~ s/rpm=4/rpm=60/r);
