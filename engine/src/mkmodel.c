@@ -41,6 +41,8 @@ typedef struct {
     int64_t     ne[4];
     uint32_t    type;
     mk_fill_t   fill;
+    char        seed_name[64];  /* values as if rows of this tensor */
+    int64_t     row_offset;     /* ... starting at this row */
 } mk_tensor_t;
 
 typedef struct {
@@ -209,6 +211,13 @@ llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
             p->arch);
         return -EINVAL;
     }
+    if (p->split_experts && (strcmp(p->arch, "llama") != 0
+                             || p->n_expert < 2))
+    {
+        mk_err(err, errlen, "--split-experts is the old Mixtral layout: "
+            "llama with --experts >= 2");
+        return -EINVAL;
+    }
     if (moe_arch && p->n_expert < 2) {
         mk_err(err, errlen, "%s needs --experts >= 2", p->arch);
         return -EINVAL;
@@ -271,11 +280,42 @@ mk_add(mk_list_t *l, uint32_t type, mk_fill_t fill, int64_t ne0, int64_t ne1,
     t->n_dims = ne2 ? 3 : ne1 ? 2 : 1;
     t->type = fill == MK_MATRIX ? type : LLM_TYPE_F32;
     t->fill = fill;
+    snprintf(t->seed_name, sizeof(t->seed_name), "%s", t->name);
     /* as llama.cpp's converter: a row that does not fit the block -> F16 */
     if (t->type != LLM_TYPE_F32 && llm_row_bytes(t->type, ne0) == 0) {
         t->type = LLM_TYPE_F16;
     }
     return 0;
+}
+
+/*
+ * Old Mixtral files: one 2-D tensor per expert, blk.N.ffn_gate.E.weight
+ * etc.  Each takes its values from the rows of the merged tensor it
+ * corresponds to, so both layouts hold the same model.
+ */
+static int
+mk_split_experts(mk_list_t *l, const llm_mkmodel_params_t *p, uint32_t i)
+{
+    static const char *parts[3] = { "gate", "up", "down" };
+    int64_t E = p->n_embd, FX = p->n_ff_exp;
+    int rc = 0;
+
+    for (int k = 0; k < 3; k++) {
+        for (uint32_t e = 0; e < p->n_expert; e++) {
+            int64_t ne0 = k == 2 ? FX : E, ne1 = k == 2 ? E : FX;
+            mk_tensor_t *t;
+            rc |= mk_add(l, p->type, MK_MATRIX, ne0, ne1, 0,
+                "blk.%u.ffn_%s.%u.weight", i, parts[k], e);
+            if (rc != 0) {
+                return rc;
+            }
+            t = &l->t[l->n - 1];
+            snprintf(t->seed_name, sizeof(t->seed_name),
+                "blk.%u.ffn_%s_exps.weight", i, parts[k]);
+            t->row_offset = (int64_t) e * ne1;
+        }
+    }
+    return rc;
 }
 
 /* The tensor list of p, in the order the converter writes them. */
@@ -325,6 +365,10 @@ mk_tensors(const llm_mkmodel_params_t *p, mk_list_t *l)
             if (minimax) {
                 rc |= mk_add(l, ty, MK_BIAS, X, 0, 0,
                     "blk.%u.exp_probs_b.bias", i);
+            }
+            if (p->split_experts) {
+                rc |= mk_split_experts(l, p, i);
+                continue;
             }
             rc |= mk_add(l, ty, MK_MATRIX, E, FX, X,
                 "blk.%u.ffn_gate_exps.weight", i);
@@ -473,7 +517,7 @@ mk_slab_task(void *arg, uint32_t ith)
         int64_t r1 = r0 + MK_CHUNK_ROWS < j->nrows ? r0 + MK_CHUNK_ROWS
                                                   : j->nrows;
         for (int64_t r = r0; r < r1; r++) {
-            mk_fill_row(j->t, j->tseed, j->row0 + r, x);
+            mk_fill_row(j->t, j->tseed, j->t->row_offset + j->row0 + r, x);
             llm_quantize_row(j->t->type, x, j->out + r * j->row_bytes,
                 j->t->ne[0]);
         }
@@ -639,7 +683,8 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         }
         memset(&job, 0, sizeof(job));
         job.t = t;
-        job.tseed = p->seed * 0x9e3779b97f4a7c15ull ^ mk_name_hash(t->name);
+        job.tseed = p->seed * 0x9e3779b97f4a7c15ull
+                    ^ mk_name_hash(t->seed_name);
         job.row_bytes = rb;
         job.out = slab;
         job.scratch = scratch;

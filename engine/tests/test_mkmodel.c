@@ -109,6 +109,54 @@ test_determinism(void)
     group_end("determinism: seed -> bytes, independent of threads");
 }
 
+/* Old Mixtral layout: per-expert tensors hold the merged tensor's rows. */
+static void
+test_split_experts(void)
+{
+    char a[128], b[128], err[512], name[96];
+    llm_mkmodel_params_t p;
+    llm_gguf_t *ga = NULL, *gb = NULL;
+    int rc;
+
+    snprintf(a, sizeof(a), "%s/merged.gguf", tmpdir);
+    snprintf(b, sizeof(b), "%s/split.gguf", tmpdir);
+    llm_mkmodel_preset(&p, "tiny-mixtral", err, sizeof(err));
+    p.type = LLM_TYPE_Q8_0;
+    rc = llm_mkmodel_write(&p, a, NULL, err, sizeof(err));
+    p.split_experts = 1;
+    rc |= llm_mkmodel_write(&p, b, NULL, err, sizeof(err));
+    CHECK(rc == 0, "%s", err);
+    if (rc == 0 && llm_gguf_open(&ga, a, err, sizeof(err)) == 0
+        && llm_gguf_open(&gb, b, err, sizeof(err)) == 0)
+    {
+        static const char *parts[3] = { "gate", "up", "down" };
+        for (int k = 0; k < 3; k++) {
+            const llm_gguf_tensor_t *m, *e;
+            snprintf(name, sizeof(name), "blk.2.ffn_%s_exps.weight",
+                parts[k]);
+            m = llm_gguf_find_tensor(ga, name);
+            for (uint32_t x = 0; m != NULL && x < p.n_expert; x++) {
+                snprintf(name, sizeof(name), "blk.2.ffn_%s.%u.weight",
+                    parts[k], x);
+                e = llm_gguf_find_tensor(gb, name);
+                CHECK(e != NULL && e->n_dims == 2 && e->ne[0] == m->ne[0]
+                      && e->ne[1] == m->ne[1]
+                      && e->nbytes * p.n_expert == m->nbytes
+                      && memcmp(e->data, (const uint8_t *) m->data
+                                + x * e->nbytes, e->nbytes) == 0,
+                    "%s differs from its rows of the merged tensor", name);
+            }
+        }
+        CHECK(llm_gguf_find_tensor(gb, "blk.0.ffn_gate_exps.weight") == NULL,
+            "split file has merged tensors");
+    }
+    llm_gguf_close(ga);
+    llm_gguf_close(gb);
+    p.arch[0] = 'q';
+    CHECK(llm_mkmodel_check(&p, err, sizeof(err)) != 0, "split on non-llama");
+    group_end("split experts: old Mixtral layout holds the same weights");
+}
+
 /* ---- 2 ---- */
 
 static uint32_t
@@ -580,6 +628,7 @@ main(void)
     }
     llm_simd_init();
     test_determinism();
+    test_split_experts();
     test_presets();
     test_vocab();
     test_quantize();

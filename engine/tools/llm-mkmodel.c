@@ -45,6 +45,9 @@ usage(FILE *f)
 "  --rope-dim N --rope-base F --eps F\n"
 "                    override one hyperparameter (--experts 0 = dense;\n"
 "                    llama with experts is the Mixtral layout)\n"
+"  --split-experts   llama with experts in the old Mixtral layout: one\n"
+"                    tensor per expert, blk.N.ffn_gate.E.weight etc. (same\n"
+"                    values as the merged blk.N.ffn_gate_exps.weight file)\n"
 "  --pre NAME        tokenizer.ggml.pre: qwen2 | gpt-2\n"
 "  --name NAME       general.name\n"
 "  --threads N       worker threads (default: online CPUs)\n"
@@ -139,6 +142,9 @@ main(int argc, char **argv)
             /* done above */
         } else if (strcmp(f_, "-q") == 0 || strcmp(f_, "--quiet") == 0) {
             quiet = 1;
+            takes = 0;
+        } else if (strcmp(f_, "--split-experts") == 0) {
+            p.split_experts = 1;
             takes = 0;
         } else if (v == NULL) {
             fprintf(stderr, "llm-mkmodel: %s: unknown option or missing "
