@@ -1,9 +1,10 @@
 // Load side of bench/gateway.sh.
 //
-//   node gateway-load.mjs latency SOCKET URL N [MAX_TOKENS]
+//   node gateway-load.mjs latency SOCKET URL N [MAX_TOKENS [PING_URL]]
 //     N sequential requests to the engine on SOCKET directly (protobuf
 //     frames) and N through the gateway at URL (HTTP keep-alive, JSON);
-//     prints p50/p99 of each and the difference.
+//     prints p50/p99 of each and the difference; with PING_URL also the
+//     same POST to a plain nginx "return 200" (the HTTP baseline).
 //   node gateway-load.mjs streams HOST:PORT COUNT RAMP_PER_S PIDS
 //     COUNT concurrent SSE streams, opened at RAMP_PER_S; counts the ones
 //     that end with data: [DONE]; samples the RSS of the nginx workers
@@ -33,7 +34,7 @@ function pct(a, p) {
   return s[Math.min(s.length - 1, Math.floor(p * s.length))];
 }
 
-async function latency(sock, url, n, maxTokens) {
+async function latency(sock, url, n, maxTokens, pingUrl) {
   // the same request both ways: one user message, max_tokens, greedy
   const gen = Buffer.concat([fb(1, 'bench'), fb(4, Buffer.concat([fb(1, 'user'), fb(2, 'Hello')])),
     fb(7, fv(1, maxTokens))]);
@@ -80,12 +81,28 @@ async function latency(sock, url, n, maxTokens) {
     });
     if (i >= 50) viaNginx.push(Number(process.hrtime.bigint() - t0) / 1e6);
   }
+  const ping = [];
+  if (pingUrl) {
+    const p = new URL(pingUrl);
+    for (let i = 0; i < n + 50; i++) {
+      const t0 = process.hrtime.bigint();
+      await new Promise((resolve, reject) => {
+        const r = http.request({ host: p.hostname, port: p.port, path: p.pathname, method: 'POST', agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+        (res) => { res.on('data', () => {}); res.on('end', resolve); });
+        r.on('error', reject);
+        r.end(body);
+      });
+      if (i >= 50) ping.push(Number(process.hrtime.bigint() - t0) / 1e6);
+    }
+  }
   agent.destroy();
 
   const row = (name, a) => `${name.padEnd(26)} ${pct(a, 0.5).toFixed(3).padStart(9)} ${pct(a, 0.99).toFixed(3).padStart(9)}`;
   console.log(`${'path'.padEnd(26)} ${'p50 ms'.padStart(9)} ${'p99 ms'.padStart(9)}`);
   console.log(row('engine direct (socket)', direct));
   console.log(row('through nginx (HTTP)', viaNginx));
+  if (ping.length) console.log(row('nginx "return 200" (HTTP)', ping));
   console.log(`${'added by the gateway'.padEnd(26)} ${(pct(viaNginx, 0.5) - pct(direct, 0.5)).toFixed(3).padStart(9)} ${(pct(viaNginx, 0.99) - pct(direct, 0.99)).toFixed(3).padStart(9)}`);
 }
 
@@ -144,9 +161,8 @@ async function streams(hostport, count, ramp, pidList) {
       if (launched >= count) clearInterval(timer);
     }, 50);
     const sampler = setInterval(() => {
-      const r = rss(pids);
-      if (started - (ok + errors) > peakOpen) { peakOpen = started - (ok + errors); }
-      if (r > peak) peak = r;
+      const now = started - (ok + errors);
+      if (now > peakOpen) { peakOpen = now; peak = rss(pids); }
       if (ok + errors === count) clearInterval(sampler);
     }, 100);
   });
@@ -154,13 +170,13 @@ async function streams(hostport, count, ramp, pidList) {
   const secs = (Date.now() - t0) / 1000;
   console.log(`streams ${count}, completed with [DONE] ${ok}, errors ${errors} ${JSON.stringify(errKinds)}`);
   console.log(`most open at once ${peakOpen}, wall ${secs.toFixed(1)} s`);
-  console.log(`nginx workers RSS: idle ${(base / 1024).toFixed(1)} MiB, peak ${(peak / 1024).toFixed(1)} MiB, `
+  console.log(`nginx workers RSS: idle ${(base / 1024).toFixed(1)} MiB, with ${peakOpen} open ${(peak / 1024).toFixed(1)} MiB, `
     + `per open stream ${((peak - base) / Math.max(peakOpen, 1)).toFixed(1)} KiB`);
   if (errors) process.exitCode = 1;
 }
 
 if (mode === 'latency') {
-  await latency(args[0], args[1], Number(args[2] ?? 2000), Number(args[3] ?? 1));
+  await latency(args[0], args[1], Number(args[2] ?? 2000), Number(args[3] ?? 1), args[4]);
 } else if (mode === 'streams') {
   await streams(args[0], Number(args[1] ?? 10000), Number(args[2] ?? 2000), args[3] ?? '');
 } else {

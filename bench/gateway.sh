@@ -7,11 +7,12 @@
 #      the engine socket and N times through nginx; p50 and p99
 #   2. non-streaming requests/s at 64 connections (wrk, fake engine)
 #   3. STREAMS concurrent SSE streams through one nginx (2 workers) with a
-#      fake token source (20 tokens, one per 500 ms): errors, and nginx
-#      memory per open stream
+#      fake token source (STREAM_TOKENS tokens, one per 500 ms): errors,
+#      and nginx memory per open stream
 #
 # Env: BUILD, REPO (set by build.sh), N (2000), STREAMS (10000), RAMP
-# (streams opened per second, 2000), DURATION (wrk seconds, 10).
+# (streams opened per second, 2000), DURATION (wrk seconds, 10),
+# STREAM_TOKENS (60: a stream lasts 30 s, so all are open at once).
 # Needs node, wrk (Debian package wrk).
 
 set -euo pipefail
@@ -22,6 +23,7 @@ N=${N:-2000}
 STREAMS=${STREAMS:-10000}
 RAMP=${RAMP:-2000}
 DURATION=${DURATION:-10}
+STREAM_TOKENS=${STREAM_TOKENS:-60}
 NGINX=${NGINX:-/usr/sbin/nginx}
 MOD=$BUILD/modules/ngx_http_llm_module.so
 MODEL=$BUILD/models/test-tiny.gguf
@@ -56,7 +58,7 @@ wait_ready() {   # file
 
 node "$REPO/bench/gateway-fake.mjs" "$D/fast.sock" 16 0 >"$D/fast.log" 2>&1 &
 PIDS+=($!)
-node "$REPO/bench/gateway-fake.mjs" "$D/slow.sock" 20 500 >"$D/slow.log" 2>&1 &
+node "$REPO/bench/gateway-fake.mjs" "$D/slow.sock" "$STREAM_TOKENS" 500 >"$D/slow.log" 2>&1 &
 PIDS+=($!)
 "$BUILD/bin/llm-engine" --model "$MODEL" --socket "$D/real.sock" --threads 1 \
     --name fake >"$D/engine.log" 2>&1 &
@@ -88,6 +90,7 @@ http {
         location /v1/ { llm_pass slow; llm_api on; }
         location /fast/v1/ { llm_pass fast; llm_api on; }
         location /real/v1/ { llm_pass real; llm_api on; }
+        location = /ping { return 200 '{}'; }
     }
 }
 EOF
@@ -96,11 +99,13 @@ sleep 0.5
 WORKERS=$(pgrep -P "$(cat "$D/nginx.pid")" | paste -sd, -)
 
 echo "# Gateway benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), 2 workers"
-echo "# N=$N STREAMS=$STREAMS RAMP=$RAMP/s DURATION=${DURATION}s (machine shared: figures are noisy)"
+echo "# N=$N STREAMS=$STREAMS RAMP=$RAMP/s DURATION=${DURATION}s STREAM_TOKENS=$STREAM_TOKENS"
+echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine makes latency noisy)"
 echo
 echo "## 1. added latency, fake engine (16 tokens at once), $N sequential requests"
 node "$REPO/bench/gateway-load.mjs" latency "$D/fast.sock" \
-    "http://127.0.0.1:$PORT/fast/v1/chat/completions" "$N" 16
+    "http://127.0.0.1:$PORT/fast/v1/chat/completions" "$N" 16 \
+    "http://127.0.0.1:$PORT/ping"
 echo
 echo "## 1b. added latency, real llm-engine (tiny model, max_tokens 1), $N sequential requests"
 node "$REPO/bench/gateway-load.mjs" latency "$D/real.sock" \
@@ -130,7 +135,7 @@ echo "nginx CPU per request: $(awk -v t=$((T1 - T0)) -v n="$REQS" -v hz="$(getco
     'BEGIN { printf "%.1f us (user+sys of the workers / requests)", t / hz * 1e6 / n }')"
 echo
 
-echo "## 3. $STREAMS concurrent SSE streams (20 tokens, 1 per 500 ms), fake engine"
+echo "## 3. $STREAMS concurrent SSE streams ($STREAM_TOKENS tokens, 1 per 500 ms), fake engine"
 node "$REPO/bench/gateway-load.mjs" streams "127.0.0.1:$PORT" "$STREAMS" "$RAMP" "$WORKERS"
 ALERTS=$(grep -cE '\[(alert|emerg|crit)\]' "$D/error.log" || true)
 echo "error.log: $ALERTS alert/emerg/crit lines"
