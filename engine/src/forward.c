@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "attn.h"
 #include "model_impl.h"
 
 #define LLM_ACT_KINDS     3         /* F32, Q8_0, Q8_K */
@@ -506,6 +507,26 @@ llm_store_row(llm_type_t t, uint8_t *dst, const float *src, uint32_t n)
     }
 }
 
+/* Store a K vector as column `t` of a transposed block [n][bt]. */
+static void
+llm_store_col(llm_type_t t, uint8_t *dst, uint32_t col, uint32_t bt,
+    const float *src, uint32_t n)
+{
+    float     *f = (float *) dst;
+    uint16_t  *h = (uint16_t *) dst;
+    uint32_t   i;
+
+    if (t == LLM_TYPE_F32) {
+        for (i = 0; i < n; i++) {
+            f[(size_t) i * bt + col] = src[i];
+        }
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        h[(size_t) i * bt + col] = llm_fp32_to_fp16(src[i]);
+    }
+}
+
 static void
 llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 {
@@ -560,9 +581,8 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
         pos = (uint32_t) b->pos[r];
         sv = &b->seqs[b->seq[r]];
         blk = sv->blocks[pos / kv->block_tokens];
-        llm_store_row(kv->type,
-                      llm_kv_k_row(kv, c->layer, blk, pos % kv->block_tokens),
-                      k, k_dim);
+        llm_store_col(kv->type, llm_kv_k_block(kv, c->layer, blk),
+                      pos % kv->block_tokens, kv->block_tokens, k, k_dim);
         llm_store_row(kv->type,
                       llm_kv_v_row(kv, c->layer, blk, pos % kv->block_tokens),
                       c->v + (size_t) r * v_dim, v_dim);
@@ -571,28 +591,10 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 
 /* ---- attention ---------------------------------------------------------- */
 
-static inline void
-llm_axpy_row(float *out, float a, const uint8_t *v, llm_type_t t, uint32_t n)
-{
-    const float     *vf = (const float *) v;
-    const uint16_t  *vh = (const uint16_t *) v;
-    uint32_t         i;
-
-    if (t == LLM_TYPE_F32) {
-        for (i = 0; i < n; i++) {
-            out[i] += a * vf[i];
-        }
-    } else {
-        for (i = 0; i < n; i++) {
-            out[i] += a * llm_fp16_to_fp32(vh[i]);
-        }
-    }
-}
-
 /*
  * Item (token r, kv head g): for the G query heads of the group, scores
- * over positions 0..pos of the token's sequence read from the cache,
- * softmax, weighted sum of V rows into att.
+ * over positions 0..pos of the token's sequence read block by block from
+ * the cache, softmax, weighted sum of V rows into att.
  */
 static void
 llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
@@ -605,22 +607,23 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     uint32_t              hd = hp->head_dim, hv = hp->head_dim_v;
     uint32_t              n_pos = (uint32_t) b->pos[r] + 1;
     uint32_t              bt = kv->block_tokens;
+    int                   f16 = kv->type == LLM_TYPE_F16;
     float                 scale = 1.0f / sqrtf((float) hd);
-    uint32_t              p, h, blk;
-    float                 mx, sum, s, *q, *o, *shp;
-    const uint8_t        *krow, *vrow;
+    uint32_t              p, h, i, n;
+    float                 mx, sum, *q, *o, *shp;
+    llm_attn_qk_fn        qk;
+    llm_attn_pv_fn        pv;
 
+    llm_attn_kernels(&qk, &pv);
     q = c->q + (size_t) r * hp->n_head * hd + (size_t) g * G * hd;
     o = c->att + (size_t) r * hp->n_head * hv + (size_t) g * G * hv;
 
-    for (p = 0; p < n_pos; p++) {
-        blk = sv->blocks[p / bt];
-        krow = llm_kv_k_row(kv, c->layer, blk, p % bt)
-               + (size_t) g * hd * kv->elem;
-        for (h = 0; h < G; h++) {
-            llm_vec_dot(kv->type, hd, &s, krow, q + h * hd);
-            sc[(size_t) h * n_pos + p] = s * scale;
-        }
+    for (i = 0; i * bt < n_pos; i++) {
+        n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
+        qk(q, G, hd,
+           llm_kv_k_block(kv, c->layer, sv->blocks[i])
+           + (size_t) g * hd * bt * kv->elem,
+           bt, n, f16, scale, sc + (size_t) i * bt, n_pos);
     }
 
     for (h = 0; h < G; h++) {
@@ -641,14 +644,12 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
         memset(o + h * hv, 0, hv * sizeof(float));
     }
 
-    for (p = 0; p < n_pos; p++) {
-        blk = sv->blocks[p / bt];
-        vrow = llm_kv_v_row(kv, c->layer, blk, p % bt)
-               + (size_t) g * hv * kv->elem;
-        for (h = 0; h < G; h++) {
-            llm_axpy_row(o + h * hv, sc[(size_t) h * n_pos + p], vrow,
-                         kv->type, hv);
-        }
+    for (i = 0; i * bt < n_pos; i++) {
+        n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
+        pv(o, G, hv,
+           llm_kv_v_row(kv, c->layer, sv->blocks[i], 0)
+           + (size_t) g * hv * kv->elem,
+           kv->v_dim, n, f16, sc + (size_t) i * bt, n_pos);
     }
 }
 

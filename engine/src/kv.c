@@ -115,7 +115,7 @@ llm_kv_copy_block(llm_kv_t *kv, uint32_t dst, uint32_t src)
         return;
     }
     for (l = 0; l < kv->n_layer; l++) {
-        memcpy(llm_kv_k_row(kv, l, dst, 0), llm_kv_k_row(kv, l, src, 0),
+        memcpy(llm_kv_k_block(kv, l, dst), llm_kv_k_block(kv, l, src),
                kv->k_block);
         memcpy(llm_kv_v_row(kv, l, dst, 0), llm_kv_v_row(kv, l, src, 0),
                kv->v_block);

@@ -82,14 +82,14 @@ struct llm_kv_s {
 };
 
 /*
- * Addresses of the K (or V) row of position `tok` within block `blk` of
- * layer `l`.  Layout: [layer][block][token][dim], K and V in two halves.
+ * Layout: [layer][block] of K, then [layer][block] of V.  K blocks are
+ * transposed, [k_dim][block_tokens] (dim-major, so attention loads many
+ * positions of one dim at once); V blocks are [block_tokens][v_dim].
  */
 static inline uint8_t *
-llm_kv_k_row(const llm_kv_t *kv, uint32_t l, uint32_t blk, uint32_t tok)
+llm_kv_k_block(const llm_kv_t *kv, uint32_t l, uint32_t blk)
 {
-    return kv->base + ((size_t) l * kv->n_blocks + blk) * kv->k_block
-           + (size_t) tok * kv->k_dim * kv->elem;
+    return kv->base + ((size_t) l * kv->n_blocks + blk) * kv->k_block;
 }
 
 static inline uint8_t *

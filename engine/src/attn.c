@@ -1,0 +1,67 @@
+/*
+ * Scalar attention kernels (the reference) and their dispatch.
+ */
+
+#include "attn.h"
+
+void
+llm_attn_qk_ref(const float *q, uint32_t G, uint32_t hd, const void *kt,
+    uint32_t bt, uint32_t n, int f16, float scale, float *s, size_t lds)
+{
+    const float     *kf = kt;
+    const uint16_t  *kh = kt;
+    uint32_t         h, t, d;
+    float            acc;
+
+    for (h = 0; h < G; h++) {
+        for (t = 0; t < n; t++) {
+            acc = 0.0f;
+            for (d = 0; d < hd; d++) {
+                acc += q[h * hd + d]
+                       * (f16 ? llm_fp16_to_fp32(kh[(size_t) d * bt + t])
+                              : kf[(size_t) d * bt + t]);
+            }
+            s[h * lds + t] = acc * scale;
+        }
+    }
+}
+
+void
+llm_attn_pv_ref(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds)
+{
+    const float     *vf;
+    const uint16_t  *vh;
+    uint32_t         h, t, d;
+    float            a;
+
+    for (t = 0; t < n; t++) {
+        vf = (const float *) v + t * v_stride;
+        vh = (const uint16_t *) v + t * v_stride;
+        for (h = 0; h < G; h++) {
+            a = s[h * lds + t];
+            for (d = 0; d < hv; d++) {
+                o[h * hv + d] += a * (f16 ? llm_fp16_to_fp32(vh[d]) : vf[d]);
+            }
+        }
+    }
+}
+
+void
+llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv)
+{
+    switch (llm_simd_level()) {
+    case LLM_SIMD_AVX512:
+        *qk = llm_attn_qk_avx512;
+        *pv = llm_attn_pv_avx512;
+        break;
+    case LLM_SIMD_AVX2:
+        *qk = llm_attn_qk_avx2;
+        *pv = llm_attn_pv_avx2;
+        break;
+    default:
+        *qk = llm_attn_qk_ref;
+        *pv = llm_attn_pv_ref;
+        break;
+    }
+}

@@ -1,0 +1,50 @@
+/*
+ * Attention kernels over one KV-cache block (internal to the forward pass).
+ *
+ * K is stored transposed per block and KV head: kt[d * bt + t] for dim d of
+ * token t (bt = block tokens), so the scores of G query heads against up to
+ * bt positions are G accumulators over the head dims with one contiguous
+ * load per dim.  V is stored by token: v[t * v_stride + d].  Elements are
+ * F32 or F16.  Scalar references here; AVX2 and AVX-512 versions in
+ * attn_avx2.c / attn_avx512.c, picked from llm_simd_level() per call.
+ */
+
+#ifndef LLM_ATTN_H
+#define LLM_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+/* s[h * lds + t] = scale * dot(q[h * hd ..], K[t]) for h < G, t < n. */
+typedef void (*llm_attn_qk_fn)(const float *q, uint32_t G, uint32_t hd,
+    const void *kt, uint32_t bt, uint32_t n, int f16, float scale, float *s,
+    size_t lds);
+
+/* o[h * hv + d] += sum_t s[h * lds + t] * V[t][d] for h < G, t < n. */
+typedef void (*llm_attn_pv_fn)(float *o, uint32_t G, uint32_t hv,
+    const void *v, size_t v_stride, uint32_t n, int f16, const float *s,
+    size_t lds);
+
+void llm_attn_qk_ref(const float *q, uint32_t G, uint32_t hd,
+    const void *kt, uint32_t bt, uint32_t n, int f16, float scale, float *s,
+    size_t lds);
+void llm_attn_pv_ref(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds);
+
+void llm_attn_qk_avx2(const float *q, uint32_t G, uint32_t hd,
+    const void *kt, uint32_t bt, uint32_t n, int f16, float scale, float *s,
+    size_t lds);
+void llm_attn_pv_avx2(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds);
+void llm_attn_qk_avx512(const float *q, uint32_t G, uint32_t hd,
+    const void *kt, uint32_t bt, uint32_t n, int f16, float scale, float *s,
+    size_t lds);
+void llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds);
+
+/* The kernels for the SIMD level in use. */
+void llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv);
+
+#endif /* LLM_ATTN_H */

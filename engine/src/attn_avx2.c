@@ -1,0 +1,154 @@
+/*
+ * AVX2 attention kernels: 8 positions per register for q.k (K is
+ * transposed per block), 8 head dims per register for p.v.  Tails (fewer
+ * than 8 positions or dims) go through a zero-padded copy.
+ */
+
+#include <string.h>
+#include <immintrin.h>
+
+#include "attn.h"
+
+static inline __m256
+llm_ld8(const void *base, size_t i, uint32_t cnt, int f16)
+{
+    float     tmp[8];
+    uint16_t  th[8];
+    uint32_t  k;
+
+    if (cnt >= 8) {
+        if (f16) {
+            return _mm256_cvtph_ps(_mm_loadu_si128(
+                       (const __m128i *) ((const uint16_t *) base + i)));
+        }
+        return _mm256_loadu_ps((const float *) base + i);
+    }
+    if (f16) {
+        memset(th, 0, sizeof(th));
+        memcpy(th, (const uint16_t *) base + i, cnt * 2);
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) th));
+    }
+    for (k = 0; k < 8; k++) {
+        tmp[k] = k < cnt ? ((const float *) base)[i + k] : 0.0f;
+    }
+    return _mm256_loadu_ps(tmp);
+}
+
+static inline void
+llm_st8(float *dst, __m256 v, uint32_t cnt)
+{
+    float  tmp[8];
+
+    if (cnt >= 8) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    _mm256_storeu_ps(tmp, v);
+    memcpy(dst, tmp, cnt * sizeof(float));
+}
+
+static inline __attribute__((always_inline)) void
+llm_qk_heads(const int NG, const float *q, uint32_t hd, const void *kt,
+    uint32_t bt, uint32_t n, int f16, float scale, float *s, size_t lds)
+{
+    uint32_t  t, d, cnt;
+    int       j;
+    __m256    acc[8], kv;
+
+    for (t = 0; t < n; t += 8) {
+        cnt = n - t;
+        for (j = 0; j < NG; j++) {
+            acc[j] = _mm256_setzero_ps();
+        }
+        for (d = 0; d < hd; d++) {
+            kv = llm_ld8(kt, (size_t) d * bt + t, cnt, f16);
+            for (j = 0; j < NG; j++) {
+                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(q[j * hd + d]), kv,
+                                         acc[j]);
+            }
+        }
+        for (j = 0; j < NG; j++) {
+            llm_st8(s + j * lds + t,
+                    _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)), cnt);
+        }
+    }
+}
+
+void
+llm_attn_qk_avx2(const float *q, uint32_t G, uint32_t hd, const void *kt,
+    uint32_t bt, uint32_t n, int f16, float scale, float *s, size_t lds)
+{
+    uint32_t  h = 0;
+
+    for ( ; h + 8 <= G; h += 8) {
+        llm_qk_heads(8, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qk_heads(4, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qk_heads(1, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+}
+
+/* NG heads x 32 dims (4 registers each) over all n positions. */
+static inline __attribute__((always_inline)) void
+llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
+    const void *v, size_t v_stride, uint32_t n, int f16, const float *s,
+    size_t lds)
+{
+    __m256    acc[2][4], vv[4], a;
+    uint32_t  t, c, cnt[4];
+    int       j;
+
+    for (c = 0; c < 4; c++) {
+        cnt[c] = hv > d0 + c * 8 ? hv - d0 - c * 8 : 0;
+        for (j = 0; j < NG; j++) {
+            acc[j][c] = cnt[c] ? llm_ld8(o + j * hv, d0 + c * 8, cnt[c], 0)
+                               : _mm256_setzero_ps();
+        }
+    }
+    for (t = 0; t < n; t++) {
+        for (c = 0; c < 4; c++) {
+            vv[c] = cnt[c] ? llm_ld8(v, t * v_stride + d0 + c * 8, cnt[c],
+                                     f16)
+                           : _mm256_setzero_ps();
+        }
+        for (j = 0; j < NG; j++) {
+            a = _mm256_set1_ps(s[j * lds + t]);
+            for (c = 0; c < 4; c++) {
+                acc[j][c] = _mm256_fmadd_ps(a, vv[c], acc[j][c]);
+            }
+        }
+    }
+    for (c = 0; c < 4; c++) {
+        if (cnt[c] == 0) {
+            continue;
+        }
+        for (j = 0; j < NG; j++) {
+            llm_st8(o + j * hv + d0 + c * 8, acc[j][c], cnt[c]);
+        }
+    }
+}
+
+void
+llm_attn_pv_avx2(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds)
+{
+    uint32_t  h, d0;
+
+    for (d0 = 0; d0 < hv; d0 += 32) {
+        h = 0;
+        for ( ; h + 2 <= G; h += 2) {
+            llm_pv_heads(2, o + h * hv, hv, d0, v, v_stride, n, f16,
+                         s + h * lds, lds);
+        }
+        for ( ; h < G; h++) {
+            llm_pv_heads(1, o + h * hv, hv, d0, v, v_stride, n, f16,
+                         s + h * lds, lds);
+        }
+    }
+}

@@ -1,0 +1,124 @@
+/*
+ * AVX-512 attention kernels: 16 positions per register for q.k (K is
+ * transposed per block), 16 head dims per register for p.v.
+ */
+
+#include <immintrin.h>
+
+#include "attn.h"
+
+static inline __m512
+llm_ld16(const void *base, size_t i, __mmask16 m, int f16)
+{
+    if (f16) {
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m,
+                                   (const uint16_t *) base + i));
+    }
+    return _mm512_maskz_loadu_ps(m, (const float *) base + i);
+}
+
+/* NG query heads at once (NG a constant after inlining). */
+static inline __attribute__((always_inline)) void
+llm_qk_heads(const int NG, const float *q, uint32_t hd, const void *kt,
+    uint32_t bt, uint32_t n, int f16, float scale, float *s, size_t lds)
+{
+    uint32_t  t, d;
+    int       j;
+    __m512    acc[8], kv;
+    __mmask16 m;
+
+    for (t = 0; t < n; t += 16) {
+        m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+        for (j = 0; j < NG; j++) {
+            acc[j] = _mm512_setzero_ps();
+        }
+        for (d = 0; d < hd; d++) {
+            kv = llm_ld16(kt, (size_t) d * bt + t, m, f16);
+            for (j = 0; j < NG; j++) {
+                acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[j * hd + d]), kv,
+                                         acc[j]);
+            }
+        }
+        for (j = 0; j < NG; j++) {
+            _mm512_mask_storeu_ps(s + j * lds + t, m,
+                                  _mm512_mul_ps(acc[j],
+                                                _mm512_set1_ps(scale)));
+        }
+    }
+}
+
+void
+llm_attn_qk_avx512(const float *q, uint32_t G, uint32_t hd, const void *kt,
+    uint32_t bt, uint32_t n, int f16, float scale, float *s, size_t lds)
+{
+    uint32_t  h = 0;
+
+    for ( ; h + 8 <= G; h += 8) {
+        llm_qk_heads(8, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qk_heads(4, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qk_heads(1, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+}
+
+/* NG heads x 64 dims (4 registers each) over all n positions. */
+static inline __attribute__((always_inline)) void
+llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
+    const void *v, size_t v_stride, uint32_t n, int f16, const float *s,
+    size_t lds)
+{
+    __m512    acc[4][4], vv[4], a;
+    __mmask16 m[4];
+    uint32_t  t, c;
+    int       j;
+
+    for (c = 0; c < 4; c++) {
+        uint32_t left = hv > d0 + c * 16 ? hv - d0 - c * 16 : 0;
+
+        m[c] = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
+        for (j = 0; j < NG; j++) {
+            acc[j][c] = _mm512_maskz_loadu_ps(m[c], o + j * hv + d0 + c * 16);
+        }
+    }
+    for (t = 0; t < n; t++) {
+        for (c = 0; c < 4; c++) {
+            vv[c] = llm_ld16(v, t * v_stride + d0 + c * 16, m[c], f16);
+        }
+        for (j = 0; j < NG; j++) {
+            a = _mm512_set1_ps(s[j * lds + t]);
+            for (c = 0; c < 4; c++) {
+                acc[j][c] = _mm512_fmadd_ps(a, vv[c], acc[j][c]);
+            }
+        }
+    }
+    for (c = 0; c < 4; c++) {
+        for (j = 0; j < NG; j++) {
+            _mm512_mask_storeu_ps(o + j * hv + d0 + c * 16, m[c], acc[j][c]);
+        }
+    }
+}
+
+void
+llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds)
+{
+    uint32_t  h, d0;
+
+    for (d0 = 0; d0 < hv; d0 += 64) {
+        h = 0;
+        for ( ; h + 4 <= G; h += 4) {
+            llm_pv_heads(4, o + h * hv, hv, d0, v, v_stride, n, f16,
+                         s + h * lds, lds);
+        }
+        for ( ; h < G; h++) {
+            llm_pv_heads(1, o + h * hv, hv, d0, v, v_stride, n, f16,
+                         s + h * lds, lds);
+        }
+    }
+}
