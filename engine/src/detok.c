@@ -46,6 +46,9 @@ buf_add(char **b, size_t *n, size_t *cap, const void *p, size_t len)
     char    *nb;
     size_t   nc;
 
+    if (len == 0) {
+        return 0;
+    }
     if (*n + len > *cap) {
         nc = *cap ? *cap : 256;
         while (nc < *n + len) {
@@ -235,6 +238,9 @@ feed(llm_detok_t *d, const uint8_t *p, size_t n)
 static int
 emit(llm_detok_t *d, size_t n)
 {
+    if (n == 0) {
+        return 0;
+    }
     if (buf_add(&d->out, &d->out_n, &d->out_cap, d->txt, n) < 0) {
         return -ENOMEM;
     }

@@ -147,6 +147,14 @@ utf8_ok(const char *s, size_t n)
         if (i + need >= n) {
             return 0;
         }
+        /* no overlongs, no surrogates, nothing above U+10FFFF */
+        if ((p[i] == 0xe0 && p[i + 1] < 0xa0)
+            || (p[i] == 0xed && p[i + 1] > 0x9f)
+            || (p[i] == 0xf0 && p[i + 1] < 0x90)
+            || (p[i] == 0xf4 && p[i + 1] > 0x8f))
+        {
+            return 0;
+        }
         for (k = 1; k <= need; k++) {
             if ((p[i + k] & 0xc0) != 0x80) {
                 return 0;
@@ -156,6 +164,8 @@ utf8_ok(const char *s, size_t n)
     }
     return 1;
 }
+
+static size_t random_text(char *buf, size_t max);
 
 /* Detokenize ids with a fresh streaming detokenizer; checks every piece. */
 static char *
@@ -494,8 +504,26 @@ test_detok_spm(void)
     }
     llm_detok_free(d);
 
+    /* random text round-trips through SentencePiece + byte fallback */
+    for (i = 0; i < 3000; i++) {
+        char    buf[512], *back;
+        size_t  n = random_text(buf, sizeof(buf)), bl;
+        int     pok;
+
+        t.n = 0;
+        llm_tokenize(v, buf, n, 0, &t, err, sizeof(err));
+        back = detok_all(v, t.ids, t.n, &bl, &pok);
+        if (utf8_ok(buf, n)) {
+            CHECK(back && bl == n && memcmp(back, buf, n) == 0,
+                  "SentencePiece round trip of %zu bytes gave %zu", n, bl);
+        }
+        CHECK(pok, "SentencePiece piece split UTF-8");
+        free(back);
+    }
+
     printf("%s detok SentencePiece: byte-fallback tokens joined, leading "
-           "space handled\n", failures == fail0 ? "ok  " : "FAIL");
+           "space handled, random text round-trips\n",
+           failures == fail0 ? "ok  " : "FAIL");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -678,6 +706,65 @@ test_pre_vs_pcre(void)
     llm_gguf_close(g);
 }
 
+/* Every pre-tokenizer set compiles and splits losslessly. */
+static void
+test_all_pre_sets(void)
+{
+    static const char *const pres[] = {
+        "gpt-2", "llama-bpe", "llama3", "qwen2", "deepseek-llm",
+        "deepseek-coder", "deepseek-v3", "falcon", "mpt", "starcoder",
+        "refact", "minimax-m2", "gpt-4o", "llama4", "tekken", "bloom",
+        "default", "command-r", "smollm", "dbrx", "stablelm2", "olmo",
+    };
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+    llm_tokens_t   t = { 0 };
+    char           buf[512], err[256], *back;
+    size_t         p, it, n, bl;
+    int            fail0 = failures, pok;
+
+    if (load_vocab("gpt-2", &g, &v) < 0) {
+        printf("SKIP pre-tokenizer sets: no gpt-2 vocabulary\n");
+        return;
+    }
+    for (p = 0; p < sizeof(pres) / sizeof(pres[0]); p++) {
+        if (llm_bpe_set_pre(v, pres[p], err, sizeof(err)) < 0) {
+            CHECK(0, "pre %s: %s", pres[p], err);
+            continue;
+        }
+        for (it = 0; it < 2000; it++) {
+            n = random_text(buf, sizeof(buf));
+            t.n = 0;
+            if (llm_tokenize(v, buf, n, 0, &t, err, sizeof(err)) < 0) {
+                CHECK(0, "pre %s: %s", pres[p], err);
+                break;
+            }
+            back = detok_all(v, t.ids, t.n, &bl, &pok);
+            /* invalid input comes back with U+FFFD: compare valid text */
+            if (utf8_ok(buf, n)) {
+                CHECK(back && bl == n && memcmp(back, buf, n) == 0,
+                      "pre %s: round trip of %zu bytes failed (got %zu: "
+                      "%.*s | %.*s)", pres[p], n, bl, (int) n, buf, (int) bl,
+                      back ? back : "");
+            }
+            CHECK(pok, "pre %s: a piece split UTF-8", pres[p]);
+            free(back);
+        }
+    }
+    {
+        llm_vocab_t *bad = v;
+
+        CHECK(llm_bpe_set_pre(bad, "no-such-pre", err, sizeof(err)) < 0,
+              "unknown pre accepted");
+    }
+    printf("%s pre-tokenizer sets: all %zu compile, tokenize and round-trip "
+           "random text\n", failures == fail0 ? "ok  " : "FAIL",
+           sizeof(pres) / sizeof(pres[0]));
+    llm_tokens_free(&t);
+    llm_vocab_free(v);
+    llm_gguf_close(g);
+}
+
 int
 main(void)
 {
@@ -692,6 +779,7 @@ main(void)
     }
     test_special();
     test_pre_vs_pcre();
+    test_all_pre_sets();
     test_detok_bpe();
     test_detok_spm();
 
