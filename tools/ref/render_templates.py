@@ -170,7 +170,19 @@ def conversations():
         "id": "call_1", "type": "function",
         "function": {"name": "get_weather",
                      "arguments": "{\"city\": \"Paris\"}"}}]
+    prefill = [
+        {"role": "user", "content": "Say hi."},
+        {"role": "assistant", "content": "Hi"},
+    ]
+    tools_nosys = [m for m in six if m["role"] != "system"]
     return {
+        "builtin": base(six, True, tools=TOOLS,
+                        builtin_tools=["brave_search", "wolfram_alpha"],
+                        tools_in_user_message=False,
+                        date_string="26 Jul 2024"),
+        "tools_nosys": base(tools_nosys, True, tools=TOOLS),
+        "thinking": base(reasoning, True, enable_thinking=True),
+        "prefill": base(prefill, False),
         "reasoning": base(reasoning, True, enable_thinking=False),
         "parallel": base(parallel, True, tools=TOOLS),
         "strargs": base(strargs, False, tools=TOOLS),
