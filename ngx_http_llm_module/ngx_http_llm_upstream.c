@@ -34,6 +34,8 @@ enum {
 };
 
 
+static void ngx_http_llm_fingerprint(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
 static ngx_int_t ngx_http_llm_create_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_reinit_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_process_header(ngx_http_request_t *r);
@@ -123,12 +125,66 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     u->input_filter = ngx_http_llm_input_filter;
     u->input_filter_ctx = ctx;
 
+    ngx_http_llm_fingerprint(r, ctx);
+
     ctx->inflight = 1;
     ngx_http_llm_metrics_inflight(r, 1);
 
     ngx_http_upstream_init(r);
 
     return NGX_OK;
+}
+
+
+/*
+ * Stream chunks go out before the engine's Done names its fingerprint:
+ * when every engine of the model that answered Info agrees on the model
+ * revision, its fingerprint (fp_<revision>, as llm-engine makes it) is
+ * known in advance.
+ */
+
+static void
+ngx_http_llm_fingerprint(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    u_char                    *rev, *p;
+    ngx_uint_t                 i;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    if (ctx->model == NULL || !ctx->stream) {
+        return;
+    }
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    be = mcf->backends.elts;
+    rev = NULL;
+
+    for (i = ctx->model->first_backend;
+         i < ctx->model->first_backend + ctx->model->nbackends;
+         i++)
+    {
+        if (!be[i].up || be[i].revision[0] == '\0') {
+            continue;
+        }
+
+        if (rev && ngx_strcmp(rev, be[i].revision) != 0) {
+            return;
+        }
+
+        rev = be[i].revision;
+    }
+
+    if (rev == NULL) {
+        return;
+    }
+
+    p = ngx_pnalloc(r->pool, sizeof("fp_") - 1 + ngx_strlen(rev));
+    if (p == NULL) {
+        return;
+    }
+
+    ctx->fingerprint.data = p;
+    ctx->fingerprint.len = ngx_sprintf(p, "fp_%s", rev) - p;
 }
 
 
