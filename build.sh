@@ -7,6 +7,7 @@
 #   ./build.sh run          build, start llm-engine + nginx on 127.0.0.1:8080
 #   ./build.sh bench NAME   run bench/NAME.sh (core, serve, gateway, ...)
 #   ./build.sh asan         build with -fsanitize=address,undefined, run tests
+#   ./build.sh train-demo   retrain the bundled demo model (about an hour)
 #   ./build.sh clean        remove build/
 #
 # Environment: NGINX_SRC=<dir> builds the module against another nginx
@@ -290,6 +291,24 @@ EOF
 }
 
 
+# Retrains the bundled demo model from nothing (tools/train-demo/, about an
+# hour on 2 cores; not run by CI) and quantizes it to Q8_0.
+
+cmd_train_demo() {
+    local out=$BUILD/demo-train
+    ensure_packages "${PKGS_BUILD[@]}" python3 python3-numpy python3-jinja2 \
+        python3-torch python3-matplotlib libopenblas0-pthread
+    cmd_build
+    mkdir -p "$out" "$REPO/models/demo"
+    /usr/bin/python3 "$REPO/tools/train-demo/train.py" --out "$out" \
+        --seed "${SEED:-1}" "$@"
+    "$BUILD/bin/llm-quantize" "$out/demo-f32.gguf" \
+        "$REPO/models/demo/demo-q8_0.gguf" Q8_0
+    cp "$out/loss.png" "$out/train-log.json" "$REPO/models/demo/"
+    say "models/demo/demo-q8_0.gguf (see models/demo/MODEL_CARD.md)"
+}
+
+
 cmd_bench() {
     local name=${1:-}
     [ -n "$name" ] || die "usage: ./build.sh bench NAME (one of: $(cd "$REPO/bench" && ls ./*.sh | sed 's|^\./||; s|\.sh$||' | tr '\n' ' '))"
@@ -305,7 +324,8 @@ test) cmd_test ;;
 run) cmd_run ;;
 bench) shift; cmd_bench "$@" ;;
 asan) cmd_asan ;;
+train-demo) shift; cmd_train_demo "$@" ;;
 clean) rm -rf "$BUILD" ;;
--h|--help|help) sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//' ;;
+-h|--help|help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//' ;;
 *) die "unknown command '$1' (build, test, run, bench NAME, asan, clean)" ;;
 esac

@@ -36,8 +36,8 @@ import gguf_io        # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-CFG = dict(n_vocab=2048, n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
-           head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=256,
+CFG = dict(n_vocab=2048, n_embd=192, n_layer=4, n_head=3, n_head_kv=1,
+           head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=192,
            ctx=1024, rope_base=10000.0, eps=1e-6)
 
 
@@ -301,6 +301,8 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-seconds", type=float, default=3600,
+                    help="stop training after this much wall time")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(a.seed)
@@ -337,11 +339,12 @@ def main():
     batches = [order[i:i + a.batch] for i in range(0, len(order), a.batch)]
     log = []
     step = 0
+    t_train = time.time()
     warm = 50
     while step < a.steps:
         rng.shuffle(batches)
         for bi in batches:
-            if step >= a.steps:
+            if step >= a.steps or time.time() - t0 > a.max_seconds:
                 break
             L = max(len(data[i][0]) for i in bi)
             ids = torch.zeros(len(bi), L, dtype=torch.long)
@@ -350,8 +353,12 @@ def main():
                 x, m = data[i]
                 ids[r, :len(x)] = torch.tensor(x)
                 msk[r, :len(m)] = torch.tensor(m, dtype=torch.float32)
+            # Cosine decay over whichever budget runs out first.
+            prog = min(1.0, max(step / a.steps,
+                                (time.time() - t_train) / (a.max_seconds -
+                                                           (t_train - t0))))
             lr = a.lr * min(1.0, (step + 1) / warm) * \
-                (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / a.steps)))
+                (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * prog)))
             for pg in opt.param_groups:
                 pg["lr"] = lr
             logits, aux = model(ids[:, :-1])
@@ -371,6 +378,8 @@ def main():
                       (step, loss.item(), float(aux), lr, time.time() - t0),
                       flush=True)
             step += 1
+        if time.time() - t0 > a.max_seconds:
+            break
 
     took = time.time() - t0
     meta = ("acme-support-demo: tiny qwen3moe trained on synthetic Acme Shop "
