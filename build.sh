@@ -326,6 +326,6 @@ bench) shift; cmd_bench "$@" ;;
 asan) cmd_asan ;;
 train-demo) shift; cmd_train_demo "$@" ;;
 clean) rm -rf "$BUILD" ;;
--h|--help|help) sed -n '3,19p' "$0" | sed 's/^# \{0,1\}//' ;;
+-h|--help|help) sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//' ;;
 *) die "unknown command '$1' (build, test, run, bench NAME, asan, clean)" ;;
 esac

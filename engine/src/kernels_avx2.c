@@ -248,19 +248,21 @@ llm_q_0_tile(const int R, const int C, const int q8, int64_t nb,
     const __m256i  eight = _mm256_set1_epi8(8);
     const __m256i  ones = _mm256_set1_epi16(1);
     const size_t   bsz = q8 ? sizeof(llm_block_q8_0) : sizeof(llm_block_q4_0);
-    __m256         acc[R][C];
+    __m256         acc[LLM_MAXR][LLM_MAXC];
     int64_t        b;
     int            r, c;
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm256_setzero_ps();
         }
     }
 
     for (b = 0; b < nb; b++) {
-        __m256i  wq[R];
-        __m256   wd[R];
+        __m256i  wq[LLM_MAXR];
+        __m256   wd[LLM_MAXR];
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
@@ -310,7 +312,9 @@ llm_q_0_tile(const int R, const int C, const int q8, int64_t nb,
         }
     }
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = llm_hsum256(acc[r][c]);
         }
@@ -348,21 +352,24 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
     const __m256i  ones = _mm256_set1_epi16(1);
     const size_t   bsz = with_qh ? sizeof(llm_block_q5_K)
                                  : sizeof(llm_block_q4_K);
-    __m256         acc[R][C];
+    __m256         acc[LLM_MAXR][LLM_MAXC];
     int64_t        i;
     int            r, c, j;
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm256_setzero_ps();
         }
     }
 
     for (i = 0; i < nb; i++) {
-        __m256i   iacc[R][C];
-        uint8_t   sm[R][16];
-        float     d[R], dmin[R];
+        __m256i   iacc[LLM_MAXR][LLM_MAXC];
+        uint8_t   sm[LLM_MAXR][16];
+        float     d[LLM_MAXR], dmin[LLM_MAXR];
 
+#pragma GCC unroll 4
         for (r = 0; r < R; r++) {
             const llm_block_q4_K  *p = (const llm_block_q4_K *)
                                        (w + r * ws + i * bsz);
@@ -370,11 +377,13 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
             d[r] = llm_h2f(p->d);
             dmin[r] = llm_h2f(p->dmin);
             llm_k4_unpack(p->scales, sm[r]);
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 iacc[r][c] = _mm256_setzero_si256();
             }
         }
 
+#pragma GCC unroll 4
         for (j = 0; j < 4; j++) {
 #pragma GCC unroll 4
             for (r = 0; r < R; r++) {
@@ -420,10 +429,12 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
             }
         }
 
+#pragma GCC unroll 4
         for (r = 0; r < R; r++) {
             __m256i  mins = _mm256_cvtepu8_epi32(
                                 _mm_loadl_epi64((const void *) &sm[r][8]));
 
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                             (x + c * xs) + i;
@@ -439,7 +450,9 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
         }
     }
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = llm_hsum256(acc[r][c]);
         }
@@ -456,20 +469,23 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 {
     const __m256i  m4 = _mm256_set1_epi8(0x0f);
     const __m256i  m3 = _mm256_set1_epi8(0x03);
-    __m256         acc[R][C];
+    __m256         acc[LLM_MAXR][LLM_MAXC];
     int64_t        i;
     int            r, c, h, k;
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm256_setzero_ps();
         }
     }
 
     for (i = 0; i < nb; i++) {
-        __m256i  iacc[R][C];
-        float    d[R];
+        __m256i  iacc[LLM_MAXR][LLM_MAXC];
+        float    d[LLM_MAXR];
 
+#pragma GCC unroll 4
         for (r = 0; r < R; r++) {
             const llm_block_q6_K  *p = (const llm_block_q6_K *)
                                        (w + r * ws) + i;
@@ -477,6 +493,7 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
                                 _mm_loadu_si128((const void *) p->scales));
 
             d[r] = llm_h2f(p->d);
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                             (x + c * xs) + i;
@@ -488,6 +505,7 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
             }
         }
 
+#pragma GCC unroll 4
         for (h = 0; h < 2; h++) {
 #pragma GCC unroll 4
             for (r = 0; r < R; r++) {
@@ -519,6 +537,7 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
                            _mm256_slli_epi16(_mm256_and_si256(
                                _mm256_srli_epi16(qh, 6), m3), 4));
 
+#pragma GCC unroll 4
                 for (k = 0; k < 4; k++) {
                     int      is = 8 * h + 2 * k;
                     __m256i  sv = _mm256_set_m128i(
@@ -540,7 +559,9 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
             }
         }
 
+#pragma GCC unroll 4
         for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                             (x + c * xs) + i;
@@ -551,7 +572,9 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
         }
     }
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = llm_hsum256(acc[r][c]);
         }
@@ -559,11 +582,11 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 }
 
 
-LLM_GEMM_DRIVER(q4_0, LLM_QK, 2, 2, LLM_Q4_0_TILE)
-LLM_GEMM_DRIVER(q8_0, LLM_QK, 2, 2, LLM_Q8_0_TILE)
-LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 2, 2, LLM_Q4_K_TILE)
-LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 2, 2, LLM_Q5_K_TILE)
-LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 2, 2, llm_q6_K_tile)
+LLM_GEMM_DRIVER(q4_0, LLM_QK, 2, 2, 1, LLM_Q4_0_TILE)
+LLM_GEMM_DRIVER(q8_0, LLM_QK, 2, 2, 1, LLM_Q8_0_TILE)
+LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 2, 2, 2, LLM_Q4_K_TILE)
+LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 2, 2, 2, LLM_Q5_K_TILE)
+LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 2, 2, 2, llm_q6_K_tile)
 
 
 void

@@ -44,12 +44,14 @@ llm_q4_0_tile(const int R, const int C, int64_t nb, const char *w,
 {
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     const __m512i  eight = _mm512_set1_epi8(8);
-    __m512         acc[R][C];
-    float          tail[R][C];
+    __m512         acc[LLM_MAXR][LLM_MAXC];
+    float          tail[LLM_MAXR][LLM_MAXC];
     int64_t        b;
     int            r, c;
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm512_setzero_ps();
             tail[r][c] = 0;
@@ -57,8 +59,8 @@ llm_q4_0_tile(const int R, const int C, int64_t nb, const char *w,
     }
 
     for (b = 0; b + 2 <= nb; b += 2) {
-        __m512i  wq[R];
-        __m512   wd[R];
+        __m512i  wq[LLM_MAXR];
+        __m512   wd[LLM_MAXR];
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
@@ -103,9 +105,11 @@ llm_q4_0_tile(const int R, const int C, int64_t nb, const char *w,
     }
 
     for (; b < nb; b++) {           /* odd block count: scalar */
+#pragma GCC unroll 4
         for (r = 0; r < R; r++) {
             const llm_block_q4_0  *p = (const llm_block_q4_0 *)
                                        (w + r * ws) + b;
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_0  *q = (const llm_block_q8_0 *)
                                            (x + c * xs) + b;
@@ -120,7 +124,9 @@ llm_q4_0_tile(const int R, const int C, int64_t nb, const char *w,
         }
     }
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
         }
@@ -135,12 +141,14 @@ llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
     size_t ws, const char *x, size_t xs, float *y, size_t ldy)
 {
     const __m512i  bias = _mm512_set1_epi8((char) 0x80);
-    __m512         acc[R][C];
-    float          tail[R][C];
+    __m512         acc[LLM_MAXR][LLM_MAXC];
+    float          tail[LLM_MAXR][LLM_MAXC];
     int64_t        b;
     int            r, c;
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm512_setzero_ps();
             tail[r][c] = 0;
@@ -148,8 +156,8 @@ llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
     }
 
     for (b = 0; b + 2 <= nb; b += 2) {
-        __m512i  wq[R];
-        __m512   wd[R];
+        __m512i  wq[LLM_MAXR];
+        __m512   wd[LLM_MAXR];
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
@@ -188,9 +196,11 @@ llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
     }
 
     for (; b < nb; b++) {
+#pragma GCC unroll 4
         for (r = 0; r < R; r++) {
             const llm_block_q8_0  *p = (const llm_block_q8_0 *)
                                        (w + r * ws) + b;
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_0  *q = (const llm_block_q8_0 *)
                                            (x + c * xs) + b;
@@ -204,7 +214,9 @@ llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
         }
     }
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]) + tail[r][c];
         }
@@ -259,19 +271,21 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
         15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
     const size_t   bsz = with_qh ? sizeof(llm_block_q5_K)
                                  : sizeof(llm_block_q4_K);
-    __m512         acc[R][C];
+    __m512         acc[LLM_MAXR][LLM_MAXC];
     int64_t        i;
     int            r, c, j;
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm512_setzero_ps();
         }
     }
 
     for (i = 0; i < nb; i++) {
-        __m512i  iacc[R][C], scz[R], hz[R];
-        float    d[R], dmin[R];
+        __m512i  iacc[LLM_MAXR][LLM_MAXC], scz[LLM_MAXR], hz[LLM_MAXR];
+        float    d[LLM_MAXR], dmin[LLM_MAXR];
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
@@ -288,6 +302,7 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
                 hz[r] = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
                                            _mm256_srli_epi16(qh, 1), 1);
             }
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 iacc[r][c] = _mm512_setzero_si512();
             }
@@ -333,6 +348,7 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
             __m256i  mdup = _mm512_castsi512_si256(
                                 _mm512_permutexvar_epi16(idx_m, scz[r]));
 
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                             (x + c * xs) + i;
@@ -348,7 +364,9 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
         }
     }
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
         }
@@ -362,19 +380,21 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 {
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     const __m512i  m3 = _mm512_set1_epi8(0x03);
-    __m512         acc[R][C];
+    __m512         acc[LLM_MAXR][LLM_MAXC];
     int64_t        i;
     int            r, c, t;
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm512_setzero_ps();
         }
     }
 
     for (i = 0; i < nb; i++) {
-        __m512i  iacc[R][C], scz[R];
-        float    d[R];
+        __m512i  iacc[LLM_MAXR][LLM_MAXC], scz[LLM_MAXR];
+        float    d[LLM_MAXR];
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
@@ -387,6 +407,7 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
             scz[r] = _mm512_castsi256_si512(sc16);
 
             /* the -32 offset: sum_k sc_k * 32 * bsum_k, subtracted */
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                             (x + c * xs) + i;
@@ -447,6 +468,7 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                             (x + c * xs) + i;
@@ -457,7 +479,9 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
         }
     }
 
+#pragma GCC unroll 4
     for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
         }
@@ -468,11 +492,11 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 #define LLM_Q4_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 0, __VA_ARGS__)
 #define LLM_Q5_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 1, __VA_ARGS__)
 
-LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, llm_q4_0_tile)
-LLM_GEMM_DRIVER(q8_0, LLM_QK, 4, 4, llm_q8_0_tile)
-LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, LLM_Q4_K_TILE)
-LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, LLM_Q5_K_TILE)
-LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, llm_q6_K_tile)
+LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, 1, llm_q4_0_tile)
+LLM_GEMM_DRIVER(q8_0, LLM_QK, 4, 4, 1, llm_q8_0_tile)
+LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, 4, LLM_Q4_K_TILE)
+LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, 4, LLM_Q5_K_TILE)
+LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, 4, llm_q6_K_tile)
 
 
 void

@@ -261,7 +261,9 @@ llm_conn_flush(llm_conn_t *c)
             llm_conn_watch(c, 1);
             return;
         }
-        llm_conn_kill(c, n < 0 ? strerror(errno) : "short write");
+        llm_conn_kill(c, n < 0 && (errno == EPIPE || errno == ECONNRESET)
+                         ? "client closed (write)"
+                         : n < 0 ? strerror(errno) : "short write");
         return;
     }
     if (c->dead) {

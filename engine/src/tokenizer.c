@@ -660,6 +660,20 @@ llm_vocab_load(llm_vocab_t **out, const llm_gguf_t *g, char *err,
         char   buf[8];
         int    b;
 
+        /* can words be merged one by one? (see llm_spm_tokenize) */
+        v->spm_split = 1;
+        for (i = 0; i < n && v->spm_split; i++) {
+            const char *t = v->text + v->text_off[i];
+            size_t      tl = v->text_len[i], j = 0;
+
+            while (j + 3 <= tl && memcmp(t + j, "\xe2\x96\x81", 3) == 0) {
+                j += 3;
+            }
+            if (j < tl && memmem(t + j, tl - j, "\xe2\x96\x81", 3) != NULL) {
+                v->spm_split = 0;
+            }
+        }
+
         for (b = 0; b < 256; b++) {
             snprintf(buf, sizeof(buf), "<0x%02X>", b);
             v->byte_tok[b] = llm_tok_lookup(v, buf, 6);

@@ -84,6 +84,8 @@ struct llm_vocab_s {
     llm_tokens_t      *split_log;   /* tests: record piece end offsets */
     int                ignore_merges;
 
+    int                spm_split;   /* "▁" only leads pieces: split words */
+
     int32_t            bos, eos, eot, eom, unk, pad;
     int                add_bos, add_eos, add_space_prefix;
     uint32_t           max_token_len;

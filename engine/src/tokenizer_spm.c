@@ -138,6 +138,86 @@ spm_try(const llm_vocab_t *v, const char *t, const sym_t *sy, spm_heap_t *q,
     return spm_push(q, bg);
 }
 
+/*
+ * Merge the symbols of t[0..tl) (one chunk of escaped text) and append the
+ * resulting pieces, or their bytes, to out.  sy has room for tl symbols.
+ */
+static int
+spm_chunk(const llm_vocab_t *v, const char *t, size_t tl, sym_t *sy,
+    spm_heap_t *q, llm_tokens_t *out)
+{
+    spm_bigram_t   bg;
+    size_t         i, n = 0, cl;
+    int32_t        id, k;
+
+    for (i = 0; i < tl; i += cl) {
+        cl = llm_utf8_len((uint8_t) t[i]);
+        if (cl > tl - i) {
+            cl = tl - i;
+        }
+        sy[n].off = (uint32_t) i;
+        sy[n].n = (uint32_t) cl;
+        sy[n].prev = (int32_t) n - 1;
+        sy[n].next = i + cl < tl ? (int32_t) n + 1 : -1;
+        n++;
+    }
+
+    q->n = 0;
+    for (i = 1; i < n; i++) {
+        if (spm_try(v, t, sy, q, (int32_t) i - 1, (int32_t) i) < 0) {
+            return -ENOMEM;
+        }
+    }
+
+    while (q->n > 0) {
+        bg = spm_pop(q);
+        if (sy[bg.left].n == 0 || sy[bg.right].n == 0
+            || sy[bg.left].n + sy[bg.right].n != bg.size)
+        {
+            continue;
+        }
+        sy[bg.left].n += sy[bg.right].n;
+        sy[bg.right].n = 0;
+        sy[bg.left].next = sy[bg.right].next;
+        if (sy[bg.right].next >= 0) {
+            sy[sy[bg.right].next].prev = bg.left;
+        }
+        if (spm_try(v, t, sy, q, sy[bg.left].prev, bg.left) < 0
+            || spm_try(v, t, sy, q, bg.left, sy[bg.left].next) < 0)
+        {
+            return -ENOMEM;
+        }
+    }
+
+    for (k = n ? 0 : -1; k >= 0; k = sy[k].next) {
+        id = spm_piece(v, t + sy[k].off, sy[k].n);
+        if (id >= 0) {
+            if (llm_tok_push(out, id) < 0) {
+                return -ENOMEM;
+            }
+            continue;
+        }
+        for (i = 0; i < sy[k].n; i++) {
+            id = v->byte_tok[(uint8_t) t[sy[k].off + i]];
+            if (id < 0) {
+                id = v->unk;
+            }
+            if (id >= 0 && llm_tok_push(out, id) < 0) {
+                return -ENOMEM;
+            }
+        }
+    }
+    return 0;
+}
+
+#define SPM_SPACE  "\xe2\x96\x81"
+
+/*
+ * SentencePiece BPE of one plain fragment.  When no piece of the
+ * vocabulary has "▁" anywhere but in a leading run (v->spm_split), no
+ * piece can span the start of a "▁" that follows another character, so
+ * the text is merged word by word there: the same result, with small heaps.
+ */
 int
 llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     int add_prefix, llm_tokens_t *out, char *err, size_t errlen)
@@ -145,9 +225,7 @@ llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     char          *t = NULL;
     sym_t         *sy = NULL;
     spm_heap_t     q = { 0 };
-    spm_bigram_t   bg;
-    size_t         tl = 0, i, n = 0, cl;
-    int32_t        id, k;
+    size_t         tl = 0, i, start;
     int            rc = -ENOMEM;
 
     if (len > 0x3fffffff) {
@@ -162,75 +240,35 @@ llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
         goto done;
     }
     if (add_prefix) {
-        memcpy(t, "\xe2\x96\x81", 3);
+        memcpy(t, SPM_SPACE, 3);
         tl = 3;
     }
     for (i = 0; i < len; i++) {
         if (text[i] == ' ') {
-            memcpy(t + tl, "\xe2\x96\x81", 3);
+            memcpy(t + tl, SPM_SPACE, 3);
             tl += 3;
         } else {
             t[tl++] = text[i];
         }
     }
 
-    for (i = 0; i < tl; i += cl) {
-        cl = llm_utf8_len((uint8_t) t[i]);
-        if (cl > tl - i) {
-            cl = tl - i;
-        }
-        sy[n].off = (uint32_t) i;
-        sy[n].n = (uint32_t) cl;
-        sy[n].prev = (int32_t) n - 1;
-        sy[n].next = i + cl < tl ? (int32_t) n + 1 : -1;
-        n++;
+    if (!v->spm_split) {
+        rc = spm_chunk(v, t, tl, sy, &q, out);
+        goto done;
     }
-
-    for (i = 1; i < n; i++) {
-        if (spm_try(v, t, sy, &q, (int32_t) i - 1, (int32_t) i) < 0) {
-            goto done;
-        }
-    }
-
-    while (q.n > 0) {
-        bg = spm_pop(&q);
-        if (sy[bg.left].n == 0 || sy[bg.right].n == 0
-            || sy[bg.left].n + sy[bg.right].n != bg.size)
+    start = 0;
+    for (i = 1; i + 3 <= tl; i++) {
+        if (memcmp(t + i, SPM_SPACE, 3) == 0
+            && !(i >= 3 && memcmp(t + i - 3, SPM_SPACE, 3) == 0))
         {
-            continue;
-        }
-        sy[bg.left].n += sy[bg.right].n;
-        sy[bg.right].n = 0;
-        sy[bg.left].next = sy[bg.right].next;
-        if (sy[bg.right].next >= 0) {
-            sy[sy[bg.right].next].prev = bg.left;
-        }
-        if (spm_try(v, t, sy, &q, sy[bg.left].prev, bg.left) < 0
-            || spm_try(v, t, sy, &q, bg.left, sy[bg.left].next) < 0)
-        {
-            goto done;
-        }
-    }
-
-    for (k = n ? 0 : -1; k >= 0; k = sy[k].next) {
-        id = spm_piece(v, t + sy[k].off, sy[k].n);
-        if (id >= 0) {
-            if (llm_tokens_push(out, id) < 0) {
+            if ((rc = spm_chunk(v, t + start, i - start, sy, &q, out)) < 0) {
                 goto done;
             }
-            continue;
-        }
-        for (i = 0; i < sy[k].n; i++) {
-            id = v->byte_tok[(uint8_t) t[sy[k].off + i]];
-            if (id < 0) {
-                id = v->unk;
-            }
-            if (id >= 0 && llm_tokens_push(out, id) < 0) {
-                goto done;
-            }
+            start = i;
+            i += 2;
         }
     }
-    rc = 0;
+    rc = spm_chunk(v, t + start, tl - start, sy, &q, out);
 
 done:
     if (rc < 0) {

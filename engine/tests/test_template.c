@@ -543,6 +543,212 @@ fuzz_messages(void)
     return failed != 0;
 }
 
+/* Random templates from a small grammar: every construct, any nesting. */
+static const char *const atoms[] = {
+    "1", "0", "-3", "2.5", "'s'", "\"é😀\"", "none", "true", "x", "l", "d",
+    "nope", "messages", "messages[0]", "l[1:]", "d.k", "d['k']", "[]",
+    "{}", "[1, 'a', none]", "{'k': [1, 2]}", "(1, 2)", "range(3)",
+    "ns.v", "loop.index", "loop", "m(1)", "'a,b'.split(',')", "l[-1]",
+    "d.items()", "messages|length", "x ~ 'y'", "caller", "varargs",
+};
+static const char *const binops[] = {
+    " + ", " - ", " * ", " / ", " // ", " % ", " ** ", " ~ ", " == ",
+    " != ", " < ", " >= ", " in ", " not in ", " and ", " or ",
+};
+static const char *const filters[] = {
+    "length", "string", "trim", "tojson", "tojson(indent=2)", "upper",
+    "first", "last", "list", "items", "dictsort", "join(',')", "unique",
+    "sort", "reverse", "int", "float", "abs", "default('z')", "safe",
+    "selectattr('role')", "map(attribute='role')", "indent(2)", "title",
+    "capitalize", "replace('a', 'b')", "min", "max", "sum", "round",
+    "select('odd')", "reject('none')", "wordcount", "center(9)", "e",
+};
+static const char *const tests[] = {
+    "defined", "none", "string", "mapping", "iterable", "sequence",
+    "number", "odd", "even", "true", "divisibleby(2)", "eq 1", "in [1]",
+    "lower", "callable", "boolean", "integer", "float",
+};
+
+typedef struct {
+    char    *p;
+    size_t   n, cap;
+} gbuf_t;
+
+static void
+gput(gbuf_t *g, const char *s)
+{
+    size_t  l = strlen(s);
+
+    if (g->n + l + 1 > g->cap) {
+        g->cap = (g->n + l + 1) * 2;
+        g->p = realloc(g->p, g->cap);
+        if (g->p == NULL) {
+            abort();
+        }
+    }
+    memcpy(g->p + g->n, s, l + 1);
+    g->n += l;
+}
+
+#define PICK(a)  a[rnd() % (sizeof(a) / sizeof(a[0]))]
+
+static void
+gen_expr(gbuf_t *g, int depth)
+{
+    switch (depth > 3 ? 0 : rnd() % 7) {
+    case 0:
+    case 1:
+        gput(g, PICK(atoms));
+        break;
+    case 2:
+        gen_expr(g, depth + 1);
+        gput(g, PICK(binops));
+        gen_expr(g, depth + 1);
+        break;
+    case 3:
+        gen_expr(g, depth + 1);
+        gput(g, "|");
+        gput(g, PICK(filters));
+        break;
+    case 4:
+        gen_expr(g, depth + 1);
+        gput(g, rnd() % 2 ? " is " : " is not ");
+        gput(g, PICK(tests));
+        break;
+    case 5:
+        gput(g, "(");
+        gen_expr(g, depth + 1);
+        gput(g, " if ");
+        gen_expr(g, depth + 1);
+        gput(g, " else ");
+        gen_expr(g, depth + 1);
+        gput(g, ")");
+        break;
+    default:
+        gput(g, rnd() % 2 ? "not " : "-");
+        gen_expr(g, depth + 1);
+    }
+}
+
+static void
+gen_body(gbuf_t *g, int depth)
+{
+    int  k, n = 1 + (int) (rnd() % 3);
+
+    for (k = 0; k < n; k++) {
+        switch (depth > 4 ? 0 : rnd() % 9) {
+        case 0:
+            gput(g, rnd() % 2 ? "t\n " : "{{- ");
+            if (g->p[g->n - 1] == ' ') {
+                gen_expr(g, 0);
+                gput(g, " -}}");
+            }
+            break;
+        case 1:
+            gput(g, "{{ ");
+            gen_expr(g, 0);
+            gput(g, " }}");
+            break;
+        case 2:
+            gput(g, "{% for x in ");
+            gen_expr(g, 1);
+            gput(g, rnd() % 3 ? " %}" : " if x %}");
+            gen_body(g, depth + 1);
+            if (rnd() % 3 == 0) {
+                gput(g, "{% else %}");
+                gen_body(g, depth + 1);
+            }
+            gput(g, "{% endfor %}");
+            break;
+        case 3:
+            gput(g, "{% if ");
+            gen_expr(g, 1);
+            gput(g, " %}");
+            gen_body(g, depth + 1);
+            if (rnd() % 2) {
+                gput(g, "{% elif ");
+                gen_expr(g, 1);
+                gput(g, " %}");
+                gen_body(g, depth + 1);
+            }
+            gput(g, "{% else %}");
+            gen_body(g, depth + 1);
+            gput(g, "{% endif %}");
+            break;
+        case 4:
+            gput(g, rnd() % 2 ? "{% set x = " : "{% set ns.v = ");
+            gen_expr(g, 1);
+            gput(g, " %}");
+            break;
+        case 5:
+            gput(g, "{% macro m(a, b=2) %}");
+            gen_body(g, depth + 1);
+            gput(g, "{% endmacro %}");
+            break;
+        case 6:
+            gput(g, "{% set y %}");
+            gen_body(g, depth + 1);
+            gput(g, "{% endset %}{{ y|trim }}");
+            break;
+        case 7:
+            gput(g, rnd() % 2 ? "{% break %}" : "{% continue %}");
+            break;
+        default:
+            gput(g, "{% filter upper %}");
+            gen_body(g, depth + 1);
+            gput(g, "{% endfilter %}");
+        }
+    }
+}
+
+static int
+fuzz_grammar(void)
+{
+    gbuf_t       g = { 0 };
+    llm_tmpl_t  *t;
+    json_t      *vars;
+    json_error_t je;
+    char         err[512], *out;
+    size_t       outlen;
+    unsigned     iter, iters = fuzz_iters(3000), compiled = 0, rendered = 0,
+                 failed = 0;
+
+    vars = json_loads("{\"x\": 3, \"l\": [1, 2, \"z\"], \"d\": {\"k\": \"v\", "
+                      "\"n\": null}, \"messages\": [{\"role\": \"user\", "
+                      "\"content\": \"hi\"}]}", 0, &je);
+    if (vars == NULL) {
+        return 1;
+    }
+    for (iter = 0; iter < iters; iter++) {
+        g.n = 0;
+        gput(&g, "{% set ns = namespace(v=0) %}");
+        gen_body(&g, 0);
+        if (llm_tmpl_compile(&t, g.p, g.n, err, sizeof(err)) != 0) {
+            failed += err[0] == '\0';
+            if (getenv("LLM_FUZZ_SHOW")) {
+                printf("  compile error %s:\n%s\n", err, g.p);
+            }
+            continue;
+        }
+        compiled++;
+        out = NULL;
+        if (llm_tmpl_render_at(t, vars, FIXED_NOW, &out, &outlen, err,
+                               sizeof(err)) == 0)
+        {
+            rendered++;
+        } else {
+            failed += err[0] == '\0';
+        }
+        free(out);
+        llm_tmpl_free(t);
+    }
+    free(g.p);
+    json_decref(vars);
+    printf("fuzz-grammar: %u generated templates, %u compiled, %u rendered, "
+           "%s\n", iters, compiled, rendered, failed ? "FAIL" : "ok");
+    return failed != 0;
+}
+
 /* A template that must fail at compile (want_compile) or at render. */
 static int
 expect_error(const char *name, const char *src, int want_rc,
@@ -708,6 +914,7 @@ main(int argc, char **argv)
         bad |= chatml();
         bad |= fuzz_templates();
         bad |= fuzz_messages();
+        bad |= fuzz_grammar();
     }
     return bad ? 1 : 0;
 }

@@ -508,8 +508,51 @@ hexval(int c)
     return -1;
 }
 
+static gen_t                    gx;
+static json_t                  *j;
+static uint8_t                 *rawb;
+static Llm__DetokenizeRequest   dr = LLM__DETOKENIZE_REQUEST__INIT;
+
+static void
+free_generate(gen_t *x)
+{
+    for (size_t i = 0; i < x->g.n_messages; i++) {
+        Llm__Message *m = x->g.messages[i];
+
+        for (size_t k = 0; k < m->n_tool_calls; k++) {
+            free(m->tool_calls[k]);
+        }
+        free(m->tool_calls);
+        free(m);
+    }
+    free(x->g.messages);
+    for (size_t i = 0; i < x->s.n_logit_bias; i++) {
+        free(x->s.logit_bias[i]);
+    }
+    free(x->s.logit_bias);
+    free(x->s.stop);
+    free(x->tools);
+    free(x->tool_choice);
+    free(x->response_format);
+    free(x->kwargs);
+}
+
+static int run(int argc, char **argv);
+
 int
 main(int argc, char **argv)
+{
+    int rc = run(argc, argv);
+
+    free_generate(&gx);
+    json_decref(j);
+    free(rawb);
+    free(dr.tokens);
+    return rc;
+}
+
+static int
+run(int argc, char **argv)
 {
     enum {
         O_SOCKET = 1, O_TCP, O_INFO, O_TOKENIZE, O_ADDSP, O_PARSESP,
@@ -535,11 +578,7 @@ main(int argc, char **argv)
     Llm__Request             rq = LLM__REQUEST__INIT;
     Llm__InfoRequest         ir = LLM__INFO_REQUEST__INIT;
     Llm__TokenizeRequest     tr = LLM__TOKENIZE_REQUEST__INIT;
-    Llm__DetokenizeRequest   dr = LLM__DETOKENIZE_REQUEST__INIT;
-    gen_t                    gx;
-    json_t                  *j = NULL;
     json_error_t             je;
-    uint8_t                 *rawb = NULL;
     size_t                   rawn = 0;
 
     memset(&gx, 0, sizeof(gx));
@@ -678,6 +717,7 @@ main(int argc, char **argv)
             if (r != 0) {
                 fprintf(stderr, "llm-client: truncated frame (%zu of %u)\n",
                         got, len);
+                free(body);
                 return r == -3 ? 3 : 4;
             }
             ev = llm__event__unpack(NULL, len, body);
