@@ -128,14 +128,15 @@ ngx_module_t  ngx_http_llm_keys_module = {
  * Authenticates r (contract in ngx_http_llm_module.h).  The presented key
  * is hashed with SHA-256 and only the digest is looked up; on failure the
  * error log gets a line without any part of the key, and the client the
- * 401 OpenAI sends, with the key masked as OpenAI masks it.
+ * 401 OpenAI sends, with the key masked down to its public prefix.
  */
 
 ngx_int_t
 ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
 {
-    u_char                         *p, hash[EVP_MAX_MD_SIZE];
+    u_char                         *p, *last, hash[EVP_MAX_MD_SIZE];
     u_char                          masked[16];
+    size_t                          len;
     ngx_int_t                       rc;
     unsigned int                    n;
     ngx_str_t                       presented;
@@ -183,17 +184,24 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
 
         ngx_http_llm_keys_record_401(r);
 
-        /* OpenAI's mask: the first 3 and the last 4 characters */
+        /*
+         * OpenAI shows the key masked; the message also goes to the error
+         * log, so only a public prefix ("sk-", "sk-llm-") is shown
+         */
 
-        if (presented.len >= 12) {
-            p = ngx_cpymem(masked, presented.data, 3);
-            p = ngx_cpymem(p, "****", 4);
-            p = ngx_cpymem(p, presented.data + presented.len - 4, 4);
+        p = masked;
 
-        } else {
-            p = ngx_cpymem(masked, "****", 4);
+        if (presented.len > 3
+            && ngx_strncmp(presented.data, "sk-", 3) == 0)
+        {
+            last = ngx_strlchr(presented.data + 3,
+                               presented.data + ngx_min(presented.len, 8),
+                               '-');
+            len = last ? (size_t) (last + 1 - presented.data) : 3;
+            p = ngx_cpymem(p, presented.data, len);
         }
 
+        p = ngx_cpymem(p, "****", 4);
         *p = '\0';
 
         rc = ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,

@@ -62,8 +62,9 @@ is($r->{json}{error}{type}, 'invalid_request_error',
    'type invalid_request_error');
 ok(exists $r->{json}{error}{param} && !defined $r->{json}{error}{param},
    'param is null');
-like($r->{json}{error}{message}, qr/^Incorrect API key provided: sk-\*+/,
-     "OpenAI's message text, the key masked");
+is($r->{json}{error}{message}, 'Incorrect API key provided: sk-llm-****. '
+   . 'You can find your API key with the administrator of this gateway.',
+   "OpenAI's message text, the key masked to its public prefix");
 unlike($r->{content}, qr/\Q$wrong\E/, 'the wrong key is not echoed whole');
 
 $r = LlmKeys::chat($t, $alice . 'x');
@@ -108,6 +109,8 @@ my $logs = LlmKeys::all_logs($t);
 ok(length $logs, 'the logs have something');
 unlike($logs, qr/\Q$alice\E/, 'the good key is in no log');
 unlike($logs, qr/\Q$wrong\E/, 'the wrong key is in no log');
+unlike($logs, qr/\Q@{[substr($wrong, -8)]}\E|\Q@{[substr($wrong, 7, 8)]}\E/,
+       'not even a part of it');
 unlike($logs, qr/\Q$bob\E/, "bob's key is in no log");
 like($logs, qr/unknown API key/, 'the failure is logged (without the key)');
 my $acc = $t->slurp($t->dir . '/keys-access.log');
