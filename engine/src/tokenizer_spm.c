@@ -149,12 +149,12 @@ spm_chunk(const llm_vocab_t *v, const char *t, size_t tl, sym_t *sy,
     spm_bigram_t   bg;
     size_t         i, n = 0, cl;
     int32_t        id, k;
+    int            r;
 
     for (i = 0; i < tl; i += cl) {
-        cl = llm_utf8_len((uint8_t) t[i]);
-        if (cl > tl - i) {
-            cl = tl - i;
-        }
+        /* a character, or one byte of invalid UTF-8 (to byte fallback) */
+        r = llm_utf8_check((const uint8_t *) t + i, tl - i);
+        cl = r > 0 ? (size_t) r : 1;
         sy[n].off = (uint32_t) i;
         sy[n].n = (uint32_t) cl;
         sy[n].prev = (int32_t) n - 1;

@@ -504,6 +504,23 @@ test_detok_spm(void)
     }
     llm_detok_free(d);
 
+    /* merging word by word gives what merging the whole text gives */
+    CHECK(v->spm_split, "llama-spm: expected word-by-word merging");
+    for (i = 0; i < 3000; i++) {
+        char          buf[512];
+        size_t        n = random_text(buf, sizeof(buf));
+        llm_tokens_t  whole = { 0 };
+
+        t.n = 0;
+        llm_tokenize(v, buf, n, 0, &t, err, sizeof(err));
+        v->spm_split = 0;
+        llm_tokenize(v, buf, n, 0, &whole, err, sizeof(err));
+        v->spm_split = 1;
+        CHECK(t.n == whole.n && memcmp(t.ids, whole.ids, t.n * 4) == 0,
+              "SentencePiece word-by-word differs from whole-text merging");
+        llm_tokens_free(&whole);
+    }
+
     /* random text round-trips through SentencePiece + byte fallback */
     for (i = 0; i < 3000; i++) {
         char    buf[512], *back;
@@ -521,8 +538,8 @@ test_detok_spm(void)
         free(back);
     }
 
-    printf("%s detok SentencePiece: byte-fallback tokens joined, leading "
-           "space handled, random text round-trips\n",
+    printf("%s SentencePiece: byte-fallback tokens joined, leading space "
+           "handled, word-by-word merging exact, random text round-trips\n",
            failures == fail0 ? "ok  " : "FAIL");
     llm_tokens_free(&t);
     llm_vocab_free(v);
