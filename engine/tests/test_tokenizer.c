@@ -782,6 +782,104 @@ test_all_pre_sets(void)
     llm_gguf_close(g);
 }
 
+/*
+ * Write a small vocabulary GGUF: model, pre (NULL: none), tokens, an
+ * optional token_type array of n_types entries, merges.
+ */
+static int
+write_vocab(const char *path, const char *model, const char *pre,
+    size_t n_types, int bos)
+{
+    static const char *const toks[] = { "a", "b", "ab", "<s>" };
+    static const char *const merges[] = { "a b" };
+    static const int32_t     types[] = { 1, 1, 1, 3, 1, 1 };
+    size_t                   lens[4], ml[1] = { 3 }, i;
+    llm_gguf_writer_t       *w;
+    char                     err[256];
+
+    for (i = 0; i < 4; i++) {
+        lens[i] = strlen(toks[i]);
+    }
+    if (llm_gguf_writer_open(&w, path, err, sizeof(err)) < 0) {
+        return -1;
+    }
+    llm_gguf_w_str(w, "general.architecture", "llama", 5);
+    llm_gguf_w_str(w, "tokenizer.ggml.model", model, strlen(model));
+    if (pre) {
+        llm_gguf_w_str(w, "tokenizer.ggml.pre", pre, strlen(pre));
+    }
+    llm_gguf_w_str_arr(w, "tokenizer.ggml.tokens", toks, lens, 4);
+    if (n_types) {
+        llm_gguf_w_arr(w, "tokenizer.ggml.token_type", LLM_GGUF_INT32, types,
+                       n_types);
+    }
+    llm_gguf_w_str_arr(w, "tokenizer.ggml.merges", merges, ml, 1);
+    if (bos >= 0) {
+        llm_gguf_w_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t) bos);
+    }
+    llm_gguf_w_begin_data(w);
+    return llm_gguf_writer_close(w, err, sizeof(err));
+}
+
+/* Bad vocabularies fail with an errno and a message naming the key. */
+static void
+test_bad_vocab(void)
+{
+    static const struct {
+        const char *model, *pre;
+        size_t      n_types;
+        int         bos;
+        int         rc;
+        const char *key;
+    } cases[] = {
+        { "gpt2", "gpt-2", 4, 3, 0, NULL },
+        { "bert", "gpt-2", 4, -1, -ENOTSUP, "tokenizer.ggml.model" },
+        { "gpt2", "no-such-pre", 4, -1, -ENOTSUP, "tokenizer.ggml.pre" },
+        { "gpt2", "gpt-2", 6, -1, -EINVAL, "tokenizer.ggml.token_type" },
+        { "gpt2", "gpt-2", 4, 9, -EINVAL, "tokenizer.ggml.bos_token_id" },
+    };
+    char           path[64], err[512];
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+    llm_tokens_t   t = { 0 };
+    size_t         i;
+    int            rc, fail0 = failures;
+
+    snprintf(path, sizeof(path), "/tmp/test_tokenizer.%d.gguf", (int) getpid());
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (write_vocab(path, cases[i].model, cases[i].pre, cases[i].n_types,
+                        cases[i].bos) < 0
+            || llm_gguf_open(&g, path, err, sizeof(err)) < 0)
+        {
+            CHECK(0, "case %zu: cannot write or open %s", i, path);
+            continue;
+        }
+        err[0] = '\0';
+        rc = llm_vocab_load(&v, g, err, sizeof(err));
+        CHECK(rc == cases[i].rc, "case %zu: rc %d, expected %d (%s)", i, rc,
+              cases[i].rc, err);
+        if (cases[i].key != NULL) {
+            CHECK(strstr(err, cases[i].key) != NULL,
+                  "case %zu: message '%s' does not name %s", i, err,
+                  cases[i].key);
+        }
+        if (rc == 0) {
+            /* the tiny vocabulary works: "ab" merges, <s> is control */
+            llm_tokenize(v, "ab<s>", 5, LLM_TOK_PARSE_SPECIAL, &t, err,
+                         sizeof(err));
+            CHECK(t.n == 2 && t.ids[0] == 2 && t.ids[1] == 3,
+                  "tiny vocabulary: %zu tokens", t.n);
+            llm_vocab_free(v);
+        }
+        llm_gguf_close(g);
+    }
+    unlink(path);
+    llm_tokens_free(&t);
+    printf("%s bad vocabularies: unknown model/pre, wrong array sizes, ids "
+           "out of range rejected with the key named\n",
+           failures == fail0 ? "ok  " : "FAIL");
+}
+
 int
 main(void)
 {
@@ -795,6 +893,7 @@ main(void)
         test_vocab(names[i]);
     }
     test_special();
+    test_bad_vocab();
     test_pre_vs_pcre();
     test_all_pre_sets();
     test_detok_bpe();
