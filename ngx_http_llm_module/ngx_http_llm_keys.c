@@ -763,6 +763,19 @@ ngx_http_llm_keys_parse_line(ngx_conf_t *cf, ngx_str_t *file,
             return NGX_ERROR;
         }
 
+        if (s - tok[i].data == 3
+            && (ngx_strncmp(tok[i].data, "rpm", 3) == 0
+                || ngx_strncmp(tok[i].data, "tpm", 3) == 0)
+            && v > 1000000000000LL)
+        {
+            /* the token buckets hold limit * 60000 in an int64_t */
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "%V:%ui: \"%V\" is over the largest limit "
+                               "of 1000000000000 per minute",
+                               file, line, &tok[i]);
+            return NGX_ERROR;
+        }
+
         if (s - tok[i].data == 3 && ngx_strncmp(tok[i].data, "rpm", 3) == 0) {
             key->rpm = (ngx_uint_t) v;
 

@@ -43,6 +43,7 @@ check('duplicate name', "$good\n" . ($h =~ s/^./f/r) . " good\n",
 check('duplicate hash', "$other\n$h other2\n", qr{keys:2: the same hash as line 1});
 check('unknown option', "$h n burst=3\n", qr{keys:1: unknown option "burst=3"});
 check('bad number', "$h n rpm=abc\n", qr{keys:1: "rpm=abc" expects a whole number});
+check('too large', "$h n tpm=1000000000001\n", qr{keys:1: "tpm=1000000000001" is over the largest limit});
 check('no value', "$h n rpm\n", qr{keys:1: expected NAME=VALUE, not "rpm"});
 check('bad models', "$h n models=a,,b\n", qr{keys:1: models= expects a comma separated list});
 

@@ -102,15 +102,17 @@ static int check_field(const char *what, const char *v, const char *extra)
     return 0;
 }
 
-static int check_number(const char *what, const char *v)
+/* A whole number up to max, as the keys-file parser accepts it. */
+static int check_number(const char *what, const char *v,
+                        unsigned long long max)
 {
     char *end;
 
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n > 1000000000000000ULL) {
-        fprintf(stderr, "llm-keygen: %s expects a whole number, not \"%s\"\n",
-                what, v);
+    if (errno || end == v || *end || v[0] == '-' || n > max) {
+        fprintf(stderr, "llm-keygen: %s expects a whole number up to %llu, "
+                "not \"%s\"\n", what, max, v);
         return -1;
     }
     return 0;
@@ -188,9 +190,9 @@ int main(int argc, char **argv)
 
     if (check_field("--name", name, "-_.@:") != 0
         || (models && check_field("--models", models, "-_.@:/,+") != 0)
-        || (rpm && check_number("--rpm", rpm) != 0)
-        || (tpm && check_number("--tpm", tpm) != 0)
-        || (quota && check_number("--quota", quota) != 0))
+        || (rpm && check_number("--rpm", rpm, 1000000000000ULL) != 0)
+        || (tpm && check_number("--tpm", tpm, 1000000000000ULL) != 0)
+        || (quota && check_number("--quota", quota, 1000000000000000ULL) != 0))
         return 2;
     if (models && (models[0] == ',' || models[strlen(models) - 1] == ','
                    || strstr(models, ",,"))) {
