@@ -111,4 +111,18 @@ for my $k (qw(limit-requests remaining-requests reset-requests
     ok(defined $r->{headers}{"x-ratelimit-$k"}, "x-ratelimit-$k");
 }
 
+# a streamed answer carries them too
+{
+    my $s = $t->open_stream('/v1/chat/completions', {
+        model => LlmKeys::model(), max_tokens => 3, stream => JSON::PP::true,
+        messages => [ { role => 'user', content => 'Hi' } ] },
+        Authorization => "Bearer $both");
+    my ($st, $hh) = $t->read_response($s, 60);
+    is($st, 200, 'stream: 200');
+    like($hh->{'content-type'} // '', qr{^text/event-stream}, 'stream: SSE');
+    is($hh->{'x-ratelimit-limit-requests'}, 100, 'stream: x-ratelimit-limit-requests');
+    ok(defined $hh->{'x-ratelimit-remaining-tokens'},
+       'stream: x-ratelimit-remaining-tokens');
+}
+
 $t->done;
