@@ -90,24 +90,37 @@ llm_mkmodel_file_type(uint32_t t)
     }
 }
 
+/* Out of line: inlined, GCC's -Warray-bounds misjudges p->pre under ASan. */
+static void __attribute__((noinline))
+mk_set_pre(llm_mkmodel_params_t *p, const char *pre)
+{
+    size_t n = strlen(pre);
+
+    if (n >= sizeof(p->pre)) {
+        n = sizeof(p->pre) - 1;
+    }
+    memcpy(p->pre, pre, n);
+    p->pre[n] = '\0';
+}
+
 int
 llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
 {
     if (strcmp(p->arch, "llama") == 0) {
         p->rope_base = 10000.0f;
         p->eps = 1e-5f;
-        snprintf(p->pre, sizeof(p->pre), "gpt-2");
+        mk_set_pre(p, "gpt-2");
     } else if (strcmp(p->arch, "qwen2") == 0
                || strcmp(p->arch, "qwen3") == 0
                || strcmp(p->arch, "qwen3moe") == 0)
     {
         p->rope_base = 1000000.0f;
         p->eps = 1e-6f;
-        snprintf(p->pre, sizeof(p->pre), "qwen2");
+        mk_set_pre(p, "qwen2");
     } else if (strcmp(p->arch, "minimax-m2") == 0) {
         p->rope_base = 5000000.0f;
         p->eps = 1e-6f;
-        snprintf(p->pre, sizeof(p->pre), "gpt-2");
+        mk_set_pre(p, "gpt-2");
     } else {
         mk_err(err, errlen, "unknown architecture '%s' (expected llama, "
             "qwen2, qwen3, qwen3moe or minimax-m2)", p->arch);
