@@ -34,6 +34,8 @@ typedef struct {
     pthread_barrier_t  *bar;
     double             *times;          /* [passes], written by thread 0 */
     double             *cpu;            /* [nth][passes] thread CPU time */
+    int                 read_only;      /* just read the weight bytes */
+    uint64_t           *sink;           /* [nth * 8] read sums */
 } kb_job_t;
 
 typedef struct {
@@ -62,6 +64,23 @@ kb_cpu(void)
 }
 
 
+/* The bandwidth reference: sum the bytes as 64-bit words. */
+static uint64_t
+kb_read(const char *p, size_t n)
+{
+    const uint64_t  *q = (const uint64_t *) p;
+    uint64_t         s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+
+    for (size_t i = 0; i + 4 <= n / 8; i += 4) {
+        s0 += q[i];
+        s1 += q[i + 1];
+        s2 += q[i + 2];
+        s3 += q[i + 3];
+    }
+    return s0 + s1 + s2 + s3;
+}
+
+
 static void *
 kb_worker(void *p)
 {
@@ -78,7 +97,10 @@ kb_worker(void *p)
             t0 = kb_now();
         }
         c0 = kb_cpu();
-        if (r1 > r0) {
+        if (r1 > r0 && j->read_only) {
+            j->sink[a->ith * 8] += kb_read(j->w + r0 * j->w_stride,
+                                           (r1 - r0) * j->w_stride);
+        } else if (r1 > r0) {
             llm_gemm(j->type, j->n, r1 - r0, j->nc,
                      j->w + r0 * j->w_stride, j->w_stride, j->x,
                      j->x_stride, j->y + r0, (size_t) j->nr);
@@ -116,6 +138,7 @@ kb_usage(FILE *f)
         "  -n, --n N            row length (default 2048)\n"
         "  -m, --mbytes MB      weight matrix size at nc=1 (default 512)\n"
         "  -p, --passes P       timed passes, the best reported (default 15)\n"
+        "  -b, --bandwidth      also time a plain read of the matrix (READ)\n"
         "  -h, --help\n"
         "Weight GB/s counts the weight bytes each pass reads; compare with\n"
         "the machine's read bandwidth (31.8 GB/s per thread here).\n");
@@ -171,11 +194,13 @@ main(int argc, char **argv)
         { "n", required_argument, NULL, 'n' },
         { "mbytes", required_argument, NULL, 'm' },
         { "passes", required_argument, NULL, 'p' },
+        { "bandwidth", no_argument, NULL, 'b' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     char   types[16][16], simds[4][16], threads[8][16], cols[8][16];
-    int    nt, ns, nj, ncs, opt, passes = 15;
+    int    nt, ns, nj, ncs, opt, passes = 15, bw = 0;
+    uint64_t  sink[64 * 8];
     long   n = 2048, mbytes = 512;
 
     nt = kb_list("Q4_0,Q8_0,Q4_K,Q5_K,Q6_K,F16", types, 16);
@@ -183,7 +208,7 @@ main(int argc, char **argv)
     nj = kb_list("1,2", threads, 8);
     ncs = kb_list("1,8,64", cols, 8);
 
-    while ((opt = getopt_long(argc, argv, "t:s:j:c:n:m:p:h", opts, NULL))
+    while ((opt = getopt_long(argc, argv, "t:s:j:c:n:m:p:bh", opts, NULL))
            != -1)
     {
         switch (opt) {
@@ -194,6 +219,7 @@ main(int argc, char **argv)
         case 'n': n = strtol(optarg, NULL, 10); break;
         case 'm': mbytes = strtol(optarg, NULL, 10); break;
         case 'p': passes = atoi(optarg); break;
+        case 'b': bw = 1; break;
         case 'h': kb_usage(stdout); return 0;
         default: kb_usage(stderr); return 2;
         }
@@ -261,8 +287,54 @@ main(int argc, char **argv)
             llm_quantize_act(at, f + (c % 64) * n, x + c * xb, n);
         }
 
-        for (int is = 0; is < ns; is++) {
+        for (int is = bw && it == 0 ? -1 : 0; is < ns; is++) {
             llm_simd_t  lv = LLM_SIMD_SCALAR;
+
+            if (is == -1) {         /* READ reference, once */
+                for (int ij = 0; ij < nj; ij++) {
+                    int        nth = atoi(threads[ij]);
+                    double     times[64], cpu[64 * 64];
+                    pthread_t  tid[64];
+                    kb_arg_t   args[64];
+                    pthread_barrier_t  bar;
+
+                    if (nth < 1 || nth > 64) {
+                        continue;
+                    }
+                    kb_job_t  job = { t, n, nr, 1, w, rb, x, xb, y, nth,
+                                      passes < 64 ? passes : 64, &bar,
+                                      times, cpu, 1, sink };
+
+                    pthread_barrier_init(&bar, NULL, nth);
+                    for (int k = 0; k < nth; k++) {
+                        args[k].job = &job;
+                        args[k].ith = k;
+                        if (k > 0) {
+                            pthread_create(&tid[k], NULL, kb_worker,
+                                           &args[k]);
+                        }
+                    }
+                    kb_worker(&args[0]);
+                    for (int k = 1; k < nth; k++) {
+                        pthread_join(tid[k], NULL);
+                    }
+                    pthread_barrier_destroy(&bar);
+                    double  cm = 1e30;
+                    for (int ps = 0; ps < job.passes; ps++) {
+                        double  v = 0;
+                        for (int k = 0; k < nth; k++) {
+                            v = cpu[k * job.passes + ps] > v
+                                ? cpu[k * job.passes + ps] : v;
+                        }
+                        cm = v < cm ? v : cm;
+                    }
+                    qsort(times, job.passes, sizeof(double), kb_cmp);
+                    printf("| READ | - | %d | - | %.1f | %.1f | - | %.2f |\n",
+                           nth, rb * nr / times[0] / 1e9, rb * nr / cm / 1e9,
+                           times[0] * 1e3);
+                }
+                continue;
+            }
 
             while (strcmp(llm_simd_name(lv), simds[is]) != 0
                    && lv < LLM_SIMD_AVX512)
@@ -299,7 +371,7 @@ main(int argc, char **argv)
 
                     kb_job_t  job = { t, n, rows, nc, w, rb, x, xb, y, nth,
                                       passes < 64 ? passes : 64, &bar,
-                                      times, cpu };
+                                      times, cpu, 0, sink };
 
                     pthread_barrier_init(&bar, NULL, nth);
                     for (int k = 0; k < nth; k++) {
