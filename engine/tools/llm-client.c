@@ -60,6 +60,10 @@ usage(FILE *f)
 "  --text                   print only the text of the deltas, then a\n"
 "                           newline (events other than delta as JSON)\n"
 "  --timeout S              give up after S seconds (default 120)\n"
+"  --bench N                send the request on N connections at once\n"
+"                           (completions: \"<i>: \" before the prompt) and\n"
+"                           print aggregate tok/s, decode tok/s, TTFT\n"
+"                           p50/p95 as one JSON line\n"
 "  --help                   this text\n");
 }
 
@@ -508,6 +512,178 @@ hexval(int c)
     return -1;
 }
 
+/*
+ * --bench N: the request on N connections at once (completions get
+ * "<i>: " put in front of the prompt so no two share a prefix block),
+ * read all of them with poll, and print one JSON line of figures:
+ * aggregate tok/s over the wall time (prefill included), aggregate decode
+ * tok/s (the sum of each stream's (tokens - 1) / (done - first token)),
+ * and time to first token p50 / p95.
+ */
+typedef struct {
+    int       fd;
+    uint8_t  *buf;
+    size_t    n, cap;
+    double    t_first, t_done;
+    uint32_t  tokens, prompt;
+    int       state;          /* 0 running, 1 done, 2 error */
+} bench_conn_t;
+
+static int
+dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+static int
+run_bench(const char *sock, const char *tcp, gen_t *x, int n,
+    double timeout)
+{
+    bench_conn_t  *c = calloc((size_t) n, sizeof(*c));
+    struct pollfd *pf = calloc((size_t) n, sizeof(*pf));
+    double        *ttft = calloc((size_t) n, sizeof(double));
+    const char    *base = x->g.prompt;
+    double         t0, deadline, decode = 0.0, wall, tlast = 0.0;
+    uint64_t       total = 0, prompt = 0;
+    int            left = n, errors = 0, i, nt = 0;
+    char           pbuf[65536];
+
+    if (c == NULL || pf == NULL || ttft == NULL) {
+        return 2;
+    }
+    for (i = 0; i < n; i++) {
+        c[i].fd = connect_to(sock, tcp);
+        if (c[i].fd < 0) {
+            return 2;
+        }
+    }
+    t0 = now_s();
+    deadline = t0 + timeout;
+    for (i = 0; i < n; i++) {
+        if (x->g.is_completion) {
+            snprintf(pbuf, sizeof(pbuf), "%d: %s", i, base);
+            x->g.prompt = pbuf;
+        }
+        if (send_request(c[i].fd, &x->rq) != 0) {
+            return 2;
+        }
+    }
+    x->g.prompt = (char *) base;
+
+    while (left > 0 && now_s() < deadline) {
+        int k = 0;
+
+        for (i = 0; i < n; i++) {
+            pf[i].fd = c[i].state == 0 ? c[i].fd : -1;
+            pf[i].events = POLLIN;
+            pf[i].revents = 0;
+        }
+        if (poll(pf, (nfds_t) n, 100) <= 0) {
+            continue;
+        }
+        for (i = 0; i < n; i++) {
+            bench_conn_t *b = &c[i];
+            ssize_t       r;
+
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+                continue;
+            }
+            if (b->cap - b->n < 65536) {
+                b->cap = b->cap ? b->cap * 2 : 131072;
+                b->buf = realloc(b->buf, b->cap);
+            }
+            r = recv(b->fd, b->buf + b->n, b->cap - b->n, 0);
+            if (r <= 0) {
+                b->state = 2;
+                errors++;
+                left--;
+                continue;
+            }
+            b->n += (size_t) r;
+            k = 1;
+            /* whole frames */
+            for (;;) {
+                uint32_t    len;
+                Llm__Event *ev;
+
+                if (b->n < 4) {
+                    break;
+                }
+                len = (uint32_t) b->buf[0] << 24 | (uint32_t) b->buf[1] << 16
+                      | (uint32_t) b->buf[2] << 8 | b->buf[3];
+                if (b->n < 4 + (size_t) len) {
+                    break;
+                }
+                ev = llm__event__unpack(NULL, len, b->buf + 4);
+                memmove(b->buf, b->buf + 4 + len, b->n - 4 - len);
+                b->n -= 4 + len;
+                if (ev == NULL) {
+                    b->state = 2;
+                    errors++;
+                    left--;
+                    break;
+                }
+                if (ev->kind_case == LLM__EVENT__KIND_DELTA
+                    && ev->delta->n_tokens > 0)
+                {
+                    if (b->tokens == 0) {
+                        b->t_first = now_s();
+                    }
+                    b->tokens += (uint32_t) ev->delta->n_tokens;
+                } else if (ev->kind_case == LLM__EVENT__KIND_STARTED) {
+                    b->prompt = ev->started->prompt_tokens;
+                } else if (ev->kind_case == LLM__EVENT__KIND_DONE) {
+                    b->t_done = now_s();
+                    b->state = 1;
+                    left--;
+                } else if (ev->kind_case == LLM__EVENT__KIND_ERROR) {
+                    fprintf(stderr, "llm-client: bench: %s\n",
+                            ev->error->message);
+                    b->state = 2;
+                    errors++;
+                    left--;
+                }
+                llm__event__free_unpacked(ev, NULL);
+                if (b->state != 0) {
+                    break;
+                }
+            }
+        }
+        (void) k;
+    }
+    for (i = 0; i < n; i++) {
+        if (c[i].state == 1) {
+            total += c[i].tokens;
+            prompt += c[i].prompt;
+            ttft[nt++] = (c[i].t_first - t0) * 1e3;
+            if (c[i].tokens > 1 && c[i].t_done > c[i].t_first) {
+                decode += (c[i].tokens - 1) / (c[i].t_done - c[i].t_first);
+            }
+            if (c[i].t_done > tlast) {
+                tlast = c[i].t_done;
+            }
+        }
+        close(c[i].fd);
+        free(c[i].buf);
+    }
+    wall = tlast > t0 ? tlast - t0 : 0.0;
+    qsort(ttft, (size_t) nt, sizeof(double), dbl_cmp);
+    printf("{\"clients\":%d,\"ok\":%d,\"errors\":%d,\"prompt_tokens_mean\":"
+           "%.1f,\"completion_tokens\":%llu,\"wall_s\":%.3f,"
+           "\"agg_tok_s\":%.2f,\"agg_decode_tok_s\":%.2f,"
+           "\"ttft_p50_ms\":%.1f,\"ttft_p95_ms\":%.1f}\n", n, nt, errors,
+           nt ? (double) prompt / nt : 0.0, (unsigned long long) total, wall,
+           wall > 0 ? (double) total / wall : 0.0, decode,
+           nt ? ttft[(nt - 1) / 2] : 0.0,
+           nt ? ttft[(int) ((nt - 1) * 0.95 + 0.5)] : 0.0);
+    free(c);
+    free(pf);
+    free(ttft);
+    return errors ? 1 : 0;
+}
+
 static gen_t                    gx;
 static json_t                  *j;
 static uint8_t                 *rawb;
@@ -557,7 +733,7 @@ run(int argc, char **argv)
     enum {
         O_SOCKET = 1, O_TCP, O_INFO, O_TOKENIZE, O_ADDSP, O_PARSESP,
         O_DETOK, O_FILE, O_REPEAT, O_DISC, O_RAW, O_HALF, O_TEXT, O_TIMEOUT,
-        O_HELP
+        O_BENCH, O_HELP
     };
     static const struct option lo[] = {
         { "socket", 1, 0, O_SOCKET }, { "tcp", 1, 0, O_TCP },
@@ -567,13 +743,14 @@ run(int argc, char **argv)
         { "repeat", 1, 0, O_REPEAT }, { "disconnect-after", 1, 0, O_DISC },
         { "raw", 1, 0, O_RAW }, { "half-close", 0, 0, O_HALF },
         { "text", 0, 0, O_TEXT }, { "timeout", 1, 0, O_TIMEOUT },
+        { "bench", 1, 0, O_BENCH },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char              *sock = NULL, *tcp = NULL, *file = NULL;
     const char              *tok_text = NULL, *detok = NULL, *raw = NULL;
     int                      info = 0, add_sp = 0, parse_sp = 0, half = 0;
     int                      text_only = 0, repeat = 1, disc = -1, o, fd;
-    int                      rc = 0, deltas = 0, r;
+    int                      rc = 0, deltas = 0, r, bench = 0;
     double                   timeout = 120.0, deadline;
     Llm__Request             rq = LLM__REQUEST__INIT;
     Llm__InfoRequest         ir = LLM__INFO_REQUEST__INIT;
@@ -598,6 +775,7 @@ run(int argc, char **argv)
         case O_HALF: half = 1; break;
         case O_TEXT: text_only = 1; break;
         case O_TIMEOUT: timeout = strtod(optarg, NULL); break;
+        case O_BENCH: bench = atoi(optarg); break;
         case O_HELP: case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -661,6 +839,13 @@ run(int argc, char **argv)
         }
     }
 
+    if (bench > 0) {
+        if (gx.root == NULL) {
+            fprintf(stderr, "llm-client: --bench needs a Generate request\n");
+            return 2;
+        }
+        return run_bench(sock, tcp, &gx, bench, timeout);
+    }
     fd = connect_to(sock, tcp);
     if (fd < 0) {
         return 2;
