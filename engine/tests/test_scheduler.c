@@ -1,0 +1,419 @@
+/*
+ * Scheduler checks with a fake forward pass that really uses the block
+ * tables: it writes each token id into a shadow KV cache at
+ * blocks[pos / bt] * bt + pos % bt, and the "logits" of a position make
+ * the argmax a hash of everything it reads back through the block table
+ * for positions 0..pos.  A wrong block table, a wrongly shared prefix
+ * block, or a bad recompute after preemption changes the hash and the
+ * generated tokens, which are compared with an oracle computed from the
+ * token sequence alone.
+ *
+ * Groups: batching (many requests, shared prefixes, mixed lengths),
+ * preemption (a KV cache too small), prefix reuse, n choices, cancel,
+ * queue limit, context limit, stop at EOG.
+ *
+ * The vocabulary (for the detokenizer) comes from
+ * engine/tests/data/reference/ref-llama-moe-q4_0.gguf (cwd = repo root).
+ */
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "scheduler.h"
+#include "tokenizer.h"
+
+static int failures;
+
+#define CHECK(group, cond)                                              \
+    do {                                                                \
+        if (!(cond)) {                                                  \
+            printf("FAIL %s: %s (line %d)\n", group, #cond, __LINE__);  \
+            failures++;                                                 \
+            return;                                                     \
+        }                                                               \
+    } while (0)
+
+#define BT     4
+#define MAXR   64
+#define MAXT   512
+
+static uint32_t  V;
+static int32_t  *shadow;         /* [n_blocks * BT] */
+static uint32_t  shadow_n;
+static int32_t   eog_token = -1;
+
+static uint32_t
+mix(uint32_t h, int32_t t)
+{
+    h ^= (uint32_t) t + 0x9e3779b9u + (h << 6) + (h >> 2);
+    return h * 0x85ebca6bu;
+}
+
+/* The next token after the sequence t[0..n). */
+static int32_t
+oracle(const int32_t *t, uint32_t n)
+{
+    uint32_t h = 7;
+
+    for (uint32_t i = 0; i < n; i++) {
+        h = mix(h, t[i]);
+    }
+    return (int32_t) (3 + h % (V - 3));
+}
+
+static int
+fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
+    size_t errlen)
+{
+    uint32_t row = 0;
+
+    (void) ud;
+    /* writes first: the batch may hold a sequence's earlier positions */
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        const llm_seq_view_t *sv = &b->seqs[b->seq[i]];
+        uint32_t              p = (uint32_t) b->pos[i];
+
+        if (p / BT >= sv->n_blocks) {
+            snprintf(err, errlen, "position %u beyond the block table", p);
+            return -EINVAL;
+        }
+        shadow[sv->blocks[p / BT] * BT + p % BT] = b->tokens[i];
+    }
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        const llm_seq_view_t *sv = &b->seqs[b->seq[i]];
+        uint32_t              p = (uint32_t) b->pos[i], h = 7;
+        float                *row_out;
+
+        if (!b->logits[i]) {
+            continue;
+        }
+        for (uint32_t q = 0; q <= p; q++) {
+            h = mix(h, shadow[sv->blocks[q / BT] * BT + q % BT]);
+        }
+        row_out = out + (size_t) row++ * V;
+        memset(row_out, 0, V * sizeof(float));
+        row_out[3 + h % (V - 3)] = 10.0f;
+        if (eog_token >= 0 && p >= 40) {
+            row_out[eog_token] = 20.0f;   /* stop long ones at EOG */
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    int       id;
+    int32_t   toks[4][MAXT];
+    uint32_t  n[4];
+    int       done, error, queued, started, cached;
+    Llm__ErrorCode code;
+    Llm__FinishReason finish[4];
+    char      msg[256];
+    llm_sreq_t *r;
+} owner_t;
+
+static void
+emit(void *o, const Llm__Event *ev)
+{
+    owner_t *w = o;
+
+    switch (ev->kind_case) {
+    case LLM__EVENT__KIND_DELTA:
+        for (size_t i = 0; i < ev->delta->n_tokens && w->n[ev->delta->index]
+             < MAXT; i++)
+        {
+            w->toks[ev->delta->index][w->n[ev->delta->index]++] =
+                ev->delta->tokens[i];
+        }
+        break;
+    case LLM__EVENT__KIND_DONE:
+        w->done = 1;
+        for (size_t i = 0; i < ev->done->n_choices; i++) {
+            w->finish[i] = ev->done->choices[i]->finish_reason;
+        }
+        break;
+    case LLM__EVENT__KIND_ERROR:
+        w->error = 1;
+        w->code = ev->error->code;
+        snprintf(w->msg, sizeof(w->msg), "%s", ev->error->message);
+        break;
+    case LLM__EVENT__KIND_QUEUED:
+        w->queued = 1;
+        break;
+    case LLM__EVENT__KIND_STARTED:
+        w->started = 1;
+        w->cached = (int) ev->started->cached_tokens;
+        break;
+    default:
+        break;
+    }
+}
+
+static llm_vocab_t *vocab;
+
+static llm_sched_t *
+make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
+    uint32_t ctx)
+{
+    llm_sched_conf_t c;
+    llm_sched_t     *s;
+    char             err[256];
+
+    memset(&c, 0, sizeof(c));
+    c.vocab = vocab;
+    c.n_vocab = V;
+    c.n_ctx = ctx;
+    c.max_batch = max_batch;
+    c.step_tokens = step;
+    c.max_queue = queue;
+    c.n_blocks = n_blocks;
+    c.block_tokens = BT;
+    c.forward = fake_forward;
+    c.emit = emit;
+    c.model_name = "fake";
+    free(shadow);
+    shadow_n = n_blocks * BT;
+    shadow = calloc(shadow_n, sizeof(int32_t));
+    if (llm_sched_create(&s, &c, err, sizeof(err)) != 0) {
+        printf("FAIL create: %s\n", err);
+        return NULL;
+    }
+    return s;
+}
+
+static llm_sreq_t *
+submit(llm_sched_t *s, owner_t *w, const int32_t *prompt, uint32_t n,
+    uint32_t max_tokens, uint32_t nchoices)
+{
+    Llm__GenerateRequest g = LLM__GENERATE_REQUEST__INIT;
+    Llm__Sampling        sm = LLM__SAMPLING__INIT;
+    llm_tokens_t         t = { 0 };
+
+    sm.max_tokens = max_tokens;
+    sm.n = nchoices;
+    sm.ignore_eos = eog_token < 0;
+    g.sampling = &sm;
+    g.is_completion = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        llm_tokens_push(&t, prompt[i]);
+    }
+    w->r = llm_sched_submit(s, &g, &t, w);
+    llm_tokens_free(&t);
+    return w->r;
+}
+
+static int
+run(llm_sched_t *s)
+{
+    int steps = 0;
+
+    while (llm_sched_pending(s) > 0 && steps < 100000) {
+        if (llm_sched_step(s) < 0) {
+            return -1;
+        }
+        steps++;
+    }
+    return steps;
+}
+
+/* Does w's choice k follow the oracle from prompt? */
+static int
+follows(const owner_t *w, int k, const int32_t *prompt, uint32_t n)
+{
+    int32_t seq[2 * MAXT];
+
+    memcpy(seq, prompt, n * sizeof(int32_t));
+    for (uint32_t i = 0; i < w->n[k]; i++) {
+        if (w->toks[k][i] != oracle(seq, n + i)) {
+            return 0;
+        }
+        seq[n + i] = w->toks[k][i];
+    }
+    return 1;
+}
+
+static int32_t prompts[MAXR][64];
+static uint32_t plen[MAXR];
+
+static void
+make_prompts(void)
+{
+    for (int i = 0; i < MAXR; i++) {
+        /* groups of 8 share a 12-token prefix (3 blocks) */
+        plen[i] = 14 + (uint32_t) (i * 7) % 30;
+        for (uint32_t k = 0; k < plen[i]; k++) {
+            prompts[i][k] = (int32_t) (k < 12 ? 10 + (i / 8) * 13 + k
+                                              : 100 + i * 5 + k);
+        }
+    }
+}
+
+static void
+test_batching(void)
+{
+    static owner_t    w[MAXR];
+    llm_sched_t      *s = make(4096, 16, 64, 0, 256);
+    llm_sched_stats_t st;
+
+    CHECK("batching", s != NULL);
+    memset(w, 0, sizeof(w));
+    for (int i = 0; i < MAXR; i++) {
+        CHECK("batching", submit(s, &w[i], prompts[i], plen[i],
+                                 5 + (uint32_t) i % 23, 1) != NULL);
+    }
+    CHECK("batching", run(s) > 0);
+    for (int i = 0; i < MAXR; i++) {
+        CHECK("batching", w[i].done && !w[i].error);
+        CHECK("batching", w[i].n[0] == 5 + (uint32_t) i % 23);
+        CHECK("batching", follows(&w[i], 0, prompts[i], plen[i]));
+        CHECK("batching", w[i].finish[0] == LLM__FINISH_REASON__FINISH_LENGTH);
+    }
+    llm_sched_get_stats(s, &st);
+    CHECK("batching", st.kv_blocks_free == st.kv_blocks_total);
+    CHECK("batching", st.cached_tokens_total > 0);
+    CHECK("batching", st.requests_running == 0 && st.requests_queued == 0);
+    llm_sched_free(s);
+    printf("ok batching (%llu steps, %llu cached prompt tokens)\n",
+           (unsigned long long) st.steps_total,
+           (unsigned long long) st.cached_tokens_total);
+}
+
+static void
+test_preemption(void)
+{
+    static owner_t    w[MAXR];
+    llm_sched_t      *s = make(40, 32, 64, 0, 150);
+    llm_sched_stats_t st;
+    int               i;
+
+    CHECK("preemption", s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 24; i++) {
+        CHECK("preemption", submit(s, &w[i], prompts[i], plen[i], 60, 1));
+    }
+    CHECK("preemption", run(s) > 0);
+    for (i = 0; i < 24; i++) {
+        CHECK("preemption", w[i].done && w[i].n[0] == 60);
+        CHECK("preemption", follows(&w[i], 0, prompts[i], plen[i]));
+    }
+    llm_sched_get_stats(s, &st);
+    CHECK("preemption", st.requests_preempted > 0);
+    CHECK("preemption", st.kv_blocks_free == st.kv_blocks_total);
+    llm_sched_free(s);
+    printf("ok preemption (%llu preempted)\n",
+           (unsigned long long) st.requests_preempted);
+}
+
+static void
+test_prefix_and_n(void)
+{
+    static owner_t w[3];
+    llm_sched_t   *s = make(512, 16, 64, 0, 256);
+
+    CHECK("prefix", s != NULL);
+    memset(w, 0, sizeof(w));
+    CHECK("prefix", submit(s, &w[0], prompts[0], plen[0], 8, 1));
+    run(s);
+    CHECK("prefix", submit(s, &w[1], prompts[0], plen[0], 8, 1));
+    run(s);
+    CHECK("prefix", w[1].cached == (int) ((plen[0] - 1) / BT * BT));
+    CHECK("prefix", memcmp(w[0].toks[0], w[1].toks[0], 8 * 4) == 0);
+    /* n = 3: all three follow the oracle (greedy: the same tokens) */
+    CHECK("n", submit(s, &w[2], prompts[5], plen[5], 10, 3));
+    run(s);
+    for (int k = 0; k < 3; k++) {
+        CHECK("n", w[2].n[k] == 10 && follows(&w[2], k, prompts[5], plen[5]));
+    }
+    llm_sched_free(s);
+    printf("ok prefix and n\n");
+}
+
+static void
+test_cancel_and_limits(void)
+{
+    static owner_t    w[4];
+    llm_sched_t      *s = make(256, 1, 64, 1, 64);
+    llm_sched_stats_t st;
+
+    CHECK("cancel", s != NULL);
+    memset(w, 0, sizeof(w));
+    CHECK("cancel", submit(s, &w[0], prompts[1], plen[1], 40, 1));
+    llm_sched_step(s);      /* admitted: the queue is empty again */
+    CHECK("cancel", submit(s, &w[1], prompts[2], plen[2], 5, 1));
+    CHECK("cancel", w[1].queued);
+    CHECK("limits", submit(s, &w[2], prompts[3], plen[3], 5, 1) == NULL);
+    CHECK("limits", w[2].error
+          && w[2].code == LLM__ERROR_CODE__ERROR_OVERLOADED);
+    for (int i = 0; i < 5; i++) {
+        llm_sched_step(s);
+    }
+    llm_sched_cancel(s, w[0].r);
+    llm_sched_get_stats(s, &st);
+    CHECK("cancel", st.requests_cancelled == 1);
+    CHECK("cancel", st.kv_blocks_free == st.kv_blocks_total);
+    run(s);
+    CHECK("cancel", !w[0].done && w[1].done);
+    /* context */
+    CHECK("limits", submit(s, &w[3], prompts[4], plen[4], 64, 1) == NULL);
+    CHECK("limits", w[3].code
+          == LLM__ERROR_CODE__ERROR_CONTEXT_LENGTH_EXCEEDED);
+    CHECK("limits", strstr(w[3].msg, "64 tokens") != NULL);
+    llm_sched_free(s);
+    printf("ok cancel and limits\n");
+}
+
+static void
+test_eog(void)
+{
+    static owner_t w[1];
+    llm_sched_t   *s;
+
+    eog_token = llm_vocab_eos(vocab);
+    if (eog_token < 0) {
+        printf("skip eog: the vocabulary has no EOS\n");
+        return;
+    }
+    s = make(256, 4, 64, 0, 256);
+    CHECK("eog", s != NULL);
+    memset(w, 0, sizeof(w));
+    CHECK("eog", submit(s, &w[0], prompts[0], plen[0], 100, 1));
+    run(s);
+    CHECK("eog", w[0].done);
+    CHECK("eog", w[0].finish[0] == LLM__FINISH_REASON__FINISH_STOP);
+    /* positions plen-1 .. 39 give tokens, 40 gives the EOS (not emitted) */
+    CHECK("eog", w[0].n[0] == 41 - plen[0]);
+    eog_token = -1;
+    llm_sched_free(s);
+    printf("ok eog\n");
+}
+
+int
+main(void)
+{
+    const char *path = "engine/tests/data/reference/ref-llama-moe-q4_0.gguf";
+    llm_gguf_t *g;
+    char        err[512];
+
+    if (llm_gguf_open(&g, path, err, sizeof(err)) != 0) {
+        printf("skip scheduler: %s\n", err);
+        return 0;
+    }
+    if (llm_vocab_load(&vocab, g, err, sizeof(err)) != 0) {
+        printf("FAIL vocab: %s\n", err);
+        return 1;
+    }
+    V = llm_vocab_n_tokens(vocab);
+    make_prompts();
+    test_batching();
+    test_preemption();
+    test_prefix_and_n();
+    test_cancel_and_limits();
+    test_eog();
+    llm_sched_free(NULL);
+    free(shadow);
+    llm_vocab_free(vocab);
+    llm_gguf_close(g);
+    return failures ? 1 : 0;
+}
