@@ -14,7 +14,7 @@ use LlmEngine;
 my $t = LlmTest->new;
 my $sock = $t->start_engine('a', model => LlmEngine::model($t));
 my %req = (messages => [{ role => 'user', content => 'keep talking' }],
-           max_tokens => 300, ignore_eos => JSON::PP::true);
+           max_tokens => 1000, ignore_eos => JSON::PP::true);
 
 my $h = LlmEngine::spawn($t, $sock, \%req);
 LlmEngine::wait_stats($t, $sock, sub { $_[0]{requests_running} == 1 });
@@ -23,7 +23,7 @@ sleep 0.2;
 ok(!IO::Socket::UNIX->new(Peer => $sock), 'no new connections while '
    . 'draining');
 my ($r) = LlmEngine::wait_clients($t, $h);
-is($r->{done}{usage}{completion_tokens}, 300,
+is($r->{done}{usage}{completion_tokens}, 1000,
    'the running request completed');
 my $elog = $t->engine_log('a');
 is($t->stop_engine('a'), 0, 'exit status 0');
