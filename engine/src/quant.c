@@ -1054,6 +1054,17 @@ static llm_kernels_t    llm_k;          /* in use */
 static llm_simd_t       llm_level;
 static llm_simd_t       llm_best;
 static pthread_once_t   llm_once = PTHREAD_ONCE_INIT;
+static int              llm_ready;      /* tables filled (acquire/release) */
+
+
+/* The hot entry points check this flag instead of calling pthread_once. */
+static inline void
+llm_ensure(void)
+{
+    if (!__atomic_load_n(&llm_ready, __ATOMIC_ACQUIRE)) {
+        llm_simd_init();
+    }
+}
 
 
 static void
@@ -1135,6 +1146,7 @@ llm_simd_once(void)
     llm_kernels_init_scalar(&llm_ref);
     llm_kernels_for(&llm_k, want);
     llm_level = want;
+    __atomic_store_n(&llm_ready, 1, __ATOMIC_RELEASE);
 }
 
 
@@ -1196,7 +1208,7 @@ llm_simd_force(llm_simd_t s)
 void
 llm_quantize_act(llm_type_t act, const float *src, void *dst, int64_t n)
 {
-    llm_simd_init();
+    llm_ensure();
     llm_k.quantize_act[act](src, dst, n);
 }
 
@@ -1205,7 +1217,7 @@ void
 llm_quantize_act_ref(llm_type_t act, const float *src, void *dst,
     int64_t n)
 {
-    llm_simd_init();
+    llm_ensure();
     llm_ref.quantize_act[act](src, dst, n);
 }
 
@@ -1213,7 +1225,7 @@ llm_quantize_act_ref(llm_type_t act, const float *src, void *dst,
 void
 llm_vec_dot(llm_type_t t, int64_t n, float *s, const void *w, const void *x)
 {
-    llm_simd_init();
+    llm_ensure();
     llm_k.vec_dot[t](n, s, w, x);
 }
 
@@ -1222,7 +1234,7 @@ void
 llm_vec_dot_ref(llm_type_t t, int64_t n, float *s, const void *w,
     const void *x)
 {
-    llm_simd_init();
+    llm_ensure();
     llm_ref.vec_dot[t](n, s, w, x);
 }
 
@@ -1233,19 +1245,21 @@ llm_gemm(llm_type_t t, int64_t n, int64_t nr, int64_t nc, const void *w,
 {
     llm_vec_dot_fn  dot;
 
-    llm_simd_init();
+    llm_ensure();
 
     if (llm_k.gemm[t] != NULL) {
         llm_k.gemm[t](n, nr, nc, w, w_stride, x, x_stride, y, ldy);
         return;
     }
 
+    /* float weights: row outer, so a weight row stays in L1 while every
+     * column passes over it */
     dot = llm_k.vec_dot[t];
-    for (int64_t c = 0; c < nc; c++) {
-        const char  *xc = (const char *) x + c * x_stride;
+    for (int64_t r = 0; r < nr; r++) {
+        const char  *wr = (const char *) w + r * w_stride;
 
-        for (int64_t r = 0; r < nr; r++) {
-            dot(n, &y[c * ldy + r], (const char *) w + r * w_stride, xc);
+        for (int64_t c = 0; c < nc; c++) {
+            dot(n, &y[c * ldy + r], wr, (const char *) x + c * x_stride);
         }
     }
 }
