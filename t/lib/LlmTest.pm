@@ -127,7 +127,11 @@ sub start_engine {
 
 sub engine_pid { $_[0]{engines}{$_[1]}{pid} }
 sub engine_log { _slurp($_[0]{engines}{$_[1]}{log}) }
-sub engine_sock { $_[0]{engines}{$_[1]}{sock} // "$_[0]{dir}/engine-$_[1].sock" }
+sub engine_sock {
+    my ($self, $name) = @_;
+    my $e = $self->{engines}{$name};    # no autovivification: not started
+    return $e ? $e->{sock} : "$self->{dir}/engine-$name.sock";
+}
 
 # Stops engine NAME with SIGNAL (TERM); returns its exit status.
 sub stop_engine {
@@ -366,6 +370,7 @@ sub DESTROY {
         waitpid($self->{nginx_pid}, 0);
     }
     for my $e (values %{ $self->{engines} // {} }) {
+        next unless $e->{pid};
         kill 'KILL', $e->{pid};
         waitpid($e->{pid}, 0);
     }
