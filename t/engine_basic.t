@@ -155,6 +155,39 @@ is($p2->{done}{usage}{cached_tokens}, $p2->{started}{cached_tokens},
 is_deeply($p2->{tokens}, $p1->{tokens}, 'same output with the cache');
 ok($p3->{started}{cached_tokens} > 32, 'another question, same system prompt');
 
+# tools and a tool round trip render through the model's template
+my $tools = [{ type => 'function', function => {
+    name => 'get_weather', description => 'Weather for a city',
+    parameters => { type => 'object', properties => {
+        city => { type => 'string' } }, required => ['city'] } } }];
+my $tw = LlmEngine::gen($t, $sock, { %chat, max_tokens => 2, tools => $tools });
+ok($tw->{done}, 'a request with tools renders');
+ok($tw->{started}{prompt_tokens} > $r->{started}{prompt_tokens} + 10,
+   'the tools are in the prompt');
+my $rt = LlmEngine::gen($t, $sock, { max_tokens => 2, tools => $tools,
+    messages => [
+        { role => 'user', content => 'Weather in Paris?' },
+        { role => 'assistant', content => undef, tool_calls => [{
+            id => 'call_1', type => 'function', function => {
+                name => 'get_weather', arguments => '{"city":"Paris"}' } }] },
+        { role => 'tool', tool_call_id => 'call_1', content => '{"t":21}' },
+    ] });
+ok($rt->{done}, 'a tool call and its result render') or diag $rt->{out};
+my $kw = LlmEngine::gen($t, $sock, { %chat, chat_template_kwargs => [1] });
+is($kw->{error}{param}, 'chat_template_kwargs', 'bad template kwargs');
+my $nm = LlmEngine::gen($t, $sock, { messages => [], max_tokens => 2 });
+is($nm->{error}{code}, 'invalid_request', 'no messages');
+
+# TCP
+my $port = $t->free_port;
+my $tsock = $t->start_engine('tcp', model => LlmEngine::model($t),
+                             args => ['--listen', "127.0.0.1:$port"]);
+my $tc = LlmEngine::parse(LlmEngine::_run(LlmEngine::client_bin($t),
+    '--tcp', "127.0.0.1:$port", $LlmEngine::JSON->encode(
+        { %chat, max_tokens => 3 })));
+is(scalar @{ $tc->{tokens} }, 3, '--listen: served over TCP');
+is_deeply($tc->{tokens}, [@{ $r->{tokens} }[0 .. 2]], 'same tokens over TCP');
+
 my $st = LlmEngine::info($t, $sock)->{stats};
 is($st->{requests_running}, 0, 'nothing running at the end');
 is($st->{kv_blocks_free}, $st->{kv_blocks_total}, 'every block free again');
