@@ -7,7 +7,8 @@
  * 3. Bad input: corrupted copies of a real llama.cpp-written file
  *    (engine/tests/data/gguf/ref-llama-dense-q4_0.gguf), one per class of
  *    damage; each must fail with a message naming the problem.
- * 4. Every file in $LLM_SHARED/reference opens (skipped when absent).
+ * 4. Every file in $LLM_SHARED/reference and /vocab opens (skipped when
+ *    absent).
  *
  * Run from the repository root; prints one line per check group and exits
  * non-zero on any failure.
@@ -641,8 +642,9 @@ test_fuzz(void)
 
 /* ---- 4. the shared reference models ---- */
 
+/* Open every .gguf in $LLM_SHARED/<sub>; want_tensors: model files. */
 static void
-test_shared(void)
+test_shared_dir(const char *sub, int models)
 {
     const char *sh = getenv("LLM_SHARED");
     char dir[512], path[1024], err[512];
@@ -650,15 +652,17 @@ test_shared(void)
     DIR *d;
     int n = 0;
 
-    snprintf(dir, sizeof(dir), "%s/reference", sh ? sh : "../shared");
+    snprintf(dir, sizeof(dir), "%s/%s", sh ? sh : "../shared", sub);
     d = opendir(dir);
     if (d == NULL) {
-        printf("skip shared reference models: %s absent\n", dir);
+        printf("skip shared %s: %s absent\n", sub, dir);
         return;
     }
     while ((de = readdir(d)) != NULL) {
         size_t l = strlen(de->d_name);
         llm_gguf_t *g;
+        uint64_t nt;
+        const llm_gguf_str_t *tok;
         if (l < 5 || strcmp(de->d_name + l - 5, ".gguf") != 0) {
             continue;
         }
@@ -667,16 +671,23 @@ test_shared(void)
             CHECK(0, "%s", err);
             continue;
         }
-        CHECK(llm_gguf_find_tensor(g, "token_embd.weight") != NULL
-              && llm_gguf_find_kv(g, "general.architecture") != NULL,
-            "%s: no token_embd / architecture", path);
+        CHECK(llm_gguf_find_kv(g, "general.architecture") != NULL,
+            "%s: no architecture", path);
+        if (models) {
+            CHECK(llm_gguf_find_tensor(g, "token_embd.weight") != NULL,
+                "%s: no token_embd", path);
+        } else {
+            CHECK(llm_gguf_get_str_arr(g, "tokenizer.ggml.tokens", &nt, &tok,
+                      err, sizeof(err)) == 0 && nt > 1000, "%s: %s", path,
+                err);
+        }
         llm_gguf_close(g);
         n++;
     }
     closedir(d);
     CHECK(n > 0, "no .gguf in %s", dir);
-    printf("%s shared reference models: %d files open\n",
-        group_fail ? "FAIL" : "ok  ", n);
+    printf("%s shared %s: %d files open\n", group_fail ? "FAIL" : "ok  ",
+        sub, n);
     failures += group_fail;
     group_fail = 0;
 }
@@ -695,7 +706,8 @@ main(void)
     test_writer_errors();
     test_bad_input();
     test_fuzz();
-    test_shared();
+    test_shared_dir("reference", 1);
+    test_shared_dir("vocab", 0);
 
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) {
