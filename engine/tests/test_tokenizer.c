@@ -87,6 +87,9 @@ find_vocab_file(char *out, size_t outlen, const char *name, const char *ext)
 {
     const char *extra = getenv("LLM_TOK_VOCAB_DIR");
 
+    if (out == NULL || outlen == 0) {
+        return -EINVAL;
+    }
     snprintf(out, outlen, "engine/tests/data/vocab/%s.%s", name, ext);
     if (access(out, R_OK) == 0) {
         return 0;

@@ -13,13 +13,14 @@
 #      packages' JavaScript tokenizers, identical ids for all four
 # Exits non-zero on any mismatch.
 #
-# Env: BUILD (build dir, default <repo>/build), LLM_SHARED (default
+# Env: LLM_BUILD or BUILD (build dir, default <repo>/build; build.sh passes
+# LLM_BUILD, which is build/asan under ./build.sh asan), LLM_SHARED (default
 # <repo>/../shared).
 set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-BUILD=${BUILD:-$REPO/build}
+BUILD=${LLM_BUILD:-${BUILD:-$REPO/build}}
 LLM_SHARED=${LLM_SHARED:-$REPO/../shared}
 export LLM_SHARED
 
