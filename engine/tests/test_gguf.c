@@ -464,6 +464,23 @@ test_bad_input(void)
         "'blk.1.ffn_up.weight': data [");
 
     FRESH();
+    put32(b, 4, 2);                     /* v2: same layout, must open */
+    {
+        char path[160];
+        snprintf(path, sizeof(path), "%s/v2.gguf", tmpdir);
+        err[0] = '\0';
+        if (spew(path, b, ref_n) == 0
+            && llm_gguf_open(&g, path, err, sizeof(err)) == 0)
+        {
+            CHECK(llm_gguf_version(g) == 2, "v2 reported as v%u",
+                llm_gguf_version(g));
+            llm_gguf_close(g);
+        } else {
+            CHECK(0, "GGUF v2 refused: %s", err);
+        }
+    }
+
+    FRESH();
     b[0] = 'X';
     expect_bad("wrong magic", b, ref_n, "bad magic");
 
