@@ -138,7 +138,7 @@ main(int argc, char **argv)
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
         int rc = 0, takes = 1;
 
-        if (strcmp(f_, "--preset") == 0) {
+        if (strcmp(f_, "--preset") == 0 && v != NULL) {
             /* done above */
         } else if (strcmp(f_, "-q") == 0 || strcmp(f_, "--quiet") == 0) {
             quiet = 1;
