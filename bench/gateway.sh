@@ -7,12 +7,13 @@
 #      the engine socket and N times through nginx; p50 and p99
 #   2. non-streaming requests/s at 64 connections (wrk, fake engine)
 #   3. STREAMS concurrent SSE streams through one nginx (2 workers) with a
-#      fake token source (STREAM_TOKENS tokens, one per 500 ms): errors,
-#      and nginx memory per open stream
+#      fake token source (STREAM_TOKENS tokens, one per STREAM_INTERVAL
+#      ms): errors, and nginx memory per open stream
 #
 # Env: BUILD, REPO (set by build.sh), N (2000), STREAMS (10000), RAMP
 # (streams opened per second, 2000), DURATION (wrk seconds, 10),
-# STREAM_TOKENS (60: a stream lasts 30 s, so all are open at once).
+# STREAM_TOKENS (60) and STREAM_INTERVAL (2500 ms between tokens: a
+# stream lasts 150 s, so all are open at once even on a loaded machine).
 # Needs node, wrk (Debian package wrk).
 
 set -euo pipefail
@@ -24,6 +25,7 @@ STREAMS=${STREAMS:-10000}
 RAMP=${RAMP:-2000}
 DURATION=${DURATION:-10}
 STREAM_TOKENS=${STREAM_TOKENS:-60}
+STREAM_INTERVAL=${STREAM_INTERVAL:-2500}
 NGINX=${NGINX:-/usr/sbin/nginx}
 MOD=$BUILD/modules/ngx_http_llm_module.so
 MODEL=$BUILD/models/test-tiny.gguf
@@ -58,7 +60,7 @@ wait_ready() {   # file
 
 node "$REPO/bench/gateway-fake.mjs" "$D/fast.sock" 16 0 >"$D/fast.log" 2>&1 &
 PIDS+=($!)
-node "$REPO/bench/gateway-fake.mjs" "$D/slow.sock" "$STREAM_TOKENS" 500 >"$D/slow.log" 2>&1 &
+node "$REPO/bench/gateway-fake.mjs" "$D/slow.sock" "$STREAM_TOKENS" "$STREAM_INTERVAL" >"$D/slow.log" 2>&1 &
 PIDS+=($!)
 "$BUILD/bin/llm-engine" --model "$MODEL" --socket "$D/real.sock" --threads 1 \
     --name fake >"$D/engine.log" 2>&1 &
@@ -99,7 +101,7 @@ sleep 0.5
 WORKERS=$(pgrep -P "$(cat "$D/nginx.pid")" | paste -sd, -)
 
 echo "# Gateway benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), 2 workers"
-echo "# N=$N STREAMS=$STREAMS RAMP=$RAMP/s DURATION=${DURATION}s STREAM_TOKENS=$STREAM_TOKENS"
+echo "# N=$N STREAMS=$STREAMS RAMP=$RAMP/s DURATION=${DURATION}s STREAM_TOKENS=$STREAM_TOKENS STREAM_INTERVAL=${STREAM_INTERVAL}ms"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg) (a shared machine makes latency noisy)"
 echo
 echo "## 1. added latency, fake engine (16 tokens at once), $N sequential requests"
@@ -135,7 +137,7 @@ echo "nginx CPU per request: $(awk -v t=$((T1 - T0)) -v n="$REQS" -v hz="$(getco
     'BEGIN { printf "%.1f us (user+sys of the workers / requests)", t / hz * 1e6 / n }')"
 echo
 
-echo "## 3. $STREAMS concurrent SSE streams ($STREAM_TOKENS tokens, 1 per 500 ms), fake engine"
+echo "## 3. $STREAMS concurrent SSE streams ($STREAM_TOKENS tokens, 1 per $STREAM_INTERVAL ms), fake engine"
 node "$REPO/bench/gateway-load.mjs" streams "127.0.0.1:$PORT" "$STREAMS" "$RAMP" "$WORKERS"
 ALERTS=$(grep -cE '\[(alert|emerg|crit)\]' "$D/error.log" || true)
 echo "error.log: $ALERTS alert/emerg/crit lines"
