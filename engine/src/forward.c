@@ -120,10 +120,16 @@ struct llm_ctx_s {
     const uint8_t      *gather_src;     /* rows to gather, gather_rb each */
     size_t              gather_rb;
 
+    /* experts from elsewhere (NULL acquire: the mapping) */
+    llm_expert_source_t xsrc;
+    llm_expert_ptrs_t  *xptrs;      /* [n_expert] */
+    uint32_t           *pf;         /* [n_expert] prefetch scratch */
+
     /* mmap'd regions to unmap */
     void               *maps[32];
     size_t              map_len[32];
     uint32_t            n_maps;
+    char                err[256];   /* from the expert source */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -841,6 +847,77 @@ llm_task_add(void *arg, uint32_t item, uint32_t ith)
 
 /* ---- the layer ---------------------------------------------------------- */
 
+/*
+ * Prefetch hint: the next layer's router applied to this layer's normed
+ * hidden state (c->xn), top-k per token with the next layer's selection
+ * bias; the union of the picks goes to the source.  Runs on the caller.
+ */
+static void
+llm_prefetch_next(llm_ctx_t *c, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    const llm_layer_t    *N = &c->m->layers[c->layer + 1];
+    uint32_t              NE = hp->n_expert, K = hp->n_expert_used;
+    uint32_t              t, j, e, best, n = 0;
+    float                 mx, v, *lg = c->router;
+    uint8_t               mark[4096];
+    size_t                xs;
+    const uint8_t        *x;
+
+    if (N->gate_inp.type != LLM_TYPE_F32) {
+        return;                     /* the operand would need quantizing */
+    }
+    memset(mark, 0, NE);
+    x = llm_act_operand(c, c->act, c->xn, hp->n_embd, hp->n_embd,
+                        N->gate_inp.type, &xs);
+    llm_gemm(LLM_TYPE_F32, hp->n_embd, NE, T, N->gate_inp.data,
+             N->gate_inp.row_bytes, x, xs, lg, NE);
+    for (t = 0; t < T; t++, lg += NE) {
+        /* the selection order of the real router: gating, then bias */
+        if (hp->gating == LLM_GATING_SIGMOID) {
+            for (e = 0; e < NE; e++) {
+                lg[e] = 1.0f / (1.0f + expf(-lg[e]));
+            }
+        } else if (N->exp_probs_b != NULL) {
+            float sum = 0.0f;
+
+            mx = -INFINITY;
+            for (e = 0; e < NE; e++) {
+                mx = lg[e] > mx ? lg[e] : mx;
+            }
+            for (e = 0; e < NE; e++) {
+                lg[e] = expf(lg[e] - mx);
+                sum += lg[e];
+            }
+            for (e = 0; e < NE; e++) {
+                lg[e] /= sum;
+            }
+        }
+        for (j = 0; j < K; j++) {
+            best = 0;
+            mx = -INFINITY;
+            for (e = 0; e < NE; e++) {
+                v = mark[e] == 2 ? -INFINITY : lg[e]
+                    + (N->exp_probs_b ? N->exp_probs_b[e] : 0.0f);
+                if (v > mx) {
+                    mx = v;
+                    best = e;
+                }
+            }
+            mark[best] = 2;
+        }
+        for (e = 0; e < NE; e++) {
+            mark[e] = mark[e] ? 1 : 0;
+        }
+    }
+    for (e = 0; e < NE; e++) {
+        if (mark[e]) {
+            c->pf[n++] = e;
+        }
+    }
+    c->xsrc.prefetch(c->xsrc.ud, c->layer + 1, c->pf, n);
+}
+
 static int
 llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
 {
@@ -864,6 +941,24 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     llm_run_rows(c, T, llm_task_route);
     llm_group_experts(c, T);
 
+    /* expert weights: the mapping, or the expert source */
+    for (a = 0; a < c->n_active; a++) {
+        e = c->active[a];
+        c->xptrs[a].gate = llm_wt_expert(&L->gate_exps, e);
+        c->xptrs[a].up = llm_wt_expert(&L->up_exps, e);
+        c->xptrs[a].down = llm_wt_expert(&L->down_exps, e);
+    }
+    if (c->xsrc.prefetch != NULL && c->layer + 1 < hp->n_layer) {
+        llm_prefetch_next(c, T);
+    }
+    if (c->xsrc.acquire != NULL) {
+        rc = c->xsrc.acquire(c->xsrc.ud, c->layer, c->active, c->n_active,
+                             c->xptrs, c->err, sizeof(c->err));
+        if (rc < 0) {
+            return rc;
+        }
+    }
+
     /* gather the activation rows of the gate/up type into slot order */
     xop = llm_act_operand(c, c->act, c->xn, E, E, L->gate_exps.type, &xs);
     c->gather_src = xop;
@@ -876,8 +971,8 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         e = c->active[a];
         n_e = c->e_off[e + 1] - c->e_off[e];
         memset(&it, 0, sizeof(it));
-        it.w = llm_wt_expert(&L->gate_exps, e);
-        it.w2 = llm_wt_expert(&L->up_exps, e);
+        it.w = c->xptrs[a].gate;
+        it.w2 = c->xptrs[a].up;
         it.type = L->gate_exps.type;
         it.n = E;
         it.w_stride = L->gate_exps.row_bytes;
@@ -904,7 +999,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         e = c->active[a];
         n_e = c->e_off[e + 1] - c->e_off[e];
         memset(&it, 0, sizeof(it));
-        it.w = llm_wt_expert(&L->down_exps, e);
+        it.w = c->xptrs[a].down;
         it.type = L->down_exps.type;
         it.n = ff;
         it.w_stride = L->down_exps.row_bytes;
@@ -918,6 +1013,9 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         }
     }
     llm_run_items(c);
+    if (c->xsrc.release != NULL) {
+        c->xsrc.release(c->xsrc.ud, c->layer, c->active, c->n_active);
+    }
 
     llm_run_rows(c, T, llm_task_scatter);
     return 0;
@@ -1162,10 +1260,11 @@ llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
     llm_run_rows(c, T, llm_task_embed);
 
     for (l = 0; l < hp->n_layer; l++) {
+        c->err[0] = '\0';
         rc = llm_layer(c, l, T);
         if (rc < 0) {
             snprintf(err, errlen, "forward: layer %u: %s", l,
-                     strerror(-rc));
+                     c->err[0] ? c->err : strerror(-rc));
             return rc;
         }
     }
@@ -1301,10 +1400,12 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
         c->e_count = calloc(hp->n_expert, sizeof(uint32_t));
         c->e_off = calloc(hp->n_expert + 1, sizeof(uint32_t));
         c->active = calloc(hp->n_expert, sizeof(uint32_t));
+        c->xptrs = calloc(hp->n_expert, sizeof(llm_expert_ptrs_t));
+        c->pf = calloc(hp->n_expert, sizeof(uint32_t));
         if (c->eo == NULL || c->xg == NULL || c->router == NULL
             || c->sel == NULL || c->selw == NULL || c->tok_slot == NULL
             || c->slot_tok == NULL || c->e_count == NULL || c->e_off == NULL
-            || c->active == NULL)
+            || c->active == NULL || c->xptrs == NULL || c->pf == NULL)
         {
             goto nomem;
         }
@@ -1341,6 +1442,18 @@ llm_ctx_free(llm_ctx_t *c)
     free(c->e_count);
     free(c->e_off);
     free(c->active);
+    free(c->xptrs);
+    free(c->pf);
     free(c->items);
     free(c);
+}
+
+void
+llm_ctx_set_expert_source(llm_ctx_t *c, const llm_expert_source_t *src)
+{
+    if (src == NULL) {
+        memset(&c->xsrc, 0, sizeof(c->xsrc));
+        return;
+    }
+    c->xsrc = *src;
 }

@@ -854,3 +854,29 @@ llm_model_quant_name(const llm_model_t *m)
 {
     return m->quant_name;
 }
+
+int
+llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
+    uint32_t expert, llm_expert_slices_t *out)
+{
+    const llm_layer_t  *L;
+    const llm_wt_t     *w[3];
+    const uint8_t      *base = llm_gguf_map(m->gguf);
+    int                 i;
+
+    if (m->hp.n_expert == 0 || layer >= m->hp.n_layer
+        || expert >= m->hp.n_expert)
+    {
+        return -EINVAL;
+    }
+    L = &m->layers[layer];
+    w[0] = &L->gate_exps;
+    w[1] = &L->up_exps;
+    w[2] = &L->down_exps;
+    for (i = 0; i < 3; i++) {
+        out->offset[i] = (uint64_t) (w[i]->ex[expert] - base);
+        out->bytes[i] = (uint64_t) w[i]->n_out * w[i]->row_bytes;
+        out->type[i] = w[i]->type;
+    }
+    return 0;
+}

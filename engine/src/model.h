@@ -130,4 +130,49 @@ void llm_ctx_free(llm_ctx_t *c);
 int llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
     size_t errlen);
 
+/*
+ * Experts from somewhere other than the mapping (streamed experts, issue 7).
+ *
+ * In each MoE layer, after routing, the forward pass calls acquire() once
+ * with the distinct experts the batch needs (ascending ids); the source
+ * fills ptrs[i] with the base of expert experts[i]'s gate, up and down
+ * matrices (the same bytes as the file's slices, see llm_model_expert_
+ * slices) and may block until they are resident.  release() follows once
+ * the layer's expert phase is over; until then the pointers must stay
+ * valid.  acquire() returning < 0 fails the forward call with its err.
+ * prefetch(), when set, is a hint: the experts the next layer's router
+ * picks for this layer's normed hidden state, before this layer's experts
+ * run.  Callbacks run on the thread calling llm_forward.
+ */
+typedef struct {
+    const void  *gate;
+    const void  *up;
+    const void  *down;
+} llm_expert_ptrs_t;
+
+typedef struct {
+    void  *ud;
+    int  (*acquire)(void *ud, uint32_t layer, const uint32_t *experts,
+                    uint32_t n, llm_expert_ptrs_t *ptrs, char *err,
+                    size_t errlen);
+    void (*release)(void *ud, uint32_t layer, const uint32_t *experts,
+                    uint32_t n);
+    void (*prefetch)(void *ud, uint32_t layer, const uint32_t *experts,
+                     uint32_t n);
+} llm_expert_source_t;
+
+/* NULL restores reading experts from the mapping. */
+void llm_ctx_set_expert_source(llm_ctx_t *c, const llm_expert_source_t *src);
+
+/* Where expert e of a layer lives in the file: [0] gate, [1] up, [2] down,
+ * absolute file offsets and byte counts (each contiguous), and their type. */
+typedef struct {
+    uint64_t  offset[3];
+    uint64_t  bytes[3];
+    uint32_t  type[3];
+} llm_expert_slices_t;
+
+int llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
+    uint32_t expert, llm_expert_slices_t *out);
+
 #endif /* LLM_MODEL_H */
