@@ -34,6 +34,10 @@ $t->start_nginx(<<"EOF", main => $user);
         server unix:$d/fake-ok.sock backup;
     }
     upstream u_slow { server unix:$d/fake-slow.sock; }
+    upstream u_slow_then_ok {
+        server unix:$d/fake-slow.sock;
+        server unix:$d/fake-ok.sock backup;
+    }
     upstream u_tools { server unix:$d/fake-tools.sock; keepalive 2; }
     llm_model ok upstream=u_ok;
     llm_model split upstream=u_split;
@@ -44,6 +48,7 @@ $t->start_nginx(<<"EOF", main => $user);
     llm_model over upstream=u_over;
     llm_model over2 upstream=u_over_then_ok;
     llm_model slow upstream=u_slow;
+    llm_model slow2 upstream=u_slow_then_ok;
     llm_model tools upstream=u_tools;
     server {
         listen 127.0.0.1:%%PORT%%;
@@ -54,6 +59,7 @@ $t->start_nginx(<<"EOF", main => $user);
         }
         location /nohb/v1/ { llm_api on; }
         location /coalesce/v1/ { llm_api on; llm_sse_flush_interval 50ms; }
+        location /impatient/v1/ { llm_api on; llm_read_timeout 400ms; }
     }
 EOF
 
@@ -116,6 +122,16 @@ is($r->{json}{error}{message}, 'queue is full', 'overloaded: engine message');
 $r = $t->post('/v1/chat/completions', chat('over2'));
 is($r->{status}, 200, 'overloaded: next server answered');
 is($r->{json}{choices}[0]{message}{content}, 'Hello world', 'next server: text');
+
+# a timeout before the first byte: the next server, else 504
+
+$r = $t->post('/impatient/v1/chat/completions', chat('slow2'));
+is($r->{status}, 200, 'timeout before the first byte: next server answered');
+$r = $t->post('/impatient/v1/chat/completions', chat('slow'));
+is($r->{status}, 504, 'timeout, no server left: 504');
+is($r->{json}{error}{code}, 'engine_timeout', 'timeout: OpenAI body');
+($st, $h, $body) = stream('/impatient/v1/chat/completions', 'slow');
+is($st, 504, 'timeout before the first token of a stream: 504, not SSE');
 
 # heartbeat while waiting for the first token (and none without it)
 
