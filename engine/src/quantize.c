@@ -206,6 +206,38 @@ qz_get_type(qz_state_t *s, uint32_t type, const llm_gguf_tensor_t *t,
     return type;
 }
 
+/*
+ * llama.cpp's loader order (weight_name_comparer): tensors outside the
+ * blocks first, then by layer number, each group by name.  llama-quantize
+ * converts and writes in this order, and the counters above depend on it.
+ */
+static const llm_gguf_t *qz_sort_g;
+
+static int
+qz_layer(const char *name)
+{
+    int l = -1;
+    if (sscanf(name, "blk.%d.", &l) != 1) {
+        l = -1;
+    }
+    return l;
+}
+
+static int
+qz_cmp_order(const void *a, const void *b)
+{
+    const llm_gguf_tensor_t *x = llm_gguf_tensor_at(qz_sort_g,
+        *(const uint64_t *) a);
+    const llm_gguf_tensor_t *y = llm_gguf_tensor_at(qz_sort_g,
+        *(const uint64_t *) b);
+    int lx = qz_layer(x->name), ly = qz_layer(y->name);
+
+    if (lx != ly) {
+        return lx < ly ? -1 : 1;
+    }
+    return strcmp(x->name, y->name);
+}
+
 /* ---- the row conversion task ---- */
 
 typedef struct {
@@ -281,6 +313,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
     qz_state_t s;
     qz_job_t job;
     uint32_t *types = NULL;
+    uint64_t *order = NULL;
     uint8_t *slab = NULL;
     float **scratch = NULL;
     uint32_t nth = params->n_threads ? params->n_threads : 1;
@@ -346,9 +379,10 @@ llm_model_quantize(const char *in_path, const char *out_path,
     }
 
     types = calloc(nt ? nt : 1, sizeof(uint32_t));
+    order = calloc(nt ? nt : 1, sizeof(uint64_t));
     scratch = calloc(nth, sizeof(float *));
     slab = malloc(QZ_SLAB_BYTES + (size_t) max_ne0 * 4);
-    if (types == NULL || scratch == NULL || slab == NULL) {
+    if (types == NULL || order == NULL || scratch == NULL || slab == NULL) {
         rc = -ENOMEM;
         qz_err(err, errlen, "out of memory");
         goto done;
@@ -363,9 +397,14 @@ llm_model_quantize(const char *in_path, const char *out_path,
         }
     }
 
-    /* the type of every tensor, in file order (counters depend on it) */
+    /* the output order, and every tensor's type in that order */
     for (i = 0; i < nt; i++) {
-        const llm_gguf_tensor_t *t = llm_gguf_tensor_at(g, i);
+        order[i] = i;
+    }
+    qz_sort_g = g;
+    qsort(order, nt, sizeof(uint64_t), qz_cmp_order);
+    for (i = 0; i < nt; i++) {
+        const llm_gguf_tensor_t *t = llm_gguf_tensor_at(g, order[i]);
         uint32_t type = t->type;
 
         if (qz_wants(t)) {
@@ -401,7 +440,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
     llm_gguf_w_u32(w, "general.quantization_version", 2);
     llm_gguf_w_u32(w, "general.file_type", q->ftype);
     for (i = 0; i < nt; i++) {
-        const llm_gguf_tensor_t *t = llm_gguf_tensor_at(g, i);
+        const llm_gguf_tensor_t *t = llm_gguf_tensor_at(g, order[i]);
         llm_gguf_w_tensor(w, t->name, t->n_dims, t->ne, types[i]);
     }
     if (llm_gguf_w_begin_data(w) != 0) {
@@ -409,7 +448,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
     }
 
     for (i = 0; i < nt; i++) {
-        const llm_gguf_tensor_t *t = llm_gguf_tensor_at(g, i);
+        const llm_gguf_tensor_t *t = llm_gguf_tensor_at(g, order[i]);
         int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
         size_t src_rb = (size_t) (t->nbytes / (uint64_t) rows);
         size_t dst_rb = llm_row_bytes(types[i], t->ne[0]);
@@ -475,6 +514,7 @@ done:
     free(scratch);
     free(slab);
     free(types);
+    free(order);
     llm_gguf_close(g);
     if (st != NULL) {
         *st = stats;

@@ -11,6 +11,8 @@
  *    error of the source (relative RMS).
  * 5. llama.cpp's mix rules on an 8-expert model, the fallback for rows
  *    that do not fit a 256 block, and refusals with clear messages.
+ * 6. Quantizing the shared F32 reference models reproduces llama-quantize's
+ *    files byte for byte (skipped when ../shared is absent).
  */
 
 #include <errno.h>
@@ -616,6 +618,53 @@ test_mixes(void)
         "fallback, refusals");
 }
 
+/*
+ * llama-quantize's own output: quantizing the shared F32 reference models
+ * must reproduce the shared quantized files byte for byte (same tensor
+ * order, types, metadata, layout and block contents).
+ */
+static void
+test_llamacpp_identity(void)
+{
+    static const char *cases[][3] = {
+        { "ref-qwen3moe-f32", "ref-qwen3moe-q4_k_m", "Q4_K_M" },
+        { "ref-minimax-m2-f32", "ref-minimax-m2-q4_k_m", "Q4_K_M" },
+        { "ref-llama-moe-f32", "ref-llama-moe-q4_k_m", "Q4_K_M" },
+        { "ref-qwen3moe-f32", "ref-qwen3moe-bf16", "BF16" },
+    };
+    const char *sh = getenv("LLM_SHARED");
+    char in[512], ref[512], out[128], err[512];
+    llm_quantize_params_t qp;
+    int n = 0;
+
+    snprintf(out, sizeof(out), "%s/ident.gguf", tmpdir);
+    memset(&qp, 0, sizeof(qp));
+    qp.n_threads = 2;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        snprintf(in, sizeof(in), "%s/reference/%s.gguf",
+            sh ? sh : "../shared", cases[k][0]);
+        snprintf(ref, sizeof(ref), "%s/reference/%s.gguf",
+            sh ? sh : "../shared", cases[k][1]);
+        if (access(in, R_OK) != 0 || access(ref, R_OK) != 0) {
+            printf("skip llama-quantize identity: %s absent\n", in);
+            return;
+        }
+        if (llm_model_quantize(in, out, llm_qtype_find(cases[k][2]), &qp,
+                NULL, err, sizeof(err)) != 0)
+        {
+            CHECK(0, "%s: %s", cases[k][0], err);
+            continue;
+        }
+        CHECK(same_file(out, ref), "%s -> %s differs from llama-quantize's "
+            "%s", cases[k][0], cases[k][2], ref);
+        n++;
+    }
+    printf("%s llama-quantize identity: %d files byte-identical\n",
+        group_fail ? "FAIL" : "ok  ", n);
+    failures += group_fail;
+    group_fail = 0;
+}
+
 int
 main(void)
 {
@@ -633,6 +682,7 @@ main(void)
     test_vocab();
     test_quantize();
     test_mixes();
+    test_llamacpp_identity();
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot remove %s\n", tmpdir);
