@@ -655,7 +655,7 @@ static int
 cache_grow(piece_cache_t *c)
 {
     cache_slot_t  *ns, *os = c->slot;
-    uint32_t       ncap = c->slot ? (c->mask + 1) * 2 : 4096, i, j, oc;
+    uint32_t       ncap = c->slot ? (c->mask + 1) * 2 : c->mask + 1, i, j, oc;
 
     ns = calloc(ncap, sizeof(*ns));
     if (ns == NULL) {
@@ -865,6 +865,10 @@ llm_bpe_tokenize(const llm_vocab_t *v, const char *text, size_t len,
             out->cap = want;
         }
     }
+
+    /* first cache size: about one distinct piece per 16 bytes, 64 .. 4096 */
+    for (want = 64; want < 4096 && want * 16 < len; want <<= 1) { /* void */ }
+    x.c.mask = (uint32_t) want - 1;
 
     x.md = pcre2_match_data_create(1, NULL);
     if (x.md == NULL || cache_grow(&x.c) < 0) {
