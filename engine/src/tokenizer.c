@@ -19,8 +19,12 @@
 
 #include "tokenizer_int.h"
 
-#define ERR(...)  do { if (err && errlen) snprintf(err, errlen, __VA_ARGS__); } \
-                  while (0)
+#define ERR(...)                                                              \
+    do {                                                                      \
+        if (err && errlen) {                                                  \
+            snprintf(err, errlen, __VA_ARGS__);                               \
+        }                                                                     \
+    } while (0)
 
 /* FNV-1a, 32 bit: short keys, good enough spread for power-of-2 tables. */
 uint32_t

@@ -118,8 +118,8 @@ dec(const uint8_t *s, size_t n, size_t i, uint32_t *cp, uint8_t *fl)
     if (r == 2) {
         *cp = ((uint32_t) (c & 0x1f) << 6) | (s[i + 1] & 0x3f);
     } else if (r == 3) {
-        *cp = ((uint32_t) (c & 0x0f) << 12) | ((uint32_t) (s[i + 1] & 0x3f) << 6)
-              | (s[i + 2] & 0x3f);
+        *cp = ((uint32_t) (c & 0x0f) << 12)
+              | ((uint32_t) (s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f);
     } else {
         *cp = ((uint32_t) (c & 0x07) << 18)
               | ((uint32_t) (s[i + 1] & 0x3f) << 12)

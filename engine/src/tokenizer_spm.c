@@ -16,8 +16,12 @@
 
 #include "tokenizer_int.h"
 
-#define ERR(...)  do { if (err && errlen) snprintf(err, errlen, __VA_ARGS__); } \
-                  while (0)
+#define ERR(...)                                                              \
+    do {                                                                      \
+        if (err && errlen) {                                                  \
+            snprintf(err, errlen, __VA_ARGS__);                               \
+        }                                                                     \
+    } while (0)
 
 typedef struct {
     uint32_t  off;          /* into the escaped text */

@@ -631,7 +631,8 @@ random_text(char *buf, size_t max)
         "a", "Hello", "WORLD", "don", "x", "\x80", "\xff", "\xc3",
         "\xe2\x82", "\xf0\x9f", "\xed\xa0\x80", "\xc5\xbf",
         "'\xc5\xbfx", "'Sa", "'tt", "'llo", "'REd", "'d1", " 1", " !",
-        " a", "\t!", "\xe1\xa0\x8e", "\xc2\x85x", "\xe3\x80\x80\xe3\x80\x80" "a",
+        " a", "\t!", "\xe1\xa0\x8e", "\xc2\x85x",
+        "\xe3\x80\x80\xe3\x80\x80" "a",
     };
     static const uint32_t  spaces[] = {
         0x85, 0xa0, 0x1680, 0x2000, 0x2005, 0x200a, 0x2028, 0x2029,
