@@ -499,6 +499,212 @@ LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, 4, LLM_Q5_K_TILE)
 LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, 4, llm_q6_K_tile)
 
 
+/* ---- Q4_0 / Q8_0 with prepared activation columns -------------------- */
+
+/*
+ * For several columns the per-column work of the tiles above (load two
+ * blocks, the offset sum, the scale pair) is done once per column group
+ * into this form, then every row tile reads it straight from L1/L2.
+ */
+typedef struct {
+    __m512i  y;         /* qs of blocks 2i, 2i+1 */
+    __m512i  init;      /* -offset * sum(y) per lane group */
+    __m512   yd;        /* [d(2i) x 8 | d(2i+1) x 8] */
+} llm_q8_pair_t;
+
+/* Stack budget for one column group's prepared pairs. */
+#define LLM_PREP_MAX  (4 * 128)
+
+
+LLM_INLINE void
+llm_q8_0_prep(const char *x, int64_t np, const int q8, llm_q8_pair_t *out)
+{
+    const __m512i           off = _mm512_set1_epi8(q8 ? (char) 0x80 : 8);
+    const llm_block_q8_0   *q = (const llm_block_q8_0 *) x;
+
+    for (int64_t i = 0; i < np; i++, q += 2) {
+        __m512i  yv = _mm512_inserti64x4(_mm512_castsi256_si512(
+                          _mm256_loadu_si256((const void *) q[0].qs)),
+                          _mm256_loadu_si256((const void *) q[1].qs), 1);
+
+        out[i].y = yv;
+        out[i].init = _mm512_sub_epi32(_mm512_setzero_si512(),
+                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), off,
+                                              yv));
+        out[i].yd = llm_pair_scale(q[0].d, q[1].d);
+    }
+}
+
+
+/*
+ * R x C results from np block pairs; pre holds C columns of np pairs.
+ * Odd trailing blocks are left to the caller.
+ */
+LLM_INLINE void
+llm_q_0_tile_pre(const int R, const int C, const int q8, int64_t np,
+    const char *w, size_t ws, const llm_q8_pair_t *pre, float *y,
+    size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  bias = _mm512_set1_epi8((char) 0x80);
+    __m512         acc[LLM_MAXR][LLM_MAXC];
+    int64_t        b;
+    int            r, c;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm512_setzero_ps();
+        }
+    }
+
+    for (b = 0; b < np; b++) {
+        __m512i  wq[LLM_MAXR];
+        __m512   wd[LLM_MAXR];
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            if (q8) {
+                const llm_block_q8_0  *p = (const llm_block_q8_0 *)
+                                           (w + r * ws) + 2 * b;
+                __m512i  z = _mm512_inserti64x4(_mm512_castsi256_si512(
+                                 _mm256_loadu_si256((const void *) p[0].qs)),
+                                 _mm256_loadu_si256((const void *) p[1].qs),
+                                 1);
+
+                wq[r] = _mm512_xor_si512(z, bias);
+                wd[r] = llm_pair_scale(p[0].d, p[1].d);
+            } else {
+                const llm_block_q4_0  *p = (const llm_block_q4_0 *)
+                                           (w + r * ws) + 2 * b;
+                __m256i  t = _mm256_inserti128_si256(_mm256_castsi128_si256(
+                                 _mm_loadu_si128((const void *) p[0].qs)),
+                                 _mm_loadu_si128((const void *) p[1].qs), 1);
+                __m512i  z = _mm512_inserti64x4(_mm512_castsi256_si512(t),
+                                                _mm256_srli_epi16(t, 4), 1);
+
+                z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+                wq[r] = _mm512_and_si512(z, m4);
+                wd[r] = llm_pair_scale(p[0].d, p[1].d);
+            }
+        }
+
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            const llm_q8_pair_t  *pc = pre + c * np + b;
+
+#pragma GCC unroll 4
+            for (r = 0; r < R; r++) {
+                __m512i  dp = _mm512_dpbusd_epi32(pc->init, wq[r], pc->y);
+
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
+                                            _mm512_mul_ps(wd[r], pc->yd),
+                                            acc[r][c]);
+            }
+        }
+    }
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+        }
+    }
+}
+
+
+/*
+ * Several columns: for each group of 4, prepare the columns once, then
+ * run every 4-row tile over them; an odd last block is added per result
+ * by the plain tile.  Single columns and very long rows take the plain
+ * driver.
+ */
+LLM_INLINE void
+llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy)
+{
+    llm_q8_pair_t  pre[LLM_PREP_MAX];
+    const char    *wp = w, *xp = x;
+    int64_t        nb = n / LLM_QK, np = nb / 2, c0, r, c, cc;
+    size_t         bsz = q8 ? sizeof(llm_block_q8_0)
+                            : sizeof(llm_block_q4_0);
+
+    for (c0 = 0; c0 < nc; c0 += 4) {
+        cc = nc - c0 < 4 ? nc - c0 : 4;
+        for (c = 0; c < cc; c++) {
+            llm_q8_0_prep(xp + (c0 + c) * xs, np, q8, pre + c * np);
+        }
+
+        for (r = 0; r + 4 <= nr; r += 4) {
+            if (cc == 4) {
+                llm_q_0_tile_pre(4, 4, q8, np, wp + r * ws, ws, pre,
+                                 y + c0 * ldy + r, ldy);
+            } else {
+                for (c = 0; c < cc; c++) {
+                    llm_q_0_tile_pre(4, 1, q8, np, wp + r * ws, ws,
+                                     pre + c * np, y + (c0 + c) * ldy + r,
+                                     ldy);
+                }
+            }
+        }
+        for (; r < nr; r++) {
+            for (c = 0; c < cc; c++) {
+                llm_q_0_tile_pre(1, 1, q8, np, wp + r * ws, ws,
+                                 pre + c * np, y + (c0 + c) * ldy + r, ldy);
+            }
+        }
+
+        if (nb & 1) {               /* the odd last block */
+            for (c = 0; c < cc; c++) {
+                for (r = 0; r < nr; r++) {
+                    float  t;
+
+                    if (q8) {
+                        llm_q8_0_tile(1, 1, 1, wp + r * ws + (nb - 1) * bsz,
+                                      0, xp + (c0 + c) * xs
+                                      + (nb - 1) * sizeof(llm_block_q8_0),
+                                      0, &t, 1);
+                    } else {
+                        llm_q4_0_tile(1, 1, 1, wp + r * ws + (nb - 1) * bsz,
+                                      0, xp + (c0 + c) * xs
+                                      + (nb - 1) * sizeof(llm_block_q8_0),
+                                      0, &t, 1);
+                    }
+                    y[(c0 + c) * ldy + r] += t;
+                }
+            }
+        }
+    }
+}
+
+
+static void
+llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if (nc == 1 || n / LLM_QK / 2 * 4 > LLM_PREP_MAX) {
+        llm_gemm_q4_0(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    llm_gemm_q_0_pre(0, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_q8_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if (nc == 1 || n / LLM_QK / 2 * 4 > LLM_PREP_MAX) {
+        llm_gemm_q8_0(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    llm_gemm_q_0_pre(1, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
 void
 llm_kernels_init_avx512(llm_kernels_t *k)
 {
@@ -507,8 +713,8 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
-    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0;
-    k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0;
+    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_any;
+    k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_any;
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K;
     k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K;

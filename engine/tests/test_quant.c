@@ -389,39 +389,46 @@ test_simd_level(llm_simd_t level)
             }
         }
 
-        /* gemm over odd shapes, with padding in strides and ldy */
-        for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
-            for (size_t b = 0; b < sizeof(sizes) / sizeof(sizes[0]); b++) {
-                int     nr = sizes[a], nc = sizes[b];
-                size_t  ldy = nr + 1;
+        /* gemm over odd shapes, with padding in strides and ldy; for
+         * 32-blocks also an odd block count */
+        for (int64_t gn = n; gn >= n - 32; gn -= 32) {
+            if (gn != n && blk != 32) {
+                break;
+            }
+            for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
+                for (size_t b = 0; b < sizeof(sizes) / sizeof(sizes[0]); b++) {
+                    int     nr = sizes[a], nc = sizes[b];
+                    size_t  ldy = nr + 1;
 
-                for (int k = 0; k < (maxr + 1) * maxc; k++) {
-                    y[k] = yr[k] = -12345.f;
-                }
-                llm_gemm(t, n, nr, nc, wq, wrow, xq, xrow, y, ldy);
-                for (int c = 0; c < nc; c++) {
-                    for (int r = 0; r < nr; r++) {
-                        llm_vec_dot_ref(t, n, &yr[c * ldy + r],
-                                        (char *) wq + r * wrow,
-                                        (char *) xq + c * xrow);
+                    for (int k = 0; k < (maxr + 1) * maxc; k++) {
+                        y[k] = yr[k] = -12345.f;
                     }
-                }
-                int  bad = 0;
-                for (int c = 0; c < nc; c++) {
-                    for (int r = 0; r < nr; r++) {
-                        double  norm = 0;
-                        for (int64_t j = 0; j < n; j++) {
-                            norm += fabsf(w[r * n + j] * x[c * n + j]);
+                    llm_gemm(t, gn, nr, nc, wq, wrow, xq, xrow, y, ldy);
+                    for (int c = 0; c < nc; c++) {
+                        for (int r = 0; r < nr; r++) {
+                            llm_vec_dot_ref(t, gn, &yr[c * ldy + r],
+                                            (char *) wq + r * wrow,
+                                            (char *) xq + c * xrow);
                         }
-                        float  d = y[c * ldy + r] - yr[c * ldy + r];
-                        bad += !(fabs(d) <= 2e-5 * norm);
                     }
-                    if (nr + 1 <= (int) ldy) {
-                        bad += y[c * ldy + nr] != -12345.f;  /* padding */
+                    int  bad = 0;
+                    for (int c = 0; c < nc; c++) {
+                        for (int r = 0; r < nr; r++) {
+                            double  norm = 0;
+                            for (int64_t j = 0; j < gn; j++) {
+                                norm += fabsf(w[r * n + j] * x[c * n + j]);
+                            }
+                            float  d = y[c * ldy + r] - yr[c * ldy + r];
+                            bad += !(fabs(d) <= 2e-5 * norm);
+                        }
+                        if (nr + 1 <= (int) ldy) {
+                            bad += y[c * ldy + nr] != -12345.f;  /* padding */
+                        }
                     }
+                    CHECK(bad == 0, "%s gemm %s n=%lld %dx%d: %d wrong",
+                          llm_simd_name(level), llm_type_name(t),
+                          (long long) gn, nr, nc, bad);
                 }
-                CHECK(bad == 0, "%s gemm %s %dx%d: %d wrong",
-                      llm_simd_name(level), llm_type_name(t), nr, nc, bad);
             }
         }
         eoff += snprintf(errs + eoff, sizeof(errs) - eoff, " %s=%.1e",
