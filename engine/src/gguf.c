@@ -364,6 +364,10 @@ read_value(llm_gguf_t *g, gg_rd_t *r, llm_gguf_kv_t *kv, char *err,
     return 0;
 }
 
+/*
+ * Read the n_kv key/value pairs at the cursor into g->kvs and hash every
+ * key; the first malformed, truncated or duplicate one fails with err.
+ */
 static int
 read_kvs(llm_gguf_t *g, gg_rd_t *r, char *err, size_t errlen)
 {
@@ -427,6 +431,11 @@ cmp_off(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/*
+ * Read tensor info i at the cursor: name (unique), dims (1..4, each > 0,
+ * product without overflow), a known type whose block divides ne[0], the
+ * byte size; placement in the file is checked later by check_layout().
+ */
 static int
 read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     size_t errlen)
@@ -888,6 +897,11 @@ kv_int(const llm_gguf_kv_t *kv, int64_t *sv, uint64_t *uv, int *is_signed)
     return 0;
 }
 
+/*
+ * Any integer-typed key as a value in [lo, hi]: both signed and unsigned
+ * views are returned; a non-integer type or an out-of-range value is
+ * -EINVAL naming the key.
+ */
 static int
 get_int(const llm_gguf_t *g, const char *key, int64_t lo, uint64_t hi,
     int64_t *sout, uint64_t *uout, const char *want, char *err,
@@ -1451,6 +1465,11 @@ w_pad(llm_gguf_writer_t *w, uint64_t at)
     return 0;
 }
 
+/*
+ * Lay out the data section (each tensor at the next aligned offset, in
+ * declaration order, as llama.cpp expects) and write the header, the
+ * key/values, the tensor infos and the padding up to the data.
+ */
 int
 llm_gguf_w_begin_data(llm_gguf_writer_t *w)
 {
@@ -1498,6 +1517,11 @@ llm_gguf_w_begin_data(llm_gguf_writer_t *w)
     return 0;
 }
 
+/*
+ * Append n bytes of the current tensor; more than it has left is an error.
+ * When a tensor is complete it is padded to the alignment and the next
+ * one becomes current.
+ */
 int
 llm_gguf_w_data(llm_gguf_writer_t *w, const void *p, size_t n)
 {
@@ -1555,6 +1579,12 @@ w_free(llm_gguf_writer_t *w)
     free(w);
 }
 
+/*
+ * Finish the file: the header if it was never written, then a check that
+ * every declared tensor got exactly its bytes.  Any error (sticky from an
+ * earlier call, or found here) is reported in err and the file removed.
+ * Frees w in every case.
+ */
 int
 llm_gguf_writer_close(llm_gguf_writer_t *w, char *err, size_t errlen)
 {

@@ -545,6 +545,11 @@ mk_key(char *buf, size_t n, const char *arch, const char *suffix)
     snprintf(buf, n, "%s.%s", arch, suffix);
 }
 
+/*
+ * The key/values of p's architecture as llama.cpp's converter writes them,
+ * the tokenizer keys from v and the chat template.  Writer errors are
+ * sticky and surface at llm_gguf_writer_close().
+ */
 static int
 mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
     const llm_vocabgen_t *v)
@@ -619,6 +624,12 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
     return llm_gguf_w_str(w, "tokenizer.chat_template", tmpl, strlen(tmpl));
 }
 
+/*
+ * Validate p, build the vocabulary and tensor list, write the header, then
+ * every tensor slab by slab (threads fill and convert rows, this thread
+ * appends).  One cleanup path frees everything; the writer removes a
+ * failed file.
+ */
 int
 llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
     char *err, size_t errlen)

@@ -302,6 +302,12 @@ qz_arch_u32(const llm_gguf_t *g, const char *arch, const char *suffix,
     }
 }
 
+/*
+ * Open and check the input, choose every tensor's type (in llama.cpp's
+ * order), copy the metadata, then convert or copy tensor by tensor.  The
+ * input stays mapped read-only; one cleanup path; the writer removes a
+ * failed output.
+ */
 int
 llm_model_quantize(const char *in_path, const char *out_path,
     const llm_qtype_t *q, const llm_quantize_params_t *params,
