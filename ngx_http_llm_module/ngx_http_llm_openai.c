@@ -2519,156 +2519,195 @@ ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 }
 
 
-/* Non-stream: the whole chat.completion / text_completion body. */
+/*
+ * Non-stream: the whole chat.completion / text_completion body, written
+ * by hand like the SSE chunks (jansson's dump was half of the gateway's
+ * CPU per request); only logprobs, already JSON objects, are dumped.
+ */
+
+#define ngx_http_llm_esc_len(sb)                                              \
+    ngx_http_llm_json_escape_len((sb)->data, (sb)->len)
+
 
 ngx_int_t
 ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_str_t *body)
 {
-    char                   *s;
-    json_t                 *root, *choices, *choice, *msg, *calls, *c;
-    ngx_uint_t              i, k;
+    u_char                 *p;
+    char                  **lp;
+    size_t                  size;
+    ngx_uint_t              i, k, chat;
     ngx_http_llm_call_t    *call;
     ngx_http_llm_choice_t  *ch;
 
-    root = json_pack("{s:s%,s:s,s:I,s:s%}",
-                     "id", (char *) ctx->id, ctx->id_len,
-                     "object", ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
-                               ? "chat.completion" : "text_completion",
-                     "created", (json_int_t) ctx->created,
-                     "model", (char *) ctx->model_name.data,
-                     ctx->model_name.len);
-    if (root == NULL) {
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    lp = ngx_pcalloc(r->pool, ctx->n * sizeof(char *));
+    if (lp == NULL) {
         return NGX_ERROR;
     }
 
-    json_object_set_new(root, "system_fingerprint",
-                        ctx->fingerprint.len
-                        ? json_stringn((char *) ctx->fingerprint.data,
-                                       ctx->fingerprint.len)
-                        : json_null());
-
-    choices = json_array();
-    json_object_set_new(root, "choices", choices);
+    size = 512 + ctx->id_len + ctx->fingerprint.len
+           + ngx_http_llm_json_escape_len(ctx->model_name.data,
+                                          ctx->model_name.len);
 
     for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
 
-        if (ctx->route == NGX_HTTP_LLM_ROUTE_COMPLETION) {
-            choice = json_pack("{s:o,s:I,s:o,s:s}",
-                               "text", ngx_http_llm_text_json(
-                                           ch->content.data
-                                           ? ch->content.data
-                                           : (u_char *) "",
-                                           ch->content.len),
-                               "index", (json_int_t) i,
-                               "logprobs", ch->logprobs
-                                           ? json_incref(ch->logprobs)
-                                           : json_null(),
-                               "finish_reason",
-                               ngx_http_llm_finish_name(ch->finish));
-            json_array_append_new(choices, choice);
-            continue;
+        size += 256 + ngx_http_llm_esc_len(&ch->content)
+                + ngx_http_llm_esc_len(&ch->reasoning);
+
+        if (ch->logprobs) {
+            lp[i] = json_dumps(ch->logprobs, JSON_COMPACT);
+            json_decref(ch->logprobs);
+            ch->logprobs = NULL;
+
+            if (lp[i] == NULL) {
+                goto failed;
+            }
+
+            size += ngx_strlen(lp[i]);
         }
 
-        msg = json_pack("{s:s}", "role", "assistant");
+        call = ch->calls.elts;
+
+        for (k = 0; k < ch->calls.nelts; k++) {
+            size += 128 + ngx_http_llm_esc_len(&call[k].id)
+                    + ngx_http_llm_esc_len(&call[k].name)
+                    + ngx_http_llm_esc_len(&call[k].arguments);
+        }
+    }
+
+    p = ngx_pnalloc(r->pool, size);
+    if (p == NULL) {
+        goto failed;
+    }
+
+    body->data = p;
+
+    p = ngx_sprintf(p, "{\"id\":\"%*s\",\"object\":\"%s\",\"created\":%T,"
+                    "\"model\":\"", ctx->id_len, ctx->id,
+                    chat ? "chat.completion" : "text_completion",
+                    ctx->created);
+    p = ngx_http_llm_json_escape(p, ctx->model_name.data,
+                                 ctx->model_name.len);
+
+    if (ctx->fingerprint.len) {
+        p = ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\",\"choices\":[",
+                        &ctx->fingerprint);
+
+    } else {
+        p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
+                       sizeof("\",\"system_fingerprint\":null,\"choices\":[")
+                       - 1);
+    }
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (i) {
+            *p++ = ',';
+        }
+
+        if (!chat) {
+            p = ngx_cpymem(p, "{\"text\":\"", sizeof("{\"text\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, ch->content.data,
+                                         ch->content.len);
+            p = ngx_sprintf(p, "\",\"index\":%ui,\"logprobs\":", i);
+            goto logprobs;
+        }
+
+        p = ngx_sprintf(p, "{\"index\":%ui,\"message\":{\"role\":"
+                        "\"assistant\",\"content\":", i);
 
         if (ch->content.len || ch->calls.nelts == 0) {
-            json_object_set_new(msg, "content",
-                                ngx_http_llm_text_json(
-                                    ch->content.data ? ch->content.data
-                                                     : (u_char *) "",
-                                    ch->content.len));
+            *p++ = '"';
+            p = ngx_http_llm_json_escape(p, ch->content.data,
+                                         ch->content.len);
+            *p++ = '"';
+
         } else {
-            json_object_set_new(msg, "content", json_null());
+            p = ngx_cpymem(p, "null", 4);
         }
 
-        json_object_set_new(msg, "refusal", json_null());
+        p = ngx_cpymem(p, ",\"refusal\":null", sizeof(",\"refusal\":null") - 1);
 
         if (ch->reasoning.len) {
-            json_object_set_new(msg, "reasoning_content",
-                                ngx_http_llm_text_json(ch->reasoning.data,
-                                                       ch->reasoning.len));
+            p = ngx_cpymem(p, ",\"reasoning_content\":\"",
+                           sizeof(",\"reasoning_content\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, ch->reasoning.data,
+                                         ch->reasoning.len);
+            *p++ = '"';
         }
 
         if (ch->calls.nelts) {
-            calls = json_array();
+            p = ngx_cpymem(p, ",\"tool_calls\":[",
+                           sizeof(",\"tool_calls\":[") - 1);
             call = ch->calls.elts;
 
             for (k = 0; k < ch->calls.nelts; k++) {
-                c = json_pack("{s:o,s:s,s:{s:o,s:o}}",
-                              "id", ngx_http_llm_text_json(
-                                        call[k].id.data ? call[k].id.data
-                                                        : (u_char *) "",
-                                        call[k].id.len),
-                              "type", "function",
-                              "function",
-                              "name", ngx_http_llm_text_json(
-                                        call[k].name.data ? call[k].name.data
-                                                          : (u_char *) "",
-                                        call[k].name.len),
-                              "arguments", ngx_http_llm_text_json(
-                                        call[k].arguments.data
-                                        ? call[k].arguments.data
-                                        : (u_char *) "",
-                                        call[k].arguments.len));
-                json_array_append_new(calls, c);
+                p = ngx_cpymem(p, k ? ",{\"id\":\"" : "{\"id\":\"",
+                               k ? sizeof(",{\"id\":\"") - 1
+                                 : sizeof("{\"id\":\"") - 1);
+                p = ngx_http_llm_json_escape(p, call[k].id.data,
+                                             call[k].id.len);
+                p = ngx_cpymem(p, "\",\"type\":\"function\",\"function\":"
+                               "{\"name\":\"", sizeof("\",\"type\":"
+                               "\"function\",\"function\":{\"name\":\"") - 1);
+                p = ngx_http_llm_json_escape(p, call[k].name.data,
+                                             call[k].name.len);
+                p = ngx_cpymem(p, "\",\"arguments\":\"",
+                               sizeof("\",\"arguments\":\"") - 1);
+                p = ngx_http_llm_json_escape(p, call[k].arguments.data,
+                                             call[k].arguments.len);
+                p = ngx_cpymem(p, "\"}}", 3);
             }
 
-            json_object_set_new(msg, "tool_calls", calls);
+            *p++ = ']';
         }
 
-        choice = json_pack("{s:I,s:o,s:o,s:s}",
-                           "index", (json_int_t) i,
-                           "message", msg,
-                           "logprobs", ch->logprobs
-                                       ? json_incref(ch->logprobs)
-                                       : json_null(),
-                           "finish_reason",
-                           ngx_http_llm_finish_name(ch->finish));
-        json_array_append_new(choices, choice);
+        p = ngx_cpymem(p, "},\"logprobs\":", sizeof("},\"logprobs\":") - 1);
+
+    logprobs:
+
+        if (lp[i]) {
+            p = ngx_cpymem(p, lp[i], ngx_strlen(lp[i]));
+
+        } else {
+            p = ngx_cpymem(p, "null", 4);
+        }
+
+        p = ngx_sprintf(p, ",\"finish_reason\":\"%s\"}",
+                        ngx_http_llm_finish_name(ch->finish));
     }
 
-    json_object_set_new(root, "usage",
-                        json_pack("{s:I,s:I,s:I,s:{s:I}}",
-                                  "prompt_tokens",
-                                  (json_int_t) ctx->prompt_tokens,
-                                  "completion_tokens",
-                                  (json_int_t) ctx->completion_tokens,
-                                  "total_tokens",
-                                  (json_int_t) (ctx->prompt_tokens
-                                                + ctx->completion_tokens),
-                                  "prompt_tokens_details",
-                                  "cached_tokens",
-                                  (json_int_t) ctx->cached_tokens));
+    p = ngx_sprintf(p, "],\"usage\":{\"prompt_tokens\":%ui,"
+                    "\"completion_tokens\":%ui,\"total_tokens\":%ui,"
+                    "\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}\n",
+                    ctx->prompt_tokens, ctx->completion_tokens,
+                    ctx->prompt_tokens + ctx->completion_tokens,
+                    ctx->cached_tokens);
 
-    s = json_dumps(root, JSON_COMPACT);
+    body->len = p - body->data;
 
     for (i = 0; i < ctx->n; i++) {
+        free(lp[i]);
+    }
+
+    return NGX_OK;
+
+failed:
+
+    for (i = 0; i < ctx->n; i++) {
+        free(lp[i]);
+
         if (ctx->choices[i].logprobs) {
             json_decref(ctx->choices[i].logprobs);
             ctx->choices[i].logprobs = NULL;
         }
     }
 
-    json_decref(root);
-
-    if (s == NULL) {
-        return NGX_ERROR;
-    }
-
-    body->len = ngx_strlen(s);
-    body->data = ngx_pnalloc(r->pool, body->len + 1);
-    if (body->data == NULL) {
-        free(s);
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(body->data, s, body->len);
-    body->data[body->len++] = '\n';
-    free(s);
-
-    return NGX_OK;
+    return NGX_ERROR;
 }
 
 

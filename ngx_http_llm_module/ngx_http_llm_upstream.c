@@ -74,6 +74,81 @@ static void ngx_http_llm_probe_done(ngx_http_llm_backend_t *be,
 
 
 /*
+ * protobuf-c allocations for one event: a bump arena reused for every
+ * event, since a worker decodes and releases events one at a time;
+ * events larger than it fall back to malloc.  Holds nothing between two
+ * events, so it is not state that could outlive a reload.
+ */
+
+#define NGX_HTTP_LLM_ARENA  16384
+
+static uint64_t    ngx_http_llm_arena[NGX_HTTP_LLM_ARENA / 8];
+static size_t      ngx_http_llm_arena_used;
+static ngx_uint_t  ngx_http_llm_arena_mallocs;
+
+
+static void *
+ngx_http_llm_arena_alloc(void *data, size_t size)
+{
+    u_char  *p;
+
+    size = (size + 15) & ~((size_t) 15);
+
+    if (ngx_http_llm_arena_used + size <= NGX_HTTP_LLM_ARENA) {
+        p = (u_char *) ngx_http_llm_arena + ngx_http_llm_arena_used;
+        ngx_http_llm_arena_used += size;
+        return p;
+    }
+
+    ngx_http_llm_arena_mallocs++;
+
+    return malloc(size);
+}
+
+
+static void
+ngx_http_llm_arena_free(void *data, void *p)
+{
+    if ((u_char *) p >= (u_char *) ngx_http_llm_arena
+        && (u_char *) p < (u_char *) ngx_http_llm_arena + NGX_HTTP_LLM_ARENA)
+    {
+        return;
+    }
+
+    free(p);
+}
+
+
+static ProtobufCAllocator  ngx_http_llm_pb_allocator = {
+    ngx_http_llm_arena_alloc,
+    ngx_http_llm_arena_free,
+    NULL
+};
+
+
+static Llm__Event *
+ngx_http_llm_unpack(size_t len, u_char *data)
+{
+    ngx_http_llm_arena_used = 0;
+    ngx_http_llm_arena_mallocs = 0;
+
+    return llm__event__unpack(&ngx_http_llm_pb_allocator, len, data);
+}
+
+
+static void
+ngx_http_llm_unpack_free(Llm__Event *ev)
+{
+    if (ngx_http_llm_arena_mallocs) {
+        llm__event__free_unpacked(ev, &ngx_http_llm_pb_allocator);
+    }
+
+    ngx_http_llm_arena_used = 0;
+    ngx_http_llm_arena_mallocs = 0;
+}
+
+
+/*
  * Creates the upstream for a validated generate request in ctx and starts
  * it.  The upstream finalizes the request.
  */
@@ -342,20 +417,20 @@ ngx_http_llm_process_header(ngx_http_request_t *r)
             return NGX_HTTP_UPSTREAM_INVALID_HEADER;
         }
 
-        ev = llm__event__unpack(NULL, len, frame);
+        ev = ngx_http_llm_unpack(len, frame);
         if (ev == NULL || ev->kind_case == LLM__EVENT__KIND__NOT_SET) {
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "llm: engine sent an undecodable frame of %uz "
                           "bytes", len);
             if (ev) {
-                llm__event__free_unpacked(ev, NULL);
+                ngx_http_llm_unpack_free(ev);
             }
             return NGX_HTTP_UPSTREAM_INVALID_HEADER;
         }
 
         rc = ngx_http_llm_header_event(r, ctx, ev);
 
-        llm__event__free_unpacked(ev, NULL);
+        ngx_http_llm_unpack_free(ev);
 
         if (rc != NGX_AGAIN) {
             if (rc == NGX_OK && ctx->done && b->pos == b->last
@@ -777,7 +852,7 @@ ngx_http_llm_input_filter(void *data, ssize_t bytes)
         ev = NULL;
 
         if (rc == NGX_OK) {
-            ev = llm__event__unpack(NULL, len, frame);
+            ev = ngx_http_llm_unpack(len, frame);
         }
 
         if (ev == NULL || ev->kind_case == LLM__EVENT__KIND__NOT_SET) {
@@ -786,7 +861,7 @@ ngx_http_llm_input_filter(void *data, ssize_t bytes)
                           "mid-stream", ctx->frame_len);
 
             if (ev) {
-                llm__event__free_unpacked(ev, NULL);
+                ngx_http_llm_unpack_free(ev);
             }
 
             ctx->upstream_error = 1;
@@ -810,7 +885,7 @@ ngx_http_llm_input_filter(void *data, ssize_t bytes)
 
         rc = ngx_http_llm_stream_event(r, ctx, ev, &ll);
 
-        llm__event__free_unpacked(ev, NULL);
+        ngx_http_llm_unpack_free(ev);
 
         if (rc != NGX_OK) {
             return NGX_ERROR;
