@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "quant.h"
 
 #define REF_FILE "engine/tests/data/gguf/ref-llama-dense-q4_0.gguf"
 
@@ -257,6 +258,72 @@ test_roundtrip(void)
         "tensor order");
     llm_gguf_close(g);
     group_end("round trip: every value type, 3 tensors, alignment 64");
+}
+
+/*
+ * The file layer's type table (all ggml ids) must agree with quant.c's on
+ * every type quant.c knows: same name, same bytes per block.
+ */
+static void
+test_type_table(void)
+{
+    char path[128], err[512], name[32];
+    llm_gguf_writer_t *w;
+    llm_gguf_t *g;
+    int n = 0;
+
+    snprintf(path, sizeof(path), "%s/types.gguf", tmpdir);
+    if (llm_gguf_writer_open(&w, path, err, sizeof(err)) != 0) {
+        CHECK(0, "%s", err);
+        group_end("type table");
+        return;
+    }
+    for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
+        const llm_type_info_t *ti = llm_type_info(t);
+        int64_t ne[1];
+        if (ti == NULL) {
+            continue;
+        }
+        CHECK(strcmp(ti->name, llm_gguf_type_name(t)) == 0,
+            "type %u: quant.c says %s, gguf.c %s", t, ti->name,
+            llm_gguf_type_name(t));
+        snprintf(name, sizeof(name), "t%u", t);
+        ne[0] = ti->block;
+        llm_gguf_w_tensor(w, name, 1, ne, t);
+        n++;
+    }
+    llm_gguf_w_begin_data(w);
+    for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
+        const llm_type_info_t *ti = llm_type_info(t);
+        uint8_t buf[512] = { 0 };
+        if (ti != NULL) {
+            llm_gguf_w_data(w, buf, ti->block_bytes);
+        }
+    }
+    CHECK(llm_gguf_writer_close(w, err, sizeof(err)) == 0,
+        "block sizes disagree: %s", err);
+    if (llm_gguf_open(&g, path, err, sizeof(err)) == 0) {
+        for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
+            const llm_type_info_t *ti = llm_type_info(t);
+            const llm_gguf_tensor_t *gt;
+            if (ti == NULL) {
+                continue;
+            }
+            snprintf(name, sizeof(name), "t%u", t);
+            gt = llm_gguf_find_tensor(g, name);
+            CHECK(gt != NULL && gt->nbytes == llm_row_bytes(t, ti->block),
+                "type %s: %llu bytes per block here, %zu in quant.c",
+                ti->name, gt ? (unsigned long long) gt->nbytes : 0ull,
+                llm_row_bytes(t, ti->block));
+        }
+        llm_gguf_close(g);
+    } else {
+        CHECK(0, "%s", err);
+    }
+    printf("%s type table: %d types agree with quant.c\n",
+        group_fail ? "FAIL" : "ok  ", n);
+    failures += group_fail;
+    group_fail = 0;
 }
 
 /* ---- 2. writer misuse ---- */
@@ -720,6 +787,7 @@ main(void)
         return 1;
     }
     test_roundtrip();
+    test_type_table();
     test_writer_errors();
     test_bad_input();
     test_fuzz();
