@@ -288,6 +288,7 @@ int jj_in(jj_ctx_t *c, jv_t needle, jv_t hay, int *res);
 int jj_call_value(jj_ctx_t *c, jv_t fn, jv_t *args, size_t nargs,
     const char **kwn, jv_t *kwv, size_t nkw, jv_t *out);
 int jj_undef_fail(jj_ctx_t *c, jv_t v);
+int jj_str_format(jj_ctx_t *c, jv_t fmt, jv_t args, jv_t *out); /* "%s" % x */
 
 /* Callables. */
 typedef enum {

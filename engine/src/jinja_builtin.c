@@ -1697,6 +1697,14 @@ jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
         *out = sb_val(&sb);
         return 0;
     }
+    if (IS("indent") && v.type != JV_STR) {
+        /* jinja2 does s += "\n" on the value as given */
+        if (v.type == JV_UNDEF) {
+            return jj_undef_fail(c, v);
+        }
+        return jj_fail(c, -EINVAL, "TypeError: unsupported operand type(s) "
+                       "for +=: '%s' and 'str'", jv_type_name(v));
+    }
     if (IS("upper") || IS("lower") || IS("capitalize") || IS("title")
         || IS("trim") || IS("replace") || IS("indent") || IS("e")
         || IS("escape") || IS("forceescape") || IS("wordcount")
@@ -1740,10 +1748,19 @@ jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
             return filter_indent(c, s, &a, out);
         }
         if (IS("wordcount")) {
-            if (do_split(c, s, jv_none(), -1, 0, &l) != 0) {
-                return -1;
+            /* len(re.findall(r"\w+", s)) */
+            int       inword = 0;
+            uint32_t  cp;
+
+            for (i = 0, n = 0; i < s.n; ) {
+                cp = jj_utf8_decode(s.u.s, s.n, &i);
+                int w = (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z')
+                        || (cp >= 'A' && cp <= 'Z') || cp == '_'
+                        || (cp >= 0x80 && !jj_is_space(cp));
+                n += w && !inword;
+                inword = w;
             }
-            *out = jv_int((int64_t) l.u.l->n);
+            *out = jv_int(n);
             return 0;
         }
         if (IS("center")) {
@@ -2047,6 +2064,9 @@ filter_rest(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
 
         x = isint ? jv_int(0) : jv_float(0.0);
         arg(&a, 0, "default", &x);
+        if (v.type == JV_UNDEF) {
+            return jj_undef_fail(c, v);     /* int(Undefined) raises */
+        }
         if (v.type == JV_INT || v.type == JV_BOOL) {
             *out = isint ? jv_int(v.u.i) : jv_float((double) v.u.i);
         } else if (v.type == JV_FLOAT) {
@@ -2092,6 +2112,11 @@ filter_rest(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
         if (!jv_is_num(v)) {
             return jj_fail(c, -EINVAL, "TypeError: type %s doesn't define "
                            "__round__ method", jv_type_name(v));
+        }
+        if (v.type != JV_FLOAT && !arg(&a, 1, "method", &s)) {
+            /* round(int, n) stays an int in Python */
+            *out = jv_int(v.u.i);
+            return 0;
         }
         f = jv_num(v);
         m = pow(10.0, (double) prec);
@@ -2203,6 +2228,21 @@ jj_test(jj_ctx_t *c, const char *name, size_t namelen, jv_t v, jv_t *args,
             }
             *res = *res && !jv_equal(other, v);
         }
+    } else if ((IS("odd") || IS("even") || IS("divisibleby"))
+               && v.type == JV_STR)
+    {
+        /* value % n == k on a str is printf formatting: never equal */
+        if (jj_str_format(c, v, IS("divisibleby") ? x : jv_int(2), &t)) {
+            return -1;
+        }
+        *res = 0;
+    } else if ((IS("odd") || IS("even")) && v.type == JV_FLOAT) {
+        double m = fmod(v.u.f, 2.0);
+
+        *res = (m != 0.0) == IS("odd");     /* value % 2 == 1 / == 0 */
+        if (IS("odd")) {
+            *res = m == 1.0 || m == -1.0;
+        }
     } else if (IS("odd") || IS("even")) {
         if (v.type != JV_INT && v.type != JV_BOOL) {
             return jj_fail(c, -EINVAL, "TypeError: not all arguments "
@@ -2210,13 +2250,20 @@ jj_test(jj_ctx_t *c, const char *name, size_t namelen, jv_t v, jv_t *args,
         }
         *res = (v.u.i % 2 != 0) == IS("odd");
     } else if (IS("divisibleby")) {
-        if ((v.type != JV_INT && v.type != JV_BOOL)
-            || (x.type != JV_INT && x.type != JV_BOOL) || x.u.i == 0)
-        {
-            return jj_fail(c, -EINVAL, "TypeError: divisibleby needs "
-                           "non-zero integers");
+        if (!jv_is_num(v) || !jv_is_num(x)) {
+            return jj_fail(c, -EINVAL, "TypeError: unsupported operand "
+                           "type(s) for %%: '%s' and '%s'", jv_type_name(v),
+                           jv_type_name(x));
         }
-        *res = v.u.i % x.u.i == 0;
+        if (jv_num(x) == 0) {
+            return jj_fail(c, -EINVAL, "ZeroDivisionError: integer division "
+                           "or modulo by zero");
+        }
+        if (v.type != JV_FLOAT && x.type != JV_FLOAT) {
+            *res = x.u.i == -1 || v.u.i % x.u.i == 0;
+        } else {
+            *res = fmod(jv_num(v), jv_num(x)) == 0.0;
+        }
     } else if (IS("eq") || IS("equalto") || IS("==")) {
         *res = jv_equal(v, x);
     } else if (IS("ne") || IS("!=")) {

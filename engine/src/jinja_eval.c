@@ -216,7 +216,8 @@ jj_compare(jj_ctx_t *c, jv_t a, jv_t b, int *cmp)
         return 0;
     }
     if (a.type == JV_LIST && b.type == JV_LIST
-        && (a.u.l->kind == JL_TUPLE) == (b.u.l->kind == JL_TUPLE))
+        && (a.u.l->kind == JL_LIST || a.u.l->kind == JL_TUPLE)
+        && a.u.l->kind == b.u.l->kind)
     {
         n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (i = 0; i < n; i++) {
@@ -354,6 +355,83 @@ seq_repeat(jj_ctx_t *c, jv_t a, int64_t k, jv_t *out)
     }
     *out = l;
     return 0;
+}
+
+/*
+ * Python's printf-style "fmt % args" for the conversions templates use:
+ * %s %r %d %i %%; anything else is rejected by name.
+ */
+int
+jj_str_format(jj_ctx_t *c, jv_t fmt, jv_t args, jv_t *out)
+{
+    jj_buf_t  b = { 0 };
+    jv_t      one[1], *items, v;
+    size_t    i, n, k = 0;
+    int       rc = 0;
+    char      conv;
+
+    if (args.type == JV_LIST && args.u.l->kind == JL_TUPLE) {
+        items = args.u.l->items;
+        n = args.u.l->n;
+    } else {
+        one[0] = args;
+        items = one;
+        n = 1;
+    }
+    for (i = 0; i < fmt.n && rc == 0; i++) {
+        if (fmt.u.s[i] != '%') {
+            rc = jj_buf_addc(&b, fmt.u.s[i]);
+            continue;
+        }
+        if (++i == fmt.n) {
+            free(b.p);
+            return jj_fail(c, -EINVAL, "ValueError: incomplete format");
+        }
+        conv = fmt.u.s[i];
+        if (conv == '%') {
+            rc = jj_buf_addc(&b, '%');
+            continue;
+        }
+        if (conv != 's' && conv != 'r' && conv != 'd' && conv != 'i') {
+            free(b.p);
+            return jj_fail(c, -EINVAL, "unsupported construct: %%%c string "
+                           "formatting", conv);
+        }
+        if (k == n) {
+            free(b.p);
+            return jj_fail(c, -EINVAL, "TypeError: not enough arguments for "
+                           "format string");
+        }
+        v = items[k++];
+        if (conv == 'd' || conv == 'i') {
+            if (!jv_is_num(v)) {
+                free(b.p);
+                return jj_fail(c, -EINVAL, "TypeError: %%%c format: a real "
+                               "number is required, not %s", conv,
+                               jv_type_name(v));
+            }
+            if (v.type == JV_FLOAT) {
+                v = jv_int((int64_t) v.u.f);
+            }
+            rc = jj_buf_printf(&b, "%lld", (long long) v.u.i);
+        } else if (conv == 'r') {
+            rc = jv_repr_into(&b, v);
+        } else {
+            rc = jv_str_into(&b, v);
+        }
+    }
+    if (rc == 0 && k < n && !(args.type == JV_DICT)) {
+        free(b.p);
+        return jj_fail(c, -EINVAL, "TypeError: not all arguments converted "
+                       "during string formatting");
+    }
+    if (rc != 0) {
+        free(b.p);
+        return jj_oom(c);
+    }
+    *out = jv_str_copy(&c->arena, b.p ? b.p : "", b.n);
+    free(b.p);
+    return out->type == JV_STR ? 0 : jj_oom(c);
 }
 
 static int
@@ -507,8 +585,7 @@ binop(jj_ctx_t *c, uint32_t op, jv_t a, jv_t b, jv_t *out)
         }
     }
     if (op == JOP_MOD && a.type == JV_STR) {
-        return jj_fail(c, -EINVAL, "unsupported construct: %% string "
-                       "formatting");
+        return jj_str_format(c, a, b, out);
     }
     return jj_fail(c, -EINVAL, "TypeError: unsupported operand type(s) for "
                    "%s: '%s' and '%s'", op_sym(op), jv_type_name(a),
@@ -573,9 +650,10 @@ capture(jj_ctx_t *c, jj_scope_t *s, jj_node_t **kids, uint32_t nkids,
         free(b.p);
         return jj_oom(c);
     }
-    if (rc < 0) {
+    if (rc != 0) {
+        /* an error, or break / continue leaving the block unfinished */
         free(b.p);
-        return -1;
+        return rc;
     }
     *out = jv_str_copy(&c->arena, b.p ? b.p : "", b.n);
     free(b.p);
@@ -693,6 +771,12 @@ call_macro(jj_ctx_t *c, jj_func_t *fn, jv_t *args, size_t nargs,
     c->depth++;
     rc = capture(c, s, m->kids, m->nkids, out);
     c->depth--;
+    if (rc > 0) {
+        /* {% break %} in a macro body outside any loop of its own */
+        return jj_fail(c, -EINVAL, "TemplateSyntaxError: loop control "
+                       "outside of a loop in macro '%.*s'",
+                       (int) fn->namelen, fn->name);
+    }
     return rc;
 }
 
@@ -1125,7 +1209,7 @@ exec_for(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
     jv_t          it, items, lv, cond;
     jj_scope_t   *is;
     jj_loop_t    *loop;
-    size_t        i;
+    size_t        i, completed = 0;
     int           rc;
 
     if (eval(c, s, n->b, &it) != 0 || jj_iterate(c, it, &items) != 0) {
@@ -1160,11 +1244,7 @@ exec_for(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
         items.u.l->kind = JL_LIST;      /* consumed */
     }
     if (items.u.l->n == 0) {
-        is = scope_new(c, s);
-        if (is == NULL) {
-            return -1;
-        }
-        return exec_body(c, is, n->kids2, n->nkids2) < 0 ? -1 : 0;
+        goto else_body;
     }
     loop = jj_alloc(&c->arena, sizeof(jj_loop_t));
     if (loop == NULL) {
@@ -1199,8 +1279,24 @@ exec_for(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
         if (rc == EXEC_BREAK) {
             break;
         }
+        completed += rc == 0;
     }
-    return 0;
+    if (completed || n->nkids2 == 0) {
+        return 0;
+    }
+
+else_body:
+    /*
+     * jinja2 runs the else block unless some iteration reached the end of
+     * the body: an empty loop, and also one whose every iteration left by
+     * break or continue (its iteration flag is reset at the body's end).
+     * A break or continue in the else block belongs to an outer loop.
+     */
+    is = scope_new(c, s);
+    if (is == NULL) {
+        return -1;
+    }
+    return exec_body(c, is, n->kids2, n->nkids2);
 }
 
 static int
@@ -1260,8 +1356,14 @@ exec_node(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
         return assign(c, s, n->a, v);
 
     case JN_SETBLOCK:
-        if (capture(c, s, n->kids, n->nkids, &v) != 0) {
+        /* the body runs in an inner scope (jinja2's frame.inner()) */
+        ws = scope_new(c, s);
+        if (ws == NULL) {
             return -1;
+        }
+        rc = capture(c, ws, n->kids, n->nkids, &v);
+        if (rc != 0) {
+            return rc;
         }
         if (n->c != NULL) {
             if (apply_block_filter(c, s, n->c, v, &w) != 0) {
@@ -1318,9 +1420,15 @@ exec_node(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
     }
 
     case JN_FILTERBLOCK:
-        if (capture(c, s, n->kids, n->nkids, &v) != 0
-            || apply_block_filter(c, s, n->c, v, &w) != 0)
-        {
+        ws = scope_new(c, s);
+        if (ws == NULL) {
+            return -1;
+        }
+        rc = capture(c, ws, n->kids, n->nkids, &v);
+        if (rc != 0) {
+            return rc;
+        }
+        if (apply_block_filter(c, s, n->c, v, &w) != 0) {
             return -1;
         }
         return jv_str_into(c->out, w) != 0 ? jj_oom(c) : 0;

@@ -857,6 +857,9 @@ jv_repr_into(jj_buf_t *b, jv_t v)
     if (v.type == JV_STR) {
         return str_repr_into(b, v.u.s, v.n);
     }
+    if (v.type == JV_UNDEF) {
+        return jj_buf_add(b, "Undefined", 9);
+    }
     return jv_str_into(b, v);
 }
 
