@@ -106,6 +106,7 @@ struct llm_ctx_s {
     uint32_t            n_items;
     uint32_t            cap_items;
     uint32_t            rpi;        /* rows per item of a row phase */
+    uint32_t            n_out;      /* rows wanting logits (last layer) */
     const llm_batch_t  *b;
     uint32_t            T;          /* rows in this phase */
     uint32_t            layer;
@@ -1083,6 +1084,24 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     return 0;
 }
 
+/* Gather the rows that want logits into the front of x. */
+static uint32_t
+llm_gather_out_rows(llm_ctx_t *c, const llm_batch_t *b)
+{
+    size_t    n = c->m->hp.n_embd;
+    uint32_t  i, o = 0;
+
+    for (i = 0; i < b->n_tokens; i++) {
+        if (b->logits != NULL && b->logits[i]) {
+            if (o != i) {
+                memcpy(c->x + o * n, c->x + i * n, n * sizeof(float));
+            }
+            c->out_rows[o++] = i;
+        }
+    }
+    return o;
+}
+
 static int
 llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
 {
@@ -1129,6 +1148,15 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     }
     llm_run_items(c);
     llm_run_rows(c, T, llm_task_add);
+
+    /* the last layer's FFN only for the rows that want logits */
+    if (l + 1 == hp->n_layer) {
+        T = llm_gather_out_rows(c, c->b);
+        c->n_out = T;
+        if (T == 0) {
+            return 0;
+        }
+    }
 
     /* FFN */
     if (hp->n_expert > 0) {
@@ -1225,24 +1253,6 @@ llm_task_embed(void *arg, uint32_t item, uint32_t ith)
     }
 }
 
-/* Gather the rows that want logits into the front of x. */
-static uint32_t
-llm_gather_out_rows(llm_ctx_t *c, const llm_batch_t *b)
-{
-    size_t    n = c->m->hp.n_embd;
-    uint32_t  i, o = 0;
-
-    for (i = 0; i < b->n_tokens; i++) {
-        if (b->logits != NULL && b->logits[i]) {
-            if (o != i) {
-                memcpy(c->x + o * n, c->x + i * n, n * sizeof(float));
-            }
-            c->out_rows[o++] = i;
-        }
-    }
-    return o;
-}
-
 int
 llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
     size_t errlen)
@@ -1269,7 +1279,7 @@ llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
         }
     }
 
-    n_out = llm_gather_out_rows(c, b);
+    n_out = c->n_out;
     if (n_out == 0) {
         return 0;
     }
