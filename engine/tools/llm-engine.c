@@ -54,6 +54,8 @@ usage(FILE *f)
 "  --alias NAME          another name this engine answers to (repeat)\n"
 "  --drain-timeout S     seconds to finish requests after SIGTERM (30)\n"
 "  --max-frame BYTES     largest request frame (default 16 MiB)\n"
+"  --write-buffer-kb K   output held per connection before its streams\n"
+"                        pause for a slow reader (default 1024)\n"
 "  --expert-cache-mb M   RAM for experts when streaming (default 0: mmap)\n"
 "  --mlock               lock the weights in RAM\n"
 "  --log-level L         error, warn, info (default) or debug\n"
@@ -123,7 +125,7 @@ main(int argc, char **argv)
     enum {
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
-        O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_HELP
+        O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -135,6 +137,7 @@ main(int argc, char **argv)
         { "alias", 1, 0, O_ALIAS }, { "drain-timeout", 1, 0, O_DRAIN },
         { "max-frame", 1, 0, O_FRAME }, { "expert-cache-mb", 1, 0, O_EXPERT },
         { "mlock", 0, 0, O_MLOCK }, { "log-level", 1, 0, O_LOG },
+        { "write-buffer-kb", 1, 0, O_WBUF },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char         *model_path = NULL, *sock = NULL, *listen_on = NULL;
@@ -142,7 +145,7 @@ main(int argc, char **argv)
     uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
     uint32_t            block_tokens = 16, step_tokens = 512;
     uint32_t            max_queue = 256, max_frame = 16u << 20;
-    uint32_t            expert_mb = 0, n_blocks;
+    uint32_t            expert_mb = 0, n_blocks, wbuf_kb = 1024;
     size_t              n_aliases = 0, block_bytes;
     double              drain = 30.0, t0;
     llm_type_t          kv_type = LLM_TYPE_F16;
@@ -230,6 +233,11 @@ main(int argc, char **argv)
             break;
         case O_EXPERT:
             if (parse_u32("--expert-cache-mb", optarg, 0, &expert_mb)) {
+                return 2;
+            }
+            break;
+        case O_WBUF:
+            if (parse_u32("--write-buffer-kb", optarg, 1, &wbuf_kb)) {
                 return 2;
             }
             break;
@@ -361,6 +369,7 @@ main(int argc, char **argv)
     sc.socket_path = sock;
     sc.listen = listen_on;
     sc.max_frame = max_frame;
+    sc.wbuf_high = (size_t) wbuf_kb << 10;
     sc.drain_timeout = drain;
     sc.sched.vocab = v;
     sc.sched.n_vocab = hp->n_vocab;

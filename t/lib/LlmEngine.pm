@@ -149,10 +149,11 @@ sub pb_varint {
 sub pb_bytes { my ($f, $d) = @_; pb_varint($f << 3 | 2) . pb_varint(length $d) . $d }
 sub pb_uint { my ($f, $v) = @_; pb_varint($f << 3) . pb_varint($v) }
 
-# A Request{generate: completion of PROMPT, MAX tokens, ignore_eos}.
+# A Request{generate: completion of PROMPT, MAX tokens, ignore_eos}, with
+# EXTRA encoded Sampling fields appended.
 sub completion_body {
-    my ($prompt, $max) = @_;
-    my $sampling = pb_uint(1, $max) . pb_uint(16, 1);
+    my ($prompt, $max, $extra) = @_;
+    my $sampling = pb_uint(1, $max) . pb_uint(16, 1) . ($extra // '');
     my $gen = pb_bytes(5, $prompt) . pb_uint(6, 1) . pb_bytes(7, $sampling);
     return pb_bytes(1, $gen);
 }
