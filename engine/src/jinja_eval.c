@@ -420,7 +420,11 @@ jj_str_format(jj_ctx_t *c, jv_t fmt, jv_t args, jv_t *out)
             rc = jv_str_into(&b, v);
         }
     }
-    if (rc == 0 && k < n && !(args.type == JV_DICT)) {
+    /* CPython skips this check when the argument is a mapping, and a
+     * list or dict passes its PyMapping_Check */
+    if (rc == 0 && k < n && args.type != JV_DICT
+        && !(args.type == JV_LIST && args.u.l->kind != JL_TUPLE))
+    {
         free(b.p);
         return jj_fail(c, -EINVAL, "TypeError: not all arguments converted "
                        "during string formatting");
