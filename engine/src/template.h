@@ -22,14 +22,28 @@
 
 typedef struct llm_tmpl_s llm_tmpl_t;
 
+/*
+ * Compile src (need not be NUL-terminated).  0, or -EINVAL with the
+ * construct and line in err (e.g. "Encountered unknown tag 'generation'.
+ * ... (line 12)"), -ENOMEM.
+ */
 int llm_tmpl_compile(llm_tmpl_t **out, const char *src, size_t len,
     char *err, size_t errlen);
 void llm_tmpl_free(llm_tmpl_t *t);
 
 /*
  * Render.  On success *out is a malloc'd NUL-terminated string the caller
- * frees.  On failure returns a negative errno; a raise_exception() from the
- * template gives -EPERM with its message in err.
+ * frees.  On failure returns a negative errno with a one-line message in
+ * err:
+ *   -EPERM   the template's raise_exception(msg): err is exactly msg
+ *   -EINVAL  a runtime error as jinja2 raises it ("TypeError: ...",
+ *            "UndefinedError: 'x' is undefined", "SecurityError: ...")
+ *   -E2BIG   more than 16 MiB of output, 10^6 loop iterations, or a
+ *            range() over 100000 items
+ *   -ELOOP   macro recursion / nesting deeper than 200
+ *   -ENOMEM  out of memory (the render's arena is capped at 256 MiB)
+ * A compiled template is read-only while rendering: several threads may
+ * render the same llm_tmpl_t at once.  vars is only read.
  */
 int llm_tmpl_render(const llm_tmpl_t *t, json_t *vars, char **out,
     size_t *outlen, char *err, size_t errlen);
