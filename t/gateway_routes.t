@@ -115,6 +115,29 @@ is($usage->{usage}{completion_tokens}, 8, 'sse: usage completion_tokens');
 my %ids = map { $_->{id} => 1 } @chunks;
 is(scalar keys %ids, 1, 'sse: one id for all chunks');
 
+# SSE with n = 2 and logprobs: deltas and a finish chunk per choice
+
+$s = $t->open_stream('/v1/chat/completions',
+                     { %$chat, stream => JSON::PP::true, n => 2, seed => 3,
+                       temperature => 1, logprobs => JSON::PP::true,
+                       top_logprobs => 1 });
+($st, $h, $body) = $t->read_response($s);
+@chunks = grep { ref } LlmTest::sse_events($body);
+my %fins = map { $_->{choices}[0]{index} => $_->{choices}[0]{finish_reason} }
+           grep { @{ $_->{choices} } && $_->{choices}[0]{finish_reason} } @chunks;
+is_deeply(\%fins, { 0 => 'length', 1 => 'length' }, 'sse n=2: a finish per choice');
+my ($lpc) = grep { @{ $_->{choices} } && $_->{choices}[0]{logprobs} } @chunks;
+ok($lpc && @{ $lpc->{choices}[0]{logprobs}{content} }, 'sse: logprobs in deltas');
+my %roles = map { $_->{choices}[0]{index} => 1 }
+            grep { @{ $_->{choices} } && ($_->{choices}[0]{delta}{role} // '') eq 'assistant' } @chunks;
+is(scalar keys %roles, 2, 'sse n=2: each choice gets the role once');
+
+# HEAD /v1/models: headers only
+
+$r = $t->http('HEAD', '/v1/models');
+is($r->{status}, 200, 'HEAD models');
+ok(!length($r->{content} // ''), 'HEAD models: no body');
+
 # without include_usage: no usage key
 
 $s = $t->open_stream('/v1/chat/completions', { %$chat, stream => JSON::PP::true });
