@@ -875,7 +875,23 @@ static int
 tokenize_fragment(const llm_vocab_t *v, const char *text, size_t len,
     int prev_special, llm_tokens_t *out, char *err, size_t errlen)
 {
+    char    *norm;
+    size_t   nlen;
+    int      rc;
+
     if (v->type == LLM_VOCAB_BPE) {
+        if (v->nfc) {
+            rc = llm_nfc(text, len, &norm, &nlen);
+            if (rc < 0) {
+                ERR("tokenize: out of memory");
+                return rc;
+            }
+            if (rc == 1) {
+                rc = llm_bpe_tokenize(v, norm, nlen, out, err, errlen);
+                free(norm);
+                return rc;
+            }
+        }
         return llm_bpe_tokenize(v, text, len, out, err, errlen);
     }
     return llm_spm_tokenize(v, text, len,

@@ -107,44 +107,47 @@ typedef struct {
     const char   *re[LLM_TOK_MAX_REGEX];
     int           ignore_merges;
     int           add_bos;
+    int           nfc;          /* tokenizer.json normalizer is NFC */
 } llm_pre_set_t;
 
 static const llm_pre_set_t  pre_sets[] = {
     { "gpt-2\0phi-2\0jina-es\0jina-de\0gigachat\0jina-v1-en\0jina-v2-es\0"
       "jina-v2-de\0jina-v2-code\0roberta-bpe\0mpt\0olmo\0jais\0a.x-4.0\0"
       "mellum\0",
-      { RE_GPT2 }, 0, 0 },
+      { RE_GPT2 }, 0, 0, 0 },
     { "llama3\0llama-v3\0llama-bpe\0falcon3\0falcon-h1\0pixtral\0midm-2.0\0"
       "lfm2\0",
-      { RE_LLAMA3 }, 1, 1 },
+      { RE_LLAMA3 }, 1, 1, 0 },
     { "dbrx\0smaug-bpe\0chatglm-bpe\0",
-      { RE_LLAMA3 }, 0, 0 },
-    { "qwen2\0deepseek-r1-qwen\0megrez\0stablelm2\0hunyuan\0",
-      { RE_QWEN2 }, 0, 0 },
+      { RE_LLAMA3 }, 0, 0, 0 },
+    { "qwen2\0deepseek-r1-qwen\0megrez\0",
+      { RE_QWEN2 }, 0, 0, 1 },
+    { "stablelm2\0hunyuan\0",
+      { RE_QWEN2 }, 0, 0, 0 },
     { "deepseek-llm\0",
       { "[\\r\\n]", RE_DS_LETTERS, RE_DS_PUNCT, "\\s+$", RE_DS_CJK,
-        "\\p{N}+" }, 0, 0 },
+        "\\p{N}+" }, 0, 0, 0 },
     { "deepseek-coder\0",
       { "[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", RE_DS_CJK, "\\p{N}" },
-      0, 0 },
+      0, 0, 0 },
     { "deepseek-v3\0hunyuan-dense\0",
       { "\\p{N}{1,3}", "[\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}"
-        "\\x{30A0}-\\x{30FF}]+", RE_DS3_MAIN }, 0, 0 },
+        "\\x{30A0}-\\x{30FF}]+", RE_DS3_MAIN }, 0, 0, 0 },
     { "falcon\0",
-      { "[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]" }, 0, 0 },
+      { "[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]" }, 0, 0, 0 },
     { "starcoder\0refact\0command-r\0smollm\0codeshell\0exaone\0"
       "minerva-7b\0",
-      { "\\p{N}", RE_GPT2 }, 0, 0 },
+      { "\\p{N}", RE_GPT2 }, 0, 0, 0 },
     { "gpt-4o\0minimax-m2\0llama4\0",
-      { RE_GPT4O }, 0, 0 },
+      { RE_GPT4O }, 0, 0, 0 },
     { "tekken\0",
-      { RE_TEKKEN }, 1, 1 },
+      { RE_TEKKEN }, 1, 1, 0 },
     { "bloom\0poro-chat\0gpt3-finnish\0viking\0",
       { " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{0964}\\x{06D4}"
-        "\\x{060C})]+" }, 0, 0 },
+        "\\x{060C})]+" }, 0, 0, 0 },
     { "default\0",
       { "[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]" },
-      0, 0 },
+      0, 0, 0 },
 };
 
 /* GPT-2's bytes_to_unicode(): printable bytes stand for themselves, the
@@ -299,6 +302,7 @@ llm_bpe_set_pre(llm_vocab_t *v, const char *pre, char *err, size_t errlen)
         ERR("tokenizer: cannot use pre-tokenizer '%s' here", pre);
         return -EINVAL;
     }
+    v->nfc = set->nfc;
     return compile_set(v, set, err, errlen);
 }
 
@@ -326,6 +330,7 @@ llm_bpe_init(llm_vocab_t *v, const llm_gguf_t *g, char *err, size_t errlen)
         return -ENOTSUP;
     }
     v->ignore_merges = set->ignore_merges;
+    v->nfc = set->nfc;
     if (set->add_bos) {
         v->add_bos = 1;
     }

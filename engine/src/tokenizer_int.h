@@ -83,6 +83,7 @@ struct llm_vocab_s {
     int                pcre_only;   /* tests: no hand-written matchers */
     llm_tokens_t      *split_log;   /* tests: record piece end offsets */
     int                ignore_merges;
+    int                nfc;         /* normalize fragments to NFC first */
 
     int                spm_split;   /* "▁" only leads pieces: split words */
 
@@ -129,7 +130,13 @@ int llm_bpe_cp_byte(uint32_t cp);
 #define LLM_UCD_N  2            /* \p{N} */
 #define LLM_UCD_S  4            /* \s (PCRE2_UCP) */
 
+#define LLM_UCD_NFC  8          /* NFC may change the text around it */
+
 int llm_ucd_init(void);
+/* Flags of a code point (after llm_ucd_init() succeeded). */
+uint8_t llm_ucd_flags(uint32_t cp);
+/* tokenizer_nfc.c: 1 and a malloc'd *out if NFC changes the text, else 0 */
+int llm_nfc(const char *text, size_t len, char **out, size_t *out_len);
 /* End of the match at byte i of s[0..n), or 0 if none starts there. */
 size_t llm_pre_gpt2(const uint8_t *s, size_t n, size_t i);
 size_t llm_pre_llama3(const uint8_t *s, size_t n, size_t i, int max_digits);

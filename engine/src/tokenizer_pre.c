@@ -39,17 +39,17 @@ static int             ucd_ok;
 
 /*
  * Expand the runs: one 256-entry block per (cp >> 8); blocks whose flags
- * are all equal share one of 8 uniform blocks.
+ * are all equal share one of 16 uniform blocks.
  */
 static void
 ucd_build(void)
 {
     uint8_t   *flat, *blk;
-    uint32_t   r, cp, end, b, n_blk = 8, k;
+    uint32_t   r, cp, end, b, n_blk = 16, k;
     int        uniform;
 
     flat = malloc(0x110000);
-    blk = malloc((size_t) (0x1100 + 8) * 256);
+    blk = malloc((size_t) (0x1100 + 16) * 256);
     if (flat == NULL || blk == NULL) {
         free(flat);
         free(blk);
@@ -60,7 +60,7 @@ ucd_build(void)
         end = r + 1 < llm_ucd_n_runs ? llm_ucd_runs[r + 1][0] : 0x110000;
         memset(flat + cp, (int) llm_ucd_runs[r][1], end - cp);
     }
-    for (k = 0; k < 8; k++) {
+    for (k = 0; k < 16; k++) {
         memset(blk + k * 256, (int) k, 256);
     }
     for (b = 0; b < 0x1100; b++) {
@@ -68,7 +68,7 @@ ucd_build(void)
         for (k = 1; k < 256 && uniform; k++) {
             uniform = flat[b * 256 + k] == flat[b * 256];
         }
-        if (uniform && flat[b * 256] < 8) {
+        if (uniform && flat[b * 256] < 16) {
             ucd_stage1[b] = flat[b * 256];
         } else {
             memcpy(blk + n_blk * 256, flat + b * 256, 256);
@@ -94,6 +94,12 @@ static inline uint8_t
 ucd(uint32_t cp)
 {
     return ucd_stage2[(size_t) ucd_stage1[cp >> 8] * 256 + (cp & 0xff)];
+}
+
+uint8_t
+llm_ucd_flags(uint32_t cp)
+{
+    return cp < 0x110000 ? ucd(cp) : 0;
 }
 
 /* Decode the character at i: its length, *fl its flags (UCD_INVALID and

@@ -11,6 +11,8 @@
  *    partial stop prefixes are released when the match fails, invalid
  *    UTF-8 becomes U+FFFD.
  * 3. Special tokens are matched only with LLM_TOK_PARSE_SPECIAL.
+ * 5. NFC (Qwen's normalizer) against Python's unicodedata on generated
+ *    cases (engine/tests/data/vocab/nfc-cases.txt).
  * 4. The hand-written GPT-2 / Llama 3 / Qwen2 pre-tokenizers split exactly
  *    as PCRE2 running the regexes does, on random text from all planes
  *    with whitespace of every kind, apostrophes and invalid UTF-8.
@@ -761,12 +763,22 @@ test_all_pre_sets(void)
                 break;
             }
             back = detok_all(v, t.ids, t.n, &bl, &pok);
-            /* invalid input comes back with U+FFFD: compare valid text */
+            /* invalid input comes back with U+FFFD: compare valid text;
+             * qwen2 gives back the NFC of the text */
             if (utf8_ok(buf, n)) {
-                CHECK(back && bl == n && memcmp(back, buf, n) == 0,
+                char   *want = buf, *norm = NULL;
+                size_t  wn = n;
+
+                if (v->nfc && llm_nfc(buf, n, &norm, &wn) == 1) {
+                    want = norm;
+                } else {
+                    wn = n;
+                }
+                CHECK(back && bl == wn && memcmp(back, want, wn) == 0,
                       "pre %s: round trip of %zu bytes failed (got %zu: "
                       "%.*s | %.*s)", pres[p], n, bl, (int) n, buf, (int) bl,
                       back ? back : "");
+                free(norm);
             }
             CHECK(pok, "pre %s: a piece split UTF-8", pres[p]);
             free(back);
@@ -884,6 +896,96 @@ test_bad_vocab(void)
            failures == fail0 ? "ok  " : "FAIL");
 }
 
+static size_t
+unhex(const char *h, char *out, size_t max)
+{
+    size_t    n = 0;
+    unsigned  x;
+
+    while (n < max && h[0] && h[1] && h[0] != ' ' && h[0] != '\n'
+           && sscanf(h, "%2x", &x) == 1)
+    {
+        out[n++] = (char) x;
+        h += 2;
+    }
+    return n;
+}
+
+static void
+test_nfc(void)
+{
+    char           path[1024], line[8192], in[2048], ex[2048], *o;
+    FILE          *f;
+    size_t         ni, ne, ol, n_cases = 0, n_changed = 0;
+    int            r, fail0 = failures;
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+
+    if (find_vocab_file(path, sizeof(path), "nfc-cases", "txt") < 0
+        || (f = fopen(path, "r")) == NULL)
+    {
+        printf("SKIP NFC: no engine/tests/data/vocab/nfc-cases.txt\n");
+        return;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *sp = strchr(line, ' ');
+
+        if (sp == NULL) {
+            continue;
+        }
+        ni = unhex(line, in, sizeof(in));
+        ne = unhex(sp + 1, ex, sizeof(ex));
+        r = llm_nfc(in, ni, &o, &ol);
+        n_cases++;
+        n_changed += r == 1;
+        if (r == 1) {
+            CHECK(ol == ne && memcmp(o, ex, ne) == 0, "NFC case %zu: %s",
+                  n_cases, line);
+        } else {
+            CHECK(r == 0 && ni == ne && memcmp(in, ex, ne) == 0,
+                  "NFC case %zu left unchanged: %s", n_cases, line);
+        }
+        free(o);
+    }
+    fclose(f);
+    CHECK(n_cases >= 1000 && n_changed >= 100, "only %zu cases (%zu changed)",
+          n_cases, n_changed);
+
+    /* invalid bytes pass through, and block composition */
+    r = llm_nfc("e\xff\xcc\x81", 4, &o, &ol);
+    CHECK(r == 0, "invalid byte between e and U+0301 composed (%d)", r);
+    free(o);
+    r = llm_nfc("\xff" "e\xcc\x81\x80", 5, &o, &ol);
+    CHECK(r == 1 && ol == 4 && memcmp(o, "\xff\xc3\xa9\x80", 4) == 0,
+          "NFC next to invalid bytes");
+    free(o);
+
+    /* byte-level vocabularies other than qwen2 do not normalize */
+    if (load_vocab("gpt-2", &g, &v) == 0) {
+        llm_tokens_t  a = { 0 }, b = { 0 };
+        char          e[256];
+
+        llm_tokenize(v, "caf\xc3\xa9", 5, 0, &a, e, sizeof(e));
+        llm_tokenize(v, "cafe\xcc\x81", 6, 0, &b, e, sizeof(e));
+        CHECK(a.n != b.n || memcmp(a.ids, b.ids, a.n * 4) != 0,
+              "gpt-2 normalized to NFC");
+        llm_bpe_set_pre(v, "qwen2", e, sizeof(e));
+        a.n = b.n = 0;
+        llm_tokenize(v, "caf\xc3\xa9", 5, 0, &a, e, sizeof(e));
+        llm_tokenize(v, "cafe\xcc\x81", 6, 0, &b, e, sizeof(e));
+        CHECK(a.n == b.n && memcmp(a.ids, b.ids, a.n * 4) == 0,
+              "pre qwen2 did not normalize to NFC");
+        llm_tokens_free(&a);
+        llm_tokens_free(&b);
+        llm_vocab_free(v);
+        llm_gguf_close(g);
+    }
+
+    printf("%s NFC: %zu cases as Python's unicodedata (%zu changed), invalid "
+           "bytes kept, only for qwen2\n", failures == fail0 ? "ok  " : "FAIL",
+           n_cases, n_changed);
+}
+
 int
 main(void)
 {
@@ -900,6 +1002,7 @@ main(void)
     test_bad_vocab();
     test_pre_vs_pcre();
     test_all_pre_sets();
+    test_nfc();
     test_detok_bpe();
     test_detok_spm();
 

@@ -2,7 +2,8 @@
 // (transformers.js ports reading the same Hugging Face tokenizer.json) on a
 // deterministic mixed text of at least 1 MB: English, Chinese, Japanese,
 // Korean, Cyrillic, Greek, accented Latin, code, emoji (with ZWJ sequences
-// and skin tones), whitespace runs, numbers, contractions.
+// and skin tones), whitespace runs, numbers, contractions, and some text
+// that is not NFC (combining sequences, Hangul jamo, singletons).
 //
 //   node compare.mjs --tool BUILD/bin/llm-tokenize --vocab DIR [--bytes N]
 //                    [--write-text FILE] [--only qwen3|llama3|gptoss|deepseek_v3]
@@ -113,8 +114,16 @@ function number() {
   }
 }
 
+// Text that is not NFC: Qwen's tokenizer.json normalizes it (NFC), the
+// others do not, and llm-tokenize must do the same per vocabulary.
+const decomposed = ["e\u0301", "A\u0308", "a\u0323\u0302", "a\u0302\u0323",
+  "\u212b", "\u2126", "\u1100\u1161\u11a8", "\uac00\u11a8",
+  "o\u0308\u0304", "\u0915\u093c", "n\u0303", "\u30ab\u3099",
+  "\u0041\u030a\u0301", "\u1e9b\u0323", "\uf900"];
+
 function segment() {
   const r = rand();
+  if (r < 0.02) return pick(decomposed) + (rand() < 0.5 ? " " : "");
   if (r < 0.40) return (rand() < 0.15 ? " " : "") + pick(english) +
     (rand() < 0.8 ? " " : "");
   if (r < 0.45) return pick(contractions) + " ";
@@ -136,9 +145,7 @@ while (bytes < minBytes) {
   parts.push(s);
   bytes += Buffer.byteLength(s, "utf8");
 }
-// Qwen's tokenizer.json normalizes to NFC; the generated text already is
-// NFC, normalize anyway so both sides see the same input.
-const text = parts.join("").normalize("NFC");
+const text = parts.join("");
 const textBytes = Buffer.from(text, "utf8");
 if (args["write-text"]) writeFileSync(args["write-text"], textBytes);
 if (args["text-only"]) {
