@@ -12,6 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 #include "model_impl.h"
 
@@ -680,6 +685,30 @@ llm_model_quant_guess(const llm_model_t *m)
 }
 
 /*
+ * Populate the mapping's page tables when the file fits comfortably in
+ * RAM; older kernels get a read-ahead hint instead.  Failure is harmless.
+ */
+static void
+llm_model_prefault(llm_model_t *m, const llm_model_opts_t *opts)
+{
+    uint64_t  size = llm_gguf_file_size(m->gguf);
+    uint64_t  ram;
+    long      pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    void     *base = (void *) llm_gguf_map(m->gguf);
+
+    if (opts != NULL && (opts->no_prefault || opts->expert_cache_mb > 0)) {
+        return;
+    }
+    ram = pages > 0 && psz > 0 ? (uint64_t) pages * (uint64_t) psz : 0;
+    if (ram == 0 || size > ram / 4 * 3) {
+        return;
+    }
+    if (madvise(base, size, MADV_POPULATE_READ) != 0) {
+        madvise(base, size, MADV_WILLNEED);
+    }
+}
+
+/*
  * Open path, bind hyperparameters and every weight.  On failure *out is
  * NULL and err names the file and the key, tensor or value at fault.
  */
@@ -809,6 +838,8 @@ llm_model_load(llm_model_t **out, const char *path,
             goto failed;
         }
     }
+
+    llm_model_prefault(m, opts);
 
     *out = m;
     return 0;

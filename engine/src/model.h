@@ -70,8 +70,15 @@ typedef struct llm_model_s llm_model_t;
 typedef struct {
     int          use_mlock;
     uint64_t     expert_cache_mb;  /* 0: all experts from the mapping */
+    int          no_prefault;      /* 1: leave pages to fault in on use */
 } llm_model_opts_t;
 
+/*
+ * Load and bind a model.  Unless opts says otherwise (no_prefault, or an
+ * expert cache for models bigger than RAM), a file that fits in 3/4 of
+ * physical memory has its page tables populated at load (MADV_POPULATE_
+ * READ), so the first tokens do not pay page faults; opts may be NULL.
+ */
 int llm_model_load(llm_model_t **out, const char *path,
     const llm_model_opts_t *opts, char *err, size_t errlen);
 void llm_model_free(llm_model_t *m);

@@ -22,7 +22,7 @@
 
 #include "threadpool.h"
 
-#define LLM_POOL_SPIN       (1u << 16)   /* pause loops before sleeping */
+#define LLM_POOL_SPIN       (1u << 13)   /* pause loops before sleeping */
 #define LLM_POOL_YIELD      (1u << 12)   /* caller: pauses before yielding */
 #define LLM_POOL_MAX        256
 #define LLM_POOL_RING       64

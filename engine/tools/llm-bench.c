@@ -39,7 +39,10 @@ usage(FILE *f)
         "Prefill: one batch of -p tokens.  Decode: -n single-token steps on\n"
         "one sequence with the KV cache.  Reports tokens/s, mean +- stddev.\n"
         "JSON fields: pp_tps, pp_tps_std, tg_tps, tg_tps_std, threads,\n"
-        "model_bytes, peak_rss_bytes, kv_bytes, n_prompt, n_gen, reps.\n");
+        "model_bytes, peak_rss_bytes, kv_bytes, n_prompt, n_gen, reps,\n"
+        "active_bytes_per_token (weights one decode step reads), and\n"
+        "pp_tps_cpu, tg_tps_cpu: tokens per CPU-second of each thread, a\n"
+        "figure less hurt by a shared, oversubscribed machine.\n");
 }
 
 static double
@@ -98,6 +101,48 @@ run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
     return 0;
 }
 
+static double
+cpu_s(void)
+{
+    struct rusage  ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6
+           + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+/*
+ * Weight bytes one decode step reads: every tensor once, except expert
+ * tensors (n_used of n_expert) and the embedding table (one row).
+ */
+static uint64_t
+active_bytes(const llm_model_t *m)
+{
+    const llm_gguf_t         *g = llm_model_gguf(m);
+    const llm_hparams_t      *hp = llm_model_hparams(m);
+    const llm_gguf_tensor_t  *t;
+    uint64_t                  i, sum = 0;
+
+    for (i = 0; i < llm_gguf_n_tensors(g); i++) {
+        t = llm_gguf_tensor_at(g, i);
+        if (strstr(t->name, "_exps.") != NULL && hp->n_expert > 0) {
+            sum += t->nbytes / hp->n_expert * hp->n_expert_used;
+        } else if (hp->n_expert > 0 && strncmp(t->name, "blk.", 4) == 0
+                   && strstr(t->name, ".ffn_") != NULL
+                   && strstr(t->name, "_inp") == NULL
+                   && strstr(t->name, "_norm") == NULL)
+        {
+            /* old per-expert tensors blk.N.ffn_gate.E.weight */
+            sum += t->nbytes * hp->n_expert_used / hp->n_expert;
+        } else if (strcmp(t->name, "token_embd.weight") == 0) {
+            sum += t->nbytes / hp->n_vocab;
+        } else {
+            sum += t->nbytes;
+        }
+    }
+    return sum;
+}
+
 static void
 stats(const double *v, int n, double *mean, double *sd)
 {
@@ -136,7 +181,8 @@ main(int argc, char **argv)
     llm_kv_t        *kv = NULL;
     bench_t          B;
     double           t0, *pp = NULL, *tg = NULL, ppm = 0, pps = 0, tgm = 0;
-    double           tgs = 0;
+    double           tgs = 0, c0, *ppc = NULL, *tgc = NULL, ppcm = 0;
+    double           tgcm = 0, sdc;
     uint64_t         model_bytes;
     size_t           kv_bytes;
     struct rusage    ru;
@@ -195,8 +241,10 @@ main(int argc, char **argv)
     B.logits = malloc((size_t) B.hp->n_vocab * sizeof(float));
     pp = calloc(reps, sizeof(double));
     tg = calloc(reps, sizeof(double));
+    ppc = calloc(reps, sizeof(double));
+    tgc = calloc(reps, sizeof(double));
     if (!B.blocks || !B.tok || !B.pos || !B.seq || !B.want || !B.logits
-        || !pp || !tg)
+        || !pp || !tg || !ppc || !tgc)
     {
         fprintf(stderr, "llm-bench: out of memory\n");
         goto done;
@@ -218,26 +266,32 @@ main(int argc, char **argv)
     for (i = 0; i < reps; i++) {
         if (np > 0) {
             t0 = now_s();
+            c0 = cpu_s();
             if (run_batch(&B, (uint32_t) np, 0, err, sizeof(err)) < 0) {
                 fprintf(stderr, "llm-bench: %s\n", err);
                 goto done;
             }
             pp[i] = np / (now_s() - t0);
+            ppc[i] = np / ((cpu_s() - c0) / threads);
         }
         if (ng > 0) {
             t0 = now_s();
+            c0 = cpu_s();
             if (run_tg(&B, (uint32_t) ng, err, sizeof(err)) < 0) {
                 fprintf(stderr, "llm-bench: %s\n", err);
                 goto done;
             }
             tg[i] = ng / (now_s() - t0);
+            tgc[i] = ng / ((cpu_s() - c0) / threads);
         }
     }
     if (np > 0) {
         stats(pp, reps, &ppm, &pps);
+        stats(ppc, reps, &ppcm, &sdc);
     }
     if (ng > 0) {
         stats(tg, reps, &tgm, &tgs);
+        stats(tgc, reps, &tgcm, &sdc);
     }
     getrusage(RUSAGE_SELF, &ru);
 
@@ -246,11 +300,13 @@ main(int argc, char **argv)
                "\"simd\": \"%s\", \"threads\": %d, \"n_prompt\": %d, "
                "\"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, "
                "\"pp_tps_std\": %.3f, \"tg_tps\": %.3f, \"tg_tps_std\": "
-               "%.3f, \"model_bytes\": %llu, \"kv_bytes\": %zu, "
-               "\"peak_rss_bytes\": %llu}\n", model, B.hp->arch_name,
-               llm_model_quant_name(m), llm_simd_name(llm_simd_level()),
-               threads, np, ng, reps, ppm, pps, tgm, tgs,
-               (unsigned long long) model_bytes, kv_bytes,
+               "%.3f, \"pp_tps_cpu\": %.3f, \"tg_tps_cpu\": %.3f, "
+               "\"model_bytes\": %llu, \"active_bytes_per_token\": %llu, "
+               "\"kv_bytes\": %zu, \"peak_rss_bytes\": %llu}\n", model,
+               B.hp->arch_name, llm_model_quant_name(m),
+               llm_simd_name(llm_simd_level()), threads, np, ng, reps, ppm,
+               pps, tgm, tgs, ppcm, tgcm, (unsigned long long) model_bytes,
+               (unsigned long long) active_bytes(m), kv_bytes,
                (unsigned long long) ru.ru_maxrss * 1024ull);
     } else {
         printf("| model | size | params | simd | threads | test | t/s |\n");
@@ -270,9 +326,12 @@ main(int argc, char **argv)
                    threads, ng, tgm, tgs);
         }
         printf("\nreps %d, KV %s %.1f MiB, peak RSS %.2f GiB (file %.2f "
-               "GiB)\n", reps, kvt == LLM_TYPE_F16 ? "f16" : "f32",
-               kv_bytes / 1048576.0, ru.ru_maxrss / 1048576.0,
-               model_bytes / 1073741824.0);
+               "GiB), %.1f MB of weights per decode step\n", reps,
+               kvt == LLM_TYPE_F16 ? "f16" : "f32", kv_bytes / 1048576.0,
+               ru.ru_maxrss / 1048576.0, model_bytes / 1073741824.0,
+               active_bytes(m) / 1e6);
+        printf("per CPU-second of each thread (what an idle machine would "
+               "give): pp %.2f t/s, tg %.2f t/s\n", ppcm, tgcm);
     }
     rc = 0;
 
@@ -288,5 +347,7 @@ done:
     free(B.logits);
     free(pp);
     free(tg);
+    free(ppc);
+    free(tgc);
     return rc;
 }
