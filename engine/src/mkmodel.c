@@ -399,7 +399,9 @@ mk_tensors(const llm_mkmodel_params_t *p, mk_list_t *l)
         }
     }
     rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "output_norm.weight");
-    rc |= mk_add(l, ty, MK_MATRIX, E, V, 0, "output.weight");
+    if (!p->tied) {
+        rc |= mk_add(l, ty, MK_MATRIX, E, V, 0, "output.weight");
+    }
     return rc ? -ENOMEM : 0;
 }
 

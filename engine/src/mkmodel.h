@@ -38,6 +38,8 @@ typedef struct {
     uint32_t    type;           /* ggml type of the weight matrices */
     uint64_t    seed;
     uint32_t    n_threads;
+    int         tied;           /* no output.weight: the head is
+                                   token_embd (small Qwen models) */
     int         split_experts;  /* llama: old per-expert tensors
                                    blk.N.ffn_{gate,up,down}.E.weight, same
                                    values as the merged _exps layout */

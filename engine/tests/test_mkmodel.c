@@ -571,6 +571,26 @@ test_mixes(void)
         llm_gguf_close(g);
     }
 
+    /* tied embeddings: token_embd takes output's rule (Q6_K) */
+    {
+        char tied[128];
+        snprintf(tied, sizeof(tied), "%s/tied.gguf", tmpdir);
+        p.tied = 1;
+        rc = llm_mkmodel_write(&p, tied, NULL, err, sizeof(err));
+        p.tied = 0;
+        CHECK(rc == 0, "tied: %s", err);
+        rc = llm_model_quantize(tied, out, llm_qtype_find("Q4_K_M"), &qp,
+            &st, err, sizeof(err));
+        if (rc == 0 && llm_gguf_open(&g, out, err, sizeof(err)) == 0) {
+            CHECK(llm_gguf_find_tensor(g, "output.weight") == NULL
+                  && type_of(g, "token_embd.weight") == LLM_TYPE_Q6_K,
+                "tied: no output.weight, token_embd Q6_K");
+            llm_gguf_close(g);
+        } else {
+            CHECK(0, "tied quantize: %s", err);
+        }
+    }
+
     rc = llm_model_quantize(src, out, llm_qtype_find("Q4_K_S"), &qp, &st,
         err, sizeof(err));
     if (rc == 0 && llm_gguf_open(&g, out, err, sizeof(err)) == 0) {

@@ -48,6 +48,8 @@ usage(FILE *f)
 "  --split-experts   llama with experts in the old Mixtral layout: one\n"
 "                    tensor per expert, blk.N.ffn_gate.E.weight etc. (same\n"
 "                    values as the merged blk.N.ffn_gate_exps.weight file)\n"
+"  --tied            no output.weight: the output head is token_embd, as in\n"
+"                    small Qwen2/Qwen3 models\n"
 "  --pre NAME        tokenizer.ggml.pre: qwen2 | gpt-2\n"
 "  --name NAME       general.name\n"
 "  --threads N       worker threads (default: online CPUs)\n"
@@ -145,6 +147,9 @@ main(int argc, char **argv)
             takes = 0;
         } else if (strcmp(f_, "--split-experts") == 0) {
             p.split_experts = 1;
+            takes = 0;
+        } else if (strcmp(f_, "--tied") == 0) {
+            p.tied = 1;
             takes = 0;
         } else if (v == NULL) {
             fprintf(stderr, "llm-mkmodel: %s: unknown option or missing "
