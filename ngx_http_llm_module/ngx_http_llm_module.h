@@ -273,6 +273,7 @@ typedef struct {
     size_t                         id_len;
     time_t                         created;
     ngx_str_t                      fingerprint;
+    ngx_str_t                      head;       /* SSE chunk start, cached */
     ngx_http_llm_choice_t         *choices;
     ngx_uint_t                     prompt_tokens;
     ngx_uint_t                     completion_tokens;

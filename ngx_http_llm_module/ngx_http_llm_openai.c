@@ -1810,6 +1810,14 @@ ngx_http_llm_head_len(ngx_http_llm_ctx_t *ctx)
 static u_char *
 ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p)
 {
+    u_char  *h, *start;
+
+    if (ctx->head.len) {
+        return ngx_cpymem(p, ctx->head.data, ctx->head.len);
+    }
+
+    start = p;
+
     p = ngx_sprintf(p, "data: {\"id\":\"%*s\",\"object\":\"%s\","
                     "\"created\":%T,\"model\":\"",
                     ctx->id_len, ctx->id,
@@ -1827,6 +1835,15 @@ ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p)
         p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
                        sizeof("\",\"system_fingerprint\":null,\"choices\":[")
                        - 1);
+    }
+
+    /* the same for every chunk of the stream: keep it */
+
+    h = ngx_pnalloc(ctx->request->pool, p - start);
+    if (h) {
+        ctx->head.len = p - start;
+        ctx->head.data = h;
+        ngx_memcpy(h, start, ctx->head.len);
     }
 
     return p;
@@ -2042,6 +2059,7 @@ ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     case LLM__EVENT__KIND_DONE:
 
         if (ev->done->system_fingerprint[0] && ctx->fingerprint.len == 0) {
+            ctx->head.len = 0;
             ctx->fingerprint.len = ngx_strlen(ev->done->system_fingerprint);
             ctx->fingerprint.data = (u_char *) ngx_http_llm_pstrdup(r->pool,
                                                ev->done->system_fingerprint,

@@ -1382,6 +1382,7 @@ ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
 
     ctx->model = m;
     ctx->model_name = m->name;
+    ctx->head.len = 0;
     ctx->fallbacks++;
 
     return ngx_http_llm_encode(r, ctx, &u->request_bufs);
