@@ -255,6 +255,18 @@ llm_idx2(int a, int b)
 }
 
 
+/* permutexvar index: four groups of 8 lanes = a, b, c, d */
+LLM_INLINE __m512i
+llm_idx4(int a, int b, int c, int d)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(
+               _mm256_set_m128i(_mm_set1_epi16((short) b),
+                                _mm_set1_epi16((short) a))),
+               _mm256_set_m128i(_mm_set1_epi16((short) d),
+                                _mm_set1_epi16((short) c)), 1);
+}
+
+
 /*
  * Q4_K (with_qh = 0) and Q5_K (with_qh = 1) tiles; the two differ only in
  * the fifth bit and the block stride.
@@ -499,6 +511,258 @@ LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, 4, LLM_Q5_K_TILE)
 LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, 4, llm_q6_K_tile)
 
 
+/* ---- K-quants with prepared weight rows ------------------------------ */
+
+/*
+ * For several columns, each group of 4 weight rows is unpacked once per
+ * call into this form (quants as bytes, scales as int16 lanes, per chunk
+ * of 64), and every column tile then costs two instructions per 64
+ * weights: vpmaddubsw and vpdpwssd.
+ */
+typedef struct {
+    __m512i  z[4];          /* chunk j: 64 quants, 0..31 or 0..63 */
+    __m512i  sv[4];         /* chunk j: int16 scale per 16-bit pair */
+    __m256i  m16;           /* Q4/5_K: mins duplicated per bsum;
+                               Q6_K: the 16 scales (for the -32 term) */
+    float    d, dmin;
+    char     pad[24];
+} llm_kq_prep_t;
+
+/* Super-blocks per row a prepared group may hold (n <= 8192). */
+#define LLM_KPREP_MAX  32
+
+
+/* kind: 4 = Q4_K, 5 = Q5_K, 6 = Q6_K */
+LLM_INLINE void
+llm_kq_prep_row(const int kind, const char *w, int64_t nb,
+    llm_kq_prep_t *out)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  m3 = _mm512_set1_epi8(0x03);
+    const __m512i  sixteen = _mm512_set1_epi8(16);
+    const __m512i  idx_m = _mm512_set_epi16(
+        15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
+        15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+
+    for (int64_t i = 0; i < nb; i++, out++) {
+        if (kind == 6) {
+            const llm_block_q6_K  *p = (const llm_block_q6_K *) w + i;
+            __m256i  sc16 = _mm256_cvtepi8_epi16(
+                                _mm_loadu_si128((const void *) p->scales));
+            __m512i  scz = _mm512_castsi256_si512(sc16);
+
+            out->d = llm_h2f(p->d);
+            out->m16 = sc16;
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                const int  h = t / 2, hi = t & 1;
+                __m512i  ql = _mm512_loadu_si512(p->ql + 64 * h);
+                __m256i  qh = _mm256_loadu_si256((const void *)
+                                                 (p->qh + 32 * h));
+                __m512i  hz = _mm512_inserti64x4(_mm512_castsi256_si512(
+                                  _mm256_srli_epi16(qh, hi ? 4 : 0)),
+                                  _mm256_srli_epi16(qh, hi ? 6 : 2), 1);
+                __m512i  lo = hi ? _mm512_srli_epi16(ql, 4) : ql;
+
+                hz = _mm512_slli_epi16(_mm512_and_si512(hz, m3), 4);
+                out->z[t] = _mm512_or_si512(_mm512_and_si512(lo, m4), hz);
+                out->sv[t] = _mm512_permutexvar_epi16(
+                    llm_idx4(4 * t, 4 * t + 1, 4 * t + 2, 4 * t + 3), scz);
+            }
+
+        } else {
+            const size_t   bsz = kind == 5 ? sizeof(llm_block_q5_K)
+                                           : sizeof(llm_block_q4_K);
+            const char    *blk = w + i * bsz;
+            const llm_block_q4_K  *p = (const llm_block_q4_K *) blk;
+            const uint8_t *qs = kind == 5
+                ? ((const llm_block_q5_K *) blk)->qs : p->qs;
+            __m512i        scz = _mm512_castsi256_si512(
+                                     llm_k4_scales(p->scales));
+            __m512i        hz = _mm512_setzero_si512();
+
+            out->d = llm_h2f(p->d);
+            out->dmin = llm_h2f(p->dmin);
+            out->m16 = _mm512_castsi512_si256(
+                           _mm512_permutexvar_epi16(idx_m, scz));
+            if (kind == 5) {
+                __m256i  qh = _mm256_loadu_si256((const void *)
+                                  ((const llm_block_q5_K *) blk)->qh);
+                hz = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
+                                        _mm256_srli_epi16(qh, 1), 1);
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m256i  q = _mm256_loadu_si256((const void *) (qs + 32 * j));
+                __m512i  z = _mm512_inserti64x4(_mm512_castsi256_si512(q),
+                                                _mm256_srli_epi16(q, 4), 1);
+
+                z = _mm512_and_si512(z, m4);
+                if (kind == 5) {
+                    __mmask64  k = _mm512_test_epi8_mask(hz,
+                                       _mm512_set1_epi8((char) (1 << (2 * j))));
+                    z = _mm512_mask_add_epi8(z, k, z, sixteen);
+                }
+                out->z[j] = z;
+                out->sv[j] = _mm512_permutexvar_epi16(
+                                 llm_idx2(2 * j, 2 * j + 1), scz);
+            }
+        }
+    }
+}
+
+
+LLM_INLINE void
+llm_kq_tile_pre(const int kind, const int R, const int C, int64_t nb,
+    const llm_kq_prep_t *pre, const char *x, size_t xs, float *y,
+    size_t ldy)
+{
+    __m512   acc[LLM_MAXR][LLM_MAXC];
+    int64_t  i;
+    int      r, c, j;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm512_setzero_ps();
+        }
+    }
+
+    for (i = 0; i < nb; i++) {
+        __m512i  iacc[LLM_MAXR][LLM_MAXC];
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+            for (c = 0; c < C; c++) {
+                iacc[r][c] = _mm512_setzero_si512();
+            }
+        }
+
+#pragma GCC unroll 4
+        for (j = 0; j < 4; j++) {
+#pragma GCC unroll 4
+            for (r = 0; r < R; r++) {
+                const llm_kq_prep_t  *pr = pre + r * nb + i;
+                __m512i               z = pr->z[j];
+
+#pragma GCC unroll 4
+                for (c = 0; c < C; c++) {
+                    const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                                (x + c * xs) + i;
+                    __m512i  p = _mm512_maddubs_epi16(z,
+                                     _mm512_loadu_si512(q8->qs + 64 * j));
+
+                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], p,
+                                                     pr->sv[j]);
+                }
+            }
+        }
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const llm_kq_prep_t  *pr = pre + r * nb + i;
+
+#pragma GCC unroll 4
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+                __m256i  bs = _mm256_loadu_si256((const void *) q8->bsums);
+                __m256i  mi = _mm256_madd_epi16(bs, pr->m16);
+
+                if (kind == 6) {
+                    /* the -32 offset, exact in integers */
+                    iacc[r][c] = _mm512_sub_epi32(iacc[r][c],
+                        _mm512_zextsi256_si512(_mm256_slli_epi32(mi, 5)));
+                    acc[r][c] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(iacc[r][c]),
+                        _mm512_set1_ps(pr->d * q8->d), acc[r][c]);
+                } else {
+                    acc[r][c] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(iacc[r][c]),
+                        _mm512_set1_ps(pr->d * q8->d), acc[r][c]);
+                    acc[r][c] = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(_mm512_zextsi256_si512(mi)),
+                        _mm512_set1_ps(-pr->dmin * q8->d), acc[r][c]);
+                }
+            }
+        }
+    }
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+        }
+    }
+}
+
+
+/*
+ * Several columns: per group of 4 rows, unpack the rows once, then run
+ * tiles of 4 rows x 3 columns over all columns.
+ */
+LLM_INLINE void
+llm_gemm_kq_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy)
+{
+    llm_kq_prep_t  pre[4 * LLM_KPREP_MAX];
+    const char    *wp = w, *xp = x;
+    int64_t        nb = n / LLM_QK_K, r0, r, c, rr;
+
+    for (r0 = 0; r0 < nr; r0 += 4) {
+        rr = nr - r0 < 4 ? nr - r0 : 4;
+        for (r = 0; r < rr; r++) {
+            llm_kq_prep_row(kind, wp + (r0 + r) * ws, nb, pre + r * nb);
+        }
+
+        if (rr == 4) {
+            for (c = 0; c + 3 <= nc; c += 3) {
+                llm_kq_tile_pre(kind, 4, 3, nb, pre, xp + c * xs, xs,
+                                y + c * ldy + r0, ldy);
+            }
+            for (; c < nc; c++) {
+                llm_kq_tile_pre(kind, 4, 1, nb, pre, xp + c * xs, xs,
+                                y + c * ldy + r0, ldy);
+            }
+        } else {
+            for (r = 0; r < rr; r++) {
+                for (c = 0; c + 3 <= nc; c += 3) {
+                    llm_kq_tile_pre(kind, 1, 3, nb, pre + r * nb,
+                                    xp + c * xs, xs, y + c * ldy + r0 + r,
+                                    ldy);
+                }
+                for (; c < nc; c++) {
+                    llm_kq_tile_pre(kind, 1, 1, nb, pre + r * nb,
+                                    xp + c * xs, xs, y + c * ldy + r0 + r,
+                                    ldy);
+                }
+            }
+        }
+    }
+}
+
+
+#define LLM_KQ_ENTRY(name, kind)                                            \
+static void                                                                 \
+llm_gemm_##name##_any(int64_t n, int64_t nr, int64_t nc, const void *w,     \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
+{                                                                           \
+    if (nc == 1 || n / LLM_QK_K > LLM_KPREP_MAX) {                          \
+        llm_gemm_##name(n, nr, nc, w, ws, x, xs, y, ldy);                   \
+        return;                                                             \
+    }                                                                       \
+    llm_gemm_kq_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy);                 \
+}
+
+LLM_KQ_ENTRY(q4_K, 4)
+LLM_KQ_ENTRY(q5_K, 5)
+LLM_KQ_ENTRY(q6_K, 6)
+
+
 /* ---- Q4_0 / Q8_0 with prepared activation columns -------------------- */
 
 /*
@@ -715,7 +979,7 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
     k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_any;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_any;
-    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K;
-    k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K;
-    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K;
+    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_any;
+    k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_any;
+    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_any;
 }
