@@ -7,8 +7,12 @@
 # ignore_eos, on build/models/bench-moe-q4_0.gguf (made with llm-mkmodel
 # if absent), THREADS forward threads (2).  Each client has its own
 # prompt (no shared prefix).  Prints a table: aggregate tok/s over the
-# wall time (prefill included), aggregate decode tok/s (sum of each
-# stream's decode rate), TTFT p50 / p95, and decode relative to 1 client.
+# wall time (prefill included), aggregate decode tok/s (the tokens after
+# each stream's first, over the time from the first first token to the
+# last end), TTFT p50 / p95, decode relative to 1 client, and
+# the engine's CPU seconds for the run with generated tokens per CPU
+# second: on a shared machine the wall-time figures follow the load, the
+# per-CPU-second one much less.
 #
 # Env: BUILD, REPO (set by build.sh), MODEL, THREADS, CLIENTS, PROMPTS,
 # GEN, MAX_BATCH (64), STEP_TOKENS (512), EXTRA (more llm-engine flags).
@@ -75,6 +79,11 @@ prompt_of() {
     printf '%s' "${text# }"
 }
 
+# user + system clock ticks of the engine so far
+cpu_ticks() {
+    awk '{ print $14 + $15 }' "/proc/$EPID/stat"
+}
+
 json_req() {
     python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1],
         "max_tokens": int(sys.argv[2]), "temperature": 0,
@@ -90,22 +99,26 @@ echo "# model $MODEL"
 echo "# $(echo "$INFO" | python3 -c 'import json,sys; i=json.load(sys.stdin); print("%s %s, ctx %d, max_batch %d, kv %d blocks x %d" % (i["architecture"], i["quantization"], i["context_length"], i["max_batch"], i["stats"]["kv_blocks_total"], i["stats"]["kv_block_tokens"]))')"
 echo "# threads $THREADS, step tokens $STEP_TOKENS, $GEN generated per request, greedy"
 echo
-printf '| clients | prompt tokens | aggregate tok/s (incl. prefill) | aggregate decode tok/s | TTFT p50 | TTFT p95 | decode vs 1 client |\n'
-printf '| --- | --- | --- | --- | --- | --- | --- |\n'
+printf '| clients | prompt tokens | aggregate tok/s (incl. prefill) | aggregate decode tok/s | TTFT p50 | TTFT p95 | decode vs 1 client | engine CPU s | generated tok per CPU s |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for P in $PROMPTS; do
     TEXT=$(prompt_of "$P")
     REQ=$(json_req "$TEXT" "$GEN")
     BASE=
     for N in $CLIENTS; do
+        CPU0=$(cpu_ticks)
         OUT=$("$CLIENT" --socket "$SOCK" --bench "$N" --timeout 3600 "$REQ")
-        python3 - "$OUT" "$N" "${BASE:-0}" <<'PY'
+        CPU1=$(cpu_ticks)
+        python3 - "$OUT" "$N" "${BASE:-0}" "$((CPU1 - CPU0))" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1]); n = int(sys.argv[2]); base = float(sys.argv[3])
+cpu = int(sys.argv[4]) / float(sys.argv[5])
 rel = "%.2fx" % (r["agg_decode_tok_s"] / base) if base > 0 else "1.00x"
 err = "" if r["errors"] == 0 else " (%d errors)" % r["errors"]
-print("| %d | %.0f | %.1f | %.1f | %.2f s | %.2f s | %s%s |" % (
+per = r["completion_tokens"] / cpu if cpu > 0 else 0.0
+print("| %d | %.0f | %.1f | %.1f | %.2f s | %.2f s | %s%s | %.2f | %.1f |" % (
     n, r["prompt_tokens_mean"], r["agg_tok_s"], r["agg_decode_tok_s"],
-    r["ttft_p50_ms"] / 1e3, r["ttft_p95_ms"] / 1e3, rel, err))
+    r["ttft_p50_ms"] / 1e3, r["ttft_p95_ms"] / 1e3, rel, err, cpu, per))
 PY
         if [ -z "$BASE" ]; then
             BASE=$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["agg_decode_tok_s"])')

@@ -517,8 +517,9 @@ hexval(int c)
  * "<i>: " put in front of the prompt so no two share a prefix block),
  * read all of them with poll, and print one JSON line of figures:
  * aggregate tok/s over the wall time (prefill included), aggregate decode
- * tok/s (the sum of each stream's (tokens - 1) / (done - first token)),
- * and time to first token p50 / p95.
+ * tok/s (every token after each stream's first, over the time from the
+ * first stream's first token to the last stream's end), and time to first
+ * token p50 / p95.
  */
 typedef struct {
     int       fd;
@@ -546,6 +547,7 @@ run_bench(const char *sock, const char *tcp, gen_t *x, int n,
     double        *ttft = calloc((size_t) n, sizeof(double));
     const char    *base = x->g.prompt;
     double         t0, deadline, decode = 0.0, wall, tlast = 0.0;
+    double         tfirst = 0.0;
     uint64_t       total = 0, prompt = 0;
     int            left = n, errors = 0, i, nt = 0;
     char           pbuf[65536];
@@ -658,8 +660,11 @@ run_bench(const char *sock, const char *tcp, gen_t *x, int n,
             total += c[i].tokens;
             prompt += c[i].prompt;
             ttft[nt++] = (c[i].t_first - t0) * 1e3;
-            if (c[i].tokens > 1 && c[i].t_done > c[i].t_first) {
-                decode += (c[i].tokens - 1) / (c[i].t_done - c[i].t_first);
+            if (c[i].tokens > 1) {
+                decode += c[i].tokens - 1;
+                if (tfirst == 0.0 || c[i].t_first < tfirst) {
+                    tfirst = c[i].t_first;
+                }
             }
             if (c[i].t_done > tlast) {
                 tlast = c[i].t_done;
@@ -669,6 +674,7 @@ run_bench(const char *sock, const char *tcp, gen_t *x, int n,
         free(c[i].buf);
     }
     wall = tlast > t0 ? tlast - t0 : 0.0;
+    decode = tlast > tfirst && tfirst > 0.0 ? decode / (tlast - tfirst) : 0.0;
     qsort(ttft, (size_t) nt, sizeof(double), dbl_cmp);
     printf("{\"clients\":%d,\"ok\":%d,\"errors\":%d,\"prompt_tokens_mean\":"
            "%.1f,\"completion_tokens\":%llu,\"wall_s\":%.3f,"
