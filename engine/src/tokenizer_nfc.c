@@ -3,9 +3,9 @@
  * to NFC before pre-tokenization (Qwen2 / Qwen2.5 / Qwen3).
  *
  * Most text is NFC already, so the work is done only around characters
- * that NFC may change (LLM_UCD_NFC: combining marks, characters with a
- * canonical decomposition, second halves of compositions, Hangul vowel and
- * trailing jamo).  Such a run, together with the starter before it, is
+ * that NFC may change (LLM_UCD_NFC: combining marks, characters NFC
+ * replaces, second halves of compositions, Hangul vowel and trailing
+ * jamo; not precomposed letters that are NFC already).  Such a run, together with the starter before it, is
  * decomposed (full canonical decompositions from the generated table,
  * Hangul syllables by arithmetic), put in canonical order (stable sort by
  * combining class) and recomposed (UAX #15: a character joins the last
@@ -310,6 +310,10 @@ llm_nfc(const char *text, size_t len, char **out, size_t *out_len)
     copied = 0;
     last_safe = 0;
     for (i = 0; i < len; ) {
+        if (s[i] < 0x80) {
+            last_safe = i++;            /* ASCII: NFC leaves it alone */
+            continue;
+        }
         l = dec1(s + i, len - i, &c);
         if ((c & RAW_BYTE) || !(llm_ucd_flags(c) & LLM_UCD_NFC)) {
             last_safe = i;

@@ -49,7 +49,6 @@ for cp in range(0x110000):
             SECOND.add(parts[1])
 COMP.sort()
 CCC_SET = set(cp for cp, _ in CCC)
-DECOMP_SET = set(cp for cp, _ in DECOMP)
 
 
 def flags(cp):
@@ -63,9 +62,13 @@ def flags(cp):
         f |= F_N
     if cp in SPACE or cat[0] == "Z":
         f |= F_S
-    # NFC may change text around this character
-    if cp in CCC_SET or cp in DECOMP_SET or cp in SECOND \
-            or 0x1161 <= cp <= 0x1175 or 0x11A8 <= cp <= 0x11C2:
+    # NFC may change the text around this character: a combining mark, a
+    # character NFC replaces (quick check No), or one that may join the
+    # character before it (quick check Maybe: second halves, Hangul V/T).
+    # Precomposed letters that are NFC already (é) are not marked.
+    if cp in CCC_SET or unicodedata.normalize("NFC", chr(cp)) != chr(cp) \
+            or cp in SECOND or 0x1161 <= cp <= 0x1175 \
+            or 0x11A8 <= cp <= 0x11C2:
         f |= F_NFC
     return f
 
