@@ -353,6 +353,14 @@ SNIPPETS = [
     ("whitespace2", "{% for i in [1, 2] %}\n    {{ i }}\n{% endfor %}\n"
      "{%- for i in [1, 2] %}\n  - {{ i }}\n{%- endfor %}\n"
      "x  {% if true %}y{% endif %}  z\n\t{%- if true %}t{% endif %}\r\nw\r\n", {}),
+    ("whitespace3", "a {{ '}}' }} b {{ {'k': {'j': 1}} }} {{ '%}' }}\n"
+     "  {#- c -#}  x\n\t {#+ c #} y\n  {% if true +%}  z{% endif %}\n"
+     "{ not a tag } {x} {%raw%} {{ }} {%endraw%}|\n"
+     "\t\t{%- if true %}\n\tq\n\t{%- endif %}\n  {{- 'v' }}\n"
+     "{% for i in [1, 2] -%}\n  {{ i }}\n{%- endfor %}\n{# last #}\n", {}),
+    ("whitespace4", "\n\n  {% set x = 1 %}\n  {{ x }}\n    {% macro m() %}\n"
+     "  body\n  {% endmacro %}\n[{{ m() }}]\n  {%+ if true %}p{% endif %}"
+     "\n  {% if true %}\n  {%- endif %}end", {}),
     ("strings", "{{ 'a\\nb' }}|{{ \"it's\" }}|{{ 'it\\'s' }}|{{ '\\u00e9\\x41\\t|' }}"
      "{{ 'a' 'b' }}|{{ '\\\\' }}|{{ '\\q' }}", {}),
     ("dicts", "{% set d = {'a': 1, 'b': {'c': [1, 2]}} %}{{ d.a }}{{ d['b'].c[1] }}"
