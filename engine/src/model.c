@@ -216,10 +216,10 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
     if (hp->n_head == 0 || hp->n_head > 4096 || hp->n_head_kv == 0
         || hp->n_head % hp->n_head_kv != 0)
     {
-        return llm_bind_fail(b, -EINVAL, "attention.head_count %u and "
+        return llm_bind_fail(b, -EINVAL, "%s.attention.head_count %u and "
                              "head_count_kv %u: expected head_count a "
-                             "multiple of head_count_kv", hp->n_head,
-                             hp->n_head_kv);
+                             "multiple of head_count_kv (and both > 0)",
+                             hp->arch_name, hp->n_head, hp->n_head_kv);
     }
     if (!(hp->rms_eps > 0.0f && hp->rms_eps < 1.0f)) {
         return llm_bind_fail(b, -EINVAL, "%s.attention.layer_norm_rms_"
@@ -243,9 +243,9 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
     if (hp->head_dim == 0 || hp->head_dim > 1024 || hp->head_dim % 2 != 0
         || hp->head_dim_v == 0 || hp->head_dim_v > 1024)
     {
-        return llm_bind_fail(b, -EINVAL, "attention.key_length %u / "
+        return llm_bind_fail(b, -EINVAL, "%s.attention.key_length %u / "
                              "value_length %u, expected even 2..1024",
-                             hp->head_dim, hp->head_dim_v);
+                             hp->arch_name, hp->head_dim, hp->head_dim_v);
     }
     if (hp->rope_dims > hp->head_dim || hp->rope_dims % 2 != 0) {
         return llm_bind_fail(b, -EINVAL, "%s.rope.dimension_count is %u, "
