@@ -98,55 +98,6 @@ llm_utf8_put(char *dst, uint32_t cp)
     return 4;
 }
 
-/*
- * Validate one UTF-8 sequence at s (n >= 1 bytes available), following
- * Unicode's "maximal subpart" rule for replacement: returns its length,
- * 0 if it is a valid prefix cut short by n, or -k for k bytes to replace
- * by one U+FFFD.
- */
-int
-llm_utf8_check(const uint8_t *s, size_t n)
-{
-    uint8_t  c = s[0], lo = 0x80, hi = 0xbf;
-    size_t   need, i;
-
-    if (c < 0x80) {
-        return 1;
-    }
-    if (c < 0xc2 || c > 0xf4) {
-        return -1;
-    }
-    if (c < 0xe0) {
-        need = 2;
-    } else if (c < 0xf0) {
-        need = 3;
-        if (c == 0xe0) {
-            lo = 0xa0;
-        } else if (c == 0xed) {
-            hi = 0x9f;
-        }
-    } else {
-        need = 4;
-        if (c == 0xf0) {
-            lo = 0x90;
-        } else if (c == 0xf4) {
-            hi = 0x8f;
-        }
-    }
-
-    for (i = 1; i < need; i++) {
-        if (i >= n) {
-            return 0;
-        }
-        if (s[i] < lo || s[i] > hi) {
-            return -(int) i;
-        }
-        lo = 0x80;
-        hi = 0xbf;
-    }
-    return (int) need;
-}
-
 void
 llm_tokens_free(llm_tokens_t *t)
 {

@@ -149,10 +149,53 @@ int llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
 size_t llm_utf8_len(uint8_t lead);
 size_t llm_utf8_put(char *dst, uint32_t cp);
 /*
- * Length of the valid UTF-8 sequence at s (1..4), 0 if the bytes so far
- * are a valid but incomplete prefix (n too short), or -(k) where k >= 1 is
- * the length of the maximal invalid subpart to replace by one U+FFFD.
+ * Validate one UTF-8 sequence at s (n >= 1 bytes available), following
+ * Unicode's "maximal subpart" rule for replacement: returns its length,
+ * 0 if it is a valid prefix cut short by n, or -k for k bytes to replace
+ * by one U+FFFD.
  */
-int llm_utf8_check(const uint8_t *s, size_t n);
+static inline int
+llm_utf8_check(const uint8_t *s, size_t n)
+{
+    uint8_t  c = s[0], lo = 0x80, hi = 0xbf;
+    size_t   need, i;
+
+    if (c < 0x80) {
+        return 1;
+    }
+    if (c < 0xc2 || c > 0xf4) {
+        return -1;
+    }
+    if (c < 0xe0) {
+        need = 2;
+    } else if (c < 0xf0) {
+        need = 3;
+        if (c == 0xe0) {
+            lo = 0xa0;
+        } else if (c == 0xed) {
+            hi = 0x9f;
+        }
+    } else {
+        need = 4;
+        if (c == 0xf0) {
+            lo = 0x90;
+        } else if (c == 0xf4) {
+            hi = 0x8f;
+        }
+    }
+
+    for (i = 1; i < need; i++) {
+        if (i >= n) {
+            return 0;
+        }
+        if (s[i] < lo || s[i] > hi) {
+            return -(int) i;
+        }
+        lo = 0x80;
+        hi = 0xbf;
+    }
+    return (int) need;
+}
+
 
 #endif /* LLM_TOKENIZER_INT_H */

@@ -104,7 +104,7 @@ llm_ucd_flags(uint32_t cp)
 
 /* Decode the character at i: its length, *fl its flags (UCD_INVALID and
  * length 1 for a byte that starts no valid sequence). */
-static inline size_t
+static inline __attribute__((always_inline)) size_t
 dec(const uint8_t *s, size_t n, size_t i, uint32_t *cp, uint8_t *fl)
 {
     uint8_t  c = s[i];
