@@ -383,6 +383,12 @@ ngx_http_llm_cleanup(void *data)
         ngx_str_set(&ctx->finish_reason, "cancelled");
     }
 
+    /* cut off before the engine's usage: count what was generated */
+
+    if (ctx->completion_tokens < ctx->streamed_tokens) {
+        ctx->completion_tokens = ctx->streamed_tokens;
+    }
+
     ngx_http_llm_record(r, ctx, r->headers_out.status ? r->headers_out.status
                                 : (ngx_uint_t) NGX_HTTP_CLIENT_CLOSED_REQUEST);
 }

@@ -278,6 +278,7 @@ typedef struct {
     ngx_uint_t                     prompt_tokens;
     ngx_uint_t                     completion_tokens;
     ngx_uint_t                     cached_tokens;
+    ngx_uint_t                     streamed_tokens;  /* counted in deltas */
     ngx_str_t                      finish_reason;
     ngx_str_t                      error_code;
     ngx_msec_t                     start;

@@ -2399,6 +2399,7 @@ ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     case LLM__EVENT__KIND_DELTA:
         d = ev->delta;
+        ctx->streamed_tokens += d->n_tokens;
 
         ch = ngx_http_llm_choice(ctx, d->index);
         if (ch == NULL) {

@@ -292,6 +292,7 @@ ngx_http_llm_reinit_request(ngx_http_request_t *r)
     ctx->err_status = 0;
     ctx->prompt_tokens = 0;
     ctx->cached_tokens = 0;
+    ctx->streamed_tokens = 0;
 
     r->upstream->out_bufs = NULL;
 
@@ -944,6 +945,10 @@ ngx_http_llm_stream_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
             if (ctx->heartbeat.timer_set) {
                 ngx_del_timer(&ctx->heartbeat);
             }
+        }
+
+        if (ev->kind_case == LLM__EVENT__KIND_DELTA) {
+            ctx->streamed_tokens += ev->delta->n_tokens;
         }
 
         break;

@@ -21,6 +21,9 @@ my $dead = $t->dir . '/nobody.sock';
 my $user = $> == 0 ? 'user root;' : '';
 
 my $conf = <<"EOF";
+    log_format llm '\$status model=\$llm_model completion=\$llm_completion_tokens '
+                   'ttft=\$llm_ttft_ms finish=\$llm_finish_reason';
+    access_log %%DIR%%/llm.log llm;
     upstream ua { server unix:%%SOCK_a%%; keepalive 2; }
     upstream ub { server unix:%%SOCK_b%%; keepalive 2; }
     upstream uc { server unix:$dead; }
@@ -111,6 +114,9 @@ for (1 .. 50) {
     last if $cancelled > $before;
 }
 ok($cancelled > $before, "disconnect: engine cancelled ($before -> $cancelled)");
+my ($line) = grep { /finish=cancelled/ } split /\n/, $t->slurp($t->dir . '/llm.log');
+like($line // '', qr/^200 model=model-b completion=[1-9]\d* ttft=\d+ finish=cancelled$/,
+     'disconnect: the access log meters the tokens streamed before the cut');
 
 # reload with streams in flight: every stream ends with [DONE]
 
