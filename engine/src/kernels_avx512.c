@@ -882,8 +882,7 @@ llm_q_0_tile_pre(const int R, const int C, const int q8, int64_t np,
 /*
  * Several columns: for each group of 4, prepare the columns once, then
  * run every 4-row tile over them; an odd last block is added per result
- * by the plain tile.  Single columns and very long rows take the plain
- * driver.
+ * by the plain tile.  Very long rows take the plain driver.
  */
 LLM_INLINE void
 llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
@@ -902,7 +901,9 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
             llm_q8_0_prep(xp + (c0 + c) * xs, np, q8, pre + c * np);
         }
 
-        for (r = 0; r + 4 <= nr; r += 4) {
+        /* a single column streams the rows one by one (see the
+         * driver in kernels_common.h) */
+        for (r = 0; cc > 1 && r + 4 <= nr; r += 4) {
             if (cc == 4) {
                 llm_q_0_tile_pre(4, 4, q8, np, wp + r * ws, ws, pre,
                                  y + c0 * ldy + r, ldy);
@@ -949,7 +950,7 @@ static void
 llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
-    if (nc == 1 || n / LLM_QK / 2 * 4 > LLM_PREP_MAX) {
+    if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
         llm_gemm_q4_0(n, nr, nc, w, ws, x, xs, y, ldy);
         return;
     }
@@ -961,7 +962,7 @@ static void
 llm_gemm_q8_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
-    if (nc == 1 || n / LLM_QK / 2 * 4 > LLM_PREP_MAX) {
+    if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
         llm_gemm_q8_0(n, nr, nc, w, ws, x, xs, y, ldy);
         return;
     }
