@@ -26,6 +26,7 @@
 #define JJ_MAX_OUTPUT       (16u << 20) /* bytes of rendered text */
 #define JJ_MAX_MEMORY       (256u << 20) /* arena bytes */
 #define JJ_MAX_RANGE        100000      /* as jinja2's sandbox MAX_RANGE */
+#define JJ_MAX_JSON_DEPTH   200         /* nesting of the variables */
 
 /* ---- arena ---- */
 
@@ -143,6 +144,7 @@ int jv_is_num(jv_t v);                   /* INT, FLOAT or BOOL */
 double jv_num(jv_t v);
 const char *jv_type_name(jv_t v);        /* Python's name: 'dict', 'str' */
 
+/* JSON to values; UNDEF on OOM, UNDEF with flag 3 when nested too deep. */
 jv_t jv_from_json(jj_arena_t *a, json_t *j, int depth);
 
 /* str(): Python's str() of the value appended to b. */

@@ -1523,6 +1523,11 @@ jj_render(const jj_tmpl_t *t, json_t *vars, int64_t now, char **out,
         json_object_foreach(vars, k, x) {
             v = jv_from_json(&c->arena, x, 0);
             w = jv_str_copy(&c->arena, k, strlen(k));
+            if (v.type == JV_UNDEF && v.flag == 3) {
+                jj_fail(c, -EINVAL, "template variable '%s' is nested deeper "
+                        "than %d levels", k, JJ_MAX_JSON_DEPTH);
+                goto done;
+            }
             if (v.type == JV_UNDEF || w.type != JV_STR
                 || jv_dict_set(&c->arena, c->globals->vars, w, v) != 0)
             {

@@ -423,8 +423,13 @@ jv_from_json(jj_arena_t *a, json_t *j, int depth)
     json_t      *x;
     size_t       i;
 
-    if (j == NULL || depth > 64) {
+    if (j == NULL) {
         return jv_none();
+    }
+    if (depth > JJ_MAX_JSON_DEPTH) {
+        v = jv_undef();
+        v.flag = 3;             /* too deep: the caller reports it */
+        return v;
     }
     switch (json_typeof(j)) {
     case JSON_OBJECT:
@@ -435,6 +440,9 @@ jv_from_json(jj_arena_t *a, json_t *j, int depth)
         json_object_foreach(j, k, x) {
             key = jv_str_copy(a, k, strlen(k));
             item = jv_from_json(a, x, depth + 1);
+            if (item.type == JV_UNDEF) {
+                return item;
+            }
             if (key.type == JV_UNDEF || jv_dict_set(a, v, key, item) != 0) {
                 return jv_undef();
             }
@@ -446,7 +454,11 @@ jv_from_json(jj_arena_t *a, json_t *j, int depth)
             return v;
         }
         json_array_foreach(j, i, x) {
-            if (jv_list_push(a, v, jv_from_json(a, x, depth + 1)) != 0) {
+            item = jv_from_json(a, x, depth + 1);
+            if (item.type == JV_UNDEF) {
+                return item;
+            }
+            if (jv_list_push(a, v, item) != 0) {
                 return jv_undef();
             }
         }

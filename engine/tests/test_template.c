@@ -829,8 +829,34 @@ limits(void)
                         "'foo' is undefined");
     bad |= expect_error("unsafe", "{% set l = [] %}{{ l.append(1) }}",
                         -EINVAL, "unsafe");
-    printf("limits: depth, recursion, iterations, output, range, errors: "
-           "%s\n", bad ? "FAIL" : "ok");
+    {
+        /* variables nested deeper than the renderer takes */
+        json_t      *vars = json_object(), *deepj = json_array(), *x;
+        llm_tmpl_t  *t;
+        char         err[512], *out = NULL;
+        size_t       outlen;
+        int          rc;
+
+        for (i = 0; i < 300; i++) {
+            x = json_array();
+            json_array_append_new(x, deepj);
+            deepj = x;
+        }
+        json_object_set_new(vars, "messages", deepj);
+        rc = llm_tmpl_compile(&t, "{{ messages }}", 14, err, sizeof(err));
+        if (rc == 0) {
+            rc = llm_tmpl_render(t, vars, &out, &outlen, err, sizeof(err));
+            llm_tmpl_free(t);
+        }
+        if (rc != -EINVAL || strstr(err, "nested deeper") == NULL) {
+            printf("limits: FAIL deep JSON: rc %d, \"%s\"\n", rc, err);
+            bad = 1;
+        }
+        free(out);
+        json_decref(vars);
+    }
+    printf("limits: depth, recursion, iterations, output, range, JSON "
+           "depth, errors: %s\n", bad ? "FAIL" : "ok");
     return bad;
 }
 
