@@ -1963,7 +1963,7 @@ ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
             p = ngx_cpymem(p, "\"content\":\"", sizeof("\"content\":\"") - 1);
             p = ngx_http_llm_json_escape(p, (u_char *) d->text,
                                          ngx_strlen(d->text));
-            p = ngx_cpymem(p, "\"},\"logprobs\":", 
+            p = ngx_cpymem(p, "\"},\"logprobs\":",
                            sizeof("\"},\"logprobs\":") - 1);
 
         } else {
