@@ -21,8 +21,34 @@ if [ ! -d node_modules/openai ] || [ package-lock.json -nt node_modules ]; then
     npm ci --no-audit --no-fund --prefer-offline >/dev/null
 fi
 
+# curl, as the README shows it: JSON and a stream
+curl_checks() {
+    command -v curl >/dev/null 2>&1 || { echo "tests/client: curl skipped (no curl)"; return 0; }
+    local body out
+    body='{"model":"'"${LLM_MODEL:-tiny}"'","max_tokens":4,"messages":[{"role":"user","content":"Hi"}]}'
+    out=$(curl -sS "$LLM_URL/chat/completions" -H "Authorization: Bearer $LLM_KEY" \
+          -H 'Content-Type: application/json' -d "$body")
+    case $out in
+    *'"object":"chat.completion"'*'"usage"'*) echo "ok - curl: chat completion" ;;
+    *) echo "not ok - curl: chat completion: $out"; return 1 ;;
+    esac
+    out=$(curl -sSN "$LLM_URL/chat/completions" -H "Authorization: Bearer $LLM_KEY" \
+          -H 'Content-Type: application/json' \
+          -d "${body%\}},\"stream\":true}")
+    case $out in
+    *'data: {"id":"chatcmpl-'*'data: [DONE]'*) echo "ok - curl: stream ends with [DONE]" ;;
+    *) echo "not ok - curl: stream: $out"; return 1 ;;
+    esac
+    out=$(curl -sS -o /dev/null -w '%{http_code}' "$LLM_URL/chat/completions" \
+          -H 'Authorization: Bearer sk-llm-wrong' -d "$body")
+    [ "$out" = 401 ] && echo "ok - curl: wrong key 401" \
+        || { echo "not ok - curl: wrong key gave $out"; return 1; }
+}
+
 if [ -n "${LLM_URL:-}" ]; then
-    exec node --test client.test.mjs
+    node --test client.test.mjs
+    curl_checks
+    exit
 fi
 
 FIFO=$(mktemp -u)
@@ -45,3 +71,4 @@ LLM_KEY=$(sed -n 's/^KEY=//p' "$OUT")
 LLM_LIMITED=$(sed -n 's/^LIMITED=//p' "$OUT")
 export LLM_URL LLM_KEY LLM_LIMITED
 node --test client.test.mjs
+curl_checks
