@@ -277,7 +277,9 @@ ngx_http_llm_create_request(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_llm_reinit_request(ngx_http_request_t *r)
 {
-    ngx_http_llm_ctx_t  *ctx;
+    ngx_uint_t              i;
+    ngx_http_llm_ctx_t     *ctx;
+    ngx_http_llm_choice_t  *ch;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
 
@@ -293,6 +295,26 @@ ngx_http_llm_reinit_request(ngx_http_request_t *r)
     ctx->prompt_tokens = 0;
     ctx->cached_tokens = 0;
     ctx->streamed_tokens = 0;
+    ctx->got_token = 0;
+    ctx->ttft = 0;
+
+    /* a JSON answer collected in part from the failed engine starts over */
+
+    for (i = 0; ctx->choices && i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        ch->content.len = 0;
+        ch->reasoning.len = 0;
+        ch->calls.nelts = 0;
+        ch->text_offset = 0;
+        ch->finish = LLM__FINISH_REASON__FINISH_NONE;
+        ch->role_sent = 0;
+
+        if (ch->logprobs) {
+            json_decref(ch->logprobs);
+            ch->logprobs = NULL;
+        }
+    }
 
     r->upstream->out_bufs = NULL;
 

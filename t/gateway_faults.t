@@ -14,7 +14,8 @@ use FakeEngine;
 my $t = LlmTest->new;
 my $d = $t->dir;
 my %fe;
-for my $m (qw(ok split garbage huge close_mid error_mid overloaded tools)) {
+for my $m (qw(ok split garbage huge close_mid error_mid overloaded tools
+               partial_internal)) {
     $fe{$m} = FakeEngine->start("$d/fake-$m.sock", mode => $m);
 }
 $fe{slow} = FakeEngine->start("$d/fake-slow.sock", mode => 'slow', delay => 1.2);
@@ -34,6 +35,10 @@ $t->start_nginx(<<"EOF", main => $user);
         server unix:$d/fake-ok.sock backup;
     }
     upstream u_slow { server unix:$d/fake-slow.sock; }
+    upstream u_partial_then_ok {
+        server unix:$d/fake-partial_internal.sock;
+        server unix:$d/fake-ok.sock backup;
+    }
     upstream u_slow_then_ok {
         server unix:$d/fake-slow.sock;
         server unix:$d/fake-ok.sock backup;
@@ -48,6 +53,7 @@ $t->start_nginx(<<"EOF", main => $user);
     llm_model over upstream=u_over;
     llm_model over2 upstream=u_over_then_ok;
     llm_model slow upstream=u_slow;
+    llm_model partial upstream=u_partial_then_ok;
     llm_model slow2 upstream=u_slow_then_ok;
     llm_model tools upstream=u_tools;
     server {
@@ -122,6 +128,14 @@ is($r->{json}{error}{message}, 'queue is full', 'overloaded: engine message');
 $r = $t->post('/v1/chat/completions', chat('over2'));
 is($r->{status}, 200, 'overloaded: next server answered');
 is($r->{json}{choices}[0]{message}{content}, 'Hello world', 'next server: text');
+
+# an internal error after some tokens of a JSON answer: the next server's
+# answer alone, nothing of the failed one
+
+$r = $t->post('/v1/chat/completions', chat('partial'));
+is($r->{status}, 200, 'internal error mid-answer: next server');
+is($r->{json}{choices}[0]{message}{content}, 'Hello world',
+   'internal error mid-answer: only the new answer');
 
 # a timeout before the first byte: the next server, else 504
 

@@ -13,7 +13,8 @@ package FakeEngine;
 # first), close_mid (two deltas, then close), overloaded (Error
 # OVERLOADED), huge (a frame length over any limit), slow (Started, then
 # the first token after `delay` seconds), error_mid (two deltas, then an
-# INTERNAL error event), tools (a tool call).
+# INTERNAL error event), partial_internal (one delta, then INTERNAL),
+# tools (a tool call).
 #
 # Core Perl only; protobuf is written by hand (varints and
 # length-delimited fields are all the protocol needs).
@@ -150,6 +151,9 @@ sub serve {
         } elsif ($mode eq 'error_mid') {
             syswrite($c, ev_started(5) . ev_delta('Hello')
                          . ev_error(5, 'the engine broke'));
+        } elsif ($mode eq 'partial_internal') {
+            syswrite($c, ev_started(5) . ev_delta('Hel')
+                         . ev_error(5, 'lost the expert cache'));
         } elsif ($mode eq 'overloaded') {
             syswrite($c, ev_queued(3) . ev_error(4, 'queue is full'));
         } elsif ($mode eq 'slow') {
