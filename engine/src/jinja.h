@@ -27,6 +27,7 @@
 #define JJ_MAX_MEMORY       (256u << 20) /* arena bytes */
 #define JJ_MAX_RANGE        100000      /* as jinja2's sandbox MAX_RANGE */
 #define JJ_MAX_JSON_DEPTH   200         /* nesting of the variables */
+#define JJ_MAX_REPR_DEPTH   200         /* nesting printed / compared */
 
 /* ---- arena ---- */
 
@@ -110,7 +111,8 @@ typedef struct {
     char        *p;
     size_t       n;
     size_t       cap;
-    int          over;       /* set when the limit was hit */
+    int          over;       /* 1 output limit, 2 out of memory,
+                                3 nested too deeply to print */
 } jj_buf_t;
 
 int jj_buf_add(jj_buf_t *b, const char *s, size_t n);
@@ -265,6 +267,7 @@ int jj_render(const jj_tmpl_t *t, json_t *vars, int64_t now, char **out,
 int jj_fail(jj_ctx_t *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int jj_oom(jj_ctx_t *c);
+int jj_buf_fail(jj_ctx_t *c, const jj_buf_t *b);  /* error for b->over */
 
 /* Builtins (jinja_builtin.c), called by the evaluator. */
 int jj_filter(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,

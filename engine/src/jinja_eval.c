@@ -51,6 +51,20 @@ jj_oom(jj_ctx_t *c)
                    "limit (%u MiB)", JJ_MAX_MEMORY >> 20);
 }
 
+int
+jj_buf_fail(jj_ctx_t *c, const jj_buf_t *b)
+{
+    if (b->over == 3) {
+        return jj_fail(c, -ELOOP, "RecursionError: maximum recursion depth "
+                       "exceeded while getting the repr of an object");
+    }
+    if (b->over == 1) {
+        return jj_fail(c, -E2BIG, "rendered output exceeds %u bytes",
+                       JJ_MAX_OUTPUT);
+    }
+    return jj_oom(c);
+}
+
 static jv_t
 undef_hint(jj_ctx_t *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -137,7 +151,7 @@ jj_str(jj_ctx_t *c, jv_t v, jv_t *out)
     }
     if (jv_str_into(&b, v) != 0) {
         free(b.p);
-        return jj_oom(c);
+        return jj_buf_fail(c, &b);
     }
     *out = jv_str_copy(&c->arena, b.p ? b.p : "", b.n);
     free(b.p);
@@ -192,12 +206,25 @@ jj_iterate(jj_ctx_t *c, jv_t v, jv_t *list)
     }
 }
 
+static int compare_at(jj_ctx_t *c, jv_t a, jv_t b, int *cmp, int level);
+
 int
 jj_compare(jj_ctx_t *c, jv_t a, jv_t b, int *cmp)
+{
+    return compare_at(c, a, b, cmp, 0);
+}
+
+static int
+compare_at(jj_ctx_t *c, jv_t a, jv_t b, int *cmp, int level)
 {
     size_t  i, n;
     int     r;
     double  x, y;
+
+    if (level > JJ_MAX_REPR_DEPTH) {
+        return jj_fail(c, -ELOOP, "RecursionError: maximum recursion depth "
+                       "exceeded in comparison");
+    }
 
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.type != JV_FLOAT && b.type != JV_FLOAT) {
@@ -224,7 +251,8 @@ jj_compare(jj_ctx_t *c, jv_t a, jv_t b, int *cmp)
             if (jv_equal(a.u.l->items[i], b.u.l->items[i])) {
                 continue;
             }
-            return jj_compare(c, a.u.l->items[i], b.u.l->items[i], cmp);
+            return compare_at(c, a.u.l->items[i], b.u.l->items[i], cmp,
+                              level + 1);
         }
         *cmp = a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
         return 0;
@@ -431,7 +459,7 @@ jj_str_format(jj_ctx_t *c, jv_t fmt, jv_t args, jv_t *out)
     }
     if (rc != 0) {
         free(b.p);
-        return jj_oom(c);
+        return jj_buf_fail(c, &b);
     }
     *out = jv_str_copy(&c->arena, b.p ? b.p : "", b.n);
     free(b.p);
@@ -650,9 +678,8 @@ capture(jj_ctx_t *c, jj_scope_t *s, jj_node_t **kids, uint32_t nkids,
     rc = exec_body(c, s, kids, nkids);
     c->out = saved;
     if (b.over) {
-        saved->over = b.over;
         free(b.p);
-        return jj_oom(c);
+        return jj_buf_fail(c, &b);
     }
     if (rc != 0) {
         /* an error, or break / continue leaving the block unfinished */
@@ -1091,7 +1118,7 @@ eval(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n, jv_t *out)
             }
             if (jv_str_into(&buf, a) != 0) {
                 free(buf.p);
-                return jj_oom(c);
+                return jj_buf_fail(c, &buf);
             }
         }
         *out = jv_str_copy(&c->arena, buf.p ? buf.p : "", buf.n);
@@ -1337,7 +1364,7 @@ exec_node(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
             return -1;
         }
         if (jv_str_into(c->out, v) != 0) {
-            return jj_oom(c);
+            return jj_buf_fail(c, c->out);
         }
         return 0;
 
@@ -1420,7 +1447,7 @@ exec_node(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
         {
             return -1;
         }
-        return jv_str_into(c->out, v) != 0 ? jj_oom(c) : 0;
+        return jv_str_into(c->out, v) != 0 ? jj_buf_fail(c, c->out) : 0;
     }
 
     case JN_FILTERBLOCK:
@@ -1435,7 +1462,7 @@ exec_node(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
         if (apply_block_filter(c, s, n->c, v, &w) != 0) {
             return -1;
         }
-        return jv_str_into(c->out, w) != 0 ? jj_oom(c) : 0;
+        return jv_str_into(c->out, w) != 0 ? jj_buf_fail(c, c->out) : 0;
 
     case JN_WITH:
         ws = scope_new(c, s);

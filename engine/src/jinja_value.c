@@ -325,11 +325,24 @@ jv_num(jv_t v)
     return v.type == JV_FLOAT ? v.u.f : (double) v.u.i;
 }
 
+static int equal_at(jv_t a, jv_t b, int level);
+
 int
 jv_equal(jv_t a, jv_t b)
 {
+    return equal_at(a, b, 0);
+}
+
+/* Beyond JJ_MAX_REPR_DEPTH nested containers compare unequal. */
+static int
+equal_at(jv_t a, jv_t b, int level)
+{
     size_t  i;
     jv_t    x;
+
+    if (level > JJ_MAX_REPR_DEPTH) {
+        return 0;
+    }
 
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.type != JV_FLOAT && b.type != JV_FLOAT) {
@@ -356,7 +369,7 @@ jv_equal(jv_t a, jv_t b)
             return 0;
         }
         for (i = 0; i < a.u.l->n; i++) {
-            if (!jv_equal(a.u.l->items[i], b.u.l->items[i])) {
+            if (!equal_at(a.u.l->items[i], b.u.l->items[i], level + 1)) {
                 return 0;
             }
         }
@@ -367,7 +380,7 @@ jv_equal(jv_t a, jv_t b)
         }
         for (i = 0; i < a.u.d->n; i++) {
             if (!jv_dict_get(b, a.u.d->keys[i], &x)
-                || !jv_equal(a.u.d->vals[i], x))
+                || !equal_at(a.u.d->vals[i], x, level + 1))
             {
                 return 0;
             }
@@ -746,8 +759,11 @@ str_repr_into(jj_buf_t *b, const char *s, size_t n)
     return rc ? -1 : 0;
 }
 
+static int str_at(jj_buf_t *b, jv_t v, int level);
+static int repr_at(jj_buf_t *b, jv_t v, int level);
+
 static int
-seq_into(jj_buf_t *b, jv_t v)
+seq_into(jj_buf_t *b, jv_t v, int level)
 {
     jj_list_t  *l = v.u.l;
     size_t      i;
@@ -783,7 +799,7 @@ seq_into(jj_buf_t *b, jv_t v)
         if (i) {
             rc |= jj_buf_add(b, ", ", 2);
         }
-        rc |= jv_repr_into(b, l->items[i]);
+        rc |= repr_at(b, l->items[i], level + 1);
     }
     switch (l->kind) {
     case JL_TUPLE:
@@ -802,7 +818,7 @@ seq_into(jj_buf_t *b, jv_t v)
 }
 
 static int
-dict_into(jj_buf_t *b, jv_t v)
+dict_into(jj_buf_t *b, jv_t v, int level)
 {
     size_t  i;
     int     rc = 0;
@@ -812,9 +828,9 @@ dict_into(jj_buf_t *b, jv_t v)
         if (i) {
             rc |= jj_buf_add(b, ", ", 2);
         }
-        rc |= jv_repr_into(b, v.u.d->keys[i]);
+        rc |= repr_at(b, v.u.d->keys[i], level + 1);
         rc |= jj_buf_add(b, ": ", 2);
-        rc |= jv_repr_into(b, v.u.d->vals[i]);
+        rc |= repr_at(b, v.u.d->vals[i], level + 1);
     }
     rc |= jj_buf_addc(b, '}');
     return rc ? -1 : 0;
@@ -823,8 +839,26 @@ dict_into(jj_buf_t *b, jv_t v)
 int
 jv_str_into(jj_buf_t *b, jv_t v)
 {
+    return str_at(b, v, 0);
+}
+
+int
+jv_repr_into(jj_buf_t *b, jv_t v)
+{
+    return repr_at(b, v, 0);
+}
+
+/* str() at a nesting level; deeper than JJ_MAX_REPR_DEPTH (a namespace
+ * that holds itself, a list nested in a loop) fails with b->over = 3. */
+static int
+str_at(jj_buf_t *b, jv_t v, int level)
+{
     char  tmp[64];
 
+    if (level > JJ_MAX_REPR_DEPTH) {
+        b->over = 3;
+        return -1;
+    }
     switch (v.type) {
     case JV_UNDEF:
         return 0;
@@ -840,11 +874,11 @@ jv_str_into(jj_buf_t *b, jv_t v)
     case JV_STR:
         return jj_buf_add(b, v.u.s, v.n);
     case JV_LIST:
-        return seq_into(b, v);
+        return seq_into(b, v, level);
     case JV_DICT:
-        return dict_into(b, v);
+        return dict_into(b, v, level);
     case JV_NS:
-        if (jj_buf_add(b, "<Namespace ", 11) || dict_into(b, v)) {
+        if (jj_buf_add(b, "<Namespace ", 11) || dict_into(b, v, level)) {
             return -1;
         }
         return jj_buf_addc(b, '>');
@@ -863,8 +897,8 @@ jv_str_into(jj_buf_t *b, jv_t v)
     }
 }
 
-int
-jv_repr_into(jj_buf_t *b, jv_t v)
+static int
+repr_at(jj_buf_t *b, jv_t v, int level)
 {
     if (v.type == JV_STR) {
         return str_repr_into(b, v.u.s, v.n);
@@ -872,7 +906,7 @@ jv_repr_into(jj_buf_t *b, jv_t v)
     if (v.type == JV_UNDEF) {
         return jj_buf_add(b, "Undefined", 9);
     }
-    return jv_str_into(b, v);
+    return str_at(b, v, level);
 }
 
 /* ---- json.dumps ---- */

@@ -819,6 +819,18 @@ limits(void)
                         "{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}"
                         "{% endfor %}{{ ns.s }}", 0, NULL);
     bad |= expect_error("range", "{{ range(1000000) }}", -E2BIG, "Range");
+    bad |= expect_error("self-holding namespace",
+                        "{% set ns = namespace() %}{% set ns.me = ns %}"
+                        "{{ ns }}", -ELOOP, "RecursionError");
+    bad |= expect_error("deep list",
+                        "{% set ns = namespace(l=[]) %}{% for i in "
+                        "range(50000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                        "{{ ns.l == ns.l }}{{ ns.l < ns.l }}", -ELOOP,
+                        "RecursionError");
+    bad |= expect_error("deep list tojson",
+                        "{% set ns = namespace(l=[]) %}{% for i in "
+                        "range(50000) %}{% set ns.l = [ns.l] %}{% endfor %}"
+                        "{{ ns.l|tojson }}", -EINVAL, "recursion");
     bad |= expect_error("unknown tag", "a\n{% generation %}x"
                         "{% endgeneration %}", -EINVAL, "line 2");
     bad |= expect_error("unknown filter", "{{ x | from_json }}", -EINVAL,
