@@ -28,6 +28,7 @@
 #define JJ_MAX_RANGE        100000      /* as jinja2's sandbox MAX_RANGE */
 #define JJ_MAX_JSON_DEPTH   200         /* nesting of the variables */
 #define JJ_MAX_REPR_DEPTH   200         /* nesting printed / compared */
+#define JJ_MAX_WORK         200000000ull /* evaluation steps + items touched */
 
 /* ---- arena ---- */
 
@@ -253,6 +254,7 @@ typedef struct {
     jj_scope_t   *root;
     int           depth;
     uint64_t      iterations;
+    uint64_t      work;       /* bounded by JJ_MAX_WORK */
     int64_t       now;        /* strftime_now: epoch seconds, -1 = clock */
     jv_t          blockval;
     int           rc;         /* negative errno once an error is set */
@@ -267,6 +269,8 @@ int jj_render(const jj_tmpl_t *t, json_t *vars, int64_t now, char **out,
 int jj_fail(jj_ctx_t *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int jj_oom(jj_ctx_t *c);
+/* Account n units of work; fails once the render's budget is spent. */
+int jj_work(jj_ctx_t *c, uint64_t n);
 int jj_buf_fail(jj_ctx_t *c, const jj_buf_t *b);  /* error for b->over */
 
 /* Builtins (jinja_builtin.c), called by the evaluator. */

@@ -1294,26 +1294,56 @@ typedef struct {
     size_t  idx;
 } sortitem_t;
 
+/* Stable merge sort on keys; a comparison may fail (mixed types). */
 static int
 sort_items(jj_ctx_t *c, sortitem_t *it, size_t n, int reverse)
 {
-    size_t      i, j;
-    sortitem_t  x;
-    int         cmp;
+    sortitem_t  *tmp, *src = it, *dst, *t;
+    size_t       w, lo, mid, hi, i, j, k;
+    int          cmp;
 
-    /* insertion sort: stable, and compare may fail (lists are short) */
-    for (i = 1; i < n; i++) {
-        x = it[i];
-        for (j = i; j > 0; j--) {
-            if (jj_compare(c, it[j - 1].key, x.key, &cmp) != 0) {
-                return -1;
-            }
-            if (reverse ? cmp >= 0 : cmp <= 0) {
-                break;
-            }
-            it[j] = it[j - 1];
+    if (n < 2) {
+        return 0;
+    }
+    tmp = jj_alloc(&c->arena, n * sizeof(sortitem_t));
+    if (tmp == NULL) {
+        return jj_oom(c);
+    }
+    dst = tmp;
+    for (w = 1; w < n; w *= 2) {
+        if (jj_work(c, n) != 0) {
+            return -1;
         }
-        it[j] = x;
+        for (lo = 0; lo < n; lo += 2 * w) {
+            mid = lo + w < n ? lo + w : n;
+            hi = lo + 2 * w < n ? lo + 2 * w : n;
+            i = lo;
+            j = mid;
+            k = lo;
+            while (i < mid && j < hi) {
+                if (jj_compare(c, src[j].key, src[i].key, &cmp) != 0) {
+                    return -1;
+                }
+                /* take the right one only if it sorts strictly first */
+                if (reverse ? cmp > 0 : cmp < 0) {
+                    dst[k++] = src[j++];
+                } else {
+                    dst[k++] = src[i++];
+                }
+            }
+            while (i < mid) {
+                dst[k++] = src[i++];
+            }
+            while (j < hi) {
+                dst[k++] = src[j++];
+            }
+        }
+        t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != it) {
+        memcpy(it, src, n * sizeof(sortitem_t));
     }
     return 0;
 }
@@ -1945,6 +1975,9 @@ filter_rest(jj_ctx_t *c, const char *name, size_t namelen, jv_t v,
                 return -1;
             }
             for (i = 0; i < l.u.l->n; i++) {
+                if (jj_work(c, i) != 0) {
+                    return -1;
+                }
                 for (j = 0; j < i; j++) {
                     if (jv_equal(it[j].key, it[i].key)) {
                         break;

@@ -52,6 +52,17 @@ jj_oom(jj_ctx_t *c)
 }
 
 int
+jj_work(jj_ctx_t *c, uint64_t n)
+{
+    c->work += n;
+    if (c->work > JJ_MAX_WORK) {
+        return jj_fail(c, -E2BIG, "template rendering exceeds its work "
+                       "limit (%llu steps)", (unsigned long long) JJ_MAX_WORK);
+    }
+    return 0;
+}
+
+int
 jj_buf_fail(jj_ctx_t *c, const jj_buf_t *b)
 {
     if (b->over == 3) {
@@ -167,6 +178,13 @@ jj_iterate(jj_ctx_t *c, jv_t v, jv_t *list)
 {
     jv_t    l;
     size_t  i, j;
+
+    if ((v.type == JV_STR && jj_work(c, v.n) != 0)
+        || (v.type == JV_DICT && jj_work(c, v.u.d->n) != 0)
+        || (v.type == JV_LIST && jj_work(c, v.u.l->n) != 0))
+    {
+        return -1;
+    }
 
     switch (v.type) {
     case JV_UNDEF:
@@ -286,6 +304,9 @@ jj_in(jj_ctx_t *c, jv_t needle, jv_t hay, int *res)
                || memmem(hay.u.s, hay.n, needle.u.s, needle.n) != NULL;
         return 0;
     case JV_LIST:
+        if (jj_work(c, hay.u.l->n) != 0) {
+            return -1;
+        }
         for (i = 0; i < hay.u.l->n; i++) {
             if (jv_equal(hay.u.l->items[i], needle)) {
                 *res = 1;
@@ -957,6 +978,10 @@ eval(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n, jv_t *out)
     uint32_t    i;
     int         r, res;
     jj_buf_t    buf = { 0 };
+
+    if (jj_work(c, 1) != 0) {
+        return -1;
+    }
 
     switch (n->type) {
     case JN_CONST:

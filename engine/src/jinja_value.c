@@ -232,19 +232,28 @@ dict_find(const jj_dict_t *d, jv_t key)
     return -1;
 }
 
+static int dict_append(jj_arena_t *a, jv_t dict, jv_t key, jv_t val);
+
 int
 jv_dict_set(jj_arena_t *a, jv_t dict, jv_t key, jv_t val)
+{
+    long  i;
+
+    i = dict_find(dict.u.d, key);
+    if (i >= 0) {
+        dict.u.d->vals[i] = val;
+        return 0;
+    }
+    return dict_append(a, dict, key, val);
+}
+
+static int
+dict_append(jj_arena_t *a, jv_t dict, jv_t key, jv_t val)
 {
     jj_dict_t  *d = dict.u.d;
     jv_t       *k, *v;
     size_t      cap;
-    long        i;
 
-    i = dict_find(d, key);
-    if (i >= 0) {
-        d->vals[i] = val;
-        return 0;
-    }
     if (d->n == d->cap) {
         cap = d->cap ? d->cap * 2 : 4;
         k = jj_alloc(a, cap * sizeof(jv_t));
@@ -456,7 +465,8 @@ jv_from_json(jj_arena_t *a, json_t *j, int depth)
             if (item.type == JV_UNDEF) {
                 return item;
             }
-            if (key.type == JV_UNDEF || jv_dict_set(a, v, key, item) != 0) {
+            /* jansson's keys are unique: append without a lookup */
+            if (key.type == JV_UNDEF || dict_append(a, v, key, item) != 0) {
                 return jv_undef();
             }
         }

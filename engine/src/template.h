@@ -38,8 +38,8 @@ void llm_tmpl_free(llm_tmpl_t *t);
  *   -EPERM   the template's raise_exception(msg): err is exactly msg
  *   -EINVAL  a runtime error as jinja2 raises it ("TypeError: ...",
  *            "UndefinedError: 'x' is undefined", "SecurityError: ...")
- *   -E2BIG   more than 16 MiB of output, 10^6 loop iterations, or a
- *            range() over 100000 items
+ *   -E2BIG   more than 16 MiB of output, 10^6 loop iterations, 2x10^8
+ *            steps of work, or a range() over 100000 items
  *   -ELOOP   macro recursion / nesting deeper than 200
  *   -ENOMEM  out of memory (the render's arena is capped at 256 MiB)
  * A compiled template is read-only while rendering: several threads may

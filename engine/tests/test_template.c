@@ -819,6 +819,9 @@ limits(void)
                         "{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}"
                         "{% endfor %}{{ ns.s }}", 0, NULL);
     bad |= expect_error("range", "{{ range(1000000) }}", -E2BIG, "Range");
+    bad |= expect_error("work", "{% set big = range(100000)|list %}"
+                        "{% for i in range(100000) %}{% if -1 in big %}"
+                        "{% endif %}{% endfor %}", -E2BIG, "work limit");
     bad |= expect_error("self-holding namespace",
                         "{% set ns = namespace() %}{% set ns.me = ns %}"
                         "{{ ns }}", -ELOOP, "RecursionError");
