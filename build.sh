@@ -34,6 +34,7 @@ PKGS_BUILD=(gcc make pkg-config nginx nginx-dev libprotobuf-c-dev
     protobuf-c-compiler libjansson-dev libpcre2-dev liburing-dev libssl-dev
     zlib1g-dev)
 PKGS_TEST=(perl curl nodejs npm python3 python3-numpy python3-jinja2)
+PKGS_BENCH=(wrk linux-perf)
 
 ensure_packages() {
     local missing=() p
@@ -241,7 +242,12 @@ cmd_run() {
     fi
     key=$(cat "$run/api-key")
 
+    # Run as root, the workers would drop to nobody and could not open the
+    # engine's socket (mode 0660): this local demo keeps them as root.
+    local user="# workers run as the invoking user"
+    [ "$(id -u)" -eq 0 ] && user="user root;"
     sed -e "s|@BUILD@|$BUILD|g" -e "s|@RUN@|$run|g" -e "s|@PORT@|$port|g" \
+        -e "s|@USER@|$user|" \
         "$REPO/examples/run.conf.in" >"$run/nginx.conf"
     mkdir -p "$run/tmp"
 
@@ -313,6 +319,7 @@ cmd_bench() {
     local name=${1:-}
     [ -n "$name" ] || die "usage: ./build.sh bench NAME (one of: $(cd "$REPO/bench" && ls ./*.sh | sed 's|^\./||; s|\.sh$||' | tr '\n' ' '))"
     [ -f "$REPO/bench/$name.sh" ] || die "no benchmark '$name' (bench/$name.sh)"
+    ensure_packages "${PKGS_TEST[@]}" "${PKGS_BENCH[@]}"
     cmd_build
     bash "$REPO/bench/$name.sh" "${@:2}"
 }

@@ -27,6 +27,10 @@ while [ ! -S /run/llm/engine.sock ]; do
     sleep 0.5
 done
 
+# The socket is the trust boundary (mode 0660): nginx's workers (nobody,
+# group nogroup) get in through the group.
+chgrp nogroup /run/llm /run/llm/engine.sock
+
 nginx -c /etc/llm/nginx.conf -g 'daemon off;' &
 nginx=$!
 

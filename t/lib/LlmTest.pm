@@ -157,6 +157,9 @@ sub write_conf {
     my $dir = $self->{dir};
     my $workers = $o{workers} // 1;
     my $main = $o{main} // '';
+    # As root, workers would run as nobody and could not open the engines'
+    # sockets (mode 0660, owned by the user running the tests).
+    $main = "user root;\n$main" if $> == 0 && $main !~ /^\s*user\s/m;
     my $conf = <<"EOF";
 load_module $BUILD/modules/ngx_http_llm_module.so;
 daemon off;
