@@ -284,6 +284,8 @@ compile_set(llm_vocab_t *v, const llm_pre_set_t *set, char *err,
                 v->re_kind[k] = LLM_PRE_LLAMA3;
             } else if (strcmp(set->re[k], RE_QWEN2) == 0) {
                 v->re_kind[k] = LLM_PRE_QWEN2;
+            } else if (strcmp(set->re[k], RE_GPT4O) == 0) {
+                v->re_kind[k] = LLM_PRE_O200K;
             }
         }
     }
@@ -779,6 +781,7 @@ split_rec(bpe_ctx_t *x, uint32_t k, size_t off, size_t len)
 
         while (pos < len) {
             me = kind == LLM_PRE_GPT2 ? llm_pre_gpt2(u, len, pos)
+                 : kind == LLM_PRE_O200K ? llm_pre_o200k(u, len, pos)
                  : llm_pre_llama3(u, len, pos, kind == LLM_PRE_LLAMA3 ? 3 : 1);
             if (me == 0) {
                 /* no match here: on to the next character */

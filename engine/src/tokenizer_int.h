@@ -125,12 +125,15 @@ int llm_bpe_cp_byte(uint32_t cp);
 #define LLM_PRE_GPT2     1
 #define LLM_PRE_LLAMA3   2      /* \p{N}{1,3} */
 #define LLM_PRE_QWEN2    3      /* \p{N} */
+#define LLM_PRE_O200K    4      /* gpt-4o, gpt-oss, llama4, minimax-m2 */
 
 #define LLM_UCD_L  1            /* \p{L} */
 #define LLM_UCD_N  2            /* \p{N} */
 #define LLM_UCD_S  4            /* \s (PCRE2_UCP) */
 
 #define LLM_UCD_NFC  8          /* NFC may change the text around it */
+#define LLM_UCD_UP  16          /* [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
+#define LLM_UCD_LO  32          /* [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
 
 int llm_ucd_init(void);
 /* Flags of a code point (after llm_ucd_init() succeeded). */
@@ -140,6 +143,7 @@ int llm_nfc(const char *text, size_t len, char **out, size_t *out_len);
 /* End of the match at byte i of s[0..n), or 0 if none starts there. */
 size_t llm_pre_gpt2(const uint8_t *s, size_t n, size_t i);
 size_t llm_pre_llama3(const uint8_t *s, size_t n, size_t i, int max_digits);
+size_t llm_pre_o200k(const uint8_t *s, size_t n, size_t i);
 
 /* tokenizer_spm.c */
 int llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,

@@ -10,6 +10,13 @@
  *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
  *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  *
+ * and o200k's (gpt-4o, gpt-oss, llama4, minimax-m2), with U for
+ * [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], W for [\p{Ll}\p{Lm}\p{Lo}\p{M}] and
+ * C for (?i:'s|'t|'re|'ve|'m|'ll|'d)
+ *
+ *   [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}
+ *   | ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *
  * Each function returns the end of the match PCRE2 would find starting at
  * byte i (alternatives tried in order, with the backtracking the greedy
  * quantifiers imply worked out by hand), or 0 for no match there.  As with
@@ -39,17 +46,17 @@ static int             ucd_ok;
 
 /*
  * Expand the runs: one 256-entry block per (cp >> 8); blocks whose flags
- * are all equal share one of 16 uniform blocks.
+ * are all equal share one of 64 uniform blocks.
  */
 static void
 ucd_build(void)
 {
     uint8_t   *flat, *blk;
-    uint32_t   r, cp, end, b, n_blk = 16, k;
+    uint32_t   r, cp, end, b, n_blk = 64, k;
     int        uniform;
 
     flat = malloc(0x110000);
-    blk = malloc((size_t) (0x1100 + 16) * 256);
+    blk = malloc((size_t) (0x1100 + 64) * 256);
     if (flat == NULL || blk == NULL) {
         free(flat);
         free(blk);
@@ -60,7 +67,7 @@ ucd_build(void)
         end = r + 1 < llm_ucd_n_runs ? llm_ucd_runs[r + 1][0] : 0x110000;
         memset(flat + cp, (int) llm_ucd_runs[r][1], end - cp);
     }
-    for (k = 0; k < 16; k++) {
+    for (k = 0; k < 64; k++) {
         memset(blk + k * 256, (int) k, 256);
     }
     for (b = 0; b < 0x1100; b++) {
@@ -68,7 +75,7 @@ ucd_build(void)
         for (k = 1; k < 256 && uniform; k++) {
             uniform = flat[b * 256 + k] == flat[b * 256];
         }
-        if (uniform && flat[b * 256] < 16) {
+        if (uniform && flat[b * 256] < 64) {
             ucd_stage1[b] = flat[b * 256];
         } else {
             memcpy(blk + n_blk * 256, flat + b * 256, 256);
@@ -336,5 +343,133 @@ llm_pre_llama3(const uint8_t *s, size_t n, size_t i, int max_digits)
         return last_nl;
     }
 
+    return space_run(s, n, i);
+}
+
+/* Optional caseless contraction at j. */
+static inline size_t
+opt_contraction(const uint8_t *s, size_t n, size_t j)
+{
+    size_t  k;
+
+    if (j < n && s[j] == '\'' && (k = contraction(s, n, j + 1, 1)) != 0) {
+        return k;
+    }
+    return j;
+}
+
+/*
+ * U*W+ at s: U* takes the whole U run [s, b); W+ then goes on from b when
+ * b is a W character (it can only be Ll there), else U* gives back up to
+ * the last W character of the run (Lm, Lo, M are in both classes).
+ */
+static size_t
+o200k_uw(const uint8_t *s, size_t n, size_t st)
+{
+    size_t    b = st, l, last_w = 0;
+    uint32_t  cp;
+    uint8_t   f;
+
+    while (b < n) {
+        l = dec(s, n, b, &cp, &f);
+        if (f == UCD_INVALID || !(f & LLM_UCD_UP)) {
+            break;
+        }
+        if (f & LLM_UCD_LO) {
+            last_w = b + l;
+        }
+        b += l;
+    }
+    if (b < n) {
+        l = dec(s, n, b, &cp, &f);
+        if (f != UCD_INVALID && (f & LLM_UCD_LO)) {
+            return run_any(s, n, b + l, LLM_UCD_LO);
+        }
+    }
+    return last_w;                      /* 0: no W at all, no match */
+}
+
+size_t
+llm_pre_o200k(const uint8_t *s, size_t n, size_t i)
+{
+    uint32_t  c, c2;
+    uint8_t   f, f2;
+    size_t    l, j, p, last_nl, b;
+    int       k, pre;
+
+    l = dec(s, n, i, &c, &f);
+    if (f == UCD_INVALID) {
+        return 0;
+    }
+    /* the optional prefix: a character other than CR, LF, L, N */
+    pre = c != '\r' && c != '\n' && !(f & (LLM_UCD_L | LLM_UCD_N));
+
+    /* [^\r\n\p{L}\p{N}]?U*W+C? : with the prefix, then without */
+    if (pre && i + l < n && (j = o200k_uw(s, n, i + l)) != 0) {
+        return opt_contraction(s, n, j);
+    }
+    if ((j = o200k_uw(s, n, i)) != 0) {
+        return opt_contraction(s, n, j);
+    }
+
+    /* [^\r\n\p{L}\p{N}]?U+W*C? */
+    for (k = pre ? 0 : 1; k < 2; k++) {
+        b = k == 0 ? i + l : i;
+        if (b >= n) {
+            continue;
+        }
+        (void) dec(s, n, b, &c2, &f2);
+        if (f2 == UCD_INVALID || !(f2 & LLM_UCD_UP)) {
+            continue;
+        }
+        j = run_any(s, n, b, LLM_UCD_UP);
+        j = run_any(s, n, j, LLM_UCD_LO);
+        return opt_contraction(s, n, j);
+    }
+
+    /* \p{N}{1,3} */
+    if (f & LLM_UCD_N) {
+        j = i + l;
+        for (k = 1; k < 3 && j < n; k++) {
+            l = dec(s, n, j, &c2, &f2);
+            if (f2 == UCD_INVALID || !(f2 & LLM_UCD_N)) {
+                break;
+            }
+            j += l;
+        }
+        return j;
+    }
+
+    /* ' ?[^\s\p{L}\p{N}]+[\r\n/]*' */
+    j = 0;
+    if (c == ' ' && i + 1 < n) {
+        (void) dec(s, n, i + 1, &c2, &f2);
+        if (f2 != UCD_INVALID && !(f2 & (LLM_UCD_S | LLM_UCD_L | LLM_UCD_N))) {
+            j = run_none(s, n, i + 1, LLM_UCD_S | LLM_UCD_L | LLM_UCD_N);
+        }
+    } else if (!(f & (LLM_UCD_S | LLM_UCD_L | LLM_UCD_N))) {
+        j = run_none(s, n, i + l, LLM_UCD_S | LLM_UCD_L | LLM_UCD_N);
+    }
+    if (j) {
+        while (j < n && (s[j] == '\r' || s[j] == '\n' || s[j] == '/')) {
+            j++;
+        }
+        return j;
+    }
+    if (!(f & LLM_UCD_S)) {
+        return 0;                       /* a letter that matched nothing */
+    }
+
+    /* \s*[\r\n]+ : up to the last CR/LF of the whitespace run */
+    j = run_any(s, n, i, LLM_UCD_S);
+    last_nl = 0;
+    for (p = i; p < j; p++) {
+        if (s[p] == '\r' || s[p] == '\n') {
+            last_nl = p + 1;
+        }
+    }
+    if (last_nl) {
+        return last_nl;
+    }
     return space_run(s, n, i);
 }
