@@ -1245,8 +1245,11 @@ llm_task_embed(void *arg, uint32_t item, uint32_t ith)
                            c->x + (size_t) r * hp->n_embd, hp->n_embd);
         cs = c->rope_cs + (size_t) r * hp->rope_dims;
         for (i = 0; i < half; i++) {
-            th = (double) b->pos[r]
+            th = (double) b->pos[r] * m->rope_scale
                  * pow(base, -2.0 * i / (double) hp->rope_dims);
+            if (m->rope_freqs != NULL) {
+                th /= m->rope_freqs[i];
+            }
             cs[2 * i] = (float) cos(th);
             cs[2 * i + 1] = (float) sin(th);
         }

@@ -653,6 +653,49 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
     return 0;
 }
 
+/*
+ * RoPE scaling: rope_freqs.weight (per-pair frequency divisors, Llama 3.1)
+ * and rope.scaling.type "linear" with rope.scaling.factor are applied;
+ * other scaling types (yarn, longrope) are refused rather than computed
+ * wrong.
+ */
+static int
+llm_bind_rope_scaling(llm_bind_t *b)
+{
+    llm_model_t     *m = b->m;
+    llm_gguf_str_t   s;
+    char             key[96], e[256];
+    float            f;
+    int              rc;
+
+    m->rope_scale = 1.0f;
+    rc = llm_bind_vec(b, &m->rope_freqs, "rope_freqs.weight",
+                      m->hp.rope_dims / 2, "rope_dims/2", 1);
+    if (rc < 0) {
+        return rc;
+    }
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", m->hp.arch_name);
+    if (llm_gguf_get_str(m->gguf, key, &s, e, sizeof(e)) < 0
+        || (s.len == 4 && memcmp(s.ptr, "none", 4) == 0))
+    {
+        return 0;
+    }
+    if (s.len != 6 || memcmp(s.ptr, "linear", 6) != 0) {
+        return llm_bind_fail(b, -EINVAL, "%s is '%.*s', expected none or "
+                             "linear (others are not supported)", key,
+                             (int) (s.len > 32 ? 32 : s.len), s.ptr);
+    }
+    if ((rc = llm_hp_f32(b, "rope.scaling.factor", &f, 1, 1.0f)) < 0) {
+        return rc;
+    }
+    if (!(f > 0.0f)) {
+        return llm_bind_fail(b, -EINVAL, "%s.rope.scaling.factor is %g, "
+                             "expected > 0", m->hp.arch_name, (double) f);
+    }
+    m->rope_scale = 1.0f / f;
+    return 0;
+}
+
 /* The name of the file's quantization: general.file_type, else the type
  * holding the most bytes. */
 static const char *
@@ -805,6 +848,11 @@ llm_model_load(llm_model_t **out, const char *path,
     }
     if (m->output.data == NULL) {
         m->output = m->tok_embd;             /* tied embeddings */
+    }
+
+    rc = llm_bind_rope_scaling(&b);
+    if (rc < 0) {
+        goto failed;
     }
 
     m->layers = calloc(hp->n_layer, sizeof(llm_layer_t));

@@ -60,6 +60,8 @@ struct llm_model_s {
     const float     *output_norm;  /* [n_embd] */
     llm_wt_t         output;       /* [n_embd] -> [n_vocab] (may be tied) */
     llm_layer_t     *layers;       /* [n_layer] */
+    const float     *rope_freqs;   /* [rope_dims / 2] divisors, or NULL */
+    float            rope_scale;   /* linear position scale (1: none) */
 
     /* Storage owned by the model: expert pointer tables, converted vectors */
     void           **owned;

@@ -166,10 +166,12 @@ def rmsnorm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, n_rot, base, neox):
+def rope(x, pos, n_rot, base, neox, freqs=None):
     """x: [T, H, D]; rotate the first n_rot dims of each head."""
     half = n_rot // 2
     inv = base ** (-2.0 * np.arange(half) / n_rot)
+    if freqs is not None:
+        inv = inv / freqs
     ang = pos[:, None] * inv[None, :]          # [T, half]
     co, si = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     y = x.copy()
@@ -215,6 +217,11 @@ def main():
 
     T = len(ids)
     pos = np.arange(T, dtype=np.float64)
+    if A('rope.scaling.type', 'none') == 'linear':
+        pos = pos / A('rope.scaling.factor', 1.0)
+    elif A('rope.scaling.type', 'none') != 'none':
+        raise SystemExit('rope scaling other than linear: not supported')
+    freqs = g.get('rope_freqs.weight') if g.has('rope_freqs.weight') else None
     emb = g.get('token_embd.weight')                    # [n_vocab, n_embd]
     x = emb[ids]
     out_w = g.get('output.weight') if g.has('output.weight') else emb
@@ -239,8 +246,8 @@ def main():
         if arch in ('qwen3', 'qwen3moe'):
             q = rmsnorm(q, g.get(P + 'attn_q_norm.weight'), eps)
             k = rmsnorm(k, g.get(P + 'attn_k_norm.weight'), eps)
-        q = rope(q, pos, n_rot, base, neox)
-        k = rope(k, pos, n_rot, base, neox)
+        q = rope(q, pos, n_rot, base, neox, freqs)
+        k = rope(k, pos, n_rot, base, neox, freqs)
         att = np.zeros((T, n_head, hdv))
         for hh in range(n_head):
             s = q[:, hh, :] @ k[:, hh // G, :].T / np.sqrt(hd) + mask
