@@ -147,6 +147,9 @@ out_add(char **o, size_t *on, size_t *ocap, const void *p, size_t n)
     char    *b;
     size_t   cap;
 
+    if (n == 0) {
+        return 0;
+    }
     if (*on + n > *ocap) {
         cap = *ocap ? *ocap : 256;
         while (cap < *on + n) {
