@@ -5,7 +5,7 @@
  *   llm-template -m MODEL.gguf | --template FILE.jinja
  *                --messages FILE.json [--tools FILE.json]
  *                [--add-generation-prompt] [--var KEY=VALUE]...
- *                [--bos TEXT] [--eos TEXT] [--now EPOCH]
+ *                [--bos TEXT] [--eos TEXT] [--now EPOCH] [--bench N]
  *
  * Prints the rendered prompt exactly (no newline added), or the
  * template's error on stderr with exit status 1.
@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -29,6 +30,7 @@ usage(FILE *f)
         "                    --messages FILE.json [--tools FILE.json]\n"
         "                    [--add-generation-prompt] [--var KEY=VALUE]...\n"
         "                    [--bos TEXT] [--eos TEXT] [--now EPOCH]\n"
+        "                    [--bench N]\n"
         "\n"
         "Renders the chat template (the GGUF's tokenizer.chat_template, or\n"
         "a Jinja file; a GGUF without one falls back to ChatML) with the\n"
@@ -47,6 +49,9 @@ usage(FILE *f)
         "                          JSON if it parses, else a string\n"
         "  --bos TEXT, --eos TEXT  bos_token / eos_token (override -m)\n"
         "  --now EPOCH             strftime_now() formats this UTC instant\n"
+        "  --bench N               compile and render N times; print the mean\n"
+        "                          microseconds of each (wall and CPU) to\n"
+        "                          stderr before the prompt\n"
         "  --help                  this text\n");
 }
 
@@ -103,6 +108,63 @@ token_text(llm_gguf_t *g, const char *key)
     return json_stringn(toks[id].ptr, toks[id].len);
 }
 
+static double
+clock_us(clockid_t id)
+{
+    struct timespec  ts;
+
+    clock_gettime(id, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Mean cost of a compile and of a render, wall and process CPU time. */
+static int
+run_bench(const char *src, size_t len, json_t *vars, long long now,
+    long long n)
+{
+    llm_tmpl_t  *t;
+    char         err[1024], *out;
+    size_t       outlen = 0;
+    double       w0, c0, w1, c1, w2, c2;
+    long long    i;
+
+    w0 = clock_us(CLOCK_MONOTONIC);
+    c0 = clock_us(CLOCK_PROCESS_CPUTIME_ID);
+    for (i = 0; i < n; i++) {
+        if (llm_tmpl_compile(&t, src, len, err, sizeof(err)) != 0) {
+            fprintf(stderr, "llm-template: %s\n", err);
+            return -1;
+        }
+        llm_tmpl_free(t);
+    }
+    w1 = clock_us(CLOCK_MONOTONIC);
+    c1 = clock_us(CLOCK_PROCESS_CPUTIME_ID);
+    if (llm_tmpl_compile(&t, src, len, err, sizeof(err)) != 0) {
+        return -1;
+    }
+    w1 = clock_us(CLOCK_MONOTONIC);
+    c1 = clock_us(CLOCK_PROCESS_CPUTIME_ID);
+    for (i = 0; i < n; i++) {
+        if (llm_tmpl_render_at(t, vars, now, &out, &outlen, err,
+                               sizeof(err)) != 0)
+        {
+            fprintf(stderr, "llm-template: %s\n", err);
+            llm_tmpl_free(t);
+            return -1;
+        }
+        free(out);
+    }
+    w2 = clock_us(CLOCK_MONOTONIC);
+    c2 = clock_us(CLOCK_PROCESS_CPUTIME_ID);
+    llm_tmpl_free(t);
+    fprintf(stderr, "bench: %lld runs, template %zu bytes, prompt %zu bytes: "
+            "compile %.1f us wall / %.1f us cpu, render %.1f us wall / "
+            "%.1f us cpu\n", n, len, outlen, (w1 - w0) / (double) n,
+            (c1 - c0) / (double) n, (w2 - w1) / (double) n,
+            (c2 - c1) / (double) n);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -111,7 +173,7 @@ main(int argc, char **argv)
     char           *src = NULL, *out = NULL, err[1024], key[256];
     size_t          len = 0, outlen;
     int             i, agp = 0, chatml = 0, rc = 1;
-    long long       now = -1;
+    long long       now = -1, bench = 0;
     json_t         *vars, *j, *bos = NULL, *eos = NULL;
     json_error_t    je;
     llm_tmpl_t     *t = NULL;
@@ -154,6 +216,8 @@ main(int argc, char **argv)
             eos = json_string(argv[++i]);
         } else if (strcmp(a, "--now") == 0) {
             now = strtoll(argv[++i], NULL, 10);
+        } else if (strcmp(a, "--bench") == 0) {
+            bench = strtoll(argv[++i], NULL, 10);
         } else if (strcmp(a, "--var") == 0) {
             v = argv[++i];
             eq = strchr(v, '=');
@@ -263,6 +327,9 @@ main(int argc, char **argv)
     json_object_set_new(vars, "eos_token", eos ? eos : json_string(""));
     bos = eos = NULL;
 
+    if (bench > 0 && run_bench(src, len, vars, now, bench) != 0) {
+        goto done;
+    }
     if (llm_tmpl_compile(&t, src, len, err, sizeof(err)) != 0) {
         fprintf(stderr, "llm-template: %s: %s\n",
                 model ? model : tmpl_path ? tmpl_path : "chatml", err);
