@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -270,8 +271,21 @@ golden(const char *filter)
     if (total.out_ok != total.out_n || total.err_ok != total.err_n) {
         failed = 1;
     }
-    printf("golden: %s%s\n", failed ? "FAIL" : "ok",
-           req_bad ? " (a required template mismatched)" : "");
+    if (filter == NULL) {
+        /* the families the issue names must be present and all match */
+        for (k = 0; required[k] != NULL; k++) {
+            snprintf(path, sizeof(path), "%s/%s.jinja", DATA, required[k]);
+            if (access(path, R_OK) != 0) {
+                printf("golden: required template %s missing\n", path);
+                req_bad = 1;
+            }
+        }
+        printf("golden: required families (MiniMax-M2, Qwen3, DeepSeek-V3.1 "
+               "and V3.2, Llama 3.1/3.2/3.3, Mistral Nemo, gpt-oss): %s\n",
+               req_bad ? "FAIL" : "ok");
+        failed |= req_bad;
+    }
+    printf("golden: %s\n", failed ? "FAIL" : "ok");
     free_list(tmpls, nt);
     free_list(convs, nc);
     return failed;
