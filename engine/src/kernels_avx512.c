@@ -779,6 +779,9 @@ typedef struct {
 /* Stack budget for one column group's prepared pairs. */
 #define LLM_PREP_MAX  (4 * 128)
 
+/* Weight rows per pass over the column groups (64 x 2048 Q4_0 = 72 KB). */
+#define LLM_ROW_CHUNK  64
+
 
 LLM_INLINE void
 llm_q8_0_prep(const char *x, int64_t np, const int q8, llm_q8_pair_t *out)
@@ -891,54 +894,58 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
 {
     llm_q8_pair_t  pre[LLM_PREP_MAX];
     const char    *wp = w, *xp = x;
-    int64_t        nb = n / LLM_QK, np = nb / 2, c0, r, c, cc;
+    int64_t        nb = n / LLM_QK, np = nb / 2, c0, r, c, cc, q0, q1;
     size_t         bsz = q8 ? sizeof(llm_block_q8_0)
                             : sizeof(llm_block_q4_0);
 
-    for (c0 = 0; c0 < nc; c0 += 4) {
-        cc = nc - c0 < 4 ? nc - c0 : 4;
-        for (c = 0; c < cc; c++) {
-            llm_q8_0_prep(xp + (c0 + c) * xs, np, q8, pre + c * np);
-        }
+    /* rows in chunks that stay in L2 while every column group passes */
+    for (q0 = 0; q0 < nr; q0 = q1) {
+        q1 = q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr;
 
-        /* a single column streams the rows one by one (see the
-         * driver in kernels_common.h) */
-        for (r = 0; cc > 1 && r + 4 <= nr; r += 4) {
-            if (cc == 4) {
-                llm_q_0_tile_pre(4, 4, q8, np, wp + r * ws, ws, pre,
-                                 y + c0 * ldy + r, ldy);
-            } else {
+        for (c0 = 0; c0 < nc; c0 += 4) {
+            cc = nc - c0 < 4 ? nc - c0 : 4;
+            for (c = 0; c < cc; c++) {
+                llm_q8_0_prep(xp + (c0 + c) * xs, np, q8, pre + c * np);
+            }
+
+            /* a single column streams the rows one by one (see the
+             * driver in kernels_common.h) */
+            for (r = q0; cc > 1 && r + 4 <= q1; r += 4) {
+                if (cc == 4) {
+                    llm_q_0_tile_pre(4, 4, q8, np, wp + r * ws, ws, pre,
+                                     y + c0 * ldy + r, ldy);
+                } else {
+                    for (c = 0; c < cc; c++) {
+                        llm_q_0_tile_pre(4, 1, q8, np, wp + r * ws, ws,
+                                         pre + c * np,
+                                         y + (c0 + c) * ldy + r, ldy);
+                    }
+                }
+            }
+            for (; r < q1; r++) {
                 for (c = 0; c < cc; c++) {
-                    llm_q_0_tile_pre(4, 1, q8, np, wp + r * ws, ws,
+                    llm_q_0_tile_pre(1, 1, q8, np, wp + r * ws, ws,
                                      pre + c * np, y + (c0 + c) * ldy + r,
                                      ldy);
                 }
             }
-        }
-        for (; r < nr; r++) {
-            for (c = 0; c < cc; c++) {
-                llm_q_0_tile_pre(1, 1, q8, np, wp + r * ws, ws,
-                                 pre + c * np, y + (c0 + c) * ldy + r, ldy);
-            }
-        }
 
-        if (nb & 1) {               /* the odd last block */
-            for (c = 0; c < cc; c++) {
-                for (r = 0; r < nr; r++) {
-                    float  t;
+            if (nb & 1) {           /* the odd last block */
+                for (c = 0; c < cc; c++) {
+                    const char  *xb = xp + (c0 + c) * xs
+                                      + (nb - 1) * sizeof(llm_block_q8_0);
 
-                    if (q8) {
-                        llm_q8_0_tile(1, 1, 1, wp + r * ws + (nb - 1) * bsz,
-                                      0, xp + (c0 + c) * xs
-                                      + (nb - 1) * sizeof(llm_block_q8_0),
-                                      0, &t, 1);
-                    } else {
-                        llm_q4_0_tile(1, 1, 1, wp + r * ws + (nb - 1) * bsz,
-                                      0, xp + (c0 + c) * xs
-                                      + (nb - 1) * sizeof(llm_block_q8_0),
-                                      0, &t, 1);
+                    for (r = q0; r < q1; r++) {
+                        const char  *wb = wp + r * ws + (nb - 1) * bsz;
+                        float        t;
+
+                        if (q8) {
+                            llm_q8_0_tile(1, 1, 1, wb, 0, xb, 0, &t, 1);
+                        } else {
+                            llm_q4_0_tile(1, 1, 1, wb, 0, xb, 0, &t, 1);
+                        }
+                        y[(c0 + c) * ldy + r] += t;
                     }
-                    y[(c0 + c) * ldy + r] += t;
                 }
             }
         }
