@@ -2,6 +2,8 @@
  * Scalar attention kernels (the reference) and their dispatch.
  */
 
+#include <math.h>
+
 #include "attn.h"
 
 void
@@ -48,20 +50,43 @@ llm_attn_pv_ref(float *o, uint32_t G, uint32_t hv, const void *v,
 }
 
 void
-llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv)
+llm_attn_softmax_ref(float *s, uint32_t n)
+{
+    float     mx = -INFINITY, sum = 0.0f;
+    uint32_t  t;
+
+    for (t = 0; t < n; t++) {
+        mx = s[t] > mx ? s[t] : mx;
+    }
+    for (t = 0; t < n; t++) {
+        s[t] = expf(s[t] - mx);
+        sum += s[t];
+    }
+    sum = 1.0f / sum;
+    for (t = 0; t < n; t++) {
+        s[t] *= sum;
+    }
+}
+
+void
+llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
+    llm_attn_softmax_fn *sm)
 {
     switch (llm_simd_level()) {
     case LLM_SIMD_AVX512:
         *qk = llm_attn_qk_avx512;
         *pv = llm_attn_pv_avx512;
+        *sm = llm_attn_softmax_avx512;
         break;
     case LLM_SIMD_AVX2:
         *qk = llm_attn_qk_avx2;
         *pv = llm_attn_pv_avx2;
+        *sm = llm_attn_softmax_avx2;
         break;
     default:
         *qk = llm_attn_qk_ref;
         *pv = llm_attn_pv_ref;
+        *sm = llm_attn_softmax_ref;
         break;
     }
 }

@@ -44,7 +44,15 @@ void llm_attn_qk_avx512(const float *q, uint32_t G, uint32_t hd,
 void llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
     size_t v_stride, uint32_t n, int f16, const float *s, size_t lds);
 
+/* In place: s[t] = exp(s[t] - max(s)) / sum over t < n. */
+typedef void (*llm_attn_softmax_fn)(float *s, uint32_t n);
+
+void llm_attn_softmax_ref(float *s, uint32_t n);
+void llm_attn_softmax_avx2(float *s, uint32_t n);
+void llm_attn_softmax_avx512(float *s, uint32_t n);
+
 /* The kernels for the SIMD level in use. */
-void llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv);
+void llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
+    llm_attn_softmax_fn *sm);
 
 #endif /* LLM_ATTN_H */

@@ -6,6 +6,7 @@
 
 #include <string.h>
 #include <immintrin.h>
+#include <math.h>
 
 #include "attn.h"
 
@@ -150,5 +151,70 @@ llm_attn_pv_avx2(float *o, uint32_t G, uint32_t hv, const void *v,
             llm_pv_heads(1, o + h * hv, hv, d0, v, v_stride, n, f16,
                          s + h * lds, lds);
         }
+    }
+}
+
+/* exp(x) for x in [-87, 0]: Cephes reduction and polynomial, 2^n built in
+ * the exponent bits. */
+static inline __m256
+llm_exp8(__m256 x)
+{
+    __m256   n, r, p;
+    __m256i  e;
+
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                           _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+void
+llm_attn_softmax_avx2(float *s, uint32_t n)
+{
+    __m256    mx = _mm256_set1_ps(-INFINITY), sum = _mm256_setzero_ps(), v;
+    float     m1, tot, lane[8], inv;
+    uint32_t  t, k, end = n & ~7u;
+
+    for (t = 0; t < end; t += 8) {
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t));
+    }
+    _mm256_storeu_ps(lane, mx);
+    m1 = lane[0];
+    for (k = 1; k < 8; k++) {
+        m1 = lane[k] > m1 ? lane[k] : m1;
+    }
+    for (t = end; t < n; t++) {
+        m1 = s[t] > m1 ? s[t] : m1;
+    }
+    for (t = 0; t < end; t += 8) {
+        v = llm_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t),
+                                   _mm256_set1_ps(m1)));
+        sum = _mm256_add_ps(sum, v);
+        _mm256_storeu_ps(s + t, v);
+    }
+    _mm256_storeu_ps(lane, sum);
+    tot = 0.0f;
+    for (k = 0; k < 8; k++) {
+        tot += lane[k];
+    }
+    for (t = end; t < n; t++) {
+        s[t] = expf(s[t] - m1);
+        tot += s[t];
+    }
+    inv = 1.0f / tot;
+    for (t = 0; t < n; t++) {
+        s[t] *= inv;
     }
 }

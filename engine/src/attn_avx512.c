@@ -4,6 +4,7 @@
  */
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "attn.h"
 
@@ -120,5 +121,59 @@ llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
             llm_pv_heads(1, o + h * hv, hv, d0, v, v_stride, n, f16,
                          s + h * lds, lds);
         }
+    }
+}
+
+/* exp(x) for x in [-87, 0] (softmax after subtracting the max): Cephes
+ * range reduction and polynomial, about 1 ulp; 2^n by vscalefps. */
+static inline __m512
+llm_exp16(__m512 x)
+{
+    const __m512  l2e = _mm512_set1_ps(1.44269504088896341f);
+    __m512        n, r, p;
+
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    n = _mm512_roundscale_ps(_mm512_mul_ps(x, l2e),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+void
+llm_attn_softmax_avx512(float *s, uint32_t n)
+{
+    __m512     mx = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+    __m512     v, m1;
+    __mmask16  m;
+    uint32_t   t;
+    float      inv;
+
+    for (t = 0; t < n; t += 16) {
+        m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+        mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, s + t));
+    }
+    m1 = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    for (t = 0; t < n; t += 16) {
+        m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+        v = llm_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), m1));
+        sum = _mm512_mask_add_ps(sum, m, sum, v);
+        _mm512_mask_storeu_ps(s + t, m, v);
+    }
+    inv = 1.0f / _mm512_reduce_add_ps(sum);
+    v = _mm512_set1_ps(inv);
+    for (t = 0; t < n; t += 16) {
+        m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+        _mm512_mask_storeu_ps(s + t, m,
+                              _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + t),
+                                            v));
     }
 }

@@ -616,12 +616,13 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     uint32_t              bt = kv->block_tokens;
     int                   f16 = kv->type == LLM_TYPE_F16;
     float                 scale = 1.0f / sqrtf((float) hd);
-    uint32_t              p, h, i, n;
-    float                 mx, sum, *q, *o, *shp;
+    uint32_t              h, i, n;
+    float                 *q, *o;
     llm_attn_qk_fn        qk;
     llm_attn_pv_fn        pv;
+    llm_attn_softmax_fn   sm;
 
-    llm_attn_kernels(&qk, &pv);
+    llm_attn_kernels(&qk, &pv, &sm);
     q = c->q + (size_t) r * hp->n_head * hd + (size_t) g * G * hd;
     o = c->att + (size_t) r * hp->n_head * hv + (size_t) g * G * hv;
 
@@ -634,20 +635,7 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     }
 
     for (h = 0; h < G; h++) {
-        shp = sc + (size_t) h * n_pos;
-        mx = -INFINITY;
-        for (p = 0; p < n_pos; p++) {
-            mx = shp[p] > mx ? shp[p] : mx;
-        }
-        sum = 0.0f;
-        for (p = 0; p < n_pos; p++) {
-            shp[p] = expf(shp[p] - mx);
-            sum += shp[p];
-        }
-        sum = 1.0f / sum;
-        for (p = 0; p < n_pos; p++) {
-            shp[p] *= sum;
-        }
+        sm(sc + (size_t) h * n_pos, n_pos);
         memset(o + h * hv, 0, hv * sizeof(float));
     }
 
