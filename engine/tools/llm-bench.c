@@ -33,9 +33,10 @@ usage(FILE *f)
 {
     fprintf(f,
         "usage: llm-bench -m FILE [-t THREADS] [-p N_PROMPT] [-n N_GEN]\n"
-        "                 [-r REPS] [--kv-type f32|f16] [--json]\n"
+        "                 [-r REPS] [--kv-type f32|f16] [--no-prefault] [--json]\n"
         "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
         "  -n  generated tokens (128)     -r  repetitions (default 3)\n"
+        "  --no-prefault  let weight pages fault in on first use\n"
         "Prefill: one batch of -p tokens.  Decode: -n single-token steps on\n"
         "one sequence with the KV cache.  Reports tokens/s, mean +- stddev.\n"
         "JSON fields: pp_tps, pp_tps_std, tg_tps, tg_tps_std, threads,\n"
@@ -99,6 +100,15 @@ run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
         }
     }
     return 0;
+}
+
+static long
+minflt(void)
+{
+    struct rusage  ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt + ru.ru_majflt;
 }
 
 static double
@@ -170,6 +180,7 @@ main(int argc, char **argv)
         { "repetitions", required_argument, NULL, 'r' },
         { "kv-type", required_argument, NULL, 'k' },
         { "json", no_argument, NULL, 'J' },
+        { "no-prefault", no_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -179,10 +190,12 @@ main(int argc, char **argv)
     llm_type_t       kvt = LLM_TYPE_F32;
     llm_model_t     *m = NULL;
     llm_kv_t        *kv = NULL;
+    llm_model_opts_t mopts;
     bench_t          B;
     double           t0, *pp = NULL, *tg = NULL, ppm = 0, pps = 0, tgm = 0;
     double           tgs = 0, c0, *ppc = NULL, *tgc = NULL, ppcm = 0;
     double           tgcm = 0, sdc;
+    long             flt0, faults = 0;
     uint64_t         model_bytes;
     size_t           kv_bytes;
     struct rusage    ru;
@@ -190,6 +203,7 @@ main(int argc, char **argv)
     uint32_t         bt = 16, maxb, j;
 
     memset(&B, 0, sizeof(B));
+    memset(&mopts, 0, sizeof(mopts));
     while ((ch = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': model = optarg; break;
@@ -198,6 +212,7 @@ main(int argc, char **argv)
         case 'n': ng = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         case 'J': json = 1; break;
+        case 'F': mopts.no_prefault = 1; break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) {
                 kvt = LLM_TYPE_F16;
@@ -217,7 +232,7 @@ main(int argc, char **argv)
         return 2;
     }
 
-    if (llm_model_load(&m, model, NULL, err, sizeof(err)) < 0) {
+    if (llm_model_load(&m, model, &mopts, err, sizeof(err)) < 0) {
         fprintf(stderr, "llm-bench: %s\n", err);
         return 1;
     }
@@ -263,6 +278,7 @@ main(int argc, char **argv)
         goto done;
     }
 
+    flt0 = minflt();
     for (i = 0; i < reps; i++) {
         if (np > 0) {
             t0 = now_s();
@@ -285,6 +301,7 @@ main(int argc, char **argv)
             tgc[i] = ng / ((cpu_s() - c0) / threads);
         }
     }
+    faults = minflt() - flt0;
     if (np > 0) {
         stats(pp, reps, &ppm, &pps);
         stats(ppc, reps, &ppcm, &sdc);
@@ -302,12 +319,13 @@ main(int argc, char **argv)
                "\"pp_tps_std\": %.3f, \"tg_tps\": %.3f, \"tg_tps_std\": "
                "%.3f, \"pp_tps_cpu\": %.3f, \"tg_tps_cpu\": %.3f, "
                "\"model_bytes\": %llu, \"active_bytes_per_token\": %llu, "
-               "\"kv_bytes\": %zu, \"peak_rss_bytes\": %llu}\n", model,
+               "\"kv_bytes\": %zu, \"peak_rss_bytes\": %llu, "
+               "\"page_faults\": %ld}\n", model,
                B.hp->arch_name, llm_model_quant_name(m),
                llm_simd_name(llm_simd_level()), threads, np, ng, reps, ppm,
                pps, tgm, tgs, ppcm, tgcm, (unsigned long long) model_bytes,
                (unsigned long long) active_bytes(m), kv_bytes,
-               (unsigned long long) ru.ru_maxrss * 1024ull);
+               (unsigned long long) ru.ru_maxrss * 1024ull, faults);
     } else {
         printf("| model | size | params | simd | threads | test | t/s |\n");
         printf("| --- | ---: | ---: | --- | ---: | --- | ---: |\n");
@@ -330,6 +348,7 @@ main(int argc, char **argv)
                kvt == LLM_TYPE_F16 ? "f16" : "f32", kv_bytes / 1048576.0,
                ru.ru_maxrss / 1048576.0, model_bytes / 1073741824.0,
                active_bytes(m) / 1e6);
+        printf("page faults in the timed runs: %ld\n", faults);
         printf("per CPU-second of each thread (what an idle machine would "
                "give): pp %.2f t/s, tg %.2f t/s\n", ppcm, tgcm);
     }
