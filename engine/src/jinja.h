@@ -228,6 +228,7 @@ struct jj_node_s {
     uint32_t      nkids2;
     jj_node_t   **kids2;      /* else body, keyword values, defaults */
     const char  **names;      /* keyword names, macro parameters */
+    jj_node_t   **targets;    /* WITH: assignment targets, [nkids2] */
     uint32_t      nnames;
     uint16_t     *ops;        /* COMPARE: one per kids[] after a */
     const char   *name;       /* NAME, GETATTR, FILTER, TEST, MACRO */

@@ -1496,7 +1496,7 @@ exec_node(jj_ctx_t *c, jj_scope_t *s, const jj_node_t *n)
         }
         for (i = 0; i < n->nkids2; i++) {
             if (eval(c, s, n->kids2[i], &v) != 0
-                || assign(c, ws, (const jj_node_t *) n->names[i], v) != 0)
+                || assign(c, ws, n->targets[i], v) != 0)
             {
                 return -1;
             }

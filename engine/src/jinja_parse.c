@@ -2044,8 +2044,7 @@ parse_with(parser_t *p, uint32_t line)
     n->nkids = body.n;
     n->kids2 = values.v;
     n->nkids2 = values.n;
-    n->names = (const char **) targets.v;
-    n->nnames = targets.n;
+    n->targets = targets.v;
     return n;
 }
 

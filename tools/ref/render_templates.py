@@ -361,6 +361,8 @@ SNIPPETS = [
     ("whitespace4", "\n\n  {% set x = 1 %}\n  {{ x }}\n    {% macro m() %}\n"
      "  body\n  {% endmacro %}\n[{{ m() }}]\n  {%+ if true %}p{% endif %}"
      "\n  {% if true %}\n  {%- endif %}end", {}),
+    ("with", "{% set a = 9 %}{% with a = 1, b = a %}{{ a }}{{ b }}"
+     "{% set c = 3 %}{% endwith %}{{ a }}[{{ c }}]", {}),
     ("strings", "{{ 'a\\nb' }}|{{ \"it's\" }}|{{ 'it\\'s' }}|{{ '\\u00e9\\x41\\t|' }}"
      "{{ 'a' 'b' }}|{{ '\\\\' }}|{{ '\\q' }}", {}),
     ("dicts", "{% set d = {'a': 1, 'b': {'c': [1, 2]}} %}{{ d.a }}{{ d['b'].c[1] }}"
