@@ -857,6 +857,13 @@ llm_q_0_tile_pre(const int R, const int C, const int q8, int64_t np,
             }
         }
 
+        if (R == 1) {
+            /* one row stream: run ahead of it across 4 KB pages, where
+             * the hardware prefetchers stop (file pages are not huge) */
+            _mm_prefetch(w + 2 * b * (q8 ? sizeof(llm_block_q8_0)
+                                         : sizeof(llm_block_q4_0)) + 1024,
+                         _MM_HINT_T0);
+        }
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             const llm_q8_pair_t  *pc = pre + c * np + b;
