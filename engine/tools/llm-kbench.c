@@ -18,6 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "quant.h"
 
@@ -139,6 +143,9 @@ kb_usage(FILE *f)
         "  -m, --mbytes MB      weight matrix size at nc=1 (default 512)\n"
         "  -p, --passes P       timed passes, the best reported (default 15)\n"
         "  -b, --bandwidth      also time a plain read of the matrix (READ)\n"
+        "  -f, --file FILE      read the weights from a mapping of FILE (its\n"
+        "                       bytes as they are, from offset 0; as a model\n"
+        "                       is read from the page cache), not from RAM\n"
         "  -h, --help\n"
         "Weight GB/s counts the weight bytes each pass reads; compare with\n"
         "the machine's read bandwidth (31.8 GB/s per thread here).\n");
@@ -195,12 +202,14 @@ main(int argc, char **argv)
         { "mbytes", required_argument, NULL, 'm' },
         { "passes", required_argument, NULL, 'p' },
         { "bandwidth", no_argument, NULL, 'b' },
+        { "file", required_argument, NULL, 'f' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     char   types[16][16], simds[4][16], threads[8][16], cols[8][16];
     int    nt, ns, nj, ncs, opt, passes = 15, bw = 0;
     uint64_t  sink[64 * 8];
+    const char  *file = NULL;
     long   n = 2048, mbytes = 512;
 
     nt = kb_list("Q4_0,Q8_0,Q4_K,Q5_K,Q6_K,F16", types, 16);
@@ -208,7 +217,7 @@ main(int argc, char **argv)
     nj = kb_list("1,2", threads, 8);
     ncs = kb_list("1,8,64", cols, 8);
 
-    while ((opt = getopt_long(argc, argv, "t:s:j:c:n:m:p:bh", opts, NULL))
+    while ((opt = getopt_long(argc, argv, "t:s:j:c:n:m:p:bf:h", opts, NULL))
            != -1)
     {
         switch (opt) {
@@ -220,6 +229,7 @@ main(int argc, char **argv)
         case 'm': mbytes = strtol(optarg, NULL, 10); break;
         case 'p': passes = atoi(optarg); break;
         case 'b': bw = 1; break;
+        case 'f': file = optarg; break;
         case 'h': kb_usage(stdout); return 0;
         default: kb_usage(stderr); return 2;
         }
@@ -257,7 +267,34 @@ main(int argc, char **argv)
         llm_type_t  at = llm_type_vec_dot_type(t);
         size_t      rb = llm_row_bytes(t, n), xb = llm_row_bytes(at, n);
         int64_t     nr = (int64_t) (mbytes << 20) / (int64_t) rb;
-        char       *w = malloc(rb * nr);
+        char       *w = NULL;
+        char       *map = NULL;
+        size_t      map_len = 0;
+
+        if (file != NULL) {
+            struct stat  st;
+            int          fd = open(file, O_RDONLY);
+
+            if (fd < 0 || fstat(fd, &st) != 0) {
+                fprintf(stderr, "llm-kbench: %s: %s\n", file,
+                        strerror(errno));
+                return 1;
+            }
+            map_len = (size_t) st.st_size;
+            if ((int64_t) (map_len / rb) < nr) {
+                nr = (int64_t) (map_len / rb);
+            }
+            map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
+            close(fd);
+            if (map == MAP_FAILED || nr < 1) {
+                fprintf(stderr, "llm-kbench: %s: cannot map %zu bytes\n",
+                        file, rb);
+                return 1;
+            }
+            w = map;
+        } else {
+            w = malloc(rb * nr);
+        }
         float      *f = malloc(n * sizeof(float) * 64);
         int64_t     maxc = 1;
 
@@ -277,10 +314,10 @@ main(int argc, char **argv)
         for (int64_t i = 0; i < n * 64; i++) {
             f[i] = (rand() / (float) RAND_MAX - 0.5f) * 0.1f;
         }
-        for (int64_t r = 0; r < 64 && r < nr; r++) {
+        for (int64_t r = 0; map == NULL && r < 64 && r < nr; r++) {
             llm_quantize_row(t, f + r * n, w + r * rb, n);
         }
-        for (int64_t r = 64; r < nr; r++) {
+        for (int64_t r = 64; map == NULL && r < nr; r++) {
             memcpy(w + r * rb, w + (r % 64) * rb, rb);
         }
         for (int64_t c = 0; c < maxc; c++) {
@@ -409,7 +446,11 @@ main(int argc, char **argv)
                 }
             }
         }
-        free(w);
+        if (map != NULL) {
+            munmap(map, map_len);
+        } else {
+            free(w);
+        }
         free(f);
         free(x);
         free(y);
