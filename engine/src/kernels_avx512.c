@@ -720,8 +720,14 @@ llm_gemm_kq_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
         }
 
         if (rr == 4) {
-            for (c = 0; c + 3 <= nc; c += 3) {
+            /* 4x3 tiles, the rest in 4x2 (a 4x1 tile is half as
+             * efficient) */
+            for (c = 0; nc - c >= 5 || nc - c == 3; c += 3) {
                 llm_kq_tile_pre(kind, 4, 3, nb, pre, xp + c * xs, xs,
+                                y + c * ldy + r0, ldy);
+            }
+            for (; c + 2 <= nc; c += 2) {
+                llm_kq_tile_pre(kind, 4, 2, nb, pre, xp + c * xs, xs,
                                 y + c * ldy + r0, ldy);
             }
             for (; c < nc; c++) {
