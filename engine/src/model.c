@@ -7,6 +7,7 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -727,9 +728,48 @@ llm_model_quant_guess(const llm_model_t *m)
     return llm_type_name(bt);
 }
 
+/* Kilobytes of the mapping at base that are mapped with 2 MB entries. */
+static uint64_t
+llm_pmd_mapped_kb(const void *base)
+{
+    FILE     *f = fopen("/proc/self/smaps", "r");
+    char      line[512];
+    unsigned long start, end;
+    uint64_t  kb = 0;
+    int       in = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "%lx-%lx ", &start, &end) == 2
+            && strchr(line, ':') != NULL && line[0] != ' ')
+        {
+            in = (uintptr_t) start == (uintptr_t) base;
+            continue;
+        }
+        if (in && sscanf(line, "FilePmdMapped: %lu kB", &start) == 1) {
+            kb = start;
+            break;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
 /*
  * Populate the mapping's page tables when the file fits comfortably in
- * RAM; older kernels get a read-ahead hint instead.  Failure is harmless.
+ * RAM, so the first tokens pay no page faults; older kernels get a
+ * read-ahead hint instead.
+ *
+ * Streaming weights through 4 KB pages costs a TLB miss every 4 KB
+ * (measured: decode ~1.8x slower than from huge pages).  With
+ * MADV_HUGEPAGE, the page cache reads the file in 2 MB folios that map
+ * with one entry each; but pages already cached in small folios (a file
+ * just written by llm-quantize) stay small.  So when less than half the
+ * mapping came out huge, drop our page tables, ask the kernel to evict
+ * the file's cached pages (clean, unmapped ones only) and populate again,
+ * reading the file once more from disk.  Failures are harmless.
  */
 static void
 llm_model_prefault(llm_model_t *m, const llm_model_opts_t *opts)
@@ -746,9 +786,19 @@ llm_model_prefault(llm_model_t *m, const llm_model_opts_t *opts)
     if (ram == 0 || size > ram / 4 * 3) {
         return;
     }
+    if (size >= (64u << 20)) {
+        madvise(base, size, MADV_HUGEPAGE);
+    }
     if (madvise(base, size, MADV_POPULATE_READ) != 0) {
         madvise(base, size, MADV_WILLNEED);
+        return;
     }
+    if (size < (64u << 20) || llm_pmd_mapped_kb(base) * 1024 >= size / 2) {
+        return;
+    }
+    madvise(base, size, MADV_DONTNEED);
+    posix_fadvise(llm_gguf_fd(m->gguf), 0, 0, POSIX_FADV_DONTNEED);
+    madvise(base, size, MADV_POPULATE_READ);
 }
 
 /*
