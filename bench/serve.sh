@@ -126,4 +126,5 @@ PY
     done
 done
 echo
-echo "# engine: $(grep -c 'done:' "$D/engine.log") requests done, $(grep -c 'preempt\|failed' "$D/engine.log" || true) failed"
+"$CLIENT" --socket "$SOCK" --info | python3 -c 'import json,sys; s=json.load(sys.stdin)["stats"]; print("# engine: %d requests, %d preempted, %d steps, %d tokens through the forward pass" % (s["requests_total"], s["requests_preempted"], s["steps_total"], s["step_tokens_total"]))'
+echo "# $(grep -c 'failed:' "$D/engine.log" || true) requests failed"
