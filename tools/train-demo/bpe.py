@@ -12,11 +12,14 @@ authority at run time and encode() below is checked against it.
 import collections
 import re
 
+# \p{L} -> [^\W\d_] (letters); \p{N} -> \d; [^\p{L}\p{N}] -> [\W_] (note the
+# underscore: a word character to Python, neither letter nor number to
+# Unicode).
 PRE = re.compile(
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-    r"|[^\r\n\w]?[^\W\d_]+"
+    r"|(?:(?![\r\n])[\W_])?[^\W\d_]+"
     r"|\d"
-    r"| ?[^\s\w]+[\r\n]*"
+    r"| ?(?:(?!\s)[\W_])+[\r\n]*"
     r"|\s*[\r\n]+"
     r"|\s+(?!\S)"
     r"|\s+")

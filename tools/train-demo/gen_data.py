@@ -8,11 +8,13 @@ polite refusals for anything out of scope.  Tool calls use OpenAI's shape
 (arguments as a JSON string); the chat template renders them Hermes-style.
 
     gen_data.py --seed 1 --n 20000 -o train.jsonl
+    gen_data.py --eval --seed 777 --n 20 -o eval.jsonl
 """
 
 import argparse
 import json
 import random
+import re
 
 SYSTEM = ("You are the customer-service assistant of Acme Shop. You help "
           "with orders, returns, refunds, sizing and shipping. Use the tools "
@@ -262,12 +264,49 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--eval", action="store_true",
+                    help="write held-out evaluation prompts instead")
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args()
-    g = Gen(a.seed)
+    rows = eval_set(a.seed, a.n) if a.eval else \
+        (Gen(a.seed).one() for _ in range(a.n))
     with open(a.out, "w") as f:
-        for _ in range(a.n):
-            f.write(json.dumps(g.one()) + "\n")
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def eval_set(seed, n):
+    """Held-out prompts (a seed training never uses) with what a right
+    answer is: the tool call and its arguments, or phrases the answer must
+    contain.  Written to models/demo/eval.jsonl for t/demo_model.t."""
+    g = Gen(seed)
+    kinds = ["status", "refund", "returns", "sizing", "shipping", "greeting",
+             "noid", "refusal"]
+    out = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)] if i < len(kinds) else \
+            g.rng.choice(["status", "status", "refund"] + kinds)
+        while True:
+            c = g.one()
+            if c["kind"] == kind and c["messages"][1]["role"] == "user":
+                break
+        user = c["messages"][1]["content"]
+        e = {"kind": kind, "messages": [{"role": "user", "content": user}]}
+        nxt = c["messages"][2]
+        if nxt.get("tool_calls"):
+            f = nxt["tool_calls"][0]["function"]
+            e["tool"] = f["name"]
+            e["arguments"] = json.loads(f["arguments"])
+        else:
+            ans = nxt["content"]
+            key = {"returns": ["30 days"], "sizing": ["true to fit"],
+                   "greeting": ["help"], "noid": ["order number"],
+                   "refusal": ["I'm sorry"]}.get(kind)
+            if kind == "shipping":
+                key = [re.search(r"takes (.*?)\.", ans).group(1)]
+            e["contains"] = key
+        out.append(e)
+    return out
 
 
 if __name__ == "__main__":

@@ -235,18 +235,7 @@ def export(model, c, tokens, types, merges, template, path, meta):
     w.f32(a + "rope.freq_base", c["rope_base"])
     w.u32(a + "expert_count", c["n_expert"])
     w.u32(a + "expert_used_count", c["n_expert_used"])
-    w.str("tokenizer.ggml.model", "gpt2")
-    w.str("tokenizer.ggml.pre", "qwen2")
-    w.arr("tokenizer.ggml.tokens", T.T_STR, tokens)
-    w.arr("tokenizer.ggml.token_type", T.T_I32, types)
-    w.arr("tokenizer.ggml.merges", T.T_STR, merges)
-    eot = tokens.index("<|im_end|>")
-    w.u32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
-    w.u32("tokenizer.ggml.eos_token_id", eot)
-    w.u32("tokenizer.ggml.eot_token_id", eot)
-    w.u32("tokenizer.ggml.padding_token_id", tokens.index("<|endoftext|>"))
-    w.bool("tokenizer.ggml.add_bos_token", False)
-    w.str("tokenizer.chat_template", template)
+    write_vocab(w, tokens, types, merges, template)
 
     def t(name, x):
         w.tensor(name, x.detach().float().numpy())
@@ -269,6 +258,72 @@ def export(model, c, tokens, types, merges, template, path, meta):
     t("output_norm.weight", model.norm.w)
     t("output.weight", model.out.weight)
     w.write(path)
+
+
+def write_vocab(w, tokens, types, merges, template):
+    T = gguf_io
+    w.str("tokenizer.ggml.model", "gpt2")
+    w.str("tokenizer.ggml.pre", "qwen2")
+    w.arr("tokenizer.ggml.tokens", T.T_STR, tokens)
+    w.arr("tokenizer.ggml.token_type", T.T_I32, types)
+    w.arr("tokenizer.ggml.merges", T.T_STR, merges)
+    eot = tokens.index("<|im_end|>")
+    w.u32("tokenizer.ggml.bos_token_id", tokens.index("<|endoftext|>"))
+    w.u32("tokenizer.ggml.eos_token_id", eot)
+    w.u32("tokenizer.ggml.eot_token_id", eot)
+    w.u32("tokenizer.ggml.padding_token_id", tokens.index("<|endoftext|>"))
+    w.bool("tokenizer.ggml.add_bos_token", False)
+    w.str("tokenizer.chat_template", template)
+
+
+def check_tokenizer(tool, enc, tokens, types, merges, template, texts, out):
+    """The engine's tokenizer must give the ids training used."""
+    import subprocess
+    w = gguf_io.Writer()
+    w.str("general.architecture", "qwen3moe")
+    write_vocab(w, tokens, types, merges, template)
+    path = os.path.join(out, "vocab.gguf")
+    w.write(path)
+    for i, t in enumerate(texts):
+        got = subprocess.run([tool, "-m", path, "--special", "--ids-only"],
+                             input=t.encode("utf-8"), capture_output=True,
+                             check=True).stdout.split()
+        want = enc.encode(t)
+        if [int(x) for x in got] != want:
+            raise SystemExit("tokenizer mismatch on text %d: engine %s vs "
+                             "training %s" % (i, got[:40], want[:40]))
+    print("tokenizer check: %d texts tokenize identically in the engine"
+          % len(texts), flush=True)
+
+
+def load_gguf(model, path, tokens):
+    """Loads the weights export() wrote; the vocabulary must be the same."""
+    r = gguf_io.Reader(path)
+    if r.kv.get("tokenizer.ggml.tokens") != tokens:
+        raise SystemExit("%s: vocabulary differs from this run's" % path)
+    names = {}
+    names["token_embd.weight"] = model.emb.weight
+    for i, b in enumerate(model.blocks):
+        p = "blk.%d." % i
+        names.update({p + "attn_norm.weight": b.attn_norm.w,
+                      p + "attn_q.weight": b.q.weight,
+                      p + "attn_k.weight": b.k.weight,
+                      p + "attn_v.weight": b.v.weight,
+                      p + "attn_q_norm.weight": b.q_norm.w,
+                      p + "attn_k_norm.weight": b.k_norm.w,
+                      p + "attn_output.weight": b.o.weight,
+                      p + "ffn_norm.weight": b.ffn_norm.w,
+                      p + "ffn_gate_inp.weight": b.router.weight,
+                      p + "ffn_gate_exps.weight": b.gate,
+                      p + "ffn_up_exps.weight": b.up,
+                      p + "ffn_down_exps.weight": b.down})
+    names["output_norm.weight"] = model.norm.w
+    names["output.weight"] = model.out.weight
+    with torch.no_grad():
+        for n, prm in names.items():
+            raw = r.tensor_bytes(n, prm.numel() * 4)
+            prm.copy_(torch.from_numpy(np.frombuffer(raw, dtype=np.float32)
+                                       .reshape(prm.shape).copy()))
 
 
 def render_all(convs, template, rng):
@@ -301,6 +356,10 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--llm-tokenize", help="the engine's llm-tokenize: "
+                    "check that training and serving tokenize alike")
+    ap.add_argument("--init-from", help="continue from the weights of a "
+                    "demo-f32.gguf this script wrote (same seed and data)")
     ap.add_argument("--max-seconds", type=float, default=3600,
                     help="stop training after this much wall time")
     a = ap.parse_args()
@@ -320,6 +379,9 @@ def main():
     tokens, types, merges = bpe.train(texts[:4000], CFG["n_vocab"])
     c = dict(CFG, n_vocab=len(tokens))
     enc = bpe.Encoder(tokens, merges)
+    if a.llm_tokenize:
+        check_tokenizer(a.llm_tokenize, enc, tokens, types, merges, template,
+                        texts[:200], a.out)
     data = [encode_with_mask(enc, tokens, tx) for tx in texts]
     data = [d for d in data if len(d[0]) <= c["ctx"]]
     n_tok = sum(len(d[0]) for d in data)
@@ -330,6 +392,9 @@ def main():
         json.dump({"text": texts[0], "ids": data[0][0]}, f)
 
     model = Model(c)
+    if a.init_from:
+        load_gguf(model, a.init_from, tokens)
+        print("weights from %s" % a.init_from, flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     print("parameters: %d" % n_params, flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95),
