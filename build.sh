@@ -251,13 +251,16 @@ cmd_run() {
         "$REPO/examples/run.conf.in" >"$run/nginx.conf"
     mkdir -p "$run/tmp"
 
-    local engine_pid= nginx_pid=
+    RUN_DIR=$run ENGINE_PID= NGINX_PID=
+    # Stops both whatever state they are in: runs under set -e, so every
+    # step tolerates a process that is already gone.
     cleanup() {
         trap - INT TERM EXIT
-        [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null
-        [ -n "$engine_pid" ] && kill -TERM "$engine_pid" 2>/dev/null
+        set +e
+        [ -n "$NGINX_PID" ] && kill -QUIT "$NGINX_PID" 2>/dev/null
+        [ -n "$ENGINE_PID" ] && kill -TERM "$ENGINE_PID" 2>/dev/null
         wait 2>/dev/null
-        rm -f "$run/engine.sock" "$run/nginx.pid"
+        rm -f "$RUN_DIR/engine.sock" "$RUN_DIR/nginx.pid"
         say "stopped"
     }
     trap cleanup INT TERM EXIT
@@ -265,21 +268,20 @@ cmd_run() {
     rm -f "$run/engine.sock"
     "$BUILD/bin/llm-engine" --model "$model" --socket "$run/engine.sock" \
         --threads "$(nproc)" --alias default &
-    engine_pid=$!
+    ENGINE_PID=$!
 
     local i
     for i in $(seq 1 300); do
         [ -S "$run/engine.sock" ] && break
-        kill -0 "$engine_pid" 2>/dev/null || die "llm-engine exited"
+        kill -0 "$ENGINE_PID" 2>/dev/null || die "llm-engine exited"
         sleep 0.1
     done
     [ -S "$run/engine.sock" ] || die "llm-engine did not create its socket"
 
-    /usr/sbin/nginx -p "$run" -c "$run/nginx.conf" -e "$run/error.log" \
-        -g 'daemon off;' &
-    nginx_pid=$!
+    /usr/sbin/nginx -p "$run" -c "$run/nginx.conf" -e "$run/error.log" &
+    NGINX_PID=$!
     sleep 0.5
-    kill -0 "$nginx_pid" 2>/dev/null \
+    kill -0 "$NGINX_PID" 2>/dev/null \
         || die "nginx did not start (see $run/error.log)"
 
     cat <<EOF
@@ -293,7 +295,7 @@ Ready.  Model: $model
 OpenAI client: base URL http://127.0.0.1:$port/v1, API key in $run/api-key
 Ctrl-C stops both.
 EOF
-    wait -n "$engine_pid" "$nginx_pid" || true
+    wait -n "$ENGINE_PID" "$NGINX_PID" || true
 }
 
 
