@@ -60,9 +60,9 @@ is($st->{kv_blocks_free}, $st->{kv_blocks_total}, 'all blocks free after');
 
 # preemption: a KV cache far too small for 12 long streams at once
 my $small = $t->start_engine('small', model => LlmEngine::model($t),
-                             args => ['--kv-mb', '1', '--ctx', '256']);
+                             args => ['--kv-mb', '1', '--ctx', '512']);
 my @long = map { chat("long stream $_ " . ('and more ' x 8),
-                      max_tokens => 160) } 1 .. 12;
+                      max_tokens => 400) } 1 .. 12;
 my @want = map { LlmEngine::gen($t, $small, $_)->{tokens} } @long[0, 1];
 @h = map { LlmEngine::spawn($t, $small, $_) } @long;
 @res = LlmEngine::wait_clients($t, @h);
