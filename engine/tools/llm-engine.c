@@ -352,11 +352,13 @@ main(int argc, char **argv)
     snprintf(fp, sizeof(fp), "fp_%s", rev);
 
     llm_log(LLM_LOG_INFO, "model loaded in %.2f s: %s (%s, %s), %u layers, "
-            "n_embd %u, %u experts (%u used), vocab %u, %.2f B params, "
+            "n_embd %u, %u experts (%u used), vocab %u, %.2f %s params, "
             "file %.1f MiB, revision %s, chat template %s",
             now_s() - t0, name ? name : hp->name, hp->arch_name,
             llm_model_quant_name(m), hp->n_layer, hp->n_embd, hp->n_expert,
-            hp->n_expert_used, hp->n_vocab, (double) hp->n_params / 1e9,
+            hp->n_expert_used, hp->n_vocab,
+            (double) hp->n_params / (hp->n_params >= 1000000000 ? 1e9 : 1e6),
+            hp->n_params >= 1000000000 ? "B" : "M",
             (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
             tsrc);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
