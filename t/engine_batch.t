@@ -8,6 +8,7 @@ use strict;
 use warnings;
 use lib 't/lib';
 use Test::More;
+use Time::HiRes ();
 use LlmTest;
 use LlmEngine;
 
@@ -29,12 +30,14 @@ my $sref = chat('Pick a number', temperature => 0.9, seed => 1234,
 my $salone = LlmEngine::gen($t, $sock, $sref);
 
 # 32 at once: 30 others with their own prompts, the reference in the middle
+# (connected first, then sent at one moment: --start-at)
 my @h;
+my $gate = sprintf '%.3f', Time::HiRes::time() + 2;
 for my $i (0 .. 31) {
     my $req = $i == 15 ? $ref : $i == 16 ? $sref
             : chat("Question number $i about " . ('x' x $i),
                    max_tokens => 8 + $i % 13);
-    push @h, LlmEngine::spawn($t, $sock, $req);
+    push @h, LlmEngine::spawn($t, $sock, $req, '--start-at', $gate);
 }
 my @res = LlmEngine::wait_clients($t, @h);
 is(scalar(grep { $_->{done} } @res), 32, 'all 32 finished');
@@ -64,7 +67,8 @@ my $small = $t->start_engine('small', model => LlmEngine::model($t),
 my @long = map { chat("long stream $_ " . ('and more ' x 8),
                       max_tokens => 400) } 1 .. 12;
 my @want = map { LlmEngine::gen($t, $small, $_)->{tokens} } @long[0, 1];
-@h = map { LlmEngine::spawn($t, $small, $_) } @long;
+$gate = sprintf '%.3f', Time::HiRes::time() + 2;
+@h = map { LlmEngine::spawn($t, $small, $_, '--start-at', $gate) } @long;
 @res = LlmEngine::wait_clients($t, @h);
 is(scalar(grep { $_->{done} } @res), 12, 'all 12 finished despite the KV');
 is_deeply([map { $_->{tokens} } @res[0, 1]], \@want,

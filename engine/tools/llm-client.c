@@ -60,6 +60,8 @@ usage(FILE *f)
 "  --text                   print only the text of the deltas, then a\n"
 "                           newline (events other than delta as JSON)\n"
 "  --timeout S              give up after S seconds (default 120)\n"
+"  --start-at T             connect, then send at unix time T (seconds,\n"
+"                           fractions allowed): a gate for tests\n"
 "  --bench N                send the request on N connections at once\n"
 "                           (completions: \"<i>: \" before the prompt) and\n"
 "                           print aggregate tok/s, decode tok/s, TTFT\n"
@@ -739,7 +741,7 @@ run(int argc, char **argv)
     enum {
         O_SOCKET = 1, O_TCP, O_INFO, O_TOKENIZE, O_ADDSP, O_PARSESP,
         O_DETOK, O_FILE, O_REPEAT, O_DISC, O_RAW, O_HALF, O_TEXT, O_TIMEOUT,
-        O_BENCH, O_HELP
+        O_BENCH, O_START, O_HELP
     };
     static const struct option lo[] = {
         { "socket", 1, 0, O_SOCKET }, { "tcp", 1, 0, O_TCP },
@@ -749,7 +751,7 @@ run(int argc, char **argv)
         { "repeat", 1, 0, O_REPEAT }, { "disconnect-after", 1, 0, O_DISC },
         { "raw", 1, 0, O_RAW }, { "half-close", 0, 0, O_HALF },
         { "text", 0, 0, O_TEXT }, { "timeout", 1, 0, O_TIMEOUT },
-        { "bench", 1, 0, O_BENCH },
+        { "bench", 1, 0, O_BENCH }, { "start-at", 1, 0, O_START },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char              *sock = NULL, *tcp = NULL, *file = NULL;
@@ -757,7 +759,7 @@ run(int argc, char **argv)
     int                      info = 0, add_sp = 0, parse_sp = 0, half = 0;
     int                      text_only = 0, repeat = 1, disc = -1, o, fd;
     int                      rc = 0, deltas = 0, r, bench = 0;
-    double                   timeout = 120.0, deadline;
+    double                   timeout = 120.0, deadline, start_at = 0;
     Llm__Request             rq = LLM__REQUEST__INIT;
     Llm__InfoRequest         ir = LLM__INFO_REQUEST__INIT;
     Llm__TokenizeRequest     tr = LLM__TOKENIZE_REQUEST__INIT;
@@ -782,6 +784,7 @@ run(int argc, char **argv)
         case O_TEXT: text_only = 1; break;
         case O_TIMEOUT: timeout = strtod(optarg, NULL); break;
         case O_BENCH: bench = atoi(optarg); break;
+        case O_START: start_at = strtod(optarg, NULL); break;
         case O_HELP: case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -857,6 +860,21 @@ run(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+
+    /* A start gate: clients spawned one by one send at the same moment,
+     * so tests of batching do not depend on how fast processes start. */
+    if (start_at > 0) {
+        struct timespec  ts;
+        double           wait;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        wait = start_at - ((double) ts.tv_sec + ts.tv_nsec / 1e9);
+        if (wait > 0) {
+            ts.tv_sec = (time_t) wait;
+            ts.tv_nsec = (long) ((wait - (double) ts.tv_sec) * 1e9);
+            nanosleep(&ts, NULL);
+        }
+    }
     deadline = now_s() + timeout;
 
     for (int round = 0; round < repeat; round++) {
