@@ -38,7 +38,7 @@ command -v wrk >/dev/null || { echo "bench/gateway: wrk is needed (apt-get insta
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-D=$(mktemp -d /tmp/llm-bench-gw-XXXXXX)
+D=$(mktemp -d "${TMPDIR:-/tmp}/llm-bench-gw-XXXXXX")
 PIDS=()
 cleanup() {
     [ -f "$D/nginx.pid" ] && kill -QUIT "$(cat "$D/nginx.pid")" 2>/dev/null || true

@@ -31,7 +31,7 @@ command -v wrk >/dev/null || { echo "bench/keys: wrk is needed (apt-get install 
 
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
-D=$(mktemp -d /tmp/llm-bench-keys-XXXXXX)
+D=$(mktemp -d "${TMPDIR:-/tmp}/llm-bench-keys-XXXXXX")
 PIDS=()
 cleanup() {
     [ -f "$D/nginx.pid" ] && kill -QUIT "$(cat "$D/nginx.pid")" 2>/dev/null || true

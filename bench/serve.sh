@@ -43,7 +43,7 @@ if [ ! -f "$MODEL" ]; then
     mv "$MODEL.tmp" "$MODEL"
 fi
 
-D=$(mktemp -d /tmp/llm-bench-serve-XXXXXX)
+D=$(mktemp -d "${TMPDIR:-/tmp}/llm-bench-serve-XXXXXX")
 SOCK=$D/engine.sock
 EPID=
 cleanup() {
