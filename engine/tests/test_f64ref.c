@@ -23,7 +23,7 @@
 #define N_TOK   20
 
 static int    g_fail;
-static char   g_dir[] = "/tmp/test_f64ref.XXXXXX";
+static char   g_dir[160];
 static const char *g_py;
 
 typedef struct {
@@ -324,6 +324,7 @@ main(void)
             return 0;
         }
     }
+    snprintf(g_dir, sizeof(g_dir), "%s/test_f64ref.XXXXXX", (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
     if (mkdtemp(g_dir) == NULL) {
         printf("test_f64ref: FAIL: mkdtemp: %s\n", strerror(errno));
         return 1;

@@ -29,7 +29,7 @@
 
 static int failures;
 static int group_fail;
-static char tmpdir[64];
+static char tmpdir[96];
 
 #define CHECK(c, ...) do {                                              \
     if (!(c)) {                                                         \
@@ -781,7 +781,8 @@ main(void)
 {
     char cmd[128];
 
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_gguf.XXXXXX");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/test_gguf.XXXXXX",
+             (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
     if (mkdtemp(tmpdir) == NULL) {
         perror("mkdtemp");
         return 1;

@@ -30,7 +30,7 @@
 
 static int failures;
 static int group_fail;
-static char tmpdir[64];
+static char tmpdir[96];
 
 #define CHECK(c, ...) do {                                              \
     if (!(c)) {                                                         \
@@ -690,7 +690,8 @@ main(void)
 {
     char cmd[128];
 
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_mkmodel.XXXXXX");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/test_mkmodel.XXXXXX",
+             (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
     if (mkdtemp(tmpdir) == NULL) {
         perror("mkdtemp");
         return 1;

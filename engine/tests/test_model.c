@@ -213,11 +213,12 @@ check_batches(void)
 int
 main(void)
 {
-    char          dst[] = "/tmp/test_model.XXXXXX", path[64], err[512];
+    char          dst[128], path[160], err[512];
     llm_model_t  *m;
     size_t        i;
     int           fail = 0, rc, k, ok;
 
+    snprintf(dst, sizeof(dst), "%s/test_model.XXXXXX", (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
     if (access(SRC, R_OK) != 0) {
         printf("test_model: FAIL: %s missing (run from the repo root)\n",
                SRC);

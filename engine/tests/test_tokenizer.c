@@ -855,14 +855,15 @@ test_bad_vocab(void)
         { "gpt2", "gpt-2", 6, -1, -EINVAL, "tokenizer.ggml.token_type" },
         { "gpt2", "gpt-2", 4, 9, -EINVAL, "tokenizer.ggml.bos_token_id" },
     };
-    char           path[64], err[512];
+    char           path[512], err[512];
     llm_gguf_t    *g;
     llm_vocab_t   *v;
     llm_tokens_t   t = { 0 };
     size_t         i;
     int            rc, fail0 = failures;
 
-    snprintf(path, sizeof(path), "/tmp/test_tokenizer.%d.gguf", (int) getpid());
+    snprintf(path, sizeof(path), "%s/test_tokenizer.%d.gguf",
+             (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"), (int) getpid());
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (write_vocab(path, cases[i].model, cases[i].pre, cases[i].n_types,
                         cases[i].bos) < 0
