@@ -1,10 +1,13 @@
 // Load side of bench/gateway.sh.
 //
-//   node gateway-load.mjs latency SOCKET URL N [MAX_TOKENS [PING_URL]]
+//   node gateway-load.mjs latency SOCKET URL N [MAX_TOKENS [PING_URL [PROXY_URL]]]
 //     N sequential requests to the engine on SOCKET directly (protobuf
 //     frames) and N through the gateway at URL (HTTP keep-alive, JSON);
 //     prints p50/p99 of each and the difference; with PING_URL also the
-//     same POST to a plain nginx "return 200" (the HTTP baseline).
+//     same POST to a plain nginx "return 200" (the HTTP baseline), and
+//     with PROXY_URL to a proxy_pass of that over a Unix socket (what a
+//     stock nginx upstream hop costs).  The paths take turns request by
+//     request.
 //   node gateway-load.mjs streams HOST:PORT COUNT RAMP_PER_S PIDS
 //     COUNT concurrent SSE streams, opened at RAMP_PER_S; counts the ones
 //     that end with data: [DONE]; samples the RSS of the nginx workers
@@ -34,76 +37,73 @@ function pct(a, p) {
   return s[Math.min(s.length - 1, Math.floor(p * s.length))];
 }
 
-async function latency(sock, url, n, maxTokens, pingUrl) {
-  // the same request both ways: one user message, max_tokens, greedy
+async function latency(sock, url, n, maxTokens, pingUrl, proxyUrl) {
+  // the same request every way: one user message, max_tokens, greedy
   const gen = Buffer.concat([fb(1, 'bench'), fb(4, Buffer.concat([fb(1, 'user'), fb(2, 'Hello')])),
     fb(7, fv(1, maxTokens))]);
   const req = frame(fb(1, gen));
   const body = JSON.stringify({ model: 'fake', max_tokens: maxTokens, temperature: 0,
     messages: [{ role: 'user', content: 'Hello' }] });
 
-  const direct = [];
-  await new Promise((resolve, reject) => {
-    const c = net.connect(sock);
-    let buf = Buffer.alloc(0), t0 = 0, left = n + 50;
-    const send = () => { t0 = process.hrtime.bigint(); c.write(req); };
-    c.on('connect', send);
-    c.on('error', reject);
-    c.on('data', (d) => {
-      buf = buf.length ? Buffer.concat([buf, d]) : d;
-      while (buf.length >= 4) {
-        const len = buf.readUInt32BE(0);
-        if (buf.length < 4 + len) return;
-        const kind = buf[4];
-        buf = buf.subarray(4 + len);
-        if (kind === 0x2a || kind === 0x32) {          /* Done, Error */
-          if (left-- <= n) direct.push(Number(process.hrtime.bigint() - t0) / 1e6);
-          if (left > 0) send(); else { c.end(); resolve(); }
-        }
+  // direct: one persistent engine connection, one request at a time
+  const c = net.connect(sock);
+  await new Promise((resolve, reject) => { c.once('connect', resolve); c.once('error', reject); });
+  let buf = Buffer.alloc(0), waiter = null;
+  c.on('data', (d) => {
+    buf = buf.length ? Buffer.concat([buf, d]) : d;
+    while (buf.length >= 4) {
+      const len = buf.readUInt32BE(0);
+      if (buf.length < 4 + len) return;
+      const kind = buf[4];
+      buf = buf.subarray(4 + len);
+      if ((kind === 0x2a || kind === 0x32) && waiter) {   /* Done, Error */
+        const w = waiter; waiter = null; w();
       }
+    }
+  });
+  const oneDirect = () => new Promise((resolve) => { waiter = resolve; c.write(req); });
+
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
+  const oneHttp = (target, check) => new Promise((resolve, reject) => {
+    const u = new URL(target);
+    const r = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST',
+      agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+    (res) => {
+      res.on('data', () => {});
+      res.on('end', () => {
+        if (check && res.statusCode !== 200) reject(new Error(`${target}: status ${res.statusCode}`));
+        else resolve();
+      });
     });
+    r.on('error', reject);
+    r.end(body);
   });
 
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const u = new URL(url);
-  const viaNginx = [];
+  // The paths take turns request by request, so a change in the
+  // machine's load during the run weighs on all of them alike.
+  const paths = [['engine direct (socket)', oneDirect], ['through nginx (HTTP)', () => oneHttp(url, true)]];
+  if (pingUrl) paths.push(['nginx "return 200" (HTTP)', () => oneHttp(pingUrl, false)]);
+  if (proxyUrl) paths.push(['nginx proxy_pass floor', () => oneHttp(proxyUrl, true)]);
+  const t = paths.map(() => []);
   for (let i = 0; i < n + 50; i++) {
-    const t0 = process.hrtime.bigint();
-    await new Promise((resolve, reject) => {
-      const r = http.request({ host: u.hostname, port: u.port, path: u.pathname, method: 'POST',
-        agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
-      (res) => {
-        res.on('data', () => {});
-        res.on('end', () => { if (res.statusCode !== 200) reject(new Error(`status ${res.statusCode}`)); else resolve(); });
-      });
-      r.on('error', reject);
-      r.end(body);
-    });
-    if (i >= 50) viaNginx.push(Number(process.hrtime.bigint() - t0) / 1e6);
-  }
-  const ping = [];
-  if (pingUrl) {
-    const p = new URL(pingUrl);
-    for (let i = 0; i < n + 50; i++) {
+    for (let k = 0; k < paths.length; k++) {
       const t0 = process.hrtime.bigint();
-      await new Promise((resolve, reject) => {
-        const r = http.request({ host: p.hostname, port: p.port, path: p.pathname, method: 'POST', agent,
-          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
-        (res) => { res.on('data', () => {}); res.on('end', resolve); });
-        r.on('error', reject);
-        r.end(body);
-      });
-      if (i >= 50) ping.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      await paths[k][1]();
+      if (i >= 50) t[k].push(Number(process.hrtime.bigint() - t0) / 1e6);
     }
   }
   agent.destroy();
+  c.end();
 
   const row = (name, a) => `${name.padEnd(26)} ${pct(a, 0.5).toFixed(3).padStart(9)} ${pct(a, 0.99).toFixed(3).padStart(9)}`;
   console.log(`${'path'.padEnd(26)} ${'p50 ms'.padStart(9)} ${'p99 ms'.padStart(9)}`);
-  console.log(row('engine direct (socket)', direct));
-  console.log(row('through nginx (HTTP)', viaNginx));
-  if (ping.length) console.log(row('nginx "return 200" (HTTP)', ping));
-  console.log(`${'added by the gateway'.padEnd(26)} ${(pct(viaNginx, 0.5) - pct(direct, 0.5)).toFixed(3).padStart(9)} ${(pct(viaNginx, 0.99) - pct(direct, 0.99)).toFixed(3).padStart(9)}`);
+  paths.forEach((p, k) => console.log(row(p[0], t[k])));
+  const diff = (a, b, q) => (pct(a, q) - pct(b, q)).toFixed(3).padStart(9);
+  console.log(`${'added by the gateway'.padEnd(26)} ${diff(t[1], t[0], 0.5)} ${diff(t[1], t[0], 0.99)}`);
+  if (pingUrl && proxyUrl) {
+    console.log(`${'added by proxy_pass'.padEnd(26)} ${diff(t[3], t[2], 0.5)} ${diff(t[3], t[2], 0.99)}`
+      + '  (a stock upstream hop: the floor of any nginx upstream module)');
+  }
 }
 
 function rss(pids) {
@@ -176,7 +176,7 @@ async function streams(hostport, count, ramp, pidList) {
 }
 
 if (mode === 'latency') {
-  await latency(args[0], args[1], Number(args[2] ?? 2000), Number(args[3] ?? 1), args[4]);
+  await latency(args[0], args[1], Number(args[2] ?? 2000), Number(args[3] ?? 1), args[4], args[5]);
 } else if (mode === 'streams') {
   await streams(args[0], Number(args[1] ?? 10000), Number(args[2] ?? 2000), args[3] ?? '');
 } else {

@@ -4,7 +4,10 @@
 #
 #   1. added latency: the same request (1 user message, max_tokens 1 on
 #      the real engine; 16 tokens from the fake) sent N times directly to
-#      the engine socket and N times through nginx; p50 and p99
+#      the engine socket and N times through nginx, the paths taking
+#      turns; p50 and p99; beside them what a stock proxy_pass hop to a
+#      second nginx process over a Unix socket adds to a "return 200"
+#      (the floor of any upstream module: two more process wakeups)
 #   2. non-streaming requests/s at 64 connections (wrk, fake engine)
 #   3. STREAMS concurrent SSE streams through one nginx (2 workers) with a
 #      fake token source (STREAM_TOKENS tokens, one per STREAM_INTERVAL
@@ -42,6 +45,7 @@ D=$(mktemp -d "${TMPDIR:-/tmp}/llm-bench-gw-XXXXXX")
 PIDS=()
 cleanup() {
     [ -f "$D/nginx.pid" ] && kill -QUIT "$(cat "$D/nginx.pid")" 2>/dev/null || true
+    [ -f "$D/hop/nginx.pid" ] && kill -QUIT "$(cat "$D/hop/nginx.pid")" 2>/dev/null || true
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$D"
@@ -87,15 +91,40 @@ http {
     upstream fast { server unix:$D/fast.sock; keepalive 64; }
     upstream slow { server unix:$D/slow.sock; }
     upstream real { server unix:$D/real.sock; keepalive 8; }
+    upstream hop { server unix:$D/hop.sock; keepalive 8; }
     server {
         listen 127.0.0.1:$PORT reuseport backlog=4096;
         location /v1/ { llm_pass slow; llm_api on; }
         location /fast/v1/ { llm_pass fast; llm_api on; }
         location /real/v1/ { llm_pass real; llm_api on; }
         location = /ping { return 200 '{}'; }
+        location = /proxy {
+            proxy_pass http://hop/ping;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
     }
 }
 EOF
+# The stock-hop baseline: a second nginx (its own process, as the engine
+# is) answering "return 200" on a Unix socket.
+mkdir -p "$D/hop"
+cat >"$D/hop/nginx.conf" <<EOF
+$USER_LINE
+worker_processes 1;
+pid $D/hop/nginx.pid;
+error_log $D/hop/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $D/hop/body;
+    server {
+        listen unix:$D/hop.sock;
+        location = /ping { return 200 '{}'; }
+    }
+}
+EOF
+"$NGINX" -p "$D/hop" -c "$D/hop/nginx.conf" -e "$D/hop/error.log"
 "$NGINX" -p "$D" -c "$D/nginx.conf" -e "$D/error.log"
 sleep 0.5
 WORKERS=$(pgrep -P "$(cat "$D/nginx.pid")" | paste -sd, -)
@@ -107,11 +136,12 @@ echo
 echo "## 1. added latency, fake engine (16 tokens at once), $N sequential requests"
 node "$REPO/bench/gateway-load.mjs" latency "$D/fast.sock" \
     "http://127.0.0.1:$PORT/fast/v1/chat/completions" "$N" 16 \
-    "http://127.0.0.1:$PORT/ping"
+    "http://127.0.0.1:$PORT/ping" "http://127.0.0.1:$PORT/proxy"
 echo
 echo "## 1b. added latency, real llm-engine (tiny model, max_tokens 1), $N sequential requests"
 node "$REPO/bench/gateway-load.mjs" latency "$D/real.sock" \
-    "http://127.0.0.1:$PORT/real/v1/chat/completions" "$N" 1
+    "http://127.0.0.1:$PORT/real/v1/chat/completions" "$N" 1 \
+    "http://127.0.0.1:$PORT/ping" "http://127.0.0.1:$PORT/proxy"
 echo
 
 cat >"$D/post.lua" <<'EOF'
