@@ -1,0 +1,861 @@
+/*
+ * Tool-call hooks: the family's parser on the text, and the tool grammar
+ * on the logits (toolhooks.h).
+ *
+ * The grammar is a small machine of phases around the JSON automaton of
+ * grammar.h:
+ *
+ *   FREE    text; the model may write the opener (auto), or must not
+ *           (none: tokens that would complete the opener are masked)
+ *   LIT     a literal (the opener, the closer), a token at a time, each
+ *           token a piece of what is left of it
+ *   JSON    the call object {"name": ..., "arguments": ...}: an anyOf of
+ *           one branch per allowed tool, name const and arguments the
+ *           tool's parameters, keys in that order; once complete, the
+ *           closer's first tokens are allowed as well
+ *   AFTER   after a call: the end, or (parallel_tool_calls) up to two
+ *           whitespace bytes and the opener of another call
+ *   OFF     no constraint (the family has no tool grammar, or the model
+ *           got past what the grammar can follow)
+ *
+ * The literal, whitespace and end tokens are few; they are found once per
+ * sequence by one pass over the vocabulary.
+ */
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "toolcall.h"
+#include "toolhooks.h"
+
+#define LLM_TH_WS_MAX   2
+
+typedef enum {
+    TH_AUTO = 0,
+    TH_NONE,
+    TH_REQUIRED,
+    TH_NAMED
+} llm_th_choice_e;
+
+typedef enum {
+    TP_FREE = 0,
+    TP_LIT,
+    TP_JSON,
+    TP_AFTER,
+    TP_OFF
+} llm_th_phase_e;
+
+typedef struct {
+    const llm_hooks_ctx_t  *ctx;
+    int                     fmt;
+    llm_th_choice_e         choice;
+    int                     parallel;
+    llm_toolcall_t         *parser;
+
+    llm_grammar_t          *grammar;     /* NULL: parse only */
+    llm_gstate_t           *st;
+    const char             *opener, *closer;
+
+    llm_th_phase_e          phase;
+    const char             *lit;
+    size_t                  lit_off;
+    llm_th_phase_e          lit_then;
+    uint32_t                ws;          /* AFTER: whitespace bytes so far */
+    int                     started;     /* FREE: a non-space byte came */
+
+    char                    tail[64];    /* FREE: the last bytes written */
+    size_t                  tail_len;
+
+    int32_t                *lit_toks;    /* pieces of the opener or closer */
+    uint32_t                n_lit;
+    int32_t                *ws_toks;     /* 1-2 bytes of whitespace */
+    uint32_t                n_ws;
+    int32_t                *eog_toks;
+    uint32_t                n_eog;
+    int32_t                *has_opener;  /* tokens containing the opener */
+    uint32_t                n_has;
+    float                  *saved;
+} llm_th_t;
+
+
+/* Token sets. */
+
+static const char *
+llm_th_bytes(const llm_th_t *th, int32_t id, size_t *len)
+{
+    const char *b = llm_token_bytes(th->ctx->vocab, id, 1, len);
+
+    if (b == NULL) {
+        *len = 0;
+        return "";
+    }
+    return b;
+}
+
+static int
+llm_th_push(int32_t **a, uint32_t *n, int32_t id)
+{
+    if (*n == 0 || (*n & (*n - 1)) == 0) {
+        /* the size doubles at every power of two */
+        int32_t *b = realloc(*a, (size_t) (*n ? *n * 2 : 1) * sizeof(int32_t));
+
+        if (b == NULL) {
+            return -ENOMEM;
+        }
+        *a = b;
+    }
+    (*a)[(*n)++] = id;
+    return 0;
+}
+
+static int
+llm_th_scan_vocab(llm_th_t *th)
+{
+    const llm_vocab_t *v = th->ctx->vocab;
+    uint32_t           n = llm_vocab_n_tokens(v);
+    size_t             ol = th->opener ? strlen(th->opener) : 0;
+    size_t             cl = th->closer ? strlen(th->closer) : 0;
+    int                rc = 0;
+
+    for (uint32_t id = 0; id < n && rc == 0; id++) {
+        size_t      len;
+        const char *b = llm_th_bytes(th, (int32_t) id, &len);
+        size_t      k;
+
+        if (llm_vocab_is_eog(v, (int32_t) id)) {
+            rc = llm_th_push(&th->eog_toks, &th->n_eog, (int32_t) id);
+            continue;
+        }
+        if (len == 0) {
+            continue;
+        }
+        if ((ol && memmem(th->opener, ol, b, len))
+            || (cl && memmem(th->closer, cl, b, len)))
+        {
+            rc = llm_th_push(&th->lit_toks, &th->n_lit, (int32_t) id);
+        }
+        if (ol && memmem(b, len, th->opener, ol)) {
+            rc = llm_th_push(&th->has_opener, &th->n_has, (int32_t) id);
+        }
+        if (len <= LLM_TH_WS_MAX && !llm_vocab_is_control(v, (int32_t) id)) {
+            for (k = 0; k < len && (b[k] == ' ' || b[k] == '\n'
+                                    || b[k] == '\t'); k++)
+            {
+                /* whitespace only */
+            }
+            if (k == len) {
+                rc = llm_th_push(&th->ws_toks, &th->n_ws, (int32_t) id);
+            }
+        }
+    }
+    if (rc == 0) {
+        th->saved = malloc((th->n_lit + th->n_ws + th->n_eog + 1)
+                           * sizeof(float));
+        if (th->saved == NULL) {
+            rc = -ENOMEM;
+        }
+    }
+    return rc;
+}
+
+
+/* Grammar. */
+
+/* tools[i].function.parameters, with its $defs moved into defs. */
+static json_t *
+llm_th_params(json_t *f, json_t *defs, size_t i, char *err, size_t errlen)
+{
+    json_t     *p = json_object_get(f, "parameters"), *c, *d, *v;
+    const char *k;
+
+    if (p == NULL) {
+        return json_pack("{s:s}", "type", "object");
+    }
+    c = json_deep_copy(p);
+    if (c == NULL) {
+        snprintf(err, errlen, "tools[%zu].function.parameters: out of "
+                 "memory", i);
+        return NULL;
+    }
+    d = json_object_get(c, "$defs");
+    json_object_foreach(d, k, v) {
+        json_t *o = json_object_get(defs, k);
+
+        if (o && !json_equal(o, v)) {
+            snprintf(err, errlen, "tools[%zu].function.parameters: $defs "
+                     "name '%s' is used by another tool with another schema",
+                     i, k);
+            json_decref(c);
+            return NULL;
+        }
+        json_object_set(defs, k, v);
+    }
+    json_object_del(c, "$defs");
+    return c;
+}
+
+static int
+llm_th_grammar(llm_th_t *th, json_t *tools, const char *only,
+    const char *args_key, char *err, size_t errlen)
+{
+    json_t         *any = json_array(), *defs = json_object(), *root, *t;
+    llm_grammar_t  *one;
+    char            e2[256];
+    size_t          i;
+    int             rc = 0;
+
+    if (any == NULL || defs == NULL) {
+        rc = -ENOMEM;
+        goto done;
+    }
+    json_array_foreach(tools, i, t) {
+        json_t     *f = json_object_get(t, "function"), *ps, *br;
+        const char *name = json_string_value(json_object_get(f, "name"));
+
+        if (name == NULL) {
+            snprintf(err, errlen, "tools[%zu].function.name: missing", i);
+            rc = -EINVAL;
+            goto done;
+        }
+        /* each tool's schema on its own, so that an error names it */
+        rc = llm_grammar_compile(&one, json_object_get(f, "parameters"),
+                                 LLM_GRAMMAR_ORDERED, e2, sizeof(e2));
+        if (rc != 0) {
+            snprintf(err, errlen, "tools[%zu].function.parameters: %s", i,
+                     e2);
+            goto done;
+        }
+        llm_grammar_free(one);
+        if (only && strcmp(name, only) != 0) {
+            continue;
+        }
+        ps = llm_th_params(f, defs, i, err, errlen);
+        if (ps == NULL) {
+            rc = -EINVAL;
+            goto done;
+        }
+        br = json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s], s:b}", "type",
+                       "object", "properties", "name", "const", name,
+                       args_key, ps, "required", "name", args_key,
+                       "additionalProperties", 0);
+        if (br == NULL || json_array_append_new(any, br) != 0) {
+            rc = -ENOMEM;
+            goto done;
+        }
+    }
+    if (json_array_size(any) == 0) {
+        snprintf(err, errlen, "tool_choice: no function named '%s' in "
+                 "tools", only ? only : "");
+        rc = -EINVAL;
+        goto done;
+    }
+    if (json_array_size(any) == 1) {
+        root = json_incref(json_array_get(any, 0));
+    } else {
+        root = json_pack("{s:O}", "anyOf", any);
+    }
+    if (root && json_object_size(defs)) {
+        json_object_set(root, "$defs", defs);
+    }
+    if (root == NULL) {
+        rc = -ENOMEM;
+        goto done;
+    }
+    rc = llm_grammar_compile(&th->grammar, root, LLM_GRAMMAR_ORDERED, e2,
+                             sizeof(e2));
+    json_decref(root);
+    if (rc != 0) {
+        snprintf(err, errlen, "tools: %s", e2);
+        goto done;
+    }
+    rc = llm_gstate_create(&th->st, th->grammar);
+
+done:
+    if (rc == -ENOMEM && err[0] == '\0') {
+        snprintf(err, errlen, "tools: out of memory");
+    }
+    json_decref(any);
+    json_decref(defs);
+    return rc;
+}
+
+
+/* The hooks. */
+
+static void
+llm_th_keep_only(llm_th_t *th, float *logits, uint32_t n_vocab,
+    const int32_t *ids, uint32_t n, int (*ok)(llm_th_t *, int32_t))
+{
+    uint32_t k = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        if ((uint32_t) ids[i] < n_vocab && (ok == NULL || ok(th, ids[i]))) {
+            th->saved[k++] = logits[ids[i]];
+        }
+    }
+    for (uint32_t i = 0; i < n_vocab; i++) {
+        logits[i] = -INFINITY;
+    }
+    k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if ((uint32_t) ids[i] < n_vocab && (ok == NULL || ok(th, ids[i]))) {
+            logits[ids[i]] = th->saved[k++];
+        }
+    }
+}
+
+/* Is the token a piece of what is left of the literal? */
+static int
+llm_th_lit_ok(llm_th_t *th, int32_t id)
+{
+    size_t      len, left = strlen(th->lit) - th->lit_off;
+    const char *b = llm_th_bytes(th, id, &len);
+
+    return len > 0 && len <= left && memcmp(b, th->lit + th->lit_off, len)
+                                     == 0;
+}
+
+static int
+llm_th_ws_ok(llm_th_t *th, int32_t id)
+{
+    size_t len;
+
+    llm_th_bytes(th, id, &len);
+    return th->ws + len <= LLM_TH_WS_MAX;
+}
+
+static void
+llm_th_lit(llm_th_t *th, const char *lit, size_t off, llm_th_phase_e then)
+{
+    th->phase = TP_LIT;
+    th->lit = lit;
+    th->lit_off = off;
+    th->lit_then = then;
+}
+
+static void
+llm_th_enter(llm_th_t *th, llm_th_phase_e p)
+{
+    th->phase = p;
+    th->ws = 0;
+    if (p == TP_JSON) {
+        llm_gstate_reset(th->st);
+    }
+}
+
+/* none: mask what would write the opener. */
+static void
+llm_th_mask_opener(llm_th_t *th, float *logits, uint32_t n_vocab)
+{
+    const char *o = th->opener;
+    size_t      ol = strlen(o);
+    uint32_t    nv = llm_vocab_n_tokens(th->ctx->vocab);
+
+    for (uint32_t i = 0; i < th->n_has; i++) {
+        if ((uint32_t) th->has_opener[i] < n_vocab) {
+            logits[th->has_opener[i]] = -INFINITY;
+        }
+    }
+    /* the opener finished by the next token */
+    for (size_t k = ol - 1; k > 0; k--) {
+        if (th->tail_len < k
+            || memcmp(th->tail + th->tail_len - k, o, k) != 0)
+        {
+            continue;
+        }
+        for (uint32_t id = 0; id < nv && id < n_vocab; id++) {
+            size_t      len;
+            const char *b = llm_th_bytes(th, (int32_t) id, &len);
+
+            if (len >= ol - k && memcmp(b, o + k, ol - k) == 0) {
+                logits[id] = -INFINITY;
+            }
+        }
+    }
+}
+
+static int
+llm_th_mask(void *ud, float *logits, uint32_t n_vocab)
+{
+    llm_th_t *th = ud;
+    uint32_t  nl, nw;
+    int       rc, complete;
+
+    switch (th->phase) {
+    case TP_FREE:
+        if (th->choice == TH_NONE && th->opener) {
+            llm_th_mask_opener(th, logits, n_vocab);
+        }
+        return 0;
+
+    case TP_LIT:
+        llm_th_keep_only(th, logits, n_vocab, th->lit_toks, th->n_lit,
+                         llm_th_lit_ok);
+        return 0;
+
+    case TP_JSON:
+        complete = llm_gstate_complete(th->st);
+        nl = 0;
+        if (complete && th->closer) {
+            /* keep the closer's first pieces beside what JSON allows */
+            th->lit = th->closer;
+            th->lit_off = 0;
+            for (uint32_t i = 0; i < th->n_lit; i++) {
+                if ((uint32_t) th->lit_toks[i] < n_vocab
+                    && llm_th_lit_ok(th, th->lit_toks[i]))
+                {
+                    th->saved[nl++] = logits[th->lit_toks[i]];
+                }
+            }
+        }
+        rc = llm_tokindex_mask(th->ctx->tokindex, th->st,
+                               th->closer ? 0 : LLM_GMASK_EOG, logits,
+                               n_vocab);
+        if (rc < 0) {
+            return rc;
+        }
+        if (nl) {
+            nl = 0;
+            for (uint32_t i = 0; i < th->n_lit; i++) {
+                if ((uint32_t) th->lit_toks[i] < n_vocab
+                    && llm_th_lit_ok(th, th->lit_toks[i]))
+                {
+                    logits[th->lit_toks[i]] = th->saved[nl++];
+                }
+            }
+        }
+        return 0;
+
+    case TP_AFTER:
+        /* the end; with parallel calls also whitespace and the opener */
+        nl = 0;
+        nw = 0;
+        for (uint32_t i = 0; i < th->n_eog; i++) {
+            if ((uint32_t) th->eog_toks[i] < n_vocab) {
+                th->saved[nl++] = logits[th->eog_toks[i]];
+            }
+        }
+        if (th->parallel && th->opener) {
+            th->lit = th->opener;
+            th->lit_off = 0;
+            for (uint32_t i = 0; i < th->n_lit; i++) {
+                if ((uint32_t) th->lit_toks[i] < n_vocab
+                    && llm_th_lit_ok(th, th->lit_toks[i]))
+                {
+                    th->saved[nl + nw++] = logits[th->lit_toks[i]];
+                }
+            }
+            for (uint32_t i = 0; i < th->n_ws; i++) {
+                if ((uint32_t) th->ws_toks[i] < n_vocab
+                    && llm_th_ws_ok(th, th->ws_toks[i]))
+                {
+                    th->saved[nl + nw++] = logits[th->ws_toks[i]];
+                }
+            }
+        }
+        for (uint32_t i = 0; i < n_vocab; i++) {
+            logits[i] = -INFINITY;
+        }
+        nl = 0;
+        for (uint32_t i = 0; i < th->n_eog; i++) {
+            if ((uint32_t) th->eog_toks[i] < n_vocab) {
+                logits[th->eog_toks[i]] = th->saved[nl++];
+            }
+        }
+        if (th->parallel && th->opener) {
+            for (uint32_t i = 0; i < th->n_lit; i++) {
+                if ((uint32_t) th->lit_toks[i] < n_vocab
+                    && llm_th_lit_ok(th, th->lit_toks[i]))
+                {
+                    logits[th->lit_toks[i]] = th->saved[nl++];
+                }
+            }
+            for (uint32_t i = 0; i < th->n_ws; i++) {
+                if ((uint32_t) th->ws_toks[i] < n_vocab
+                    && llm_th_ws_ok(th, th->ws_toks[i]))
+                {
+                    logits[th->ws_toks[i]] = th->saved[nl++];
+                }
+            }
+        }
+        return 0;
+
+    case TP_OFF:
+        return 0;
+    }
+    return 0;
+}
+
+/* FREE: remember the last bytes; with the opener written, the call
+ * begins (its grammar gets the bytes after the opener). */
+static void
+llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
+{
+    char        buf[sizeof(th->tail) + 256];
+    size_t      n, ol;
+    const char *f;
+
+    if (th->fmt == LLM_TOOLFMT_LLAMA3_JSON) {
+        size_t k = 0;
+
+        if (th->started || th->choice == TH_NONE) {
+            return;
+        }
+        while (k < len && (b[k] == ' ' || b[k] == '\n' || b[k] == '\t')) {
+            k++;
+        }
+        if (k == len) {
+            return;
+        }
+        th->started = 1;
+        if (b[k] != '{' || th->grammar == NULL) {
+            th->phase = TP_OFF;
+            return;
+        }
+        llm_th_enter(th, TP_JSON);
+        if (llm_gstate_feed(th->st, b + k, len - k) != 0) {
+            th->phase = TP_OFF;
+        }
+        return;
+    }
+    if (th->opener == NULL) {
+        return;
+    }
+    if (len > 256) {
+        th->phase = TP_OFF;
+        return;
+    }
+    memcpy(buf, th->tail, th->tail_len);
+    memcpy(buf + th->tail_len, b, len);
+    n = th->tail_len + len;
+    ol = strlen(th->opener);
+    f = memmem(buf, n, th->opener, ol);
+    if (f && th->choice != TH_NONE) {
+        size_t rest = n - (size_t) (f - buf) - ol;
+
+        th->tail_len = 0;
+        if (th->grammar == NULL) {
+            th->phase = TP_OFF;
+            return;
+        }
+        llm_th_enter(th, TP_JSON);
+        if (rest && llm_gstate_feed(th->st, f + ol, rest) != 0) {
+            th->phase = TP_OFF;
+        }
+        return;
+    }
+    if (n > sizeof(th->tail)) {
+        memcpy(th->tail, buf + n - sizeof(th->tail), sizeof(th->tail));
+        th->tail_len = sizeof(th->tail);
+    } else {
+        memcpy(th->tail, buf, n);
+        th->tail_len = n;
+    }
+}
+
+static int
+llm_th_accept(void *ud, int32_t token)
+{
+    llm_th_t   *th = ud;
+    size_t      len;
+    const char *b;
+
+    if (llm_vocab_is_eog(th->ctx->vocab, token)) {
+        if (th->phase == TP_JSON) {
+            llm_tokindex_accept(th->ctx->tokindex, th->st, token);
+        }
+        return 0;
+    }
+    b = llm_th_bytes(th, token, &len);
+
+    switch (th->phase) {
+    case TP_FREE:
+        llm_th_free_accept(th, b, len);
+        break;
+
+    case TP_LIT:
+        if (!llm_th_lit_ok(th, token)) {
+            th->phase = TP_OFF;
+            break;
+        }
+        th->lit_off += len;
+        if (th->lit[th->lit_off] == '\0') {
+            llm_th_enter(th, th->grammar ? th->lit_then : TP_OFF);
+        }
+        break;
+
+    case TP_JSON:
+        if (llm_tokindex_accept(th->ctx->tokindex, th->st, token) == 0) {
+            break;
+        }
+        if (th->closer && llm_gstate_complete(th->st)) {
+            th->lit = th->closer;
+            th->lit_off = 0;
+            if (llm_th_lit_ok(th, token)) {
+                llm_th_lit(th, th->closer, len, TP_AFTER);
+                if (th->lit[th->lit_off] == '\0') {
+                    llm_th_enter(th, TP_AFTER);
+                }
+                break;
+            }
+        }
+        th->phase = TP_OFF;
+        break;
+
+    case TP_AFTER:
+        if (th->opener && memchr(" \n\t", b[0], 3) && len <= LLM_TH_WS_MAX) {
+            th->ws += (uint32_t) len;
+            break;
+        }
+        if (th->opener) {
+            th->lit = th->opener;
+            th->lit_off = 0;
+            if (llm_th_lit_ok(th, token)) {
+                llm_th_lit(th, th->opener, len, TP_JSON);
+                if (th->lit[th->lit_off] == '\0') {
+                    llm_th_enter(th, TP_JSON);
+                }
+                break;
+            }
+        }
+        th->phase = TP_OFF;
+        break;
+
+    case TP_OFF:
+        break;
+    }
+    return 0;
+}
+
+static int
+llm_th_text(void *ud, const char *s, size_t len, int final,
+    const llm_text_out_t *out)
+{
+    llm_th_t *th = ud;
+
+    if (th->parser == NULL) {
+        if (len) {
+            out->content(out->sink, s, len);
+        }
+        return 0;
+    }
+    return llm_toolcall_feed(th->parser, s, len, final, out);
+}
+
+static void
+llm_th_free(void *ud)
+{
+    llm_th_t *th = ud;
+
+    if (th == NULL) {
+        return;
+    }
+    llm_toolcall_free(th->parser);
+    llm_gstate_free(th->st);
+    llm_grammar_free(th->grammar);
+    free(th->lit_toks);
+    free(th->ws_toks);
+    free(th->eog_toks);
+    free(th->has_opener);
+    free(th->saved);
+    free(th);
+}
+
+
+/* Making them. */
+
+static int
+llm_th_choice(const char *tc, llm_th_choice_e *c, const char **name,
+    json_t **obj, char *err, size_t errlen)
+{
+    json_t       *j, *f;
+    json_error_t  je;
+
+    *obj = NULL;
+    *name = NULL;
+    if (tc == NULL || tc[0] == '\0' || strcmp(tc, "auto") == 0) {
+        *c = TH_AUTO;
+        return 0;
+    }
+    if (strcmp(tc, "none") == 0) {
+        *c = TH_NONE;
+        return 0;
+    }
+    if (strcmp(tc, "required") == 0) {
+        *c = TH_REQUIRED;
+        return 0;
+    }
+    j = json_loads(tc, JSON_DECODE_ANY, &je);
+    if (json_is_string(j)) {
+        /* a JSON-quoted string */
+        const char *s = json_string_value(j);
+        int         rc = strcmp(s, "auto") && strcmp(s, "none")
+                         && strcmp(s, "required") ? -EINVAL : 0;
+
+        if (rc == 0) {
+            *c = strcmp(s, "auto") == 0 ? TH_AUTO
+                 : strcmp(s, "none") == 0 ? TH_NONE : TH_REQUIRED;
+            json_decref(j);
+            return 0;
+        }
+    }
+    f = json_object_get(j, "function");
+    if (!json_is_object(j)
+        || !json_is_string(json_object_get(j, "type"))
+        || strcmp(json_string_value(json_object_get(j, "type")), "function")
+        || !json_is_string(json_object_get(f, "name")))
+    {
+        snprintf(err, errlen, "tool_choice: expected \"none\", \"auto\", "
+                 "\"required\" or {\"type\": \"function\", \"function\": "
+                 "{\"name\": ...}}");
+        json_decref(j);
+        return -EINVAL;
+    }
+    *c = TH_NAMED;
+    *name = json_string_value(json_object_get(f, "name"));
+    *obj = j;
+    return 0;
+}
+
+int
+llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
+    const Llm__GenerateRequest *g, uint32_t choice, llm_seq_hooks_t *out,
+    char *err, size_t errlen)
+{
+    llm_th_t        *th;
+    llm_th_choice_e  c;
+    const char      *only, *rf = g->response_format_json;
+    json_t          *obj = NULL, *tools = NULL;
+    json_error_t     je;
+    int              fmt, rc;
+
+    (void) choice;
+    if (g->tools_json == NULL || g->tools_json[0] == '\0'
+        || g->is_completion)
+    {
+        return 0;
+    }
+    fmt = llm_toolfmt_from_name(ctx->tool_call_format);
+    if (fmt <= LLM_TOOLFMT_NONE) {
+        return 0;
+    }
+    rc = llm_th_choice(g->tool_choice_json, &c, &only, &obj, err, errlen);
+    if (rc != 0) {
+        return rc;
+    }
+    if (c != TH_NONE && rf && rf[0] && strstr(rf, "\"text\"") == NULL) {
+        snprintf(err, errlen, "response_format: a JSON response_format "
+                 "cannot be combined with tools unless tool_choice is "
+                 "\"none\"");
+        json_decref(obj);
+        return -EINVAL;
+    }
+
+    th = calloc(1, sizeof(*th));
+    if (th == NULL) {
+        json_decref(obj);
+        snprintf(err, errlen, "tools: out of memory");
+        return -ENOMEM;
+    }
+    th->ctx = ctx;
+    th->fmt = fmt;
+    th->choice = c;
+    th->parallel = g->parallel_tool_calls;
+
+    switch (fmt) {
+    case LLM_TOOLFMT_HERMES:
+        th->opener = "<tool_call>";
+        th->closer = "</tool_call>";
+        break;
+    case LLM_TOOLFMT_MINIMAX_M2:
+        th->opener = "<minimax:tool_call>";
+        break;
+    case LLM_TOOLFMT_MISTRAL:
+        th->opener = "[TOOL_CALLS]";
+        break;
+    case LLM_TOOLFMT_DEEPSEEK_V3:
+        th->opener = "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81"
+                     "begin\xef\xbd\x9c>";
+        break;
+    default:
+        break;
+    }
+
+    tools = json_loads(g->tools_json, 0, &je);
+    if (!json_is_array(tools)) {
+        snprintf(err, errlen, "tools: not a JSON array (%s)", je.text);
+        rc = -EINVAL;
+        goto failed;
+    }
+    if (c != TH_NONE && (fmt == LLM_TOOLFMT_HERMES
+                         || fmt == LLM_TOOLFMT_LLAMA3_JSON))
+    {
+        rc = llm_th_grammar(th, tools, only,
+                            fmt == LLM_TOOLFMT_HERMES ? "arguments"
+                                                      : "parameters",
+                            err, errlen);
+        if (rc != 0) {
+            goto failed;
+        }
+    } else if (only) {
+        /* the named function must be one of the tools */
+        size_t  i;
+        json_t *t;
+        int     found = 0;
+
+        json_array_foreach(tools, i, t) {
+            const char *n = json_string_value(json_object_get(
+                                json_object_get(t, "function"), "name"));
+
+            found |= n && strcmp(n, only) == 0;
+        }
+        if (!found) {
+            snprintf(err, errlen, "tool_choice: no function named '%s' in "
+                     "tools", only);
+            rc = -EINVAL;
+            goto failed;
+        }
+    }
+    rc = llm_th_scan_vocab(th);
+    if (rc != 0) {
+        snprintf(err, errlen, "tools: out of memory");
+        goto failed;
+    }
+    if (c != TH_NONE) {
+        rc = llm_toolcall_create(&th->parser, fmt, g->tools_json, 0, err,
+                                 errlen);
+        if (rc != 0) {
+            goto failed;
+        }
+    }
+
+    th->phase = TP_FREE;
+    if (c == TH_REQUIRED || c == TH_NAMED) {
+        if (th->opener) {
+            llm_th_lit(th, th->opener, 0, TP_JSON);
+        } else if (th->grammar) {
+            llm_th_enter(th, TP_JSON);
+        }
+    }
+    json_decref(obj);
+    json_decref(tools);
+
+    memset(out, 0, sizeof(*out));
+    out->mask = llm_th_mask;
+    out->accept = llm_th_accept;
+    out->text = c == TH_NONE ? NULL : llm_th_text;
+    out->free = llm_th_free;
+    out->ud = th;
+    return 1;
+
+failed:
+    json_decref(obj);
+    json_decref(tools);
+    llm_th_free(th);
+    return rc;
+}
