@@ -264,7 +264,7 @@ llm_gnode_new(llm_gcc_t *cc, uint32_t *out)
     if (g->n_nodes >= LLM_GRAMMAR_MAX_NODES) {
         snprintf(cc->err, cc->errlen, "JSON schema too large: more than %d "
                  "nodes", LLM_GRAMMAR_MAX_NODES);
-        return -E2BIG;
+        return -EINVAL;
     }
     if (g->n_nodes == g->cap) {
         uint32_t cap = g->cap ? g->cap * 2 : 16;
@@ -2016,7 +2016,7 @@ llm_tokindex_create(llm_tokindex_t **out, const llm_vocab_t *v, char *err,
     uint32_t         nv = llm_vocab_n_tokens(v), na = 0, nu = 0, k;
     const char      *p;
     size_t           len;
-    int              rc = -ENOMEM;
+    int              rc = -ENOMEM, type;
 
     *out = NULL;
     ti = calloc(1, sizeof(*ti));
@@ -2042,7 +2042,11 @@ llm_tokindex_create(llm_tokindex_t **out, const llm_vocab_t *v, char *err,
             ti->eog[ti->n_eog++] = (int32_t) id;
             continue;
         }
-        if (llm_vocab_is_control(v, (int32_t) id)) {
+        /* control, unknown and unused tokens are never text to emit */
+        type = llm_vocab_token_type(v, (int32_t) id);
+        if (llm_vocab_is_control(v, (int32_t) id) || type == 2 || type == 3
+            || type == 5)
+        {
             continue;
         }
         p = llm_token_bytes(v, (int32_t) id, 0, &len);
@@ -2204,7 +2208,10 @@ llm_tokindex_accept(const llm_tokindex_t *ti, llm_gstate_t *st,
         st->finished = 1;
         return 0;
     }
-    if (st->finished || llm_vocab_is_control(ti->v, token)) {
+    if (st->finished || llm_vocab_is_control(ti->v, token)
+        || llm_vocab_token_type(ti->v, token) == 2
+        || llm_vocab_token_type(ti->v, token) == 5)
+    {
         return -EILSEQ;
     }
     p = llm_token_bytes(ti->v, token, 0, &len);

@@ -554,7 +554,10 @@ check_mask(const llm_vocab_t *v, llm_tokindex_t *ti, llm_gstate_t *st,
 
         if (llm_vocab_is_eog(v, (int32_t) id)) {
             ok = complete;
-        } else if (llm_vocab_is_control(v, (int32_t) id)) {
+        } else if (llm_vocab_is_control(v, (int32_t) id)
+                   || llm_vocab_token_type(v, (int32_t) id) == 2
+                   || llm_vocab_token_type(v, (int32_t) id) == 5)
+        {
             ok = 0;
         } else {
             p = llm_token_bytes(v, (int32_t) id, 0, &len);
