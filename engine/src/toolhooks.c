@@ -748,7 +748,12 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
     if (rc != 0) {
         return rc;
     }
-    if (c != TH_NONE && rf && rf[0] && strstr(rf, "\"text\"") == NULL) {
+    if (c == TH_NONE && rf && rf[0] && strstr(rf, "\"text\"") == NULL) {
+        /* the response_format grammar owns the answer: no opener there */
+        json_decref(obj);
+        return 0;
+    }
+    if (rf && rf[0] && strstr(rf, "\"text\"") == NULL) {
         snprintf(err, errlen, "response_format: a JSON response_format "
                  "cannot be combined with tools unless tool_choice is "
                  "\"none\"");
