@@ -266,7 +266,8 @@ llm_th_grammar(llm_th_t *th, json_t *tools, const char *only,
         rc = -ENOMEM;
         goto done;
     }
-    rc = llm_grammar_compile(&th->grammar, root, LLM_GRAMMAR_ORDERED, e2,
+    rc = llm_grammar_compile(&th->grammar, root,
+                             LLM_GRAMMAR_ORDERED | LLM_GRAMMAR_STRICT, e2,
                              sizeof(e2));
     json_decref(root);
     if (rc != 0) {
