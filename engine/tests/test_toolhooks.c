@@ -299,6 +299,27 @@ test_none_and_auto(env_t *e)
     printf("ok none masks the opener, auto follows it\n");
 }
 
+/* A family without a grammar: required forces the opener, the rest is
+ * the model's (and the parser's). */
+static void
+test_opener_only(env_t *e)
+{
+    rec_t   *r = malloc(sizeof(*r));
+    char     err[256] = "";
+
+    e->ctx.tool_call_format = "minimax-m2";
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        CHECK(decode(e, "required", 1, seed, -1, 0, 40, r, err, sizeof(err))
+              == 0, "minimax required: %s", err);
+        CHECK(strncmp(r->content, "<minimax:tool_call>", 19) == 0,
+              "minimax required did not start with the opener: [%s]",
+              r->content);
+    }
+    e->ctx.tool_call_format = "hermes";
+    free(r);
+    printf("ok required forces the opener without a grammar\n");
+}
+
 static void
 test_errors(env_t *e)
 {
@@ -367,6 +388,7 @@ main(void)
 
     test_forced(&e);
     test_none_and_auto(&e);
+    test_opener_only(&e);
     test_errors(&e);
 
     llm_tokindex_free(e.ctx.tokindex);
