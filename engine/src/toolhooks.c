@@ -34,6 +34,25 @@
 #include "toolhooks.h"
 
 #define LLM_TH_WS_MAX   2
+#define LLM_TH_MARKERS  8
+
+#define DS_MARK(s)      "<\xef\xbd\x9ctool\xe2\x96\x81" s "\xef\xbd\x9c>"
+
+/* Every marker of each family (toolcall.h), NULL-terminated. */
+static const char *llm_th_markers[][LLM_TH_MARKERS] = {
+    [LLM_TOOLFMT_NONE] = { NULL },
+    [LLM_TOOLFMT_HERMES] = { "<tool_call>", "</tool_call>", NULL },
+    [LLM_TOOLFMT_MINIMAX_M2] = { "<minimax:tool_call>",
+                                 "</minimax:tool_call>", NULL },
+    [LLM_TOOLFMT_LLAMA3_JSON] = { "<|python_tag|>", NULL },
+    [LLM_TOOLFMT_MISTRAL] = { "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", NULL },
+    [LLM_TOOLFMT_DEEPSEEK_V3] = {
+        DS_MARK("calls\xe2\x96\x81" "begin"),
+        DS_MARK("calls\xe2\x96\x81" "end"),
+        DS_MARK("call\xe2\x96\x81" "begin"),
+        DS_MARK("call\xe2\x96\x81" "end"),
+        DS_MARK("sep"), NULL },
+};
 
 typedef enum {
     TH_AUTO = 0,
@@ -80,6 +99,13 @@ typedef struct {
     int32_t                *has_opener;  /* tokens containing the opener */
     uint32_t                n_has;
     float                  *saved;
+
+    /* markers that are control tokens: the detokenizer leaves them out
+     * of the text, so accept() passes them to the parser (pending) */
+    int32_t                 ctl_ids[LLM_TH_MARKERS];
+    uint32_t                n_ctl;
+    char                    pending[128];
+    size_t                  pending_len;
 } llm_th_t;
 
 
@@ -573,6 +599,14 @@ llm_th_accept(void *ud, int32_t token)
         return 0;
     }
     b = llm_th_bytes(th, token, &len);
+    for (uint32_t i = 0; i < th->n_ctl; i++) {
+        if (th->ctl_ids[i] == token
+            && th->pending_len + len <= sizeof(th->pending))
+        {
+            memcpy(th->pending + th->pending_len, b, len);
+            th->pending_len += len;
+        }
+    }
 
     switch (th->phase) {
     case TP_FREE:
@@ -639,11 +673,22 @@ llm_th_text(void *ud, const char *s, size_t len, int final,
 {
     llm_th_t *th = ud;
 
+    int       rc;
+
     if (th->parser == NULL) {
         if (len) {
             out->content(out->sink, s, len);
         }
         return 0;
+    }
+    if (th->pending_len) {
+        /* a control-token marker accepted since the last text */
+        rc = llm_toolcall_feed(th->parser, th->pending, th->pending_len, 0,
+                               out);
+        th->pending_len = 0;
+        if (rc < 0) {
+            return rc;
+        }
     }
     return llm_toolcall_feed(th->parser, s, len, final, out);
 }
@@ -837,6 +882,16 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
                                  errlen);
         if (rc != 0) {
             goto failed;
+        }
+    }
+
+    for (int k = 0; llm_th_markers[fmt][k]; k++) {
+        const char *m = llm_th_markers[fmt][k];
+        int32_t     id = llm_vocab_find(ctx->vocab, m, strlen(m));
+
+        if (id >= 0 && llm_vocab_is_control(ctx->vocab, id)) {
+            th->ctl_ids[th->n_ctl] = id;
+            th->n_ctl++;
         }
     }
 

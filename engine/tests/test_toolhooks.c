@@ -6,11 +6,14 @@
  * whose arguments are JSON objects with the required keys and the
  * declared types; parallel_tool_calls false gives exactly one call; none
  * never lets the opener through even when it is the likeliest token;
- * auto with the opener pushed up gives a valid call.  Bad schemas and
- * tool_choice name the field at fault.
+ * auto with the opener pushed up gives a valid call.  With <tool_call>
+ * and </tool_call> made control tokens (the detokenizer leaves those out
+ * of the text, as with Mistral's [TOOL_CALLS]), the calls still parse.
+ * Bad schemas and tool_choice name the field at fault.
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,6 +361,82 @@ test_errors(env_t *e)
     printf("ok errors name the field\n");
 }
 
+/*
+ * Make the markers control tokens in the file at path: token_type 3 in
+ * the tokenizer.ggml.token_type array, found after its key (GGUF: key,
+ * u32 value type 9 = array, u32 element type, u64 count, the values).
+ */
+static int
+make_markers_control(const char *path, const llm_vocab_t *v, char *err,
+    size_t errlen)
+{
+    static const char  key[] = "tokenizer.ggml.token_type";
+    static const char *m[] = { "<tool_call>", "</tool_call>" };
+    char              *buf;
+    const char        *f;
+    int32_t            ctl = 3;
+    off_t              size, at;
+    int                fd, rc = 0;
+
+    fd = open(path, O_RDWR);
+    if (fd < 0) {
+        snprintf(err, errlen, "open: %s", strerror(errno));
+        return -EIO;
+    }
+    size = lseek(fd, 0, SEEK_END);
+    buf = malloc((size_t) size);
+    if (buf == NULL || pread(fd, buf, (size_t) size, 0) != size) {
+        snprintf(err, errlen, "read failed");
+        rc = -EIO;
+        goto done;
+    }
+    f = memmem(buf, (size_t) size, key, sizeof(key) - 1);
+    if (f == NULL) {
+        snprintf(err, errlen, "no %s in the file", key);
+        rc = -EIO;
+        goto done;
+    }
+    at = (f - buf) + (off_t) sizeof(key) - 1 + 4 + 4 + 8;
+    for (int k = 0; k < 2; k++) {
+        int32_t id = llm_vocab_find(v, m[k], strlen(m[k]));
+
+        if (id < 0 || pwrite(fd, &ctl, 4, at + (off_t) id * 4) != 4) {
+            snprintf(err, errlen, "cannot mark %s as control", m[k]);
+            rc = -EIO;
+            goto done;
+        }
+    }
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static void
+test_control_markers(env_t *e)
+{
+    rec_t  *r = malloc(sizeof(*r));
+    char    err[256] = "", why[256];
+    int32_t op = llm_vocab_find(e->v, "<tool_call>", 11);
+    int     calls = 0;
+
+    CHECK(op >= 0 && llm_vocab_is_control(e->v, op),
+          "<tool_call> is not a control token");
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        CHECK(decode(e, "required", seed % 2, seed, -1, 0, 1500, r, err,
+                     sizeof(err)) == 0, "control: %s", err);
+        CHECK(r->n >= 1 && r->clen == 0, "control markers: %u calls, "
+              "content [%s]", r->n, r->content);
+        for (uint32_t i = 0; i < r->n; i++) {
+            CHECK(valid_call(r->names[i], r->args[i], why, sizeof(why)),
+                  "control markers: %s", why);
+        }
+        calls += (int) r->n;
+    }
+    free(r);
+    printf("ok control-token markers reach the parser (%d calls)\n", calls);
+}
+
 int
 main(void)
 {
@@ -380,7 +459,6 @@ main(void)
         unlink(path);
         return 1;
     }
-    unlink(path);
     e.nv = llm_vocab_n_tokens(e.v);
     e.ctx.vocab = e.v;
     e.ctx.n_vocab = e.nv;
@@ -391,9 +469,31 @@ main(void)
     test_opener_only(&e);
     test_errors(&e);
 
+    /* again with the markers as control tokens */
+    if (make_markers_control(path, e.v, err, sizeof(err)) != 0) {
+        printf("FAIL control markers: %s\n", err);
+        failures++;
+    }
     llm_tokindex_free(e.ctx.tokindex);
     llm_vocab_free(e.v);
     llm_gguf_close(gg);
+    if (failures == 0) {
+        if (llm_gguf_open(&gg, path, err, sizeof(err)) != 0
+            || llm_vocab_load(&e.v, gg, err, sizeof(err)) != 0
+            || llm_tokindex_create(&e.ctx.tokindex, e.v, err, sizeof(err))
+               != 0)
+        {
+            printf("FAIL reload: %s\n", err);
+            unlink(path);
+            return 1;
+        }
+        e.ctx.vocab = e.v;
+        test_control_markers(&e);
+        llm_tokindex_free(e.ctx.tokindex);
+        llm_vocab_free(e.v);
+        llm_gguf_close(gg);
+    }
+    unlink(path);
     if (failures) {
         printf("%d FAILED\n", failures);
         return 1;
