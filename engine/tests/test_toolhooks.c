@@ -4,7 +4,8 @@
  * mask and accept, the detokenizer and the text hook, the way the
  * scheduler runs them.  tool_choice required and named always give calls
  * whose arguments are JSON objects with the required keys and the
- * declared types; parallel_tool_calls false gives exactly one call; none
+ * declared types, in the hermes, llama3-json, mistral and deepseek-v3
+ * formats (their markers spelled in pieces on this vocabulary); parallel_tool_calls false gives exactly one call; none
  * never lets the opener through even when it is the likeliest token;
  * auto with the opener pushed up gives a valid call.  With <tool_call>
  * and </tool_call> made control tokens (the detokenizer leaves those out
@@ -236,7 +237,7 @@ done:
 }
 
 static void
-test_forced(env_t *e)
+test_forced(env_t *e, const char *fmt)
 {
     static const char *choices[] = {
         "required",
@@ -246,6 +247,7 @@ test_forced(env_t *e)
     char    err[256] = "", why[256];
     int     calls = 0, multi = 0;
 
+    e->ctx.tool_call_format = fmt;
     for (int c = 0; c < 2; c++) {
         for (uint64_t seed = 1; seed <= 30; seed++) {
             int par = seed % 2;
@@ -271,8 +273,9 @@ test_forced(env_t *e)
         }
     }
     free(r);
-    printf("ok forced calls (%d calls, %d answers with several)\n", calls,
-           multi);
+    e->ctx.tool_call_format = "hermes";
+    printf("ok forced calls, %s (%d calls, %d answers with several)\n", fmt,
+           calls, multi);
 }
 
 static void
@@ -341,6 +344,12 @@ test_errors(env_t *e)
     rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
     CHECK(rc == -EINVAL && strncmp(err, "tools[1].function.parameters: ", 30)
           == 0 && strstr(err, "pattern"), "bad schema: %d %s", rc, err);
+    e->ctx.tool_call_format = "deepseek-v3";
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    e->ctx.tool_call_format = "hermes";
+    CHECK(rc == -EINVAL && strncmp(err, "tools[1].function.parameters: ", 30)
+          == 0 && strstr(err, "pattern"), "bad schema, per tool: %d %s", rc,
+          err);
 
     g.tools_json = (char *) tools;
     g.tool_choice_json = (char *) "{\"type\": \"function\", \"function\": "
@@ -464,7 +473,10 @@ main(void)
     e.ctx.n_vocab = e.nv;
     e.ctx.tool_call_format = "hermes";
 
-    test_forced(&e);
+    test_forced(&e, "hermes");
+    test_forced(&e, "llama3-json");
+    test_forced(&e, "mistral");
+    test_forced(&e, "deepseek-v3");
     test_none_and_auto(&e);
     test_opener_only(&e);
     test_errors(&e);
