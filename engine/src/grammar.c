@@ -2177,6 +2177,14 @@ llm_tokindex_mask(const llm_tokindex_t *ti, llm_gstate_t *st,
         if (m == ~0ull) {
             continue;
         }
+        if (m == 0 && (w + 1) * 64 <= n_vocab) {
+            float *l = logits + (size_t) w * 64;
+
+            for (uint32_t j = 0; j < 64; j++) {     /* vectorizes */
+                l[j] = -INFINITY;
+            }
+            continue;
+        }
         for (m = ~m; m; m &= m - 1) {
             uint32_t id = w * 64 + (uint32_t) __builtin_ctzll(m);
 
