@@ -191,11 +191,25 @@ llm_th_push(int32_t **a, uint32_t *n, int32_t id)
     return 0;
 }
 
-/* Is b a piece of s (a substring of it)? */
+/* Is b a piece of s (a substring of it)?  Both are short: a plain loop
+ * costs less than memmem's set-up. */
 static int
 llm_th_piece(const char *s, size_t sl, const char *b, size_t len)
 {
-    return sl && len <= sl && memmem(s, sl, b, len) != NULL;
+    for (size_t i = 0; len <= sl && i <= sl - len; i++) {
+        if (s[i] == b[0] && memcmp(s + i, b, len) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void
+llm_th_mark_bytes(uint8_t *in, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        in[(uint8_t) s[i]] = 1;
+    }
 }
 
 static int
@@ -204,8 +218,15 @@ llm_th_scan_vocab(llm_th_t *th)
     const llm_vocab_t *v = th->ctx->vocab;
     uint32_t           n = llm_vocab_n_tokens(v);
     size_t             ol = th->opener ? strlen(th->opener) : 0;
+    uint8_t            in[256] = { 0 };   /* bytes of the literals */
     int                rc = 0;
 
+    for (uint32_t i = 0; i < th->n_lits; i++) {
+        llm_th_mark_bytes(in, th->lits[i], strlen(th->lits[i]));
+    }
+    for (uint32_t i = 0; i < th->n_names; i++) {
+        llm_th_mark_bytes(in, th->names[i].s, th->names[i].len);
+    }
     for (uint32_t id = 0; id < n && rc == 0; id++) {
         size_t      len;
         const char *b = llm_th_bytes(th, (int32_t) id, &len);
@@ -219,16 +240,23 @@ llm_th_scan_vocab(llm_th_t *th)
         if (len == 0) {
             continue;
         }
-        for (uint32_t i = 0; i < th->n_lits && !lit; i++) {
+        /* a piece of a literal has only bytes of the literals */
+        for (k = 0; k < len && in[(uint8_t) b[k]]; k++) {
+            /* nothing */
+        }
+        for (uint32_t i = 0; k == len && i < th->n_lits && !lit; i++) {
             lit = llm_th_piece(th->lits[i], strlen(th->lits[i]), b, len);
         }
-        for (uint32_t i = 0; i < th->n_names && !lit; i++) {
+        for (uint32_t i = 0; k == len && i < th->n_names && !lit; i++) {
             lit = llm_th_piece(th->names[i].s, th->names[i].len, b, len);
         }
         if (lit) {
             rc = llm_th_push(&th->lit_toks, &th->n_lit, (int32_t) id);
         }
-        if (rc == 0 && ol && memmem(b, len, th->opener, ol)) {
+        if (rc == 0 && ol && len >= ol
+            && memchr(b, th->opener[0], len - ol + 1)
+            && memmem(b, len, th->opener, ol))
+        {
             rc = llm_th_push(&th->has_opener, &th->n_has, (int32_t) id);
         }
         if (rc == 0 && len <= LLM_TH_WS_MAX
