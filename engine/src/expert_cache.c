@@ -91,8 +91,8 @@ struct llm_xcache_s {
     uint64_t              busy_t0;
 
     int32_t              *cur;           /* [n_expert] acquire scratch */
-    uint8_t              *hint;          /* [n_expert] last hint's set */
-    int64_t               hint_layer;
+    uint8_t              *hint;          /* [n_layer * n_expert] hinted */
+    uint8_t              *hinted;        /* [n_layer] a hint is pending */
 
     llm_xcache_stats_t    st;
 };
@@ -409,7 +409,7 @@ llm_xc_acquire(void *ud, uint32_t layer, const uint32_t *ex, uint32_t n,
         key = layer * xc->n_expert + ex[i];
         si = xc->map[key];
         xc->cur[i] = si;
-        if (xc->hint_layer == (int64_t) layer && xc->hint[ex[i]]) {
+        if (xc->hinted[layer] && xc->hint[key]) {
             xc->st.prefetch_right++;
         }
         if (si < 0) {
@@ -428,7 +428,7 @@ llm_xc_acquire(void *ud, uint32_t layer, const uint32_t *ex, uint32_t n,
             xc->st.prefetch_hits++;
         }
     }
-    xc->hint_layer = -1;
+    xc->hinted[layer] = 0;
 
     /* read the missing ones (and any whose earlier read failed) */
     for (i = 0; i < n; i++) {
@@ -531,11 +531,11 @@ llm_xc_prefetch(void *ud, uint32_t layer, const uint32_t *ex, uint32_t n)
     int32_t        si;
 
     llm_xc_reap(xc);
-    memset(xc->hint, 0, xc->n_expert);
-    xc->hint_layer = layer;
+    memset(xc->hint + (size_t) layer * xc->n_expert, 0, xc->n_expert);
+    xc->hinted[layer] = 1;
     xc->st.prefetch_guessed += n;
     for (i = 0; i < n; i++) {
-        xc->hint[ex[i]] = 1;
+        xc->hint[layer * xc->n_expert + ex[i]] = 1;
         si = xc->map[layer * xc->n_expert + ex[i]];
         if (si >= 0) {
             xc->slots[si].ref = 1;
@@ -673,7 +673,6 @@ llm_xcache_create(llm_xcache_t **out, const llm_model_t *m,
     xc->n_expert = hp->n_expert;
     xc->n_slots = (uint32_t) n;
     xc->slot_bytes = slot_bytes;
-    xc->hint_layer = -1;
     xc->free_op = -1;
     snprintf(xc->path, sizeof(xc->path), "%s",
              opts->path ? opts->path : llm_gguf_path(llm_model_gguf(m)));
@@ -707,10 +706,12 @@ llm_xcache_create(llm_xcache_t **out, const llm_model_t *m,
     xc->map = malloc((size_t) hp->n_layer * hp->n_expert * sizeof(int32_t));
     xc->ops = calloc(xc->qd, sizeof(*xc->ops));
     xc->cur = malloc(hp->n_expert * sizeof(int32_t));
-    xc->hint = calloc(hp->n_expert, 1);
+    xc->hint = calloc((size_t) hp->n_layer * hp->n_expert, 1);
+    xc->hinted = calloc(hp->n_layer, 1);
     rc = posix_memalign(&p, LLM_XC_ALIGN, (size_t) (n * slot_bytes));
     if (xc->slots == NULL || xc->map == NULL || xc->ops == NULL
-        || xc->cur == NULL || xc->hint == NULL || rc != 0)
+        || xc->cur == NULL || xc->hint == NULL || xc->hinted == NULL
+        || rc != 0)
     {
         if (rc == 0) {
             free(p);
@@ -783,6 +784,7 @@ llm_xcache_free(llm_xcache_t *xc)
     free(xc->ops);
     free(xc->cur);
     free(xc->hint);
+    free(xc->hinted);
     free(xc);
 }
 
