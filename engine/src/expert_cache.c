@@ -559,16 +559,38 @@ llm_xc_prefetch(void *ud, uint32_t layer, const uint32_t *ex, uint32_t n)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-/* Drop the experts' pages from the mapping and keep read-ahead off them. */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+
+static int
+llm_xc_cmp_u64(const void *a, const void *b)
+{
+    uint64_t  x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Drop the experts' pages from the mapping and keep read-ahead off them;
+ * populate every other tensor (attention, norms, embeddings, router,
+ * shared experts), so they are resident from the start rather than
+ * faulted in 4 KiB at a time during the first tokens.
+ */
 static void
 llm_xc_unmap_experts(const llm_model_t *m)
 {
-    const llm_hparams_t  *hp = llm_model_hparams(m);
-    const uint8_t        *base = llm_gguf_map(llm_model_gguf(m));
-    llm_expert_slices_t   sl;
-    uint64_t              a, b, pg = (uint64_t) sysconf(_SC_PAGESIZE);
-    uint32_t              l, e;
-    int                   k;
+    const llm_hparams_t      *hp = llm_model_hparams(m);
+    const llm_gguf_t         *g = llm_model_gguf(m);
+    const uint8_t            *base = llm_gguf_map(g);
+    const llm_gguf_tensor_t  *t;
+    llm_expert_slices_t       sl;
+    uint64_t                  a, b, pg = (uint64_t) sysconf(_SC_PAGESIZE);
+    uint64_t                 *offs, n = 0, i, off;
+    uint32_t                  l, e;
+    int                       k;
+
+    offs = malloc((size_t) hp->n_layer * hp->n_expert * 3 * sizeof(*offs));
 
     for (l = 0; l < hp->n_layer; l++) {
         for (e = 0; e < hp->n_expert; e++) {
@@ -576,6 +598,9 @@ llm_xc_unmap_experts(const llm_model_t *m)
                 continue;
             }
             for (k = 0; k < 3; k++) {
+                if (offs != NULL) {
+                    offs[n++] = sl.offset[k];
+                }
                 a = (sl.offset[k] + pg - 1) & ~(pg - 1);
                 b = (sl.offset[k] + sl.bytes[k]) & ~(pg - 1);
                 if (b > a) {
@@ -585,6 +610,23 @@ llm_xc_unmap_experts(const llm_model_t *m)
             }
         }
     }
+    if (offs == NULL) {
+        return;
+    }
+    qsort(offs, n, sizeof(*offs), llm_xc_cmp_u64);
+    for (i = 0; i < llm_gguf_n_tensors(g); i++) {
+        t = llm_gguf_tensor_at(g, i);
+        off = (uint64_t) ((const uint8_t *) t->data - base);
+        if (bsearch(&off, offs, n, sizeof(*offs), llm_xc_cmp_u64) != NULL) {
+            continue;               /* an expert tensor, or its expert 0 */
+        }
+        a = off & ~(pg - 1);
+        b = (off + t->nbytes + pg - 1) & ~(pg - 1);
+        if (madvise((void *) (base + a), b - a, MADV_POPULATE_READ) != 0) {
+            madvise((void *) (base + a), b - a, MADV_WILLNEED);
+        }
+    }
+    free(offs);
 }
 
 /* O_DIRECT if a first aligned read works, else buffered (logged). */
@@ -636,7 +678,7 @@ llm_xcache_create(llm_xcache_t **out, const llm_model_t *m,
     uint64_t              slot_bytes, experts_bytes, n, w[3] = { 0 }, a, b;
     uint32_t              i, l, e;
     int                   k, rc;
-    void                 *p;
+    void                 *p = NULL;
 
     *out = NULL;
     if (hp->n_expert == 0
