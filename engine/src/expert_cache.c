@@ -6,7 +6,7 @@
  * its retries; evictable, and re-read on demand).  A slot is handed out
  * only READY, so a partially read expert never reaches the kernels.
  *
- * Reads: one operation per window chunk of up to 1 MiB, user data = the
+ * Reads: one operation per window chunk of up to 256 KiB, user data = the
  * operation's index; a short read is resubmitted for the remainder, an
  * error up to LLM_XC_TRIES times.  Operations in flight never exceed the
  * ring's entries, so the completion queue (twice as large) cannot
@@ -29,9 +29,9 @@
 #include "server.h"
 
 #define LLM_XC_ALIGN   4096u
-#define LLM_XC_CHUNK   (1u << 20)
+#define LLM_XC_CHUNK   (256u << 10)
 #define LLM_XC_TRIES   3
-#define LLM_XC_QD      64u
+#define LLM_XC_QD      128u
 
 enum {
     LLM_XC_EMPTY = 0,

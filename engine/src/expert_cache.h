@@ -29,7 +29,7 @@ typedef struct llm_xcache_s llm_xcache_t;
 typedef struct {
     uint64_t     cache_mb;      /* RAM for slots */
     const char  *path;          /* file to read; NULL: the model's own */
-    uint32_t     queue_depth;   /* io_uring entries; 0: 64 (minimum 32) */
+    uint32_t     queue_depth;   /* io_uring entries; 0: 128 (minimum 32) */
     int          no_direct;     /* 1: buffered reads even if O_DIRECT works */
     uint32_t     max_slots;     /* nonzero: at most this many (tests) */
 } llm_xcache_opts_t;

@@ -55,7 +55,7 @@ usage(FILE *f)
         "xc_hits, xc_misses, xc_bytes_read, xc_miss_bytes_per_token,\n"
         "xc_read_mbps, xc_stall_ms_per_token, xc_prefetch_accuracy,\n"
         "xc_prefetch_issued, xc_prefetch_useful, xc_direct (over the timed\n"
-        "runs only).\n");
+        "runs only), xc_slot_bytes, xc_experts_bytes.\n");
 }
 
 static double
@@ -407,7 +407,8 @@ main(int argc, char **argv)
                "\"xc_bytes_read\": %llu, \"xc_miss_bytes_per_token\": %.0f, "
                "\"xc_read_mbps\": %.1f, \"xc_stall_ms_per_token\": %.3f, "
                "\"xc_prefetch_accuracy\": %.4f, \"xc_prefetch_issued\": "
-               "%llu, \"xc_prefetch_useful\": %llu, \"xc_direct\": %d}\n",
+               "%llu, \"xc_prefetch_useful\": %llu, \"xc_direct\": %d, "
+               "\"xc_slot_bytes\": %llu, \"xc_experts_bytes\": %llu}\n",
                model,
                B.hp->arch_name, llm_model_quant_name(m),
                llm_simd_name(llm_simd_level()), threads, np, ng, reps, ppm,
@@ -428,7 +429,8 @@ main(int argc, char **argv)
                                      - xs0.prefetch_issued),
                (unsigned long long) (xs1.prefetch_useful
                                      - xs0.prefetch_useful),
-               xs1.direct);
+               xs1.direct, (unsigned long long) xs1.slot_bytes,
+               (unsigned long long) xs1.experts_bytes);
     } else {
         printf("| model | size | params | simd | threads | test | t/s |\n");
         printf("| --- | ---: | ---: | --- | ---: | --- | ---: |\n");
@@ -458,7 +460,8 @@ main(int argc, char **argv)
         }
         if (xc != NULL) {
             printf("expert cache %llu MiB (%u slots of %.2f MiB, %s): "
-                   "%llu hits, %llu misses, %.1f MB read per token at "
+                   "%llu hits (%llu of them still in flight from a "
+                   "prefetch), %llu misses, %.1f MB read per token at "
                    "%.0f MB/s, stalled %.2f ms per token, prefetch "
                    "accuracy %.1f%% (%llu read, %llu used)\n",
                    (unsigned long long) xmb, xs1.n_slots,
@@ -466,6 +469,8 @@ main(int argc, char **argv)
                    xs1.direct ? "O_DIRECT" : "buffered",
                    (unsigned long long) (xs1.hits + xs1.prefetch_hits
                                          - xs0.hits - xs0.prefetch_hits),
+                   (unsigned long long) (xs1.prefetch_hits
+                                         - xs0.prefetch_hits),
                    (unsigned long long) (xs1.misses - xs0.misses),
                    (double) (xs1.bytes_read - xs0.bytes_read) / 1e6
                    / (double) ntg,
