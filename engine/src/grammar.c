@@ -1375,7 +1375,15 @@ llm_gkeys_open(const llm_grammar_t *g, const llm_gnode_t *n,
     uint64_t  m = all & ~o->m1;
 
     if (g->flags & LLM_GRAMMAR_ORDERED) {
+        uint64_t req;
+
         m &= o->b >= 64 ? 0 : ~((1ull << o->b) - 1);
+        /* no key past a required one still missing: it could not come
+         * back later */
+        req = m & n->required;
+        if (req) {
+            m &= (req & -req) | ((req & -req) - 1);
+        }
     }
     return m;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "hooks.h"
+#include "toolhooks.h"
 
 
 /* The shared context. */
@@ -121,8 +122,13 @@ llm_hooks_make(void *ctx, const Llm__GenerateRequest *g, uint32_t choice,
     llm_seq_hooks_t *out, char *err, size_t errlen)
 {
     const llm_hooks_ctx_t *c = ctx;
+    int                    rc;
 
-    (void) choice;
     memset(out, 0, sizeof(*out));
+    /* tools in play: the tool hooks own the sequence (toolhooks.h) */
+    rc = llm_tool_hooks_make(c, g, choice, out, err, errlen);
+    if (rc != 0) {
+        return rc < 0 ? rc : 0;
+    }
     return llm_hooks_json_make(c, g, out, err, errlen);
 }

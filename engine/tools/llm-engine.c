@@ -13,15 +13,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "expert_cache.h"
 #include "gguf.h"
 #include "model.h"
 #include "prompt.h"
 #include "server.h"
 #include "template.h"
 #include "tokenizer.h"
+#include "toolcall.h"
 
 #define LLM_MAX_ALIASES  32
 
@@ -56,9 +59,15 @@ usage(FILE *f)
 "  --max-frame BYTES     largest request frame (default 16 MiB)\n"
 "  --write-buffer-kb K   output held per connection before its streams\n"
 "                        pause for a slow reader (default 1024)\n"
-"  --expert-cache-mb M   RAM for experts when streaming (default 0: mmap)\n"
+"  --expert-cache-mb M   stream experts from disk (io_uring) into M MiB\n"
+"                        of RAM; 0: map the whole file.  Default: 0,\n"
+"                        or half the allowed memory when the file is\n"
+"                        over 90%% of it (docs/STREAMING.md)\n"
 "  --mlock               lock the weights in RAM\n"
 "  --log-level L         error, warn, info (default) or debug\n"
+"  --tool-format F       the tool-call format, instead of the one the chat\n"
+"                        template suggests: hermes, minimax-m2, llama3-json,\n"
+"                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
 "  --help                this text\n");
 }
 
@@ -125,7 +134,8 @@ main(int argc, char **argv)
     enum {
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
-        O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_HELP
+        O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
+        O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -138,6 +148,7 @@ main(int argc, char **argv)
         { "max-frame", 1, 0, O_FRAME }, { "expert-cache-mb", 1, 0, O_EXPERT },
         { "mlock", 0, 0, O_MLOCK }, { "log-level", 1, 0, O_LOG },
         { "write-buffer-kb", 1, 0, O_WBUF },
+        { "tool-format", 1, 0, O_TOOLFMT },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char         *model_path = NULL, *sock = NULL, *listen_on = NULL;
@@ -145,7 +156,7 @@ main(int argc, char **argv)
     uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
     uint32_t            block_tokens = 16, step_tokens = 512;
     uint32_t            max_queue = 256, max_frame = 16u << 20;
-    uint32_t            expert_mb = 0, n_blocks, wbuf_kb = 1024;
+    uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
     size_t              n_aliases = 0, block_bytes;
     double              drain = 30.0, t0;
     llm_type_t          kv_type = LLM_TYPE_F16;
@@ -157,10 +168,15 @@ main(int argc, char **argv)
     llm_tmpl_t         *tmpl = NULL;
     llm_server_t       *srv = NULL;
     llm_server_conf_t   sc;
+    llm_xcache_t       *xc = NULL;
+    llm_xcache_opts_t   xo;
+    llm_xcache_stats_t  xs;
+    struct stat         fst;
+    uint64_t            allowed = 0;
     const llm_hparams_t *hp;
     llm_gguf_str_t      ts = { 0 };
     char                err[512] = "", rev[16], fp[32];
-    const char         *tsrc = "gguf", *tfmt = "none";
+    const char         *tsrc = "gguf", *tfmt = "none", *tool_format = NULL;
     sigset_t            set;
     int                 o, rc = 1, lvl;
 
@@ -251,6 +267,14 @@ main(int argc, char **argv)
             }
             llm_log_set_level((llm_log_level_t) lvl);
             break;
+        case O_TOOLFMT:
+            if (llm_toolfmt_from_name(optarg) < 0) {
+                fprintf(stderr, "llm-engine: --tool-format: one of %s, got "
+                        "'%s'\n", llm_toolfmt_names(), optarg);
+                return 2;
+            }
+            tool_format = optarg;
+            break;
         case O_HELP: case 'h':
             usage(stdout);
             return 0;
@@ -281,6 +305,19 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "starting: model %s, %u threads, max batch %u",
             model_path, threads, max_batch);
     t0 = now_s();
+    if (expert_mb == UINT32_MAX) {
+        expert_mb = 0;
+        if (stat(model_path, &fst) == 0) {
+            expert_mb = (uint32_t) llm_xcache_auto_mb((uint64_t) fst.st_size,
+                                                      &allowed);
+        }
+        if (expert_mb > 0) {
+            llm_log(LLM_LOG_INFO, "the file (%.1f MiB) is over 90%% of the "
+                    "memory allowed (%.1f MiB): streaming experts with a "
+                    "%u MiB cache", (double) fst.st_size / 1048576.0,
+                    (double) allowed / 1048576.0, expert_mb);
+        }
+    }
     mo.expert_cache_mb = expert_mb;
     if (llm_model_load(&m, model_path, &mo, err, sizeof(err)) != 0) {
         llm_log(LLM_LOG_ERROR, "%s", err);
@@ -325,6 +362,27 @@ main(int argc, char **argv)
         goto done;
     }
 
+    if (expert_mb > 0 && hp->n_expert > 0) {
+        memset(&xo, 0, sizeof(xo));
+        xo.cache_mb = expert_mb;
+        if (llm_xcache_create(&xc, m, &xo, err, sizeof(err)) != 0) {
+            llm_log(LLM_LOG_ERROR, "%s", err);
+            goto done;
+        }
+        llm_ctx_set_expert_source(ctx, llm_xcache_source(xc));
+        llm_xcache_get_stats(xc, &xs);
+        llm_log(LLM_LOG_INFO, "expert cache: %u MiB, %u slots of %.2f MiB "
+                "for %.1f MiB of experts (%.0f%%), reads %s", expert_mb,
+                xs.n_slots, (double) xs.slot_bytes / 1048576.0,
+                (double) xs.experts_bytes / 1048576.0,
+                100.0 * (double) xs.n_slots * (double) xs.slot_bytes
+                / (double) xs.experts_bytes,
+                xs.direct ? "O_DIRECT" : "buffered (O_DIRECT refused)");
+    } else if (expert_mb > 0) {
+        llm_log(LLM_LOG_WARN, "--expert-cache-mb %u: the model has no "
+                "experts; mapping the whole file", expert_mb);
+    }
+
     if (llm_gguf_get_str(llm_model_gguf(m), "tokenizer.chat_template", &ts,
                          err, sizeof(err)) == 0 && ts.len > 0)
     {
@@ -348,19 +406,23 @@ main(int argc, char **argv)
                                       strlen(llm_tmpl_chatml));
     }
 
+    if (tool_format) {
+        tfmt = tool_format;
+    }
+
     revision_of(llm_model_gguf(m), rev, sizeof(rev));
     snprintf(fp, sizeof(fp), "fp_%s", rev);
 
     llm_log(LLM_LOG_INFO, "model loaded in %.2f s: %s (%s, %s), %u layers, "
             "n_embd %u, %u experts (%u used), vocab %u, %.2f %s params, "
-            "file %.1f MiB, revision %s, chat template %s",
+            "file %.1f MiB, revision %s, chat template %s, tool calls %s%s",
             now_s() - t0, name ? name : hp->name, hp->arch_name,
             llm_model_quant_name(m), hp->n_layer, hp->n_embd, hp->n_expert,
             hp->n_expert_used, hp->n_vocab,
             (double) hp->n_params / (hp->n_params >= 1000000000 ? 1e9 : 1e6),
             hp->n_params >= 1000000000 ? "B" : "M",
             (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
-            tsrc);
+            tsrc, tfmt, tool_format ? " (--tool-format)" : "");
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
             "context %u, step budget %u tokens, max queue %u", n_blocks,
             block_tokens, (double) n_blocks * block_bytes / 1048576.0,
@@ -398,6 +460,7 @@ main(int argc, char **argv)
     sc.chat_template_source = tsrc;
     sc.tool_call_format = tfmt;
     sc.created = (int64_t) time(NULL);
+    sc.xcache = xc;
 
     if (llm_server_create(&srv, &sc, err, sizeof(err)) != 0) {
         llm_log(LLM_LOG_ERROR, "%s", err);
@@ -406,11 +469,15 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "listening on %s%s%s", sock ? sock : "",
             sock && listen_on ? " and " : "", listen_on ? listen_on : "");
     rc = llm_server_run(srv) == 0 ? 0 : 1;
+    if (xc != NULL) {
+        llm_server_log_expert_stats(srv);
+    }
 
 done:
     llm_server_free(srv);
     llm_tmpl_free(tmpl);
     llm_ctx_free(ctx);
+    llm_xcache_free(xc);
     llm_kv_free(kv);
     llm_vocab_free(v);
     llm_model_free(m);
