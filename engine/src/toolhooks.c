@@ -97,6 +97,8 @@ typedef enum {
     NX_NAMES,        /* the set of names */
     NX_CALLBEGIN,    /* deepseek-v3: <｜tool▁call▁begin｜>, then names */
     NX_MM_START,     /* minimax-m2: \n, then names */
+    NX_HEAD,         /* hermes, llama3-json with many tools: the call
+                        object's head {"name": ", then names */
     NX_AFTER,        /* what may follow a call */
     NX_MM_PARAMS,    /* minimax-m2: the next parameter (of tool `tool`, or
                         -1: of the tool being written) or </invoke> */
@@ -148,6 +150,7 @@ typedef struct {
     const char             *forced;      /* what a forced call starts with
                                             (NULL: the opener) */
     llm_th_next_e           forced_next;
+    const char             *head;        /* NX_HEAD's literal */
     const char             *closer;      /* after the JSON, then AFTER */
     const char             *json_union;  /* allowed once the JSON is whole */
     llm_th_next_e           union_next;
@@ -897,6 +900,9 @@ llm_th_go(llm_th_t *th, llm_th_next_e nx, int tool)
     case NX_MM_START:
         llm_th_lit(th, "\n", 0, NX_NAMES);
         return;
+    case NX_HEAD:
+        llm_th_lit(th, th->head, 0, NX_NAMES);
+        return;
     case NX_MM_PARAMS:
         llm_th_mm_params(th, tool);
         return;
@@ -1212,10 +1218,8 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
             th->phase = TP_OFF;
             return;
         }
-        llm_th_go(th, NX_JSON, -1);
-        if (llm_gstate_feed(th->st, b + k, len - k) != 0) {
-            th->phase = TP_OFF;
-        }
+        llm_th_go(th, th->opener_next, -1);
+        llm_th_feed_rest(th, b + k, len - k);
         return;
     }
     if (th->opener == NULL) {
@@ -1497,6 +1501,10 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
     size_t errlen)
 {
     int rc = 0;
+    /* the call object as one anyOf follows at most MAX_THREADS branches
+     * at once (grammar.h): with more tools, literals and a grammar per
+     * tool */
+    int many = !only && json_array_size(tools) > LLM_GRAMMAR_MAX_THREADS;
 
     switch (th->fmt) {
     case LLM_TOOLFMT_HERMES:
@@ -1507,15 +1515,41 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->union_next = NX_AFTER;
         th->lits[th->n_lits++] = th->opener;
         th->lits[th->n_lits++] = th->closer;
-        if (th->choice != TH_NONE) {
-            rc = llm_th_grammar(th, tools, only, "arguments", err, errlen);
+        if (th->choice == TH_NONE) {
+            break;
         }
+        if (!many) {
+            rc = llm_th_grammar(th, tools, only, "arguments", err, errlen);
+            break;
+        }
+        /* the call object as literals around each tool's arguments */
+        th->opener_next = NX_HEAD;
+        th->head = "\n{\"name\": \"";
+        th->json_union = "}\n</tool_call>";
+        th->lits[th->n_lits++] = th->head;
+        th->lits[th->n_lits++] = th->json_union;
+        rc = llm_th_grammar_per_tool(th, tools, only,
+                                     "\", \"arguments\":", err, errlen);
         break;
     case LLM_TOOLFMT_LLAMA3_JSON:
         th->json_eog = 1;
-        if (th->choice != TH_NONE) {
-            rc = llm_th_grammar(th, tools, only, "parameters", err, errlen);
+        th->opener_next = NX_JSON;
+        if (th->choice == TH_NONE) {
+            break;
         }
+        if (!many) {
+            rc = llm_th_grammar(th, tools, only, "parameters", err, errlen);
+            break;
+        }
+        th->opener_next = NX_HEAD;
+        th->head = "{\"name\": \"";
+        th->json_union = "}";
+        th->union_next = NX_END;
+        th->json_eog = 0;
+        th->lits[th->n_lits++] = th->head;
+        th->lits[th->n_lits++] = th->json_union;
+        rc = llm_th_grammar_per_tool(th, tools, only,
+                                     "\", \"parameters\":", err, errlen);
         break;
     case LLM_TOOLFMT_MISTRAL:
         th->opener = "[TOOL_CALLS]";
@@ -1680,7 +1714,7 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
             llm_th_lit(th, th->opener, 0,
                        th->constrained ? th->opener_next : NX_OFF);
         } else if (th->constrained) {
-            llm_th_go(th, NX_JSON, -1);
+            llm_th_go(th, th->opener_next, -1);
         }
     }
     json_decref(obj);

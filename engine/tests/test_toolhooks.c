@@ -347,6 +347,77 @@ test_none_and_auto(env_t *e)
     printf("ok none masks the opener, auto follows it\n");
 }
 
+static int feed_script(env_t *e, llm_seq_hooks_t *h, llm_detok_t *d,
+    rec_t *r, const char *text, float *row, char *why, size_t wl);
+
+/* More tools than the grammar's anyOf follows at once (16): every name
+ * must stay reachable, the last one too (a hermes call to tool_23 fed
+ * token by token must be allowed all along). */
+static void
+test_many_tools(env_t *e, const char *fmt)
+{
+    char    *tl = malloc(8192), nc[96], why[256], err[256] = "";
+    rec_t   *r = malloc(sizeof(*r));
+    size_t   n = 0;
+    int      calls = 0;
+
+    n += (size_t) snprintf(tl + n, 8192 - n, "[");
+    for (int i = 0; i < 24; i++) {
+        n += (size_t) snprintf(tl + n, 8192 - n, "%s{\"type\": \"function\", "
+            "\"function\": {\"name\": \"tool_%d\", \"parameters\": "
+            "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": "
+            "\"integer\"}}, \"required\": [\"x\"]}}}", i ? ", " : "", i);
+    }
+    snprintf(tl + n, 8192 - n, "]");
+    e->ctx.tool_call_format = fmt;
+    e->tools = tl;
+    snprintf(nc, sizeof(nc), "{\"type\": \"function\", \"function\": "
+             "{\"name\": \"tool_23\"}}");
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        const char *choice = seed % 2 ? "required" : nc;
+        json_t     *a;
+
+        CHECK(decode(e, choice, 0, seed, -1, 0, 1500, r, err, sizeof(err))
+              == 0, "%s many tools: %s", fmt, err);
+        CHECK(r->n == 1, "%s many tools: %u calls, content [%s]", fmt, r->n,
+              r->content);
+        CHECK(strncmp(r->names[0], "tool_", 5) == 0
+              && atoi(r->names[0] + 5) < 24
+              && (seed % 2 || strcmp(r->names[0], "tool_23") == 0),
+              "%s many tools: called %s", fmt, r->names[0]);
+        a = json_loads(r->args[0], 0, NULL);
+        snprintf(why, sizeof(why), "%.200s", r->args[0]);
+        CHECK(json_is_integer(json_object_get(a, "x"))
+              && json_object_size(a) == 1, "%s many tools: arguments %s",
+              fmt, why);
+        json_decref(a);
+        calls++;
+    }
+    if (strcmp(fmt, "hermes") == 0) {
+        Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+        llm_seq_hooks_t       h;
+        llm_detok_t          *d;
+        float                *row = malloc(e->nv * sizeof(float));
+
+        memset(r, 0, sizeof(*r));
+        memset(&h, 0, sizeof(h));
+        g.tools_json = tl;
+        g.tool_choice_json = (char *) "required";
+        CHECK(llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err)) == 1
+              && llm_detok_create(&d, e->v, NULL, 0) == 0, "hooks: %s", err);
+        CHECK(feed_script(e, &h, d, r, "<tool_call>\n{\"name\": \"tool_23\", "
+                          "\"arguments\": {\"x\": 5}\n}\n</tool_call>", row,
+                          why, sizeof(why)) == 0, "%s", why);
+        h.free(h.ud);
+        llm_detok_free(d);
+        free(row);
+    }
+    e->tools = NULL;
+    free(tl);
+    free(r);
+    printf("ok %s with 24 tools (%d calls)\n", fmt, calls);
+}
+
 /* Accept the tokens of text one by one, each allowed by the mask. */
 static int
 feed_script(env_t *e, llm_seq_hooks_t *h, llm_detok_t *d, rec_t *r,
@@ -624,6 +695,9 @@ main(void)
     test_forced(&e, "deepseek-v3", NULL, "lookup_order");
     test_forced(&e, "minimax-m2", mm_tools, "set_level");
     test_mm_raw(&e);
+    test_many_tools(&e, "hermes");
+    test_many_tools(&e, "llama3-json");
+    test_many_tools(&e, "mistral");
     e.ctx.tool_call_format = "hermes";
     e.tools = NULL;
     test_none_and_auto(&e);
