@@ -34,7 +34,7 @@ PKGS_BUILD=(gcc make pkg-config nginx nginx-dev libprotobuf-c-dev
     protobuf-c-compiler libjansson-dev libpcre2-dev liburing-dev libssl-dev
     zlib1g-dev)
 PKGS_TEST=(perl curl nodejs npm python3 python3-numpy python3-jinja2)
-PKGS_BENCH=(wrk linux-perf time)
+PKGS_BENCH=(wrk linux-perf time fio)
 
 ensure_packages() {
     local missing=() p

@@ -57,7 +57,7 @@ while (my $l = <$fh>) {
 close $fh;
 is($? >> 8, 0, 'constrained.mjs exits 0');
 is($fails, 0, 'no failed checks');
-is($oks, 5, 'every check ran (3 on the error, 2 on the request loop)');
+is($oks, 6, 'every check ran (4 on errors, 2 on the request loop)');
 
 my $log = $t->engine_log('a');
 unlike($log, qr/\b(ERROR|assert|Sanitizer)\b/, 'engine log clean');

@@ -2093,6 +2093,20 @@ llm_tokindex_n_vocab(const llm_tokindex_t *ti)
     return ti->n_vocab;
 }
 
+/* The baseline x86-64 build has no popcnt instruction: SWAR, with the
+ * common all-clear and all-set words first. */
+static inline uint32_t
+llm_popcount64(uint64_t x)
+{
+    if (x == 0 || x == ~0ull) {
+        return x ? 64 : 0;
+    }
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (uint32_t) ((x * 0x0101010101010101ull) >> 56);
+}
+
 /* Depth-first over trie t from state `start`: set the bit of every token
  * whose bytes the automaton accepts, skipping a subtree at its first
  * rejected byte. */
@@ -2170,7 +2184,7 @@ llm_tokindex_mask(const llm_tokindex_t *ti, llm_gstate_t *st,
 
     for (w = 0; w < nw; w++) {
         m = bits[w];
-        allowed += (uint32_t) __builtin_popcountll(m);
+        allowed += llm_popcount64(m);
         if (w == nw - 1 && ti->n_vocab % 64) {
             m |= ~0ull << (ti->n_vocab % 64);      /* past the vocab */
         }

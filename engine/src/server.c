@@ -426,6 +426,57 @@ llm_srv_generate(llm_conn_t *c, const Llm__GenerateRequest *g)
     llm_tokens_free(&toks);
 }
 
+/*
+ * The expert cache's counters in EngineStats: hits count experts resident
+ * or already in flight (prefetched) when a layer needed them; the read
+ * rate is bytes over the time with reads in flight; stall per token is
+ * acquire's waiting over the tokens through the forward pass.
+ */
+static void
+llm_srv_expert_stats(llm_server_t *srv, Llm__EngineStats *es)
+{
+    llm_xcache_stats_t  xs;
+
+    if (srv->c.xcache == NULL) {
+        return;
+    }
+    llm_xcache_get_stats(srv->c.xcache, &xs);
+    es->expert_cache_hits = xs.hits + xs.prefetch_hits;
+    es->expert_cache_misses = xs.misses;
+    es->expert_bytes_read = xs.bytes_read;
+    es->expert_read_mbps = xs.io_busy_ns
+        ? (double) xs.bytes_read * 1e3 / (double) xs.io_busy_ns : 0.0;
+    es->expert_prefetch_accuracy = xs.prefetch_guessed
+        ? (double) xs.prefetch_right / (double) xs.prefetch_guessed : 0.0;
+    es->io_stall_ms_per_token = es->step_tokens_total
+        ? (double) xs.stall_ns / 1e6 / (double) es->step_tokens_total : 0.0;
+}
+
+void
+llm_server_log_expert_stats(llm_server_t *srv)
+{
+    Llm__EngineStats    es = LLM__ENGINE_STATS__INIT;
+    llm_sched_stats_t   st;
+
+    if (srv == NULL || srv->c.xcache == NULL) {
+        return;
+    }
+    llm_sched_get_stats(srv->sched, &st);
+    es.step_tokens_total = st.step_tokens_total;
+    llm_srv_expert_stats(srv, &es);
+    llm_log(LLM_LOG_INFO, "expert cache: %llu hits, %llu misses (hit rate "
+            "%.1f%%), %.1f MiB read at %.0f MB/s, prefetch accuracy %.1f%%, "
+            "I/O stall %.2f ms per token",
+            (unsigned long long) es.expert_cache_hits,
+            (unsigned long long) es.expert_cache_misses,
+            es.expert_cache_hits + es.expert_cache_misses
+            ? 100.0 * (double) es.expert_cache_hits
+              / (double) (es.expert_cache_hits + es.expert_cache_misses)
+            : 0.0,
+            (double) es.expert_bytes_read / 1048576.0, es.expert_read_mbps,
+            100.0 * es.expert_prefetch_accuracy, es.io_stall_ms_per_token);
+}
+
 static void
 llm_srv_info(llm_conn_t *c)
 {
@@ -453,6 +504,7 @@ llm_srv_info(llm_conn_t *c)
     es.seqs_running = st.seqs_running;
     es.kv_blocks_cached = st.kv_blocks_cached;
     es.step_tokens_total = st.step_tokens_total;
+    llm_srv_expert_stats(srv, &es);
 
     in.model = (char *) srv->c.model_name;
     in.n_aliases = srv->c.n_aliases;

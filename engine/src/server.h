@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "expert_cache.h"
 #include "scheduler.h"
 #include "template.h"
 #include "tokenizer.h"
@@ -62,6 +63,7 @@ typedef struct {
     const char          *chat_template_source;
     const char          *tool_call_format;
     int64_t              created;
+    llm_xcache_t        *xcache;        /* streamed experts, or NULL */
 } llm_server_conf_t;
 
 typedef struct llm_server_s llm_server_t;
@@ -72,5 +74,7 @@ int llm_server_create(llm_server_t **out, const llm_server_conf_t *conf,
 /* Runs until drained.  0, or a negative errno on a fatal error. */
 int llm_server_run(llm_server_t *srv);
 void llm_server_free(llm_server_t *srv);
+/* One info line with the expert cache's counters (if there is a cache). */
+void llm_server_log_expert_stats(llm_server_t *srv);
 
 #endif /* LLM_SERVER_H */

@@ -15,6 +15,7 @@
 
 #include "gguf.h"
 #include "grammar.h"
+#include "hooks.h"
 #include "sample.h"
 #include "tokenizer.h"
 
@@ -685,6 +686,86 @@ test_token_walks(const char *vocab)
     llm_gguf_close(gg);
 }
 
+/* hooks.c: what response_format installs, and the mask through it. */
+static void
+test_hooks(void)
+{
+    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    llm_hooks_ctx_t       ctx;
+    llm_seq_hooks_t       h;
+    llm_gguf_t           *gg = NULL;
+    llm_vocab_t          *v;
+    char                  err[512] = "";
+    float                *row;
+    uint32_t              nv, id;
+    int32_t               open = -1, close = -1;
+    int                   rc;
+
+    v = load_vocab("gpt-2", &gg);
+    if (v == NULL) {
+        return;
+    }
+    nv = llm_vocab_n_tokens(v);
+    rc = llm_hooks_ctx_init(&ctx, v, nv, NULL, err, sizeof(err));
+    CHECK(rc == 0, "hooks ctx: %s", err);
+    if (rc != 0) {
+        return;
+    }
+    row = malloc(nv * sizeof(float));
+
+    g.response_format_json = "";
+    CHECK(llm_hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == 0
+          && h.mask == NULL && h.accept == NULL, "no response_format");
+    g.response_format_json = "{\"type\":\"text\"}";
+    CHECK(llm_hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == 0
+          && h.mask == NULL, "text");
+    g.response_format_json = "{\"type\":\"json_schema\",\"json_schema\":"
+        "{\"name\":\"x\",\"schema\":{\"type\":\"object\","
+        "\"properties\":{\"a\":{\"minimum\":1}}}}}";
+    err[0] = '\0';
+    CHECK(llm_hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == -EINVAL
+          && strstr(err, "'minimum' at /properties/a") != NULL,
+          "bad schema: %s", err);
+
+    g.response_format_json = "{\"type\":\"json_object\"}";
+    rc = llm_hooks_make(&ctx, &g, 1, &h, err, sizeof(err));
+    CHECK(rc == 0 && h.mask && h.accept && h.free && h.ud, "json_object");
+    if (rc == 0 && h.mask) {
+        for (id = 0; id < nv; id++) {
+            size_t      len;
+            const char *p = llm_token_bytes(v, (int32_t) id, 0, &len);
+
+            if (len == 1 && p[0] == '{') {
+                open = (int32_t) id;
+            } else if (len == 1 && p[0] == '}') {
+                close = (int32_t) id;
+            }
+        }
+        for (id = 0; id < nv; id++) {
+            row[id] = 1.0f;
+        }
+        CHECK(h.mask(h.ud, row, nv) == 0, "mask at the start");
+        CHECK(open >= 0 && row[open] == 1.0f && close >= 0
+              && row[close] == -INFINITY
+              && row[llm_vocab_eos(v)] == -INFINITY,
+              "only an object may start, EOS may not");
+        CHECK(h.accept(h.ud, open) == 0 && h.accept(h.ud, close) == 0,
+              "accept {}");
+        for (id = 0; id < nv; id++) {
+            row[id] = 1.0f;
+        }
+        CHECK(h.mask(h.ud, row, nv) == 0 && row[llm_vocab_eos(v)] == 1.0f
+              && row[open] == -INFINITY, "complete: EOS allowed");
+        CHECK(h.accept(h.ud, llm_vocab_eos(v)) == 0, "accept EOS");
+        h.free(h.ud);
+    }
+    free(row);
+    llm_hooks_ctx_free(&ctx);
+    llm_vocab_free(v);
+    llm_gguf_close(gg);
+    printf("ok hooks\n");
+}
+
 int
 main(void)
 {
@@ -694,6 +775,7 @@ main(void)
     test_byte_walks();
     test_token_walks("gpt-2");
     test_token_walks("llama-spm");
+    test_hooks();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "expert_cache.h"
 #include "model.h"
 
 typedef struct {
@@ -26,6 +27,8 @@ typedef struct {
     uint8_t        *want;
     float          *logits;
     uint64_t        rng;
+    double         *step_ms;        /* [reps * n_gen] decode step times */
+    uint32_t        n_steps;
 } bench_t;
 
 static void
@@ -34,16 +37,25 @@ usage(FILE *f)
     fprintf(f,
         "usage: llm-bench -m FILE [-t THREADS] [-p N_PROMPT] [-n N_GEN]\n"
         "                 [-r REPS] [--kv-type f32|f16] [--no-prefault] [--json]\n"
+        "                 [--expert-cache-mb M]\n"
         "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
         "  -n  generated tokens (128)     -r  repetitions (default 3)\n"
         "  --no-prefault  let weight pages fault in on first use\n"
+        "  --expert-cache-mb M  stream experts from disk into M MiB of RAM\n"
+        "                 (docs/STREAMING.md); adds the cache's counters\n"
         "Prefill: one batch of -p tokens.  Decode: -n single-token steps on\n"
         "one sequence with the KV cache.  Reports tokens/s, mean +- stddev.\n"
         "JSON fields: pp_tps, pp_tps_std, tg_tps, tg_tps_std, threads,\n"
         "model_bytes, peak_rss_bytes, kv_bytes, n_prompt, n_gen, reps,\n"
         "active_bytes_per_token (weights one decode step reads), and\n"
         "pp_tps_cpu, tg_tps_cpu: tokens per CPU-second of each thread, a\n"
-        "figure less hurt by a shared, oversubscribed machine.\n");
+        "figure less hurt by a shared, oversubscribed machine; tg_p50_ms,\n"
+        "tg_p95_ms: decode step latency percentiles; rss_bytes: RSS at\n"
+        "the end; with --expert-cache-mb: expert_cache_mb, xc_slots,\n"
+        "xc_hits, xc_misses, xc_bytes_read, xc_miss_bytes_per_token,\n"
+        "xc_read_mbps, xc_stall_ms_per_token, xc_prefetch_accuracy,\n"
+        "xc_prefetch_issued, xc_prefetch_useful, xc_direct (over the timed\n"
+        "runs only), xc_slot_bytes, xc_experts_bytes.\n");
 }
 
 static double
@@ -91,12 +103,17 @@ static int
 run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
 {
     uint32_t  i;
+    double    t;
     int       rc;
 
     for (i = 0; i < n; i++) {
+        t = now_s();
         rc = run_batch(B, 1, i, err, errlen);
         if (rc < 0) {
             return rc;
+        }
+        if (B->step_ms != NULL) {
+            B->step_ms[B->n_steps++] = (now_s() - t) * 1e3;
         }
     }
     return 0;
@@ -153,6 +170,29 @@ active_bytes(const llm_model_t *m)
     return sum;
 }
 
+static int
+cmp_double(const void *a, const void *b)
+{
+    double  x = *(const double *) a, y = *(const double *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t
+rss_now(void)
+{
+    FILE                *f = fopen("/proc/self/statm", "r");
+    unsigned long long   size = 0, res = 0;
+
+    if (f != NULL) {
+        if (fscanf(f, "%llu %llu", &size, &res) != 2) {
+            res = 0;
+        }
+        fclose(f);
+    }
+    return (uint64_t) res * 4096;
+}
+
 static void
 stats(const double *v, int n, double *mean, double *sd)
 {
@@ -181,6 +221,7 @@ main(int argc, char **argv)
         { "kv-type", required_argument, NULL, 'k' },
         { "json", no_argument, NULL, 'J' },
         { "no-prefault", no_argument, NULL, 'F' },
+        { "expert-cache-mb", required_argument, NULL, 'X' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
@@ -201,6 +242,11 @@ main(int argc, char **argv)
     struct rusage    ru;
     char             err[512];
     uint32_t         bt = 16, maxb, j;
+    uint64_t         xmb = 0, ntg;
+    llm_xcache_t    *xc = NULL;
+    llm_xcache_opts_t xo;
+    llm_xcache_stats_t xs0, xs1;
+    double           p50 = 0, p95 = 0, busy, stall, acc;
 
     memset(&B, 0, sizeof(B));
     memset(&mopts, 0, sizeof(mopts));
@@ -213,6 +259,7 @@ main(int argc, char **argv)
         case 'r': reps = atoi(optarg); break;
         case 'J': json = 1; break;
         case 'F': mopts.no_prefault = 1; break;
+        case 'X': xmb = strtoull(optarg, NULL, 10); break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) {
                 kvt = LLM_TYPE_F16;
@@ -232,6 +279,7 @@ main(int argc, char **argv)
         return 2;
     }
 
+    mopts.expert_cache_mb = xmb;
     if (llm_model_load(&m, model, &mopts, err, sizeof(err)) < 0) {
         fprintf(stderr, "llm-bench: %s\n", err);
         return 1;
@@ -246,6 +294,15 @@ main(int argc, char **argv)
         fprintf(stderr, "llm-bench: %s\n", err);
         goto done;
     }
+    if (xmb > 0) {
+        memset(&xo, 0, sizeof(xo));
+        xo.cache_mb = xmb;
+        if (llm_xcache_create(&xc, m, &xo, err, sizeof(err)) < 0) {
+            fprintf(stderr, "llm-bench: %s\n", err);
+            goto done;
+        }
+        llm_ctx_set_expert_source(B.c, llm_xcache_source(xc));
+    }
     kv_bytes = llm_kv_block_bytes(m, bt, kvt) * maxb;
     B.n_blocks = maxb;
     B.blocks = malloc(maxb * sizeof(uint32_t));
@@ -258,7 +315,8 @@ main(int argc, char **argv)
     tg = calloc(reps, sizeof(double));
     ppc = calloc(reps, sizeof(double));
     tgc = calloc(reps, sizeof(double));
-    if (!B.blocks || !B.tok || !B.pos || !B.seq || !B.want || !B.logits
+    B.step_ms = calloc((size_t) reps * (ng > 0 ? ng : 1), sizeof(double));
+    if (!B.step_ms || !B.blocks || !B.tok || !B.pos || !B.seq || !B.want || !B.logits
         || !pp || !tg || !ppc || !tgc)
     {
         fprintf(stderr, "llm-bench: out of memory\n");
@@ -269,7 +327,8 @@ main(int argc, char **argv)
     }
     B.rng = 0x9e3779b97f4a7c15ull;
 
-    /* warm-up: fault the weights in, size the buffers */
+    /* warm-up: fault the weights in, size the buffers (not timed) */
+    B.n_steps = 0;
     if ((np > 0 && run_batch(&B, (uint32_t) np, 0, err, sizeof(err)) < 0)
         || (ng > 0 && run_tg(&B, ng < 4 ? (uint32_t) ng : 4, err,
                              sizeof(err)) < 0))
@@ -278,6 +337,11 @@ main(int argc, char **argv)
         goto done;
     }
 
+    B.n_steps = 0;
+    memset(&xs0, 0, sizeof(xs0));
+    if (xc != NULL) {
+        llm_xcache_get_stats(xc, &xs0);
+    }
     flt0 = minflt();
     for (i = 0; i < reps; i++) {
         if (np > 0) {
@@ -311,6 +375,22 @@ main(int argc, char **argv)
         stats(tgc, reps, &tgcm, &sdc);
     }
     getrusage(RUSAGE_SELF, &ru);
+    if (B.n_steps > 0) {
+        qsort(B.step_ms, B.n_steps, sizeof(double), cmp_double);
+        p50 = B.step_ms[(B.n_steps - 1) / 2];
+        p95 = B.step_ms[(size_t) ((B.n_steps - 1) * 0.95 + 0.5)];
+    }
+    memset(&xs1, 0, sizeof(xs1));
+    if (xc != NULL) {
+        llm_xcache_get_stats(xc, &xs1);
+    }
+    ntg = (uint64_t) reps * (uint64_t) ng + (uint64_t) reps * np;
+    ntg = ntg ? ntg : 1;
+    busy = (double) (xs1.io_busy_ns - xs0.io_busy_ns);
+    stall = (double) (xs1.stall_ns - xs0.stall_ns);
+    acc = xs1.prefetch_guessed > xs0.prefetch_guessed
+          ? (double) (xs1.prefetch_right - xs0.prefetch_right)
+            / (double) (xs1.prefetch_guessed - xs0.prefetch_guessed) : 0.0;
 
     if (json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"quant\": \"%s\", "
@@ -320,12 +400,37 @@ main(int argc, char **argv)
                "%.3f, \"pp_tps_cpu\": %.3f, \"tg_tps_cpu\": %.3f, "
                "\"model_bytes\": %llu, \"active_bytes_per_token\": %llu, "
                "\"kv_bytes\": %zu, \"peak_rss_bytes\": %llu, "
-               "\"page_faults\": %ld}\n", model,
+               "\"page_faults\": %ld, \"tg_p50_ms\": %.3f, "
+               "\"tg_p95_ms\": %.3f, \"rss_bytes\": %llu, "
+               "\"expert_cache_mb\": %llu, \"xc_slots\": %u, "
+               "\"xc_hits\": %llu, \"xc_misses\": %llu, "
+               "\"xc_bytes_read\": %llu, \"xc_miss_bytes_per_token\": %.0f, "
+               "\"xc_read_mbps\": %.1f, \"xc_stall_ms_per_token\": %.3f, "
+               "\"xc_prefetch_accuracy\": %.4f, \"xc_prefetch_issued\": "
+               "%llu, \"xc_prefetch_useful\": %llu, \"xc_direct\": %d, "
+               "\"xc_slot_bytes\": %llu, \"xc_experts_bytes\": %llu}\n",
+               model,
                B.hp->arch_name, llm_model_quant_name(m),
                llm_simd_name(llm_simd_level()), threads, np, ng, reps, ppm,
                pps, tgm, tgs, ppcm, tgcm, (unsigned long long) model_bytes,
                (unsigned long long) active_bytes(m), kv_bytes,
-               (unsigned long long) ru.ru_maxrss * 1024ull, faults);
+               (unsigned long long) ru.ru_maxrss * 1024ull, faults, p50,
+               p95, (unsigned long long) rss_now(), (unsigned long long) xmb,
+               xs1.n_slots,
+               (unsigned long long) (xs1.hits + xs1.prefetch_hits
+                                     - xs0.hits - xs0.prefetch_hits),
+               (unsigned long long) (xs1.misses - xs0.misses),
+               (unsigned long long) (xs1.bytes_read - xs0.bytes_read),
+               (double) (xs1.bytes_read - xs0.bytes_read) / (double) ntg,
+               busy > 0 ? (double) (xs1.bytes_read - xs0.bytes_read) / busy
+                          * 1e3 : 0.0,
+               stall / 1e6 / (double) ntg, acc,
+               (unsigned long long) (xs1.prefetch_issued
+                                     - xs0.prefetch_issued),
+               (unsigned long long) (xs1.prefetch_useful
+                                     - xs0.prefetch_useful),
+               xs1.direct, (unsigned long long) xs1.slot_bytes,
+               (unsigned long long) xs1.experts_bytes);
     } else {
         printf("| model | size | params | simd | threads | test | t/s |\n");
         printf("| --- | ---: | ---: | --- | ---: | --- | ---: |\n");
@@ -349,6 +454,34 @@ main(int argc, char **argv)
                ru.ru_maxrss / 1048576.0, model_bytes / 1073741824.0,
                active_bytes(m) / 1e6);
         printf("page faults in the timed runs: %ld\n", faults);
+        if (ng > 0) {
+            printf("decode step latency: p50 %.2f ms, p95 %.2f ms\n", p50,
+                   p95);
+        }
+        if (xc != NULL) {
+            printf("expert cache %llu MiB (%u slots of %.2f MiB, %s): "
+                   "%llu hits (%llu of them still in flight from a "
+                   "prefetch), %llu misses, %.1f MB read per token at "
+                   "%.0f MB/s, stalled %.2f ms per token, prefetch "
+                   "accuracy %.1f%% (%llu read, %llu used)\n",
+                   (unsigned long long) xmb, xs1.n_slots,
+                   xs1.slot_bytes / 1048576.0,
+                   xs1.direct ? "O_DIRECT" : "buffered",
+                   (unsigned long long) (xs1.hits + xs1.prefetch_hits
+                                         - xs0.hits - xs0.prefetch_hits),
+                   (unsigned long long) (xs1.prefetch_hits
+                                         - xs0.prefetch_hits),
+                   (unsigned long long) (xs1.misses - xs0.misses),
+                   (double) (xs1.bytes_read - xs0.bytes_read) / 1e6
+                   / (double) ntg,
+                   busy > 0 ? (double) (xs1.bytes_read - xs0.bytes_read)
+                              / busy * 1e3 : 0.0,
+                   stall / 1e6 / (double) ntg, acc * 100.0,
+                   (unsigned long long) (xs1.prefetch_issued
+                                         - xs0.prefetch_issued),
+                   (unsigned long long) (xs1.prefetch_useful
+                                         - xs0.prefetch_useful));
+        }
         printf("per CPU-second of each thread (what an idle machine would "
                "give): pp %.2f t/s, tg %.2f t/s\n", ppcm, tgcm);
     }
@@ -356,6 +489,7 @@ main(int argc, char **argv)
 
 done:
     llm_ctx_free(B.c);
+    llm_xcache_free(xc);
     llm_kv_free(kv);
     llm_model_free(m);
     free(B.blocks);
@@ -368,5 +502,6 @@ done:
     free(tg);
     free(ppc);
     free(tgc);
+    free(B.step_ms);
     return rc;
 }

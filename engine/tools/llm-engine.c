@@ -13,9 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "expert_cache.h"
 #include "gguf.h"
 #include "model.h"
 #include "prompt.h"
@@ -57,7 +59,10 @@ usage(FILE *f)
 "  --max-frame BYTES     largest request frame (default 16 MiB)\n"
 "  --write-buffer-kb K   output held per connection before its streams\n"
 "                        pause for a slow reader (default 1024)\n"
-"  --expert-cache-mb M   RAM for experts when streaming (default 0: mmap)\n"
+"  --expert-cache-mb M   stream experts from disk (io_uring) into M MiB\n"
+"                        of RAM; 0: map the whole file.  Default: 0,\n"
+"                        or half the allowed memory when the file is\n"
+"                        over 90%% of it (docs/STREAMING.md)\n"
 "  --mlock               lock the weights in RAM\n"
 "  --log-level L         error, warn, info (default) or debug\n"
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
@@ -151,7 +156,7 @@ main(int argc, char **argv)
     uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
     uint32_t            block_tokens = 16, step_tokens = 512;
     uint32_t            max_queue = 256, max_frame = 16u << 20;
-    uint32_t            expert_mb = 0, n_blocks, wbuf_kb = 1024;
+    uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
     size_t              n_aliases = 0, block_bytes;
     double              drain = 30.0, t0;
     llm_type_t          kv_type = LLM_TYPE_F16;
@@ -163,6 +168,11 @@ main(int argc, char **argv)
     llm_tmpl_t         *tmpl = NULL;
     llm_server_t       *srv = NULL;
     llm_server_conf_t   sc;
+    llm_xcache_t       *xc = NULL;
+    llm_xcache_opts_t   xo;
+    llm_xcache_stats_t  xs;
+    struct stat         fst;
+    uint64_t            allowed = 0;
     const llm_hparams_t *hp;
     llm_gguf_str_t      ts = { 0 };
     char                err[512] = "", rev[16], fp[32];
@@ -295,6 +305,19 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "starting: model %s, %u threads, max batch %u",
             model_path, threads, max_batch);
     t0 = now_s();
+    if (expert_mb == UINT32_MAX) {
+        expert_mb = 0;
+        if (stat(model_path, &fst) == 0) {
+            expert_mb = (uint32_t) llm_xcache_auto_mb((uint64_t) fst.st_size,
+                                                      &allowed);
+        }
+        if (expert_mb > 0) {
+            llm_log(LLM_LOG_INFO, "the file (%.1f MiB) is over 90%% of the "
+                    "memory allowed (%.1f MiB): streaming experts with a "
+                    "%u MiB cache", (double) fst.st_size / 1048576.0,
+                    (double) allowed / 1048576.0, expert_mb);
+        }
+    }
     mo.expert_cache_mb = expert_mb;
     if (llm_model_load(&m, model_path, &mo, err, sizeof(err)) != 0) {
         llm_log(LLM_LOG_ERROR, "%s", err);
@@ -337,6 +360,27 @@ main(int argc, char **argv)
     {
         llm_log(LLM_LOG_ERROR, "%s", err);
         goto done;
+    }
+
+    if (expert_mb > 0 && hp->n_expert > 0) {
+        memset(&xo, 0, sizeof(xo));
+        xo.cache_mb = expert_mb;
+        if (llm_xcache_create(&xc, m, &xo, err, sizeof(err)) != 0) {
+            llm_log(LLM_LOG_ERROR, "%s", err);
+            goto done;
+        }
+        llm_ctx_set_expert_source(ctx, llm_xcache_source(xc));
+        llm_xcache_get_stats(xc, &xs);
+        llm_log(LLM_LOG_INFO, "expert cache: %u MiB, %u slots of %.2f MiB "
+                "for %.1f MiB of experts (%.0f%%), reads %s", expert_mb,
+                xs.n_slots, (double) xs.slot_bytes / 1048576.0,
+                (double) xs.experts_bytes / 1048576.0,
+                100.0 * (double) xs.n_slots * (double) xs.slot_bytes
+                / (double) xs.experts_bytes,
+                xs.direct ? "O_DIRECT" : "buffered (O_DIRECT refused)");
+    } else if (expert_mb > 0) {
+        llm_log(LLM_LOG_WARN, "--expert-cache-mb %u: the model has no "
+                "experts; mapping the whole file", expert_mb);
     }
 
     if (llm_gguf_get_str(llm_model_gguf(m), "tokenizer.chat_template", &ts,
@@ -416,6 +460,7 @@ main(int argc, char **argv)
     sc.chat_template_source = tsrc;
     sc.tool_call_format = tfmt;
     sc.created = (int64_t) time(NULL);
+    sc.xcache = xc;
 
     if (llm_server_create(&srv, &sc, err, sizeof(err)) != 0) {
         llm_log(LLM_LOG_ERROR, "%s", err);
@@ -424,11 +469,15 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "listening on %s%s%s", sock ? sock : "",
             sock && listen_on ? " and " : "", listen_on ? listen_on : "");
     rc = llm_server_run(srv) == 0 ? 0 : 1;
+    if (xc != NULL) {
+        llm_server_log_expert_stats(srv);
+    }
 
 done:
     llm_server_free(srv);
     llm_tmpl_free(tmpl);
     llm_ctx_free(ctx);
+    llm_xcache_free(xc);
     llm_kv_free(kv);
     llm_vocab_free(v);
     llm_model_free(m);

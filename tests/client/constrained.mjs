@@ -345,6 +345,25 @@ async function main() {
                .test(e.message), `pattern: message: ${e.message}`);
     }
 
+    // the same when streaming: the error comes before any chunk
+    try {
+        const s = await client.chat.completions.create({
+            model, max_tokens: 8, stream: true,
+            messages: [{ role: 'user', content: 'x' }],
+            response_format: { type: 'json_schema', json_schema: {
+                name: 'm', schema: { type: 'array', minItems: 1,
+                                     maxItems: 0 } } },
+        });
+        for await (const chunk of s) {
+            void chunk;
+        }
+        ok(false, 'stream: 400');
+    } catch (e) {
+        ok(e instanceof OpenAI.BadRequestError && e.param === 'response_format'
+           && /'minItems' is greater than 'maxItems'/.test(e.message),
+           `stream: BadRequestError naming minItems (${e.status} ${e.message})`);
+    }
+
     const t0 = Date.now();
     const results = new Array(N);
     let next = 0, bad = 0, chars = 0;
