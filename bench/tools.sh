@@ -148,6 +148,6 @@ EPID=
 
 echo
 echo "# the hooks' set-up per sequence (llm-toolbench, two tools)"
-for F in hermes mistral deepseek-v3; do
+for F in hermes mistral deepseek-v3 minimax-m2; do
     "$BUILD/bin/llm-toolbench" -m "$MODEL" --format "$F" | sed 's/^/    /'
 done

@@ -16,9 +16,18 @@
  *           {"name": ..., "arguments": ...}, an anyOf of one branch per
  *           allowed tool (name const, arguments the tool's parameters,
  *           keys in that order); for mistral and deepseek-v3 the chosen
- *           tool's arguments.  Once complete, the closer's first pieces
- *           (or, for mistral, another [TOOL_CALLS] and the end) are
- *           allowed as well
+ *           tool's arguments; for minimax-m2 one parameter's value (any
+ *           type but string) against its schema.  Once complete, the
+ *           closer's first pieces (or, for mistral, another [TOOL_CALLS]
+ *           and the end) are allowed as well
+ *
+ * minimax-m2 calls are written as its template shows them: the opener and
+ * \n, then per call <invoke name="f">\n, per parameter (in the schema's
+ * order, none past a required one still missing) <parameter name="k">,
+ * the value and </parameter>\n, then </invoke>\n, and after the last call
+ * </minimax:tool_call>.
+ *   RAW     minimax-m2: a string parameter's value, any text up to
+ *           </parameter> (which may come only at the end of a token)
  *   AFTER   hermes after a call: the end, or (parallel_tool_calls) up to
  *           two whitespace bytes and the opener of another call
  *   END     only the end
@@ -76,6 +85,7 @@ typedef enum {
     TP_LIT,
     TP_SET,
     TP_JSON,
+    TP_RAW,
     TP_AFTER,
     TP_END,
     TP_OFF
@@ -86,7 +96,13 @@ typedef enum {
     NX_JSON = 0,     /* the call's JSON (of tool `tool` when per tool) */
     NX_NAMES,        /* the set of names */
     NX_CALLBEGIN,    /* deepseek-v3: <｜tool▁call▁begin｜>, then names */
+    NX_MM_START,     /* minimax-m2: \n, then names */
+    NX_HEAD,         /* hermes, llama3-json with many tools: the call
+                        object's head {"name": ", then names */
     NX_AFTER,        /* what may follow a call */
+    NX_MM_PARAMS,    /* minimax-m2: the next parameter (of tool `tool`, or
+                        -1: of the tool being written) or </invoke> */
+    NX_MM_VALUE,     /* minimax-m2: the value of parameter `tool` */
     NX_END,
     NX_OFF
 } llm_th_next_e;
@@ -97,6 +113,20 @@ typedef struct {
     llm_th_next_e   next;
     int             tool;
 } llm_th_cand_t;
+
+/* minimax-m2: one allowed tool's parameters, in the schema's order. */
+typedef struct {
+    uint32_t                n;
+    int                    *required;
+    llm_grammar_t         **g;           /* NULL: a string, written raw */
+    llm_gstate_t          **st;
+    llm_th_cand_t          *cands;       /* <parameter name="k">, then
+                                            </invoke>\n at [n] */
+} llm_th_mmtool_t;
+
+/* Newlines end the literals, as they end pre-tokens: a BPE token such as
+ * ">\n" then lies inside one literal. */
+#define MM_CLOSER       "</parameter>\n"
 
 typedef struct {
     const llm_hooks_ctx_t  *ctx;
@@ -117,6 +147,10 @@ typedef struct {
     /* the family's shape */
     const char             *opener;
     llm_th_next_e           opener_next;
+    const char             *forced;      /* what a forced call starts with
+                                            (NULL: the opener) */
+    llm_th_next_e           forced_next;
+    const char             *head;        /* NX_HEAD's literal */
     const char             *closer;      /* after the JSON, then AFTER */
     const char             *json_union;  /* allowed once the JSON is whole */
     llm_th_next_e           union_next;
@@ -151,6 +185,19 @@ typedef struct {
     int32_t                *has_opener;  /* tokens containing the opener */
     uint32_t                n_has;
     float                  *saved;
+
+    /* minimax-m2 */
+    llm_th_mmtool_t        *mm;          /* per name candidate */
+    uint32_t                n_mm;
+    int                     mm_tool;
+    uint32_t                mm_pos;      /* next parameter allowed */
+    llm_th_cand_t          *pset;        /* the parameter set now */
+    llm_th_cand_t          *mm_after;    /* </minimax:tool_call>, names */
+    uint32_t                n_mm_after;
+    char                    raw_tail[16];
+    size_t                  raw_len;
+    int32_t                *bad_raw;     /* </parameter> not at the end */
+    uint32_t                n_bad_raw;
 
     /* markers that are control tokens: the detokenizer leaves them out
      * of the text, so accept() passes them to the parser (pending) */
@@ -227,6 +274,12 @@ llm_th_scan_vocab(llm_th_t *th)
     for (uint32_t i = 0; i < th->n_names; i++) {
         llm_th_mark_bytes(in, th->names[i].s, th->names[i].len);
     }
+    for (uint32_t t = 0; t < th->n_mm; t++) {
+        for (uint32_t i = 0; i <= th->mm[t].n; i++) {
+            llm_th_mark_bytes(in, th->mm[t].cands[i].s,
+                              th->mm[t].cands[i].len);
+        }
+    }
     for (uint32_t id = 0; id < n && rc == 0; id++) {
         size_t      len;
         const char *b = llm_th_bytes(th, (int32_t) id, &len);
@@ -250,8 +303,21 @@ llm_th_scan_vocab(llm_th_t *th)
         for (uint32_t i = 0; k == len && i < th->n_names && !lit; i++) {
             lit = llm_th_piece(th->names[i].s, th->names[i].len, b, len);
         }
+        for (uint32_t t = 0; k == len && t < th->n_mm && !lit; t++) {
+            for (uint32_t i = 0; i <= th->mm[t].n && !lit; i++) {
+                lit = llm_th_piece(th->mm[t].cands[i].s,
+                                   th->mm[t].cands[i].len, b, len);
+            }
+        }
         if (lit) {
             rc = llm_th_push(&th->lit_toks, &th->n_lit, (int32_t) id);
+        }
+        if (rc == 0 && th->n_mm && len >= sizeof(MM_CLOSER) - 1) {
+            const char *c = memmem(b, len, MM_CLOSER, sizeof(MM_CLOSER) - 1);
+
+            if (c && (size_t) (c - b) + sizeof(MM_CLOSER) - 1 != len) {
+                rc = llm_th_push(&th->bad_raw, &th->n_bad_raw, (int32_t) id);
+            }
         }
         if (rc == 0 && ol && len >= ol
             && memchr(b, th->opener[0], len - ol + 1)
@@ -477,6 +543,203 @@ llm_th_grammar_per_tool(llm_th_t *th, json_t *tools, const char *only,
 }
 
 
+/* minimax-m2: is the parameter a string (written raw)?  The parser's rule
+ * (toolcall.c): type "string", or a list of "string" and "null". */
+static int
+llm_th_mm_string(const json_t *p)
+{
+    const json_t *t = json_object_get(p, "type");
+    size_t        i;
+    json_t       *e;
+    int           str = 0;
+
+    if (json_is_string(t)) {
+        return strcmp(json_string_value(t), "string") == 0;
+    }
+    json_array_foreach(t, i, e) {
+        if (!json_is_string(e)) {
+            return 0;
+        }
+        if (strcmp(json_string_value(e), "string") == 0) {
+            str = 1;
+        } else if (strcmp(json_string_value(e), "null") != 0) {
+            return 0;
+        }
+    }
+    return str;
+}
+
+static char *
+llm_th_cat3(const char *a, const char *b, const char *c, size_t *len)
+{
+    size_t  la = strlen(a), lb = strlen(b), lc = strlen(c);
+    char   *s = malloc(la + lb + lc + 1);
+
+    if (s) {
+        memcpy(s, a, la);
+        memcpy(s + la, b, lb);
+        memcpy(s + la + lb, c, lc + 1);
+        *len = la + lb + lc;
+    }
+    return s;
+}
+
+/* One tool's parameters: a candidate per property, a grammar per value
+ * that is not a string (the property's schema, with the root's $defs). */
+static int
+llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, size_t ti, char *err,
+    size_t errlen)
+{
+    json_t      *props = json_object_get(params, "properties"), *p;
+    json_t      *req = json_object_get(params, "required"), *defs, *r;
+    const char  *k;
+    char         e2[256];
+    size_t       n = json_object_size(props), i, j;
+    int          rc;
+
+    defs = json_object_get(params, "$defs");
+    t->required = calloc(n + 1, sizeof(int));
+    t->g = calloc(n + 1, sizeof(*t->g));
+    t->st = calloc(n + 1, sizeof(*t->st));
+    t->cands = calloc(n + 1, sizeof(*t->cands));
+    if (t->required == NULL || t->g == NULL || t->st == NULL
+        || t->cands == NULL)
+    {
+        goto nomem;
+    }
+    json_object_foreach(props, k, p) {
+        llm_th_cand_t *c = &t->cands[t->n];
+
+        json_array_foreach(req, j, r) {
+            if (json_is_string(r) && strcmp(json_string_value(r), k) == 0) {
+                t->required[t->n] = 1;
+            }
+        }
+        c->s = llm_th_cat3("<parameter name=\"", k, "\">", &c->len);
+        if (c->s == NULL) {
+            goto nomem;
+        }
+        c->next = NX_MM_VALUE;
+        c->tool = (int) t->n;
+        if (!llm_th_mm_string(p)) {
+            json_t *sub = json_deep_copy(p);
+
+            if (sub == NULL) {
+                goto nomem;
+            }
+            if (defs) {
+                json_object_set(sub, "$defs", defs);
+            }
+            rc = llm_grammar_compile(&t->g[t->n], sub, LLM_GRAMMAR_ORDERED
+                                     | LLM_GRAMMAR_STRICT, e2, sizeof(e2));
+            json_decref(sub);
+            if (rc != 0) {
+                snprintf(err, errlen, "tools[%zu].function.parameters: "
+                         "properties.%s: %s", ti, k, e2);
+                t->n++;
+                return rc;
+            }
+            if (llm_gstate_create(&t->st[t->n], t->g[t->n]) != 0) {
+                t->n++;
+                goto nomem;
+            }
+        }
+        t->n++;
+    }
+    i = t->n;
+    t->cands[i].s = strdup("</invoke>\n");
+    if (t->cands[i].s == NULL) {
+        goto nomem;
+    }
+    t->cands[i].len = strlen(t->cands[i].s);
+    t->cands[i].next = NX_AFTER;
+    t->cands[i].tool = -1;
+    return 0;
+
+nomem:
+    snprintf(err, errlen, "tools: out of memory");
+    return -ENOMEM;
+}
+
+/* minimax-m2: the invoke names, each tool's parameters, what follows a
+ * call. */
+static int
+llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
+    char *err, size_t errlen)
+{
+    size_t   i, n = json_array_size(tools), maxp = 0;
+    json_t  *t;
+    char     e2[256];
+    int      rc;
+
+    th->names = calloc(n ? n : 1, sizeof(*th->names));
+    th->mm = calloc(n ? n : 1, sizeof(*th->mm));
+    th->mm_after = calloc(n + 1, sizeof(*th->mm_after));
+    if (th->names == NULL || th->mm == NULL || th->mm_after == NULL) {
+        snprintf(err, errlen, "tools: out of memory");
+        return -ENOMEM;
+    }
+    json_array_foreach(tools, i, t) {
+        json_t         *f = json_object_get(t, "function");
+        const char     *name = json_string_value(json_object_get(f, "name"));
+        json_t         *p = json_object_get(f, "parameters");
+        llm_grammar_t  *g;
+        llm_th_cand_t  *c;
+
+        if (name == NULL) {
+            snprintf(err, errlen, "tools[%zu].function.name: missing", i);
+            return -EINVAL;
+        }
+        /* the whole schema first, so that an error names the keyword */
+        rc = llm_grammar_compile(&g, p, LLM_GRAMMAR_ORDERED, e2, sizeof(e2));
+        if (rc != 0) {
+            snprintf(err, errlen, "tools[%zu].function.parameters: %s", i,
+                     e2);
+            return rc;
+        }
+        llm_grammar_free(g);
+        if ((only && strcmp(name, only) != 0)
+            || strlen(name) + 20 >= LLM_TH_SBUF)
+        {
+            continue;
+        }
+        rc = llm_th_mm_tool(&th->mm[th->n_mm++], p, i, err, errlen);
+        if (rc != 0) {
+            return rc;
+        }
+        if (th->mm[th->n_mm - 1].n > maxp) {
+            maxp = th->mm[th->n_mm - 1].n;
+        }
+        c = &th->names[th->n_names++];
+        c->s = llm_th_cat3("<invoke name=\"", name, "\">\n", &c->len);
+        if (c->s == NULL) {
+            snprintf(err, errlen, "tools: out of memory");
+            return -ENOMEM;
+        }
+        c->next = NX_MM_PARAMS;
+        c->tool = (int) th->n_mm - 1;
+    }
+    if (th->n_names == 0) {
+        snprintf(err, errlen, "tool_choice: no function named '%s' in "
+                 "tools", only ? only : "");
+        return -EINVAL;
+    }
+    th->pset = calloc(maxp + 1, sizeof(*th->pset));
+    if (th->pset == NULL) {
+        snprintf(err, errlen, "tools: out of memory");
+        return -ENOMEM;
+    }
+    /* after a call: the end of the block, or (parallel) another invoke;
+     * the names' strings stay owned by names */
+    th->mm_after[th->n_mm_after++] = (llm_th_cand_t) {
+        (char *) "</minimax:tool_call>", 20, NX_END, -1 };
+    for (uint32_t k = 0; th->parallel && k < th->n_names; k++) {
+        th->mm_after[th->n_mm_after++] = th->names[k];
+    }
+    return 0;
+}
+
+
 /* The hooks. */
 
 /* Keep only the tokens of ids that ok() takes (all when ok is NULL). */
@@ -560,6 +823,57 @@ llm_th_lit(llm_th_t *th, const char *lit, size_t off, llm_th_next_e nx)
     }
 }
 
+/* minimax-m2: the parameters that may come next (in order, none past a
+ * required one still missing), and </invoke> when none is missing. */
+static void
+llm_th_mm_params(llm_th_t *th, int tool)
+{
+    llm_th_mmtool_t *t;
+    uint32_t         n = 0, k;
+    int              missing = 0;
+
+    if (tool >= 0) {
+        th->mm_tool = tool;
+        th->mm_pos = 0;
+    }
+    t = &th->mm[th->mm_tool];
+    for (k = th->mm_pos; k < t->n; k++) {
+        th->pset[n++] = t->cands[k];
+        if (t->required[k]) {
+            missing = 1;
+            break;
+        }
+    }
+    if (!missing) {
+        th->pset[n++] = t->cands[t->n];
+    }
+    th->set = th->pset;
+    th->n_set = n;
+    th->sbuf_len = 0;
+    th->phase = TP_SET;
+}
+
+/* minimax-m2: the value of parameter k: raw text for a string, else JSON
+ * against its schema, then </parameter>. */
+static void
+llm_th_mm_value(llm_th_t *th, int k)
+{
+    llm_th_mmtool_t *t = &th->mm[th->mm_tool];
+
+    th->mm_pos = (uint32_t) k + 1;
+    if (t->g[k] == NULL) {
+        th->raw_len = 0;
+        th->phase = TP_RAW;
+        return;
+    }
+    th->st = t->st[k];
+    llm_gstate_reset(th->st);
+    th->json_union = MM_CLOSER;
+    th->union_next = NX_MM_PARAMS;
+    th->json_eog = 0;
+    th->phase = TP_JSON;
+}
+
 static void
 llm_th_go(llm_th_t *th, llm_th_next_e nx, int tool)
 {
@@ -583,8 +897,25 @@ llm_th_go(llm_th_t *th, llm_th_next_e nx, int tool)
     case NX_CALLBEGIN:
         llm_th_lit(th, DS_CALL_BEGIN, 0, NX_NAMES);
         return;
+    case NX_MM_START:
+        llm_th_lit(th, "\n", 0, NX_NAMES);
+        return;
+    case NX_HEAD:
+        llm_th_lit(th, th->head, 0, NX_NAMES);
+        return;
+    case NX_MM_PARAMS:
+        llm_th_mm_params(th, tool);
+        return;
+    case NX_MM_VALUE:
+        llm_th_mm_value(th, tool);
+        return;
     case NX_AFTER:
-        if (th->n_after) {
+        if (th->n_mm_after) {
+            th->set = th->mm_after;
+            th->n_set = th->n_mm_after;
+            th->sbuf_len = 0;
+            th->phase = TP_SET;
+        } else if (th->n_after) {
             th->set = th->after;
             th->n_set = th->n_after;
             th->sbuf_len = 0;
@@ -724,6 +1055,69 @@ llm_th_mask_after(llm_th_t *th, float *logits, uint32_t n_vocab)
     }
 }
 
+/* minimax-m2 string value: no end token, and </parameter> only at the end
+ * of a token (what follows it is the grammar's again). */
+static void
+llm_th_mask_raw(llm_th_t *th, float *logits, uint32_t n_vocab)
+{
+    static const char  c[] = MM_CLOSER;
+    size_t             cl = sizeof(c) - 1;
+    uint32_t           nv = llm_vocab_n_tokens(th->ctx->vocab);
+
+    for (uint32_t i = 0; i < th->n_bad_raw; i++) {
+        if ((uint32_t) th->bad_raw[i] < n_vocab) {
+            logits[th->bad_raw[i]] = -INFINITY;
+        }
+    }
+    for (uint32_t i = 0; i < th->n_eog; i++) {
+        if ((uint32_t) th->eog_toks[i] < n_vocab) {
+            logits[th->eog_toks[i]] = -INFINITY;
+        }
+    }
+    for (size_t k = cl - 1; k > 0; k--) {
+        if (th->raw_len < k
+            || memcmp(th->raw_tail + th->raw_len - k, c, k) != 0)
+        {
+            continue;
+        }
+        /* a token finishing the closer must end there */
+        for (uint32_t id = 0; id < nv && id < n_vocab; id++) {
+            size_t      len;
+            const char *b = llm_th_bytes(th, (int32_t) id, &len);
+
+            if (len > cl - k && memcmp(b, c + k, cl - k) == 0) {
+                logits[id] = -INFINITY;
+            }
+        }
+    }
+}
+
+static void
+llm_th_raw_accept(llm_th_t *th, const char *b, size_t len)
+{
+    char    buf[sizeof(th->raw_tail) + 256];
+    size_t  n, keep = sizeof(th->raw_tail) - 1;
+
+    if (len > 256) {
+        b += len - 256;
+        len = 256;
+    }
+    memcpy(buf, th->raw_tail, th->raw_len);
+    memcpy(buf + th->raw_len, b, len);
+    n = th->raw_len + len;
+    if (memmem(buf, n, MM_CLOSER, sizeof(MM_CLOSER) - 1)) {
+        llm_th_go(th, NX_MM_PARAMS, -1);
+        return;
+    }
+    if (n > keep) {
+        memmove(th->raw_tail, buf + n - keep, keep);
+        th->raw_len = keep;
+    } else {
+        memcpy(th->raw_tail, buf, n);
+        th->raw_len = n;
+    }
+}
+
 static int
 llm_th_mask(void *ud, float *logits, uint32_t n_vocab)
 {
@@ -745,6 +1139,9 @@ llm_th_mask(void *ud, float *logits, uint32_t n_vocab)
         return 0;
     case TP_JSON:
         return llm_th_mask_json(th, logits, n_vocab);
+    case TP_RAW:
+        llm_th_mask_raw(th, logits, n_vocab);
+        return 0;
     case TP_AFTER:
         llm_th_mask_after(th, logits, n_vocab);
         return 0;
@@ -758,8 +1155,45 @@ llm_th_mask(void *ud, float *logits, uint32_t n_vocab)
     return 0;
 }
 
+static void llm_th_set_accept(llm_th_t *th, const char *b, size_t len);
+
+/* The bytes of a token after the opener, into the phase that follows it
+ * (a literal, a set, the JSON); OFF when they do not fit. */
+static void
+llm_th_feed_rest(llm_th_t *th, const char *b, size_t len)
+{
+    size_t k;
+
+    while (len > 0) {
+        switch (th->phase) {
+        case TP_JSON:
+            if (llm_gstate_feed(th->st, b, len) != 0) {
+                th->phase = TP_OFF;
+            }
+            return;
+        case TP_LIT:
+            k = strlen(th->lit) - th->lit_off;
+            k = k < len ? k : len;
+            if (memcmp(th->lit + th->lit_off, b, k) != 0) {
+                th->phase = TP_OFF;
+                return;
+            }
+            llm_th_lit(th, th->lit, th->lit_off + k, th->lit_next);
+            b += k;
+            len -= k;
+            break;
+        case TP_SET:
+            llm_th_set_accept(th, b, len);
+            return;
+        default:
+            th->phase = TP_OFF;
+            return;
+        }
+    }
+}
+
 /* FREE: remember the last bytes; with the opener written, the call
- * begins (for hermes its grammar gets the bytes after the opener). */
+ * begins (what the token has after the opener goes to what follows). */
 static void
 llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
 {
@@ -784,10 +1218,8 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
             th->phase = TP_OFF;
             return;
         }
-        llm_th_go(th, NX_JSON, -1);
-        if (llm_gstate_feed(th->st, b + k, len - k) != 0) {
-            th->phase = TP_OFF;
-        }
+        llm_th_go(th, th->opener_next, -1);
+        llm_th_feed_rest(th, b + k, len - k);
         return;
     }
     if (th->opener == NULL) {
@@ -810,10 +1242,8 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
             return;
         }
         llm_th_go(th, th->opener_next, -1);
-        if (rest && (th->phase != TP_JSON
-                     || llm_gstate_feed(th->st, f + ol, rest) != 0))
-        {
-            th->phase = TP_OFF;    /* the token went past the opener */
+        if (rest) {
+            llm_th_feed_rest(th, f + ol, rest);
         }
         return;
     }
@@ -927,6 +1357,10 @@ llm_th_accept(void *ud, int32_t token)
         th->phase = TP_OFF;
         break;
 
+    case TP_RAW:
+        llm_th_raw_accept(th, b, len);
+        break;
+
     case TP_END:
     case TP_OFF:
         break;
@@ -980,6 +1414,23 @@ llm_th_free(void *ud)
         free(th->names[i].s);
     }
     free(th->names);
+    for (uint32_t t = 0; t < th->n_mm; t++) {
+        for (uint32_t i = 0; i < th->mm[t].n; i++) {
+            llm_gstate_free(th->mm[t].st[i]);
+            llm_grammar_free(th->mm[t].g[i]);
+        }
+        for (uint32_t i = 0; th->mm[t].cands && i <= th->mm[t].n; i++) {
+            free(th->mm[t].cands[i].s);
+        }
+        free(th->mm[t].required);
+        free(th->mm[t].g);
+        free(th->mm[t].st);
+        free(th->mm[t].cands);
+    }
+    free(th->mm);
+    free(th->pset);
+    free(th->mm_after);
+    free(th->bad_raw);
     free(th->lit_toks);
     free(th->ws_toks);
     free(th->eog_toks);
@@ -1050,6 +1501,10 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
     size_t errlen)
 {
     int rc = 0;
+    /* the call object as one anyOf follows at most MAX_THREADS branches
+     * at once (grammar.h): with more tools, literals and a grammar per
+     * tool */
+    int many = !only && json_array_size(tools) > LLM_GRAMMAR_MAX_THREADS;
 
     switch (th->fmt) {
     case LLM_TOOLFMT_HERMES:
@@ -1060,15 +1515,41 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->union_next = NX_AFTER;
         th->lits[th->n_lits++] = th->opener;
         th->lits[th->n_lits++] = th->closer;
-        if (th->choice != TH_NONE) {
-            rc = llm_th_grammar(th, tools, only, "arguments", err, errlen);
+        if (th->choice == TH_NONE) {
+            break;
         }
+        if (!many) {
+            rc = llm_th_grammar(th, tools, only, "arguments", err, errlen);
+            break;
+        }
+        /* the call object as literals around each tool's arguments */
+        th->opener_next = NX_HEAD;
+        th->head = "\n{\"name\": \"";
+        th->json_union = "}\n</tool_call>";
+        th->lits[th->n_lits++] = th->head;
+        th->lits[th->n_lits++] = th->json_union;
+        rc = llm_th_grammar_per_tool(th, tools, only,
+                                     "\", \"arguments\":", err, errlen);
         break;
     case LLM_TOOLFMT_LLAMA3_JSON:
         th->json_eog = 1;
-        if (th->choice != TH_NONE) {
-            rc = llm_th_grammar(th, tools, only, "parameters", err, errlen);
+        th->opener_next = NX_JSON;
+        if (th->choice == TH_NONE) {
+            break;
         }
+        if (!many) {
+            rc = llm_th_grammar(th, tools, only, "parameters", err, errlen);
+            break;
+        }
+        th->opener_next = NX_HEAD;
+        th->head = "{\"name\": \"";
+        th->json_union = "}";
+        th->union_next = NX_END;
+        th->json_eog = 0;
+        th->lits[th->n_lits++] = th->head;
+        th->lits[th->n_lits++] = th->json_union;
+        rc = llm_th_grammar_per_tool(th, tools, only,
+                                     "\", \"parameters\":", err, errlen);
         break;
     case LLM_TOOLFMT_MISTRAL:
         th->opener = "[TOOL_CALLS]";
@@ -1107,8 +1588,16 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         break;
     case LLM_TOOLFMT_MINIMAX_M2:
         th->opener = "<minimax:tool_call>";
-        th->opener_next = NX_OFF;
-        th->lits[th->n_lits++] = th->opener;
+        th->opener_next = NX_MM_START;
+        th->forced = "<minimax:tool_call>\n";
+        th->forced_next = NX_NAMES;
+        th->lits[th->n_lits++] = th->forced;
+        th->lits[th->n_lits++] = MM_CLOSER;
+        th->lits[th->n_lits++] = "\n";
+        th->lits[th->n_lits++] = "</minimax:tool_call>";
+        if (th->choice != TH_NONE) {
+            rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
+        }
         break;
     default:
         break;
@@ -1218,11 +1707,14 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
 
     th->phase = TP_FREE;
     if (c == TH_REQUIRED || c == TH_NAMED) {
-        if (th->opener) {
+        if (th->forced) {
+            llm_th_lit(th, th->forced, 0,
+                       th->constrained ? th->forced_next : NX_OFF);
+        } else if (th->opener) {
             llm_th_lit(th, th->opener, 0,
                        th->constrained ? th->opener_next : NX_OFF);
         } else if (th->constrained) {
-            llm_th_go(th, NX_JSON, -1);
+            llm_th_go(th, th->opener_next, -1);
         }
     }
     json_decref(obj);

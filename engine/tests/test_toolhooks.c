@@ -4,8 +4,8 @@
  * mask and accept, the detokenizer and the text hook, the way the
  * scheduler runs them.  tool_choice required and named always give calls
  * whose arguments are JSON objects with the required keys and the
- * declared types, in the hermes, llama3-json, mistral and deepseek-v3
- * formats (their markers spelled in pieces on this vocabulary); parallel_tool_calls false gives exactly one call; none
+ * declared types, in the hermes, llama3-json, mistral, deepseek-v3 and
+ * minimax-m2 formats (their markers spelled in pieces on this vocabulary); parallel_tool_calls false gives exactly one call; none
  * never lets the opener through even when it is the likeliest token;
  * auto with the opener pushed up gives a valid call.  With <tool_call>
  * and </tool_call> made control tokens (the detokenizer leaves those out
@@ -57,11 +57,24 @@ static const char tools[] =
     "\"maxItems\": 3}}, \"required\": [\"order_id\"], "
     "\"additionalProperties\": false}}}]";
 
+/* minimax-m2 with a random model: string values are raw text that a
+ * random model never closes with </parameter>, so its forced calls use
+ * other types (test_mm_raw checks strings token by token). */
+static const char mm_tools[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"set_level\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {"
+    "\"level\": {\"type\": \"integer\"}, "
+    "\"mode\": {\"enum\": [\"a\", \"b\"]}, "
+    "\"flags\": {\"type\": \"array\", \"items\": {\"type\": \"boolean\"}, "
+    "\"maxItems\": 3}}, \"required\": [\"level\", \"mode\"]}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"ping\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]";
+
 typedef struct {
     char      content[8192];
     size_t    clen;
     char      names[8][64];
-    char      args[8][4096];
+    char      args[8][16384];
     uint32_t  n;
 } rec_t;
 
@@ -99,6 +112,7 @@ typedef struct {
     llm_vocab_t      *v;
     llm_hooks_ctx_t   ctx;
     uint32_t          nv;
+    const char       *tools;
 } env_t;
 
 /* Decode up to max tokens from seeded random logits; boost raises one
@@ -121,7 +135,7 @@ decode(env_t *e, const char *choice, int parallel, uint64_t seed,
 
     memset(r, 0, sizeof(*r));
     memset(&h, 0, sizeof(h));
-    g.tools_json = (char *) tools;
+    g.tools_json = (char *) (e->tools ? e->tools : tools);
     g.tool_choice_json = (char *) choice;
     g.parallel_tool_calls = parallel;
     rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, errlen);
@@ -226,6 +240,32 @@ valid_call(const char *name, const char *args, char *why, size_t wl)
                 goto done;
             }
         }
+    } else if (strcmp(name, "set_level") == 0) {
+        x = json_object_get(a, "mode");
+        if (!json_is_integer(json_object_get(a, "level"))
+            || !json_is_string(x)
+            || (strcmp(json_string_value(x), "a")
+                && strcmp(json_string_value(x), "b")))
+        {
+            snprintf(why, wl, "set_level arguments: %s", args);
+            goto done;
+        }
+        x = json_object_get(a, "flags");
+        if (x && (!json_is_array(x) || json_array_size(x) > 3)) {
+            snprintf(why, wl, "set_level flags: %s", args);
+            goto done;
+        }
+        json_object_foreach(a, k, x) {
+            if (strcmp(k, "level") && strcmp(k, "mode") && strcmp(k, "flags")) {
+                snprintf(why, wl, "set_level: extra key %s", k);
+                goto done;
+            }
+        }
+    } else if (strcmp(name, "ping") == 0) {
+        if (json_object_size(a) != 0) {
+            snprintf(why, wl, "ping arguments: %s", args);
+            goto done;
+        }
     } else {
         snprintf(why, wl, "unknown tool %s", name);
         goto done;
@@ -237,17 +277,18 @@ done:
 }
 
 static void
-test_forced(env_t *e, const char *fmt)
+test_forced(env_t *e, const char *fmt, const char *tl, const char *named)
 {
-    static const char *choices[] = {
-        "required",
-        "{\"type\": \"function\", \"function\": {\"name\": \"lookup_order\"}}",
-    };
+    char        nc[128];
+    const char *choices[] = { "required", nc };
     rec_t  *r = malloc(sizeof(*r));
     char    err[256] = "", why[256];
     int     calls = 0, multi = 0;
 
     e->ctx.tool_call_format = fmt;
+    e->tools = tl;
+    snprintf(nc, sizeof(nc), "{\"type\": \"function\", \"function\": "
+             "{\"name\": \"%s\"}}", named);
     for (int c = 0; c < 2; c++) {
         for (uint64_t seed = 1; seed <= 30; seed++) {
             int par = seed % 2;
@@ -265,7 +306,7 @@ test_forced(env_t *e, const char *fmt)
                 CHECK(valid_call(r->names[i], r->args[i], why, sizeof(why)),
                       "seed %llu call %u: %s", (unsigned long long) seed, i,
                       why);
-                CHECK(c == 0 || strcmp(r->names[i], "lookup_order") == 0,
+                CHECK(c == 0 || strcmp(r->names[i], named) == 0,
                       "named choice gave %s", r->names[i]);
             }
             calls += (int) r->n;
@@ -273,7 +314,6 @@ test_forced(env_t *e, const char *fmt)
         }
     }
     free(r);
-    e->ctx.tool_call_format = "hermes";
     printf("ok forced calls, %s (%d calls, %d answers with several)\n", fmt,
            calls, multi);
 }
@@ -285,6 +325,8 @@ test_none_and_auto(env_t *e)
     char     err[256] = "", why[256];
     int32_t  op = llm_vocab_find(e->v, "<tool_call>", 11);
 
+    e->ctx.tool_call_format = "hermes";
+    e->tools = NULL;
     CHECK(op >= 0, "no <tool_call> token");
     for (uint64_t seed = 1; seed <= 10; seed++) {
         CHECK(decode(e, "none", 1, seed, op, 1, 60, r, err, sizeof(err)) == 0,
@@ -305,25 +347,199 @@ test_none_and_auto(env_t *e)
     printf("ok none masks the opener, auto follows it\n");
 }
 
-/* A family without a grammar: required forces the opener, the rest is
- * the model's (and the parser's). */
-static void
-test_opener_only(env_t *e)
-{
-    rec_t   *r = malloc(sizeof(*r));
-    char     err[256] = "";
+static int feed_script(env_t *e, llm_seq_hooks_t *h, llm_detok_t *d,
+    rec_t *r, const char *text, float *row, char *why, size_t wl);
 
-    e->ctx.tool_call_format = "minimax-m2";
-    for (uint64_t seed = 1; seed <= 5; seed++) {
-        CHECK(decode(e, "required", 1, seed, -1, 0, 40, r, err, sizeof(err))
-              == 0, "minimax required: %s", err);
-        CHECK(strncmp(r->content, "<minimax:tool_call>", 19) == 0,
-              "minimax required did not start with the opener: [%s]",
-              r->content);
+/* More tools than the grammar's anyOf follows at once (16): every name
+ * must stay reachable, the last one too (a hermes call to tool_23 fed
+ * token by token must be allowed all along). */
+static void
+test_many_tools(env_t *e, const char *fmt)
+{
+    char    *tl = malloc(8192), nc[96], why[256], err[256] = "";
+    rec_t   *r = malloc(sizeof(*r));
+    size_t   n = 0;
+    int      calls = 0;
+
+    n += (size_t) snprintf(tl + n, 8192 - n, "[");
+    for (int i = 0; i < 24; i++) {
+        n += (size_t) snprintf(tl + n, 8192 - n, "%s{\"type\": \"function\", "
+            "\"function\": {\"name\": \"tool_%d\", \"parameters\": "
+            "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": "
+            "\"integer\"}}, \"required\": [\"x\"]}}}", i ? ", " : "", i);
     }
-    e->ctx.tool_call_format = "hermes";
+    snprintf(tl + n, 8192 - n, "]");
+    e->ctx.tool_call_format = fmt;
+    e->tools = tl;
+    snprintf(nc, sizeof(nc), "{\"type\": \"function\", \"function\": "
+             "{\"name\": \"tool_23\"}}");
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        const char *choice = seed % 2 ? "required" : nc;
+        json_t     *a;
+
+        CHECK(decode(e, choice, 0, seed, -1, 0, 1500, r, err, sizeof(err))
+              == 0, "%s many tools: %s", fmt, err);
+        CHECK(r->n == 1, "%s many tools: %u calls, content [%s]", fmt, r->n,
+              r->content);
+        CHECK(strncmp(r->names[0], "tool_", 5) == 0
+              && atoi(r->names[0] + 5) < 24
+              && (seed % 2 || strcmp(r->names[0], "tool_23") == 0),
+              "%s many tools: called %s", fmt, r->names[0]);
+        a = json_loads(r->args[0], 0, NULL);
+        snprintf(why, sizeof(why), "%.200s", r->args[0]);
+        CHECK(json_is_integer(json_object_get(a, "x"))
+              && json_object_size(a) == 1, "%s many tools: arguments %s",
+              fmt, why);
+        json_decref(a);
+        calls++;
+    }
+    if (strcmp(fmt, "hermes") == 0) {
+        Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+        llm_seq_hooks_t       h;
+        llm_detok_t          *d;
+        float                *row = malloc(e->nv * sizeof(float));
+
+        memset(r, 0, sizeof(*r));
+        memset(&h, 0, sizeof(h));
+        g.tools_json = tl;
+        g.tool_choice_json = (char *) "required";
+        CHECK(llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err)) == 1
+              && llm_detok_create(&d, e->v, NULL, 0) == 0, "hooks: %s", err);
+        CHECK(feed_script(e, &h, d, r, "<tool_call>\n{\"name\": \"tool_23\", "
+                          "\"arguments\": {\"x\": 5}\n}\n</tool_call>", row,
+                          why, sizeof(why)) == 0, "%s", why);
+        h.free(h.ud);
+        llm_detok_free(d);
+        free(row);
+    }
+    e->tools = NULL;
+    free(tl);
     free(r);
-    printf("ok required forces the opener without a grammar\n");
+    printf("ok %s with 24 tools (%d calls)\n", fmt, calls);
+}
+
+/* Accept the tokens of text one by one, each allowed by the mask. */
+static int
+feed_script(env_t *e, llm_seq_hooks_t *h, llm_detok_t *d, rec_t *r,
+    const char *text, float *row, char *why, size_t wl)
+{
+    llm_text_out_t  out = { rec_content, rec_call, r };
+    llm_tokens_t    toks = { 0 };
+    const char     *t;
+    size_t          len;
+    char            err[256];
+
+    if (llm_tokenize(e->v, text, strlen(text), 0, &toks, err, sizeof(err))
+        != 0)
+    {
+        snprintf(why, wl, "tokenize: %s", err);
+        return -1;
+    }
+    for (size_t i = 0; i < toks.n; i++) {
+        int32_t id = toks.ids[i];
+
+        memset(row, 0, e->nv * sizeof(float));
+        h->mask(h->ud, row, e->nv);
+        if (row[id] == -INFINITY) {
+            const char *b = llm_token_bytes(e->v, id, 1, &len);
+
+            snprintf(why, wl, "token %zu [%.*s] of [%s] masked", i,
+                     (int) len, b, text);
+            llm_tokens_free(&toks);
+            return -1;
+        }
+        h->accept(h->ud, id);
+        if (llm_detok_push(d, id, &t, &len) >= 0 && len > 0) {
+            h->text(h->ud, t, len, 0, &out);
+        }
+    }
+    llm_tokens_free(&toks);
+    return 0;
+}
+
+/* minimax-m2 string values, token by token: '<' and even </x> inside a
+ * value are allowed, </parameter> ends it and only at the end of a token,
+ * the values convert by type. */
+static void
+test_mm_raw(env_t *e)
+{
+    static const char     tl[] =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"note\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {"
+        "\"text\": {\"type\": \"string\"}, \"n\": {\"type\": "
+        "\"integer\"}}, \"required\": [\"text\"]}}}]";
+    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    llm_text_out_t        out;
+    llm_seq_hooks_t       h;
+    llm_detok_t          *d = NULL;
+    rec_t                *r = calloc(1, sizeof(*r));
+    float                *row = malloc(e->nv * sizeof(float));
+    char                  err[256] = "", why[512] = "";
+    const char           *t;
+    size_t                len;
+    int                   rc, masked = 0, single = -1;
+
+    out = (llm_text_out_t) { rec_content, rec_call, r };
+    e->ctx.tool_call_format = "minimax-m2";
+    g.tools_json = (char *) tl;
+    g.tool_choice_json = (char *) "required";
+    g.parallel_tool_calls = 0;
+    memset(&h, 0, sizeof(h));
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    CHECK(rc == 1 && llm_detok_create(&d, e->v, NULL, 0) == 0,
+          "hooks: %d %s", rc, err);
+    rc = feed_script(e, &h, d, r, "<minimax:tool_call>\n<invoke name=\"note"
+                     "\">\n<parameter name=\"text\">a<b </x></parameter>\n"
+                     "<parameter name=\"n\">42</parameter>\n</invoke>\n"
+                     "</minimax:tool_call>", row, why, sizeof(why));
+    CHECK(rc == 0, "%s", why);
+    memset(row, 0, e->nv * sizeof(float));
+    h.mask(h.ud, row, e->nv);
+    CHECK(row[llm_vocab_eos(e->v)] == 0.0f && row['a'] == -INFINITY,
+          "after the block only the end is allowed");
+    if (llm_detok_flush(d, &t, &len) == 0 && len > 0) {
+        h.text(h.ud, t, len, 0, &out);
+    }
+    h.text(h.ud, "", 0, 1, &out);
+    CHECK(r->n == 1 && strcmp(r->names[0], "note") == 0
+          && strcmp(r->args[0], "{\"text\": \"a<b </x>\", \"n\": 42}") == 0
+          && r->clen == 0, "call %u %s %s, content [%s]", r->n, r->names[0],
+          r->args[0], r->content);
+    h.free(h.ud);
+    llm_detok_reset(d);
+
+    /* inside a value that ends with </parameter>, what may come is only
+     * a token that ends right after the closer's \n */
+    memset(r, 0, sizeof(*r));
+    memset(&h, 0, sizeof(h));
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    CHECK(rc == 1, "hooks: %s", err);
+    rc = feed_script(e, &h, d, r, "<minimax:tool_call>\n<invoke name=\"note"
+                     "\">\n<parameter name=\"text\">ab</parameter>", row, why,
+                     sizeof(why));
+    CHECK(rc == 0, "%s", why);
+    memset(row, 0, e->nv * sizeof(float));
+    h.mask(h.ud, row, e->nv);
+    for (uint32_t id = 0; id < e->nv; id++) {
+        const char *b = llm_token_bytes(e->v, (int32_t) id, 1, &len);
+
+        if (len > 1 && b[0] == '\n') {
+            CHECK(row[id] == -INFINITY, "[%.*s] goes past the closer",
+                  (int) len, b);
+            masked++;
+        }
+        if (len == 1 && b[0] == '\n') {
+            single = (int) id;
+        }
+    }
+    CHECK(single >= 0 && row[single] == 0.0f, "'\\n' is not allowed");
+    h.free(h.ud);
+    llm_detok_free(d);
+    free(row);
+    free(r);
+    e->ctx.tool_call_format = "hermes";
+    printf("ok minimax-m2 string values token by token (%d tokens past the "
+           "closer masked)\n", masked);
 }
 
 static void
@@ -473,12 +689,18 @@ main(void)
     e.ctx.n_vocab = e.nv;
     e.ctx.tool_call_format = "hermes";
 
-    test_forced(&e, "hermes");
-    test_forced(&e, "llama3-json");
-    test_forced(&e, "mistral");
-    test_forced(&e, "deepseek-v3");
+    test_forced(&e, "hermes", NULL, "lookup_order");
+    test_forced(&e, "llama3-json", NULL, "lookup_order");
+    test_forced(&e, "mistral", NULL, "lookup_order");
+    test_forced(&e, "deepseek-v3", NULL, "lookup_order");
+    test_forced(&e, "minimax-m2", mm_tools, "set_level");
+    test_mm_raw(&e);
+    test_many_tools(&e, "hermes");
+    test_many_tools(&e, "llama3-json");
+    test_many_tools(&e, "mistral");
+    e.ctx.tool_call_format = "hermes";
+    e.tools = NULL;
     test_none_and_auto(&e);
-    test_opener_only(&e);
     test_errors(&e);
 
     /* again with the markers as control tokens */
