@@ -305,6 +305,10 @@ llm_sample(llm_sampler_t *s, const llm_sample_params_t *p, float *logits,
                 k = V;
             }
             llm_cand_top(c, V, k);
+            /* masked tokens (constrained decoding) are no alternatives */
+            while (k > 0 && c[k - 1].v == -INFINITY) {
+                k--;
+            }
             for (i = 0; i < k; i++) {
                 res->top[i].token = c[i].id;
                 res->top[i].logprob = (float) ((double) c[i].v - lse);

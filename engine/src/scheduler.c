@@ -786,13 +786,39 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     return 0;
 }
 
+/*
+ * A hooks_make error is about response_format unless its message says
+ * otherwise: the tool hooks write "PARAM: message" with PARAM tools[i]...
+ * or tool_choice (toolhooks.h).  The param is copied into pbuf.
+ */
+static const char *
+llm_hooks_err_param(const char *param, const char *err, char *pbuf,
+    size_t len)
+{
+    const char *c;
+
+    if (param == NULL || strcmp(param, "response_format") != 0
+        || (strncmp(err, "tools", 5) != 0
+            && strncmp(err, "tool_choice", 11) != 0))
+    {
+        return param;
+    }
+    c = strstr(err, ": ");
+    if (c == NULL || (size_t) (c - err) >= len) {
+        return param;
+    }
+    memcpy(pbuf, err, (size_t) (c - err));
+    pbuf[c - err] = '\0';
+    return pbuf;
+}
+
 llm_sreq_t *
 llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
     llm_tokens_t *prompt, void *owner)
 {
     llm_sreq_t    *r;
     const char    *param = NULL;
-    char           err[512] = "";
+    char           err[512] = "", pbuf[96];
     int            rc;
 
     if (s->c.max_queue && s->n_queued_reqs >= s->c.max_queue) {
@@ -821,6 +847,7 @@ llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
 
     rc = llm_req_setup(s, r, g, prompt, &param, err, sizeof(err));
     if (rc != 0) {
+        param = llm_hooks_err_param(param, err, pbuf, sizeof(pbuf));
         llm_emit_error(s, owner,
                        rc == -E2BIG ? LLM__ERROR_CODE__ERROR_CONTEXT_LENGTH_EXCEEDED
                        : rc == -ENOMEM ? LLM__ERROR_CODE__ERROR_INTERNAL

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hooks.h"
 #include "prompt.h"
 #include "server.h"
 
@@ -71,6 +72,7 @@ struct llm_conn_s {
 struct llm_server_s {
     llm_server_conf_t  c;
     llm_sched_t       *sched;
+    llm_hooks_ctx_t    hooks;     /* constrained decoding, tool calls */
     int                ep;
     llm_srv_fd_t       lunix, ltcp, sig;
     llm_conn_t        *conns;
@@ -979,6 +981,16 @@ llm_server_create(llm_server_t **out, const llm_server_conf_t *conf,
 
     srv->c.sched.emit = llm_srv_emit;
     srv->c.sched.ready = llm_srv_ready;
+    if (srv->c.sched.hooks_make == NULL && srv->c.sched.vocab != NULL) {
+        rc = llm_hooks_ctx_init(&srv->hooks, srv->c.sched.vocab,
+                                srv->c.sched.n_vocab,
+                                srv->c.tool_call_format, err, errlen);
+        if (rc != 0) {
+            goto failed;
+        }
+        srv->c.sched.hooks_make = llm_hooks_make;
+        srv->c.sched.hooks_ctx = &srv->hooks;
+    }
     rc = llm_sched_create(&srv->sched, &srv->c.sched, err, errlen);
     if (rc != 0) {
         goto failed;
@@ -1048,6 +1060,7 @@ llm_server_free(llm_server_t *srv)
     }
     llm_srv_close_listeners(srv);
     llm_sched_free(srv->sched);
+    llm_hooks_ctx_free(&srv->hooks);
     if (srv->sig.fd >= 0) {
         close(srv->sig.fd);
     }

@@ -22,6 +22,7 @@
 #include "server.h"
 #include "template.h"
 #include "tokenizer.h"
+#include "toolcall.h"
 
 #define LLM_MAX_ALIASES  32
 
@@ -59,6 +60,9 @@ usage(FILE *f)
 "  --expert-cache-mb M   RAM for experts when streaming (default 0: mmap)\n"
 "  --mlock               lock the weights in RAM\n"
 "  --log-level L         error, warn, info (default) or debug\n"
+"  --tool-format F       the tool-call format, instead of the one the chat\n"
+"                        template suggests: hermes, minimax-m2, llama3-json,\n"
+"                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
 "  --help                this text\n");
 }
 
@@ -125,7 +129,8 @@ main(int argc, char **argv)
     enum {
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
-        O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_HELP
+        O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
+        O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -138,6 +143,7 @@ main(int argc, char **argv)
         { "max-frame", 1, 0, O_FRAME }, { "expert-cache-mb", 1, 0, O_EXPERT },
         { "mlock", 0, 0, O_MLOCK }, { "log-level", 1, 0, O_LOG },
         { "write-buffer-kb", 1, 0, O_WBUF },
+        { "tool-format", 1, 0, O_TOOLFMT },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char         *model_path = NULL, *sock = NULL, *listen_on = NULL;
@@ -160,7 +166,7 @@ main(int argc, char **argv)
     const llm_hparams_t *hp;
     llm_gguf_str_t      ts = { 0 };
     char                err[512] = "", rev[16], fp[32];
-    const char         *tsrc = "gguf", *tfmt = "none";
+    const char         *tsrc = "gguf", *tfmt = "none", *tool_format = NULL;
     sigset_t            set;
     int                 o, rc = 1, lvl;
 
@@ -250,6 +256,14 @@ main(int argc, char **argv)
                 return 2;
             }
             llm_log_set_level((llm_log_level_t) lvl);
+            break;
+        case O_TOOLFMT:
+            if (llm_toolfmt_from_name(optarg) < 0) {
+                fprintf(stderr, "llm-engine: --tool-format: one of %s, got "
+                        "'%s'\n", llm_toolfmt_names(), optarg);
+                return 2;
+            }
+            tool_format = optarg;
             break;
         case O_HELP: case 'h':
             usage(stdout);
@@ -348,19 +362,23 @@ main(int argc, char **argv)
                                       strlen(llm_tmpl_chatml));
     }
 
+    if (tool_format) {
+        tfmt = tool_format;
+    }
+
     revision_of(llm_model_gguf(m), rev, sizeof(rev));
     snprintf(fp, sizeof(fp), "fp_%s", rev);
 
     llm_log(LLM_LOG_INFO, "model loaded in %.2f s: %s (%s, %s), %u layers, "
             "n_embd %u, %u experts (%u used), vocab %u, %.2f %s params, "
-            "file %.1f MiB, revision %s, chat template %s",
+            "file %.1f MiB, revision %s, chat template %s, tool calls %s%s",
             now_s() - t0, name ? name : hp->name, hp->arch_name,
             llm_model_quant_name(m), hp->n_layer, hp->n_embd, hp->n_expert,
             hp->n_expert_used, hp->n_vocab,
             (double) hp->n_params / (hp->n_params >= 1000000000 ? 1e9 : 1e6),
             hp->n_params >= 1000000000 ? "B" : "M",
             (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
-            tsrc);
+            tsrc, tfmt, tool_format ? " (--tool-format)" : "");
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
             "context %u, step budget %u tokens, max queue %u", n_blocks,
             block_tokens, (double) n_blocks * block_bytes / 1048576.0,

@@ -1,0 +1,71 @@
+/*
+ * Tool-call parsing per model family (issue 8): incremental parsers that
+ * turn the model's own tool-call syntax into OpenAI tool_calls.
+ *
+ * A parser is fed the detokenized text in pieces of any size, down to one
+ * byte; a marker may be split across pieces.  Text that is not a call is
+ * passed on as content at once, except the few bytes that could still be
+ * the start of a call marker, which are held until they can be decided.
+ * A call is passed on as it is read: its id and name as soon as the name
+ * is complete, then argument fragments whose concatenation is exactly the
+ * arguments JSON.  Text after which the model broke the format (a marker
+ * that does not go on as the format says) is passed on as content, never
+ * dropped.  Families (docs/TOOLS.md):
+ *
+ *   hermes       <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+ *   minimax-m2   <minimax:tool_call>\n<invoke name="f">\n
+ *                <parameter name="k">v</parameter>\n</invoke>\n
+ *                </minimax:tool_call>     (v converted by the tool's schema)
+ *   llama3-json  [<|python_tag|>]{"name": "f", "parameters": {...}}, when the
+ *                answer starts with it
+ *   mistral      [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...] or
+ *                [TOOL_CALLS]f[CALL_ID]id[ARGS]{...} (CALL_ID optional)
+ *   deepseek-v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
+ *                ```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+ *                and the V3.1 form <｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}
+ */
+
+#ifndef LLM_TOOLCALL_H
+#define LLM_TOOLCALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheduler.h"
+
+typedef enum {
+    LLM_TOOLFMT_NONE = 0,
+    LLM_TOOLFMT_HERMES,
+    LLM_TOOLFMT_MINIMAX_M2,
+    LLM_TOOLFMT_LLAMA3_JSON,
+    LLM_TOOLFMT_MISTRAL,
+    LLM_TOOLFMT_DEEPSEEK_V3
+} llm_toolfmt_e;
+
+/* The family named s ("hermes", ...), or -1 when there is none. */
+int llm_toolfmt_from_name(const char *s);
+const char *llm_toolfmt_name(int fmt);
+/* The names, comma separated, for messages and --help. */
+const char *llm_toolfmt_names(void);
+
+typedef struct llm_toolcall_s llm_toolcall_t;
+
+/*
+ * A parser for one answer.  tools_json is the request's tools array (may
+ * be NULL or ""; minimax-m2 reads the parameter types from it).  Call ids
+ * come from seed (0: from getrandom).  Returns 0 or a negative errno with
+ * err filled.
+ */
+int llm_toolcall_create(llm_toolcall_t **out, int fmt, const char *tools_json,
+    uint64_t seed, char *err, size_t errlen);
+void llm_toolcall_free(llm_toolcall_t *tc);
+
+/*
+ * Feed len bytes of text (final = 1 once at the end; len may be 0).
+ * Content and calls go out through out.  Returns the number of calls seen
+ * so far or a negative errno (-ENOMEM).
+ */
+int llm_toolcall_feed(llm_toolcall_t *tc, const char *s, size_t len,
+    int final, const llm_text_out_t *out);
+
+#endif /* LLM_TOOLCALL_H */

@@ -1,0 +1,427 @@
+/*
+ * Tool-call parser checks: every family, fed whole, byte by byte, split
+ * in two at every point and in random chunks; the content and the calls
+ * (id, name, concatenated arguments) must be the expected ones every
+ * time.  Multiple calls, text before and after, broken and cut-off
+ * markers.
+ */
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "sample.h"
+#include "toolcall.h"
+
+static int failures;
+
+#define MAXC  4
+
+typedef struct {
+    char      content[4096];
+    size_t    clen;
+    struct {
+        char    id[64];
+        char    name[128];
+        char    args[2048];
+        size_t  alen;
+    }         calls[MAXC];
+    uint32_t  n;
+    int       bad;          /* a delta out of order */
+    uint32_t  deltas;
+} rec_t;
+
+static void
+rec_content(void *sink, const char *s, size_t len)
+{
+    rec_t *r = sink;
+
+    if (r->clen + len >= sizeof(r->content)) {
+        r->bad = 1;
+        return;
+    }
+    memcpy(r->content + r->clen, s, len);
+    r->clen += len;
+    r->content[r->clen] = '\0';
+}
+
+static void
+rec_call(void *sink, uint32_t idx, const char *id, const char *name,
+    const char *args, size_t len)
+{
+    rec_t *r = sink;
+
+    r->deltas++;
+    if (id && id[0]) {
+        if (idx != r->n || r->n == MAXC || name == NULL || name[0] == '\0'
+            || len != 0)
+        {
+            r->bad = 1;
+            return;
+        }
+        snprintf(r->calls[idx].id, sizeof(r->calls[idx].id), "%s", id);
+        snprintf(r->calls[idx].name, sizeof(r->calls[idx].name), "%s", name);
+        r->n++;
+        return;
+    }
+    if (r->n == 0 || idx != r->n - 1 || (name && name[0]) || len == 0
+        || r->calls[idx].alen + len >= sizeof(r->calls[idx].args))
+    {
+        r->bad = 1;
+        return;
+    }
+    memcpy(r->calls[idx].args + r->calls[idx].alen, args, len);
+    r->calls[idx].alen += len;
+    r->calls[idx].args[r->calls[idx].alen] = '\0';
+}
+
+typedef struct {
+    const char  *what;
+    int          fmt;
+    const char  *tools;
+    const char  *in;
+    const char  *content;
+    uint32_t     n;
+    const char  *names[MAXC];
+    const char  *args[MAXC];
+} case_t;
+
+/* Feed c->in cut at the given points (sorted, n_cuts of them). */
+static int
+run(const case_t *c, const size_t *cuts, size_t n_cuts, rec_t *r)
+{
+    llm_toolcall_t *tc;
+    llm_text_out_t  out = { rec_content, rec_call, r };
+    char            err[256];
+    size_t          len = strlen(c->in), at = 0;
+    int             rc;
+
+    memset(r, 0, sizeof(*r));
+    if (llm_toolcall_create(&tc, c->fmt, c->tools, 42, err, sizeof(err))
+        != 0)
+    {
+        printf("FAIL %s: create: %s\n", c->what, err);
+        return -1;
+    }
+    for (size_t i = 0; i <= n_cuts; i++) {
+        size_t to = i < n_cuts ? cuts[i] : len;
+
+        rc = llm_toolcall_feed(tc, c->in + at, to - at, 0, &out);
+        if (rc < 0) {
+            llm_toolcall_free(tc);
+            return rc;
+        }
+        at = to;
+    }
+    rc = llm_toolcall_feed(tc, "", 0, 1, &out);
+    llm_toolcall_free(tc);
+    if (rc >= 0 && (uint32_t) rc != r->n) {
+        r->bad = 1;
+    }
+    return rc < 0 ? rc : 0;
+}
+
+static int
+same(const rec_t *a, const rec_t *b)
+{
+    if (a->clen != b->clen || memcmp(a->content, b->content, a->clen)
+        || a->n != b->n)
+    {
+        return 0;
+    }
+    for (uint32_t i = 0; i < a->n; i++) {
+        if (strcmp(a->calls[i].id, b->calls[i].id)
+            || strcmp(a->calls[i].name, b->calls[i].name)
+            || strcmp(a->calls[i].args, b->calls[i].args))
+        {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int
+expected(const case_t *c, const rec_t *r)
+{
+    if (r->bad) {
+        printf("FAIL %s: deltas out of order\n", c->what);
+        return 0;
+    }
+    if (strcmp(r->content, c->content) != 0) {
+        printf("FAIL %s: content [%s], expected [%s]\n", c->what,
+               r->content, c->content);
+        return 0;
+    }
+    if (r->n != c->n) {
+        printf("FAIL %s: %u calls, expected %u\n", c->what, r->n, c->n);
+        return 0;
+    }
+    for (uint32_t i = 0; i < r->n; i++) {
+        const char *id = r->calls[i].id;
+        json_t     *j;
+
+        if (strncmp(id, "call_", 5) != 0 || strlen(id) != 29) {
+            printf("FAIL %s: id %s\n", c->what, id);
+            return 0;
+        }
+        for (int k = 5; k < 29; k++) {
+            if (!isalnum((unsigned char) id[k])) {
+                printf("FAIL %s: id %s\n", c->what, id);
+                return 0;
+            }
+        }
+        if (i > 0 && strcmp(id, r->calls[i - 1].id) == 0) {
+            printf("FAIL %s: ids repeat\n", c->what);
+            return 0;
+        }
+        if (strcmp(r->calls[i].name, c->names[i]) != 0
+            || strcmp(r->calls[i].args, c->args[i]) != 0)
+        {
+            printf("FAIL %s: call %u is %s %s, expected %s %s\n", c->what, i,
+                   r->calls[i].name, r->calls[i].args, c->names[i],
+                   c->args[i]);
+            return 0;
+        }
+        j = json_loads(r->calls[i].args, 0, NULL);
+        if (j == NULL && c->args[i][0] == '{'
+            && strchr(c->what, '~') == NULL)
+        {
+            printf("FAIL %s: arguments are not JSON: %s\n", c->what,
+                   r->calls[i].args);
+            return 0;
+        }
+        json_decref(j);
+    }
+    return 1;
+}
+
+static void
+check(const case_t *c)
+{
+    size_t     len = strlen(c->in), cuts[64];
+    rec_t     *whole = malloc(sizeof(rec_t)), *r = malloc(sizeof(rec_t));
+    llm_rng_t  rng;
+
+    if (run(c, NULL, 0, whole) != 0 || !expected(c, whole)) {
+        failures++;
+        goto done;
+    }
+    /* byte by byte */
+    if (len <= 64 * 8) {
+        size_t *all = malloc(len * sizeof(size_t));
+
+        for (size_t i = 0; i < len; i++) {
+            all[i] = i;
+        }
+        if (run(c, all, len, r) != 0 || !same(whole, r) || r->bad) {
+            printf("FAIL %s: byte by byte: content [%s], %u calls\n",
+                   c->what, r->content, r->n);
+            failures++;
+            free(all);
+            goto done;
+        }
+        free(all);
+    }
+    /* two pieces, every split point */
+    for (size_t i = 1; i < len; i++) {
+        cuts[0] = i;
+        if (run(c, cuts, 1, r) != 0 || !same(whole, r) || r->bad) {
+            printf("FAIL %s: split at %zu: content [%s], %u calls\n",
+                   c->what, i, r->content, r->n);
+            failures++;
+            goto done;
+        }
+    }
+    /* random chunks */
+    llm_rng_seed(&rng, 7);
+    for (int t = 0; t < 200; t++) {
+        size_t n = 0, at = 0;
+
+        while (n < 64) {
+            at += 1 + llm_rng_next(&rng) % 9;
+            if (at >= len) {
+                break;
+            }
+            cuts[n++] = at;
+        }
+        if (run(c, cuts, n, r) != 0 || !same(whole, r) || r->bad) {
+            printf("FAIL %s: random chunks %d: content [%s], %u calls\n",
+                   c->what, t, r->content, r->n);
+            failures++;
+            goto done;
+        }
+    }
+    printf("ok %s\n", c->what);
+done:
+    free(whole);
+    free(r);
+}
+
+#define H LLM_TOOLFMT_HERMES
+#define M LLM_TOOLFMT_MINIMAX_M2
+#define L LLM_TOOLFMT_LLAMA3_JSON
+#define S LLM_TOOLFMT_MISTRAL
+#define D LLM_TOOLFMT_DEEPSEEK_V3
+
+#define DS_CALLS_BEGIN  "<｜tool▁calls▁begin｜>"
+#define DS_CALLS_END    "<｜tool▁calls▁end｜>"
+#define DS_CALL_BEGIN   "<｜tool▁call▁begin｜>"
+#define DS_CALL_END     "<｜tool▁call▁end｜>"
+#define DS_SEP          "<｜tool▁sep｜>"
+
+static const char mm_tools[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\","
+    " \"parameters\": {\"type\": \"object\", \"properties\": {"
+    "\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"},"
+    " \"opts\": {\"type\": \"object\"}, \"note\": {\"type\": [\"string\","
+    " \"null\"]}}}}}]";
+
+static const case_t cases[] = {
+    { "hermes: text then a call", H, NULL,
+      "Let me check.<tool_call>\n{\"name\": \"get_weather\", \"arguments\":"
+      " {\"city\": \"Pa\\\"ris\", \"n\": [1, {\"a\": \"}\"}]}}\n</tool_call>",
+      "Let me check.", 1, { "get_weather" },
+      { "{\"city\": \"Pa\\\"ris\", \"n\": [1, {\"a\": \"}\"}]}" } },
+    { "hermes: two calls", H, NULL,
+      "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>"
+      "\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n",
+      "", 2, { "a", "b" }, { "{\"x\": 1}", "{}" } },
+    { "hermes: text after a call", H, NULL,
+      "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>\nDone.",
+      "\nDone.", 1, { "f" }, { "{}" } },
+    { "hermes: broken head is content", H, NULL,
+      "a <tool_call> not json </tool_call> b",
+      "a <tool_call> not json </tool_call> b", 0, { 0 }, { 0 } },
+    { "hermes: wrong key is content", H, NULL,
+      "<tool_call>{\"title\": \"x\"}</tool_call>",
+      "<tool_call>{\"title\": \"x\"}</tool_call>", 0, { 0 }, { 0 } },
+    { "hermes: marker prefixes are content", H, NULL,
+      "x < y, <tool and <tool_", "x < y, <tool and <tool_", 0, { 0 },
+      { 0 } },
+    { "hermes: broken second call", H, NULL,
+      "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call><tool_call>"
+      "oops",
+      "<tool_call>oops", 1, { "f" }, { "{}" } },
+    { "hermes: cut off in the arguments ~", H, NULL,
+      "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"b",
+      "", 1, { "f" }, { "{\"a\": \"b" } },
+    { "hermes: extra member, no closer", H, NULL,
+      "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"id\": \"x}\"}",
+      "", 1, { "f" }, { "{\"a\": 1}" } },
+    { "hermes: parameters key, unicode", H, NULL,
+      "日本<tool_call>{\"name\": \"f\", \"parameters\": {\"q\": \"東京\"}}"
+      "</tool_call>",
+      "日本", 1, { "f" }, { "{\"q\": \"東京\"}" } },
+
+    { "minimax-m2: text then calls", M, mm_tools,
+      "Sure.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
+      "<parameter name=\"city\">New \"York\"\n</parameter>\n"
+      "<parameter name=\"days\">3</parameter>\n"
+      "<parameter name=\"opts\">{\"unit\": \"c\"}</parameter>\n"
+      "<parameter name=\"note\">null</parameter>\n</invoke>\n"
+      "<invoke name=\"get_time\">\n</invoke>\n</minimax:tool_call>",
+      "Sure.\n", 2, { "get_weather", "get_time" },
+      { "{\"city\": \"New \\\"York\\\"\\n\", \"days\": 3, \"opts\": "
+        "{\"unit\": \"c\"}, \"note\": \"null\"}", "{}" } },
+    { "minimax-m2: values by schema", M, mm_tools,
+      "<minimax:tool_call><invoke name=\"get_weather\"><parameter name=\""
+      "city\">a<b</parameter><parameter name=\"days\">three</parameter>"
+      "<parameter name=\"x\">[1, 2]</parameter><parameter name=\"y\">hi"
+      "</parameter></invoke></minimax:tool_call>",
+      "", 1, { "get_weather" },
+      { "{\"city\": \"a<b\", \"days\": \"three\", \"x\": [1, 2], "
+        "\"y\": \"hi\"}" } },
+    { "minimax-m2: broken block is content", M, mm_tools,
+      "<minimax:tool_call>\nhello", "<minimax:tool_call>\nhello", 0, { 0 },
+      { 0 } },
+    { "minimax-m2: cut off in a value", M, mm_tools,
+      "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name="
+      "\"city\">Par",
+      "", 1, { "get_weather" }, { "{\"city\": \"Par\"}" } },
+    { "minimax-m2: broken inside a call", M, mm_tools,
+      "<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
+      "<parameter name=\"days\">2</parameter>\nthen text",
+      "\nthen text", 1, { "get_weather" }, { "{\"days\": 2}" } },
+
+    { "llama3-json: the answer is a call", L, NULL,
+      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+      "", 1, { "get_weather" }, { "{\"city\": \"Paris\"}" } },
+    { "llama3-json: python_tag", L, NULL,
+      "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}",
+      "", 1, { "f" }, { "{}" } },
+    { "llama3-json: two calls", L, NULL,
+      " {\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", "
+      "\"parameters\": {\"x\": [1]}}",
+      "", 2, { "a", "b" }, { "{}", "{\"x\": [1]}" } },
+    { "llama3-json: text is content", L, NULL,
+      "Hello {\"name\": \"f\", \"parameters\": {}}",
+      "Hello {\"name\": \"f\", \"parameters\": {}}", 0, { 0 }, { 0 } },
+    { "llama3-json: other JSON is content", L, NULL,
+      " {\"answer\": 42}", " {\"answer\": 42}", 0, { 0 }, { 0 } },
+    { "llama3-json: a prefix of python_tag", L, NULL,
+      "<|python", "<|python", 0, { 0 }, { 0 } },
+
+    { "mistral: array form", S, NULL,
+      "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": "
+      "\"b\", \"arguments\": {}, \"id\": \"abc123def\"}]",
+      "", 2, { "a", "b" }, { "{\"x\": 1}", "{}" } },
+    { "mistral: name[ARGS] form", S, NULL,
+      "Ok.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]f"
+      "[CALL_ID]abcdefghi[ARGS]{}",
+      "Ok.", 2, { "get_weather", "f" }, { "{\"city\": \"Paris\"}", "{}" } },
+    { "mistral: broken is content", S, NULL,
+      "Hi [TOOL_CALLS] oops", "Hi [TOOL_CALLS] oops", 0, { 0 }, { 0 } },
+    { "mistral: [ARGS] missing", S, NULL,
+      "[TOOL_CALLS]f{\"a\": 1}", "[TOOL_CALLS]f{\"a\": 1}", 0, { 0 },
+      { 0 } },
+
+    { "deepseek-v3: V3 form", D, NULL,
+      "Text" DS_CALLS_BEGIN DS_CALL_BEGIN "function" DS_SEP "get_weather\n"
+      "```json\n{\"city\": \"Paris\"}\n```" DS_CALL_END "\n" DS_CALL_BEGIN
+      "function" DS_SEP "f\n```json\n{}\n```" DS_CALL_END DS_CALLS_END,
+      "Text", 2, { "get_weather", "f" }, { "{\"city\": \"Paris\"}", "{}" } },
+    { "deepseek-v3: V3.1 form", D, NULL,
+      DS_CALLS_BEGIN DS_CALL_BEGIN "get_weather" DS_SEP "{\"city\": "
+      "\"Paris\"}" DS_CALL_END DS_CALLS_END " after",
+      " after", 1, { "get_weather" }, { "{\"city\": \"Paris\"}" } },
+    { "deepseek-v3: broken is content", D, NULL,
+      "a" DS_CALLS_BEGIN "nope", "a" DS_CALLS_BEGIN "nope", 0, { 0 },
+      { 0 } },
+    { "deepseek-v3: broken head is content", D, NULL,
+      DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops",
+      DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops", 0, { 0 }, { 0 } },
+};
+
+static void
+test_names(void)
+{
+    if (llm_toolfmt_from_name("hermes") != LLM_TOOLFMT_HERMES
+        || llm_toolfmt_from_name("deepseek-v3") != LLM_TOOLFMT_DEEPSEEK_V3
+        || llm_toolfmt_from_name("none") != LLM_TOOLFMT_NONE
+        || llm_toolfmt_from_name("xml") != -1
+        || strcmp(llm_toolfmt_name(LLM_TOOLFMT_MINIMAX_M2), "minimax-m2"))
+    {
+        printf("FAIL names\n");
+        failures++;
+        return;
+    }
+    printf("ok names\n");
+}
+
+int
+main(void)
+{
+    test_names();
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        check(&cases[i]);
+    }
+    if (failures) {
+        printf("%d FAILED\n", failures);
+        return 1;
+    }
+    printf("all passed\n");
+    return 0;
+}

@@ -1,0 +1,515 @@
+/*
+ * Tool hooks on the synthetic vocabulary (Hermes template, <tool_call> a
+ * user-defined token): decoding from random logits through the hooks'
+ * mask and accept, the detokenizer and the text hook, the way the
+ * scheduler runs them.  tool_choice required and named always give calls
+ * whose arguments are JSON objects with the required keys and the
+ * declared types, in the hermes, llama3-json, mistral and deepseek-v3
+ * formats (their markers spelled in pieces on this vocabulary); parallel_tool_calls false gives exactly one call; none
+ * never lets the opener through even when it is the likeliest token;
+ * auto with the opener pushed up gives a valid call.  With <tool_call>
+ * and </tool_call> made control tokens (the detokenizer leaves those out
+ * of the text, as with Mistral's [TOOL_CALLS]), the calls still parse.
+ * Bad schemas and tool_choice name the field at fault.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "gguf.h"
+#include "mkmodel.h"
+#include "sample.h"
+#include "tokenizer.h"
+#include "toolcall.h"
+#include "toolhooks.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                \
+    do {                                                                \
+        if (!(cond)) {                                                  \
+            printf("FAIL line %d: ", __LINE__);                         \
+            printf(__VA_ARGS__);                                        \
+            printf("\n");                                               \
+            failures++;                                                 \
+            return;                                                     \
+        }                                                               \
+    } while (0)
+
+static const char tools[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {"
+    "\"city\": {\"type\": \"string\"}, "
+    "\"unit\": {\"enum\": [\"c\", \"f\"]}, "
+    "\"days\": {\"type\": \"integer\"}}, "
+    "\"required\": [\"city\", \"days\"], \"additionalProperties\": false}}},"
+    " {\"type\": \"function\", \"function\": {\"name\": \"lookup_order\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {"
+    "\"order_id\": {\"type\": \"string\"}, "
+    "\"items\": {\"type\": \"array\", \"items\": {\"type\": \"number\"}, "
+    "\"maxItems\": 3}}, \"required\": [\"order_id\"], "
+    "\"additionalProperties\": false}}}]";
+
+typedef struct {
+    char      content[8192];
+    size_t    clen;
+    char      names[8][64];
+    char      args[8][4096];
+    uint32_t  n;
+} rec_t;
+
+static void
+rec_content(void *sink, const char *s, size_t len)
+{
+    rec_t *r = sink;
+
+    if (r->clen + len < sizeof(r->content)) {
+        memcpy(r->content + r->clen, s, len);
+        r->clen += len;
+        r->content[r->clen] = '\0';
+    }
+}
+
+static void
+rec_call(void *sink, uint32_t idx, const char *id, const char *name,
+    const char *args, size_t len)
+{
+    rec_t *r = sink;
+
+    if (idx >= 8) {
+        return;
+    }
+    if (id && id[0]) {
+        snprintf(r->names[idx], sizeof(r->names[idx]), "%s", name);
+        r->n = idx + 1;
+    }
+    if (strlen(r->args[idx]) + len < sizeof(r->args[idx])) {
+        strncat(r->args[idx], args, len);
+    }
+}
+
+typedef struct {
+    llm_vocab_t      *v;
+    llm_hooks_ctx_t   ctx;
+    uint32_t          nv;
+} env_t;
+
+/* Decode up to max tokens from seeded random logits; boost raises one
+ * token's logit (the opener) to make it the likeliest, at the first step
+ * or (every) at every step. */
+static int
+decode(env_t *e, const char *choice, int parallel, uint64_t seed,
+    int32_t boost, int every, uint32_t max, rec_t *r, char *err,
+    size_t errlen)
+{
+    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    llm_seq_hooks_t       h;
+    llm_text_out_t        out = { rec_content, rec_call, r };
+    llm_detok_t          *d;
+    llm_rng_t             rng;
+    float                *row;
+    const char           *t;
+    size_t                len;
+    int                   rc;
+
+    memset(r, 0, sizeof(*r));
+    memset(&h, 0, sizeof(h));
+    g.tools_json = (char *) tools;
+    g.tool_choice_json = (char *) choice;
+    g.parallel_tool_calls = parallel;
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, errlen);
+    if (rc <= 0) {
+        return rc < 0 ? rc : -ENOENT;
+    }
+    row = malloc(e->nv * sizeof(float));
+    if (row == NULL || llm_detok_create(&d, e->v, NULL, 0) != 0) {
+        free(row);
+        h.free(h.ud);
+        return -ENOMEM;
+    }
+    llm_rng_seed(&rng, seed);
+    for (uint32_t step = 0; step < max; step++) {
+        int32_t best = -1;
+
+        for (uint32_t i = 0; i < e->nv; i++) {
+            row[i] = (float) llm_rng_uniform(&rng) * 8.0f;
+        }
+        if (boost >= 0 && (step == 0 || every)) {
+            row[boost] = 100.0f;
+        }
+        if (h.mask(h.ud, row, e->nv) < 0) {
+            break;
+        }
+        for (uint32_t i = 0; i < e->nv; i++) {
+            if (row[i] != -INFINITY && (best < 0 || row[i] > row[best])) {
+                best = (int32_t) i;
+            }
+        }
+        if (best < 0) {
+            snprintf(err, errlen, "every token masked at step %u after [%.80s] call [%.120s]", step, r->content, r->args[0]);
+            rc = -EDEADLK;
+            break;
+        }
+        h.accept(h.ud, best);
+        if (llm_vocab_is_eog(e->v, best)) {
+            break;
+        }
+        if (llm_detok_push(d, best, &t, &len) >= 0 && len > 0 && h.text) {
+            h.text(h.ud, t, len, 0, &out);
+        } else if (len > 0) {
+            rec_content(r, t, len);
+        }
+    }
+    if (llm_detok_flush(d, &t, &len) == 0 && len > 0) {
+        if (h.text) {
+            h.text(h.ud, t, len, 0, &out);
+        } else {
+            rec_content(r, t, len);
+        }
+    }
+    if (h.text) {
+        h.text(h.ud, "", 0, 1, &out);
+    }
+    llm_detok_free(d);
+    free(row);
+    h.free(h.ud);
+    return rc > 0 ? 0 : rc;
+}
+
+/* The arguments of a call against the two tools' schemas. */
+static int
+valid_call(const char *name, const char *args, char *why, size_t wl)
+{
+    json_t       *a = json_loads(args, 0, NULL), *x;
+    const char   *k;
+    int           ok = 0;
+
+    if (!json_is_object(a)) {
+        snprintf(why, wl, "arguments are not a JSON object: %s", args);
+        goto done;
+    }
+    if (strcmp(name, "get_weather") == 0) {
+        x = json_object_get(a, "unit");
+        if (!json_is_string(json_object_get(a, "city"))
+            || !json_is_integer(json_object_get(a, "days"))
+            || (x && (!json_is_string(x)
+                      || (strcmp(json_string_value(x), "c")
+                          && strcmp(json_string_value(x), "f")))))
+        {
+            snprintf(why, wl, "get_weather arguments: %s", args);
+            goto done;
+        }
+        json_object_foreach(a, k, x) {
+            if (strcmp(k, "city") && strcmp(k, "unit") && strcmp(k, "days")) {
+                snprintf(why, wl, "get_weather: extra key %s", k);
+                goto done;
+            }
+        }
+    } else if (strcmp(name, "lookup_order") == 0) {
+        x = json_object_get(a, "items");
+        if (!json_is_string(json_object_get(a, "order_id"))
+            || (x && (!json_is_array(x) || json_array_size(x) > 3)))
+        {
+            snprintf(why, wl, "lookup_order arguments: %s", args);
+            goto done;
+        }
+        json_object_foreach(a, k, x) {
+            if (strcmp(k, "order_id") && strcmp(k, "items")) {
+                snprintf(why, wl, "lookup_order: extra key %s", k);
+                goto done;
+            }
+        }
+    } else {
+        snprintf(why, wl, "unknown tool %s", name);
+        goto done;
+    }
+    ok = 1;
+done:
+    json_decref(a);
+    return ok;
+}
+
+static void
+test_forced(env_t *e, const char *fmt)
+{
+    static const char *choices[] = {
+        "required",
+        "{\"type\": \"function\", \"function\": {\"name\": \"lookup_order\"}}",
+    };
+    rec_t  *r = malloc(sizeof(*r));
+    char    err[256] = "", why[256];
+    int     calls = 0, multi = 0;
+
+    e->ctx.tool_call_format = fmt;
+    for (int c = 0; c < 2; c++) {
+        for (uint64_t seed = 1; seed <= 30; seed++) {
+            int par = seed % 2;
+            int rc = decode(e, choices[c], par, seed, -1, 0, 1500, r, err,
+                            sizeof(err));
+
+            CHECK(rc == 0, "decode %s seed %llu: %d %s", choices[c],
+                  (unsigned long long) seed, rc, err);
+            CHECK(r->n >= 1, "%s seed %llu: no call; content [%s]",
+                  choices[c], (unsigned long long) seed, r->content);
+            CHECK(par || r->n == 1, "parallel false gave %u calls", r->n);
+            CHECK(r->clen == 0, "content beside forced calls: [%s]",
+                  r->content);
+            for (uint32_t i = 0; i < r->n; i++) {
+                CHECK(valid_call(r->names[i], r->args[i], why, sizeof(why)),
+                      "seed %llu call %u: %s", (unsigned long long) seed, i,
+                      why);
+                CHECK(c == 0 || strcmp(r->names[i], "lookup_order") == 0,
+                      "named choice gave %s", r->names[i]);
+            }
+            calls += (int) r->n;
+            multi += r->n > 1;
+        }
+    }
+    free(r);
+    e->ctx.tool_call_format = "hermes";
+    printf("ok forced calls, %s (%d calls, %d answers with several)\n", fmt,
+           calls, multi);
+}
+
+static void
+test_none_and_auto(env_t *e)
+{
+    rec_t   *r = malloc(sizeof(*r));
+    char     err[256] = "", why[256];
+    int32_t  op = llm_vocab_find(e->v, "<tool_call>", 11);
+
+    CHECK(op >= 0, "no <tool_call> token");
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        CHECK(decode(e, "none", 1, seed, op, 1, 60, r, err, sizeof(err)) == 0,
+              "none: %s", err);
+        CHECK(r->n == 0 && strstr(r->content, "<tool_call>") == NULL,
+              "none let the opener through: [%s]", r->content);
+        CHECK(r->clen > 0, "none: no content");
+    }
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        CHECK(decode(e, "auto", 0, seed, op, 0, 1500, r, err, sizeof(err)) == 0,
+              "auto: %s", err);
+        CHECK(r->n == 1, "auto with the opener first: %u calls, [%s]", r->n,
+              r->content);
+        CHECK(valid_call(r->names[0], r->args[0], why, sizeof(why)),
+              "auto: %s", why);
+    }
+    free(r);
+    printf("ok none masks the opener, auto follows it\n");
+}
+
+/* A family without a grammar: required forces the opener, the rest is
+ * the model's (and the parser's). */
+static void
+test_opener_only(env_t *e)
+{
+    rec_t   *r = malloc(sizeof(*r));
+    char     err[256] = "";
+
+    e->ctx.tool_call_format = "minimax-m2";
+    for (uint64_t seed = 1; seed <= 5; seed++) {
+        CHECK(decode(e, "required", 1, seed, -1, 0, 40, r, err, sizeof(err))
+              == 0, "minimax required: %s", err);
+        CHECK(strncmp(r->content, "<minimax:tool_call>", 19) == 0,
+              "minimax required did not start with the opener: [%s]",
+              r->content);
+    }
+    e->ctx.tool_call_format = "hermes";
+    free(r);
+    printf("ok required forces the opener without a grammar\n");
+}
+
+static void
+test_errors(env_t *e)
+{
+    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    llm_seq_hooks_t       h;
+    char                  err[256];
+    int                   rc;
+
+    memset(&h, 0, sizeof(h));
+    g.tools_json = (char *) "[{\"type\": \"function\", \"function\": "
+        "{\"name\": \"a\", \"parameters\": {\"type\": \"object\"}}}, "
+        "{\"type\": \"function\", \"function\": {\"name\": \"b\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"zip\": "
+        "{\"type\": \"string\", \"pattern\": \"^[0-9]+$\"}}}}}]";
+    g.tool_choice_json = (char *) "auto";
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    CHECK(rc == -EINVAL && strncmp(err, "tools[1].function.parameters: ", 30)
+          == 0 && strstr(err, "pattern"), "bad schema: %d %s", rc, err);
+    e->ctx.tool_call_format = "deepseek-v3";
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    e->ctx.tool_call_format = "hermes";
+    CHECK(rc == -EINVAL && strncmp(err, "tools[1].function.parameters: ", 30)
+          == 0 && strstr(err, "pattern"), "bad schema, per tool: %d %s", rc,
+          err);
+
+    g.tools_json = (char *) tools;
+    g.tool_choice_json = (char *) "{\"type\": \"function\", \"function\": "
+        "{\"name\": \"nope\"}}";
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    CHECK(rc == -EINVAL && strncmp(err, "tool_choice: ", 13) == 0,
+          "unknown name: %d %s", rc, err);
+
+    g.tool_choice_json = (char *) "sometimes";
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    CHECK(rc == -EINVAL && strncmp(err, "tool_choice: ", 13) == 0,
+          "bad choice: %d %s", rc, err);
+
+    g.tool_choice_json = (char *) "auto";
+    g.tools_json = (char *) "";
+    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    CHECK(rc == 0 && h.mask == NULL, "no tools: %d", rc);
+    printf("ok errors name the field\n");
+}
+
+/*
+ * Make the markers control tokens in the file at path: token_type 3 in
+ * the tokenizer.ggml.token_type array, found after its key (GGUF: key,
+ * u32 value type 9 = array, u32 element type, u64 count, the values).
+ */
+static int
+make_markers_control(const char *path, const llm_vocab_t *v, char *err,
+    size_t errlen)
+{
+    static const char  key[] = "tokenizer.ggml.token_type";
+    static const char *m[] = { "<tool_call>", "</tool_call>" };
+    char              *buf;
+    const char        *f;
+    int32_t            ctl = 3;
+    off_t              size, at;
+    int                fd, rc = 0;
+
+    fd = open(path, O_RDWR);
+    if (fd < 0) {
+        snprintf(err, errlen, "open: %s", strerror(errno));
+        return -EIO;
+    }
+    size = lseek(fd, 0, SEEK_END);
+    buf = malloc((size_t) size);
+    if (buf == NULL || pread(fd, buf, (size_t) size, 0) != size) {
+        snprintf(err, errlen, "read failed");
+        rc = -EIO;
+        goto done;
+    }
+    f = memmem(buf, (size_t) size, key, sizeof(key) - 1);
+    if (f == NULL) {
+        snprintf(err, errlen, "no %s in the file", key);
+        rc = -EIO;
+        goto done;
+    }
+    at = (f - buf) + (off_t) sizeof(key) - 1 + 4 + 4 + 8;
+    for (int k = 0; k < 2; k++) {
+        int32_t id = llm_vocab_find(v, m[k], strlen(m[k]));
+
+        if (id < 0 || pwrite(fd, &ctl, 4, at + (off_t) id * 4) != 4) {
+            snprintf(err, errlen, "cannot mark %s as control", m[k]);
+            rc = -EIO;
+            goto done;
+        }
+    }
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static void
+test_control_markers(env_t *e)
+{
+    rec_t  *r = malloc(sizeof(*r));
+    char    err[256] = "", why[256];
+    int32_t op = llm_vocab_find(e->v, "<tool_call>", 11);
+    int     calls = 0;
+
+    CHECK(op >= 0 && llm_vocab_is_control(e->v, op),
+          "<tool_call> is not a control token");
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        CHECK(decode(e, "required", seed % 2, seed, -1, 0, 1500, r, err,
+                     sizeof(err)) == 0, "control: %s", err);
+        CHECK(r->n >= 1 && r->clen == 0, "control markers: %u calls, "
+              "content [%s]", r->n, r->content);
+        for (uint32_t i = 0; i < r->n; i++) {
+            CHECK(valid_call(r->names[i], r->args[i], why, sizeof(why)),
+                  "control markers: %s", why);
+        }
+        calls += (int) r->n;
+    }
+    free(r);
+    printf("ok control-token markers reach the parser (%d calls)\n", calls);
+}
+
+int
+main(void)
+{
+    llm_mkmodel_params_t  p;
+    llm_gguf_t           *gg = NULL;
+    env_t                 e;
+    char                  err[512], path[512];
+    const char           *tmp = getenv("TMPDIR");
+
+    memset(&e, 0, sizeof(e));
+    snprintf(path, sizeof(path), "%s/test_toolhooks.%d.gguf",
+             tmp && tmp[0] ? tmp : "/tmp", (int) getpid());
+    if (llm_mkmodel_preset(&p, "tiny", err, sizeof(err)) != 0
+        || llm_mkmodel_write(&p, path, NULL, err, sizeof(err)) != 0
+        || llm_gguf_open(&gg, path, err, sizeof(err)) != 0
+        || llm_vocab_load(&e.v, gg, err, sizeof(err)) != 0
+        || llm_tokindex_create(&e.ctx.tokindex, e.v, err, sizeof(err)) != 0)
+    {
+        printf("FAIL setup: %s\n", err);
+        unlink(path);
+        return 1;
+    }
+    e.nv = llm_vocab_n_tokens(e.v);
+    e.ctx.vocab = e.v;
+    e.ctx.n_vocab = e.nv;
+    e.ctx.tool_call_format = "hermes";
+
+    test_forced(&e, "hermes");
+    test_forced(&e, "llama3-json");
+    test_forced(&e, "mistral");
+    test_forced(&e, "deepseek-v3");
+    test_none_and_auto(&e);
+    test_opener_only(&e);
+    test_errors(&e);
+
+    /* again with the markers as control tokens */
+    if (make_markers_control(path, e.v, err, sizeof(err)) != 0) {
+        printf("FAIL control markers: %s\n", err);
+        failures++;
+    }
+    llm_tokindex_free(e.ctx.tokindex);
+    llm_vocab_free(e.v);
+    llm_gguf_close(gg);
+    if (failures == 0) {
+        if (llm_gguf_open(&gg, path, err, sizeof(err)) != 0
+            || llm_vocab_load(&e.v, gg, err, sizeof(err)) != 0
+            || llm_tokindex_create(&e.ctx.tokindex, e.v, err, sizeof(err))
+               != 0)
+        {
+            printf("FAIL reload: %s\n", err);
+            unlink(path);
+            return 1;
+        }
+        e.ctx.vocab = e.v;
+        test_control_markers(&e);
+        llm_tokindex_free(e.ctx.tokindex);
+        llm_vocab_free(e.v);
+        llm_gguf_close(gg);
+    }
+    unlink(path);
+    if (failures) {
+        printf("%d FAILED\n", failures);
+        return 1;
+    }
+    printf("all passed\n");
+    return 0;
+}
