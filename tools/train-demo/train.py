@@ -326,12 +326,40 @@ def load_gguf(model, path, tokens):
                                        .reshape(prm.shape).copy()))
 
 
+def reshape_json(v, rng):
+    """The same JSON value with its keys in a random order."""
+    if isinstance(v, dict):
+        ks = list(v)
+        rng.shuffle(ks)
+        return {k: reshape_json(v[k], rng) for k in ks}
+    if isinstance(v, list):
+        return [reshape_json(x, rng) for x in v]
+    return v
+
+
+def vary_tool_results(msgs, rng):
+    """Tool results as clients send them: half with the keys shuffled (a
+    client may sort them, or build them in any order), half compact
+    (JSON.stringify, canonical Perl/Go encoders) instead of json.dumps'
+    ", " and ": ".  The answer must come from the keys, not positions."""
+    out = []
+    for m in msgs:
+        if m.get("role") == "tool":
+            v = json.loads(m["content"])
+            if rng.random() < 0.5:
+                v = reshape_json(v, rng)
+            sep = (",", ":") if rng.random() < 0.5 else (", ", ": ")
+            m = dict(m, content=json.dumps(v, separators=sep))
+        out.append(m)
+    return out
+
+
 def render_all(convs, template, rng):
     env = template_env()
     tmpl = env.from_string(template)
     texts = []
     for cv in convs:
-        msgs = cv["messages"]
+        msgs = vary_tool_results(cv["messages"], rng)
         has_calls = any(m.get("tool_calls") for m in msgs)
         tools = cv["tools"]
         # Teach both prompt shapes: with the tools block, and (for turns
