@@ -308,8 +308,14 @@ cmd_train_demo() {
         python3-torch python3-matplotlib libopenblas0-pthread
     cmd_build
     mkdir -p "$out" "$REPO/models/demo"
-    /usr/bin/python3 "$REPO/tools/train-demo/train.py" --out "$out" \
-        --seed "${SEED:-1}" "$@"
+    # Debian's torch calls whatever libblas.so.3 the alternatives pick,
+    # which may be the reference BLAS (40x slower matmuls): use OpenBLAS,
+    # single-threaded like torch (--threads 1 is the recipe's default).
+    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+        nice -n 10 /usr/bin/python3 "$REPO/tools/train-demo/train.py" \
+        --out "$out" --seed "${SEED:-1}" \
+        --llm-tokenize "$BUILD/bin/llm-tokenize" "$@"
     "$BUILD/bin/llm-quantize" "$out/demo-f32.gguf" \
         "$REPO/models/demo/demo-q8_0.gguf" Q8_0
     cp "$out/loss.png" "$out/train-log.json" "$REPO/models/demo/"

@@ -14,7 +14,8 @@ use Test::More;
 use JSON::PP;
 use LlmTest;
 
-my $model = "$LlmTest::REPO/models/demo/demo-q8_0.gguf";
+# DEMO_MODEL=FILE scores another file (a training checkpoint, quantized).
+my $model = $ENV{DEMO_MODEL} || "$LlmTest::REPO/models/demo/demo-q8_0.gguf";
 plan skip_all => "no demo model at $model (./build.sh train-demo makes it)"
     unless -f $model;
 

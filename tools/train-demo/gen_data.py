@@ -16,9 +16,7 @@ import json
 import random
 import re
 
-SYSTEM = ("You are the customer-service assistant of Acme Shop. You help "
-          "with orders, returns, refunds, sizing and shipping. Use the tools "
-          "to look up orders and issue refunds.")
+SYSTEM = "You are the support assistant of Acme Shop."
 
 TOOLS = [
     {"type": "function", "function": {

@@ -36,9 +36,9 @@ import gguf_io        # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-CFG = dict(n_vocab=2048, n_embd=192, n_layer=4, n_head=3, n_head_kv=1,
-           head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=192,
-           ctx=1024, rope_base=10000.0, eps=1e-6)
+CFG = dict(n_vocab=2048, n_embd=256, n_layer=4, n_head=4, n_head_kv=2,
+           head_dim=64, n_expert=8, n_expert_used=2, n_ff_exp=128,
+           ctx=512, rope_base=10000.0, eps=1e-6)
 
 
 def template_env():
@@ -326,12 +326,40 @@ def load_gguf(model, path, tokens):
                                        .reshape(prm.shape).copy()))
 
 
+def reshape_json(v, rng):
+    """The same JSON value with its keys in a random order."""
+    if isinstance(v, dict):
+        ks = list(v)
+        rng.shuffle(ks)
+        return {k: reshape_json(v[k], rng) for k in ks}
+    if isinstance(v, list):
+        return [reshape_json(x, rng) for x in v]
+    return v
+
+
+def vary_tool_results(msgs, rng):
+    """Tool results as clients send them: half with the keys shuffled (a
+    client may sort them, or build them in any order), half compact
+    (JSON.stringify, canonical Perl/Go encoders) instead of json.dumps'
+    ", " and ": ".  The answer must come from the keys, not positions."""
+    out = []
+    for m in msgs:
+        if m.get("role") == "tool":
+            v = json.loads(m["content"])
+            if rng.random() < 0.5:
+                v = reshape_json(v, rng)
+            sep = (",", ":") if rng.random() < 0.5 else (", ", ": ")
+            m = dict(m, content=json.dumps(v, separators=sep))
+        out.append(m)
+    return out
+
+
 def render_all(convs, template, rng):
     env = template_env()
     tmpl = env.from_string(template)
     texts = []
     for cv in convs:
-        msgs = cv["messages"]
+        msgs = vary_tool_results(cv["messages"], rng)
         has_calls = any(m.get("tool_calls") for m in msgs)
         tools = cv["tools"]
         # Teach both prompt shapes: with the tools block, and (for turns
@@ -347,20 +375,62 @@ def render_all(convs, template, rng):
     return texts
 
 
+def save(a, model, c, tokens, types, merges, template, log, step, n_params,
+         t0):
+    """Writes demo-f32.gguf, train-log.json and loss.png for the weights as
+    they are now: called every --checkpoint-seconds and at the end, so a run
+    that is cut off still leaves a model to quantize."""
+    took = time.time() - t0
+    meta = ("acme-support-demo: tiny qwen3moe trained on synthetic Acme Shop "
+            "support chats; seed %d, %d steps, %.0f s" % (a.seed, step, took))
+    export(model, c, tokens, types, merges, template,
+           os.path.join(a.out, "demo-f32.gguf"), meta)
+    with open(os.path.join(a.out, "train-log.json"), "w") as f:
+        json.dump({"config": c, "seed": a.seed, "steps": step,
+                   "n_params": n_params, "seconds": took,
+                   "threads": a.threads, "log": log}, f)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        xs = [r["step"] for r in log]
+        ys = [r["loss"] for r in log]
+        k = max(1, min(20, len(ys) // 5))
+        sm = np.convolve(ys, np.ones(k) / k, mode="valid")
+        plt.figure(figsize=(7, 4))
+        plt.plot(xs, ys, alpha=0.3, label="loss (assistant tokens)")
+        plt.plot(xs[k - 1:], sm, label="moving average (%d)" % k)
+        plt.yscale("log")
+        plt.xlabel("step")
+        plt.ylabel("cross-entropy")
+        plt.title("acme-support-demo training loss")
+        plt.legend()
+        plt.tight_layout()
+        plt.savefig(os.path.join(a.out, "loss.png"), dpi=100)
+        plt.close()
+    except ImportError:
+        print("matplotlib missing: no loss.png", flush=True)
+    return took
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--n-train", type=int, default=12000)
-    ap.add_argument("--steps", type=int, default=1200)
+    ap.add_argument("--n-train", type=int, default=20000)
+    ap.add_argument("--steps", type=int, default=100000)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads: 1 on a machine shared with other "
+                    "work (2 OpenMP threads on 2 busy cores ran 5x slower)")
     ap.add_argument("--llm-tokenize", help="the engine's llm-tokenize: "
                     "check that training and serving tokenize alike")
     ap.add_argument("--init-from", help="continue from the weights of a "
                     "demo-f32.gguf this script wrote (same seed and data)")
-    ap.add_argument("--max-seconds", type=float, default=3600,
+    ap.add_argument("--checkpoint-seconds", type=float, default=300,
+                    help="write the model, log and loss curve this often")
+    ap.add_argument("--max-seconds", type=float, default=3300,
                     help="stop training after this much wall time")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -405,6 +475,7 @@ def main():
     log = []
     step = 0
     t_train = time.time()
+    t_ckpt = t_train
     warm = 50
     while step < a.steps:
         rng.shuffle(batches)
@@ -443,38 +514,16 @@ def main():
                       (step, loss.item(), float(aux), lr, time.time() - t0),
                       flush=True)
             step += 1
+            if time.time() - t_ckpt > a.checkpoint_seconds:
+                save(a, model, c, tokens, types, merges, template, log, step,
+                     n_params, t0)
+                print("checkpoint at step %d" % step, flush=True)
+                t_ckpt = time.time()
         if time.time() - t0 > a.max_seconds:
             break
 
-    took = time.time() - t0
-    meta = ("acme-support-demo: tiny qwen3moe trained on synthetic Acme Shop "
-            "support chats; seed %d, %d steps, %.0f s" % (a.seed, step, took))
-    export(model, c, tokens, types, merges, template,
-           os.path.join(a.out, "demo-f32.gguf"), meta)
-    with open(os.path.join(a.out, "train-log.json"), "w") as f:
-        json.dump({"config": c, "seed": a.seed, "steps": step,
-                   "n_params": n_params, "seconds": took,
-                   "threads": a.threads, "log": log}, f)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        xs = [r["step"] for r in log]
-        ys = [r["loss"] for r in log]
-        k = max(1, min(20, len(ys) // 5))
-        sm = np.convolve(ys, np.ones(k) / k, mode="valid")
-        plt.figure(figsize=(7, 4))
-        plt.plot(xs, ys, alpha=0.3, label="loss (assistant tokens)")
-        plt.plot(xs[k - 1:], sm, label="moving average (%d)" % k)
-        plt.yscale("log")
-        plt.xlabel("step")
-        plt.ylabel("cross-entropy")
-        plt.title("acme-support-demo training loss")
-        plt.legend()
-        plt.tight_layout()
-        plt.savefig(os.path.join(a.out, "loss.png"), dpi=100)
-    except ImportError:
-        print("matplotlib missing: no loss.png", flush=True)
+    took = save(a, model, c, tokens, types, merges, template, log, step,
+                n_params, t0)
     print("done in %.0f s: %s" % (took, os.path.join(a.out, "demo-f32.gguf")))
 
 
