@@ -323,7 +323,12 @@ ngx_http_llm_get_ctx(ngx_http_request_t *r)
 }
 
 
-/* Settles the token reservation and records the metrics sample, once. */
+/*
+ * Settles the token reservation and records the metrics sample, once:
+ * when the engine's answer has been handed to the output chain (the
+ * upstream's finalize), so a scrape after the client saw the end always
+ * counts it; or, for a request cut short, from the request cleanup.
+ */
 
 void
 ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
@@ -336,6 +341,12 @@ ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     }
 
     ctx->recorded = 1;
+
+    /* cut off before the engine's usage: count what was generated */
+
+    if (ctx->completion_tokens < ctx->streamed_tokens) {
+        ctx->completion_tokens = ctx->streamed_tokens;
+    }
 
     if (ctx->ticket_set) {
         ngx_http_llm_limit_settle(r, &ctx->ticket,
@@ -381,12 +392,6 @@ ngx_http_llm_cleanup(void *data)
 
     if (ctx->finish_reason.len == 0 && ctx->got_token && !ctx->done) {
         ngx_str_set(&ctx->finish_reason, "cancelled");
-    }
-
-    /* cut off before the engine's usage: count what was generated */
-
-    if (ctx->completion_tokens < ctx->streamed_tokens) {
-        ctx->completion_tokens = ctx->streamed_tokens;
     }
 
     ngx_http_llm_record(r, ctx, r->headers_out.status ? r->headers_out.status

@@ -1090,6 +1090,12 @@ ngx_http_llm_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
             ngx_str_set(&ctx->finish_reason, "cancelled");
         }
 
+        if (ctx->done && ctx->header_done
+            && rc != NGX_HTTP_CLIENT_CLOSED_REQUEST && !r->connection->error)
+        {
+            ngx_http_llm_record(r, ctx, r->headers_out.status);
+        }
+
         return;
     }
 
@@ -1125,6 +1131,8 @@ ngx_http_llm_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
     }
 
     (void) ngx_http_output_filter(r, out);
+
+    ngx_http_llm_record(r, ctx, r->headers_out.status);
 }
 
 
