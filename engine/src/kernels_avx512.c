@@ -1036,19 +1036,61 @@ llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out)
 }
 
 
+/* One group g of 4 blocks for R rows x C columns into acc. */
+LLM_INLINE void
+llm_q4_g4_step(const int R, const int C, int64_t g, int64_t ng,
+    const char *w, size_t ws, const llm_q4_g4_t *pre, __m512i qidx,
+    __m512i didx, __m512 acc[LLM_MAXR][LLM_MAXC])
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    __m512i        lo[LLM_MAXR], hi[LLM_MAXR];
+    __m512         wd[LLM_MAXR];
+    int            r, c;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+        const char  *p = w + r * ws + g * 4 * sizeof(llm_block_q4_0);
+        __m512i      a = _mm512_loadu_si512((const void *) p);
+        __m512i      b = _mm512_loadu_si512((const void *) (p + 8));
+        __m512i      q = _mm512_permutex2var_epi16(a, qidx, b);
+
+        lo[r] = _mm512_and_si512(q, m4);
+        hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        wd[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(
+                    _mm512_permutexvar_epi16(didx, a)));
+    }
+
+#pragma GCC unroll 4
+    for (c = 0; c < C; c++) {
+        const llm_q4_g4_t  *pc = pre + c * ng + g;
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            __m512i  dp = _mm512_dpbusd_epi32(
+                              _mm512_dpbusd_epi32(pc->init, lo[r], pc->lo),
+                              hi[r], pc->hi);
+
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
+                                        _mm512_mul_ps(wd[r], pc->d),
+                                        acc[r][c]);
+        }
+    }
+}
+
+
 /*
  * Rows [0, R) x columns [0, C) over ng groups of 4 blocks; pre holds C
  * columns of ng groups (column c at pre + c * ng).  Blocks past 4 * ng
- * are left to the caller.  Two accumulators per result take turns, so
- * the FMA latency does not bound the loop at one result; every result is
- * summed in the same order whatever R and C are, so a row's logits do
- * not depend on what else is in the batch.
+ * are left to the caller.  Even and odd groups go to two accumulators
+ * (the loop unrolled by two, so both stay in registers), so the FMA
+ * latency does not bound the loop at one result; every result is summed
+ * in the same order whatever R and C are, so a row's logits do not
+ * depend on what else is in the batch.
  */
 LLM_INLINE void
 llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
     size_t ws, const llm_q4_g4_t *pre, float *y, size_t ldy)
 {
-    const __m512i  m4 = _mm512_set1_epi8(0x0f);
     /* out word k: block k / 8, word k % 8 of its qs = byte-pair of the
      * 72 bytes at 2 + 18 (k / 8) + 2 (k % 8); a holds words 0..31, b
      * (loaded at byte 8) words 4..35 as its 0..31 */
@@ -1061,56 +1103,25 @@ llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                        27, 27, 27, 27, 18, 18, 18, 18,
                        9, 9, 9, 9, 0, 0, 0, 0);
-    __m512         acc[2][LLM_MAXR][LLM_MAXC];
+    __m512         acc0[LLM_MAXR][LLM_MAXC], acc1[LLM_MAXR][LLM_MAXC];
     int64_t        g;
-    int            r, c, k;
+    int            r, c;
 
-#pragma GCC unroll 2
-    for (k = 0; k < 2; k++) {
 #pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
+    for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
-            for (c = 0; c < C; c++) {
-                acc[k][r][c] = _mm512_setzero_ps();
-            }
+        for (c = 0; c < C; c++) {
+            acc0[r][c] = _mm512_setzero_ps();
+            acc1[r][c] = _mm512_setzero_ps();
         }
     }
 
-    for (g = 0; g < ng; g++) {
-        __m512i  lo[LLM_MAXR], hi[LLM_MAXR];
-        __m512   wd[LLM_MAXR];
-
-        k = (int) (g & 1);
-
-#pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
-            const char  *p = w + r * ws + g * 4 * sizeof(llm_block_q4_0);
-            __m512i      a = _mm512_loadu_si512((const void *) p);
-            __m512i      b = _mm512_loadu_si512((const void *) (p + 8));
-            __m512i      q = _mm512_permutex2var_epi16(a, qidx, b);
-
-            lo[r] = _mm512_and_si512(q, m4);
-            hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-            wd[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(
-                        _mm512_permutexvar_epi16(didx, a)));
-        }
-
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            const llm_q4_g4_t  *pc = pre + c * ng + g;
-
-#pragma GCC unroll 4
-            for (r = 0; r < R; r++) {
-                __m512i  dp = _mm512_dpbusd_epi32(
-                                  _mm512_dpbusd_epi32(pc->init, lo[r],
-                                                      pc->lo),
-                                  hi[r], pc->hi);
-
-                acc[k][r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
-                                               _mm512_mul_ps(wd[r], pc->d),
-                                               acc[k][r][c]);
-            }
-        }
+    for (g = 0; g + 2 <= ng; g += 2) {
+        llm_q4_g4_step(R, C, g, ng, w, ws, pre, qidx, didx, acc0);
+        llm_q4_g4_step(R, C, g + 1, ng, w, ws, pre, qidx, didx, acc1);
+    }
+    if (g < ng) {
+        llm_q4_g4_step(R, C, g, ng, w, ws, pre, qidx, didx, acc0);
     }
 
 #pragma GCC unroll 4
@@ -1118,7 +1129,7 @@ llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             y[c * ldy + r] = _mm512_reduce_add_ps(
-                                 _mm512_add_ps(acc[0][r][c], acc[1][r][c]));
+                                 _mm512_add_ps(acc0[r][c], acc1[r][c]));
         }
     }
 }
