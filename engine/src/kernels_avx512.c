@@ -966,10 +966,264 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
 }
 
 
+/* ---- Q4_0 x Q8_0, four blocks per step ------------------------------- */
+
+/*
+ * Four Q4_0 blocks are 72 bytes.  Two overlapping 64-byte loads (at 0 and
+ * 8) cover them; since every block's qs starts at an even offset, one
+ * two-source word permute gathers the 64 quant bytes in block order and a
+ * one-source one the four fp16 scales (one per 4 lanes).  Low nibbles are
+ * weights 0..15 of each block and high nibbles 16..31, so each activation
+ * column is prepared once in the same order (llm_q4_g4_t), with the -8
+ * offset folded into the accumulator's start.  Per 4 blocks and column
+ * this is 2 vpdpbusd, a convert, a multiply and an FMA, the weight side
+ * (2 loads, 2 permutes, shift, 2 ands, fp16 convert) shared by all
+ * columns: about half the instructions of the pair tiles above, which
+ * matters because those are compute-bound at one column (~22 GB/s per
+ * thread from L1, the memory gives 31).
+ */
+
+typedef struct {
+    __m512i  lo;        /* y[0..15] of blocks 4g..4g+3, 16 bytes each */
+    __m512i  hi;        /* y[16..31] */
+    __m512i  init;      /* per 32-bit lane: -8 * (its 4 lo + 4 hi bytes) */
+    __m512   d;         /* lane i: scale of block 4g + i / 4 */
+} llm_q4_g4_t;
+
+/* Columns x groups prepared on the stack: 4 x 64 x 256 B = 64 KB, rows
+ * up to 8192 weights; longer rows take the pair tiles. */
+#define LLM_G4_COLS   4
+#define LLM_G4_MAX    64
+
+
+LLM_INLINE void
+llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out)
+{
+    const __m512i           eight = _mm512_set1_epi8(8);
+    const llm_block_q8_0   *q = (const llm_block_q8_0 *) x;
+    int64_t                 g;
+    int                     j;
+
+    for (g = 0; g < ng; g++, q += 4) {
+        __m512i  lo, hi, s;
+        float    d[4];
+
+#define LLM_G4_Y(o)                                                          \
+        _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(            \
+            _mm512_castsi128_si512(_mm_loadu_si128((const void *)            \
+                                                   (q[0].qs + (o)))),        \
+            _mm_loadu_si128((const void *) (q[1].qs + (o))), 1),             \
+            _mm_loadu_si128((const void *) (q[2].qs + (o))), 2),             \
+            _mm_loadu_si128((const void *) (q[3].qs + (o))), 3)
+
+        lo = LLM_G4_Y(0);
+        hi = LLM_G4_Y(16);
+#undef LLM_G4_Y
+        for (j = 0; j < 4; j++) {
+            d[j] = llm_h2f(q[j].d);
+        }
+        s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                    eight, lo),
+                                eight, hi);
+        out[g].lo = lo;
+        out[g].hi = hi;
+        out[g].init = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+        out[g].d = _mm512_permutexvar_ps(
+                       _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2,
+                                        1, 1, 1, 1, 0, 0, 0, 0),
+                       _mm512_castps128_ps512(_mm_loadu_ps(d)));
+    }
+}
+
+
+/* One group g of 4 blocks for R rows x C columns into acc. */
+LLM_INLINE void
+llm_q4_g4_step(const int R, const int C, int64_t g, int64_t ng,
+    const char *w, size_t ws, const llm_q4_g4_t *pre, __m512i qidx,
+    __m512i didx, __m512 acc[LLM_MAXR][LLM_MAXC])
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    __m512i        lo[LLM_MAXR], hi[LLM_MAXR];
+    __m512         wd[LLM_MAXR];
+    int            r, c;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+        const char  *p = w + r * ws + g * 4 * sizeof(llm_block_q4_0);
+        __m512i      a = _mm512_loadu_si512((const void *) p);
+        __m512i      b = _mm512_loadu_si512((const void *) (p + 8));
+        __m512i      q = _mm512_permutex2var_epi16(a, qidx, b);
+
+        lo[r] = _mm512_and_si512(q, m4);
+        hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        wd[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(
+                    _mm512_permutexvar_epi16(didx, a)));
+    }
+
+#pragma GCC unroll 4
+    for (c = 0; c < C; c++) {
+        const llm_q4_g4_t  *pc = pre + c * ng + g;
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            __m512i  dp = _mm512_dpbusd_epi32(
+                              _mm512_dpbusd_epi32(pc->init, lo[r], pc->lo),
+                              hi[r], pc->hi);
+
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
+                                        _mm512_mul_ps(wd[r], pc->d),
+                                        acc[r][c]);
+        }
+    }
+}
+
+
+/*
+ * Rows [0, R) x columns [0, C) over ng groups of 4 blocks; pre holds C
+ * columns of ng groups (column c at pre + c * ng).  Blocks past 4 * ng
+ * are left to the caller.  Even and odd groups go to two accumulators
+ * (the loop unrolled by two, so both stay in registers), so the FMA
+ * latency does not bound the loop at one result; every result is summed
+ * in the same order whatever R and C are, so a row's logits do not
+ * depend on what else is in the batch.
+ */
+LLM_INLINE void
+llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
+    size_t ws, const llm_q4_g4_t *pre, float *y, size_t ldy)
+{
+    /* out word k: block k / 8, word k % 8 of its qs = byte-pair of the
+     * 72 bytes at 2 + 18 (k / 8) + 2 (k % 8); a holds words 0..31, b
+     * (loaded at byte 8) words 4..35 as its 0..31 */
+    const __m512i  qidx = _mm512_set_epi16(
+                       32 + 31, 32 + 30, 32 + 29, 32 + 28, 31, 30, 29, 28,
+                       26, 25, 24, 23, 22, 21, 20, 19,
+                       17, 16, 15, 14, 13, 12, 11, 10,
+                       8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i  didx = _mm512_set_epi16(
+                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                       27, 27, 27, 27, 18, 18, 18, 18,
+                       9, 9, 9, 9, 0, 0, 0, 0);
+    __m512         acc0[LLM_MAXR][LLM_MAXC], acc1[LLM_MAXR][LLM_MAXC];
+    int64_t        g;
+    int            r, c;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            acc0[r][c] = _mm512_setzero_ps();
+            acc1[r][c] = _mm512_setzero_ps();
+        }
+    }
+
+    for (g = 0; g + 2 <= ng; g += 2) {
+        llm_q4_g4_step(R, C, g, ng, w, ws, pre, qidx, didx, acc0);
+        llm_q4_g4_step(R, C, g + 1, ng, w, ws, pre, qidx, didx, acc1);
+    }
+    if (g < ng) {
+        llm_q4_g4_step(R, C, g, ng, w, ws, pre, qidx, didx, acc0);
+    }
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = _mm512_reduce_add_ps(
+                                 _mm512_add_ps(acc0[r][c], acc1[r][c]));
+        }
+    }
+}
+
+
+/* R rows x C columns, the 4-block groups and then the last nb % 4 blocks
+ * by the pair tile. */
+LLM_INLINE void
+llm_q4_g4_rows(const int R, const int C, int64_t ng, int64_t nb,
+    const char *w, size_t ws, const char *x, size_t xs,
+    const llm_q4_g4_t *pre, float *y, size_t ldy)
+{
+    float  t[LLM_MAXR * LLM_MAXC];
+    int    r, c;
+
+    llm_q4_g4_tile(R, C, ng, w, ws, pre, y, ldy);
+    if (nb > 4 * ng) {
+        llm_q4_0_tile(R, C, nb - 4 * ng, w + 4 * ng * sizeof(llm_block_q4_0),
+                      ws, x + 4 * ng * sizeof(llm_block_q8_0), xs, t, R);
+        for (c = 0; c < C; c++) {
+            for (r = 0; r < R; r++) {
+                y[c * ldy + r] += t[c * R + r];
+            }
+        }
+    }
+}
+
+
+/*
+ * The driver: columns in groups of up to 4, prepared once per group; rows
+ * two at a time (the weight side is then shared by up to 8 results), in
+ * chunks that stay in L2 while the column groups pass over them.
+ */
+static void
+llm_gemm_q4_0_g4(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_q4_g4_t  pre[LLM_G4_COLS * LLM_G4_MAX];
+    const char  *wp = w, *xp = x;
+    int64_t      nb = n / LLM_QK, ng = nb / 4, q0, q1, c0, cc, c, r;
+
+    for (q0 = 0; q0 < nr; q0 = q1) {
+        q1 = nc <= LLM_G4_COLS ? nr
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
+
+        for (c0 = 0; c0 < nc; c0 += LLM_G4_COLS) {
+            cc = nc - c0 < LLM_G4_COLS ? nc - c0 : LLM_G4_COLS;
+            for (c = 0; c < cc; c++) {
+                llm_q4_g4_prep(xp + (c0 + c) * xs, ng, pre + c * ng);
+            }
+
+#define LLM_G4_CASE(R)                                                       \
+            switch (cc) {                                                   \
+            case 1:                                                         \
+                llm_q4_g4_rows(R, 1, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
+                               xs, pre, y + c0 * ldy + r, ldy);             \
+                break;                                                      \
+            case 2:                                                         \
+                llm_q4_g4_rows(R, 2, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
+                               xs, pre, y + c0 * ldy + r, ldy);             \
+                break;                                                      \
+            case 3:                                                         \
+                llm_q4_g4_rows(R, 3, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
+                               xs, pre, y + c0 * ldy + r, ldy);             \
+                break;                                                      \
+            default:                                                        \
+                llm_q4_g4_rows(R, 4, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
+                               xs, pre, y + c0 * ldy + r, ldy);             \
+                break;                                                      \
+            }
+
+            r = q0;
+            if (cc > 1) {
+                for (; r + 2 <= q1; r += 2) {
+                    LLM_G4_CASE(2)
+                }
+            }
+            for (; r < q1; r++) {
+                LLM_G4_CASE(1)
+            }
+#undef LLM_G4_CASE
+        }
+    }
+}
+
+
 static void
 llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
+    if (n / LLM_QK / 4 <= LLM_G4_MAX) {
+        llm_gemm_q4_0_g4(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
     if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
         llm_gemm_q4_0(n, nr, nc, w, ws, x, xs, y, ldy);
         return;

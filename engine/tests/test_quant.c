@@ -390,8 +390,9 @@ test_simd_level(llm_simd_t level)
         }
 
         /* gemm over odd shapes, with padding in strides and ldy; for
-         * 32-blocks also an odd block count */
-        for (int64_t gn = n; gn >= n - 32; gn -= 32) {
+         * 32-blocks also block counts that leave 1..3 over a multiple
+         * of 4 (the AVX-512 Q4_0 kernel takes 4 blocks per step) */
+        for (int64_t gn = n; gn >= n - 96; gn -= 32) {
             if (gn != n && blk != 32) {
                 break;
             }

@@ -1,8 +1,9 @@
 /*
  * llm-bench: prefill (pp) and decode (tg) throughput of a model, like
  * llama-bench.  pp: one batch of -p random tokens at positions 0..p-1.
- * tg: -n single-token steps on one sequence with the KV cache, from an
- * empty cache.  Each repeated -r times after one warm-up run; prints
+ * tg: -n decode steps with the KV cache, from an empty cache: one token of
+ * one sequence per step, or with -b B one token of each of B sequences
+ * per step (the batched decode step of a server with B streams).  Each repeated -r times after one warm-up run; prints
  * mean +- stddev in a table with the settings, or JSON.
  */
 
@@ -22,7 +23,9 @@ typedef struct {
     llm_ctx_t      *c;
     const llm_hparams_t *hp;
     uint32_t       *blocks;
-    uint32_t        n_blocks;
+    uint32_t        n_blocks;       /* per sequence */
+    uint32_t        n_seqs;         /* decode batch (-b) */
+    llm_seq_view_t *sv;
     int32_t        *tok, *pos, *seq;
     uint8_t        *want;
     float          *logits;
@@ -36,17 +39,19 @@ usage(FILE *f)
 {
     fprintf(f,
         "usage: llm-bench -m FILE [-t THREADS] [-p N_PROMPT] [-n N_GEN]\n"
-        "                 [-r REPS] [--kv-type f32|f16] [--no-prefault] [--json]\n"
-        "                 [--expert-cache-mb M]\n"
+        "                 [-r REPS] [-b BATCH] [--kv-type f32|f16] [--no-prefault]\n"
+        "                 [--json] [--expert-cache-mb M]\n"
         "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
-        "  -n  generated tokens (128)     -r  repetitions (default 3)\n"
+        "  -n  decode steps (128)         -r  repetitions (default 3)\n"
+        "  -b  sequences decoded together, one token each per step (1)\n"
         "  --no-prefault  let weight pages fault in on first use\n"
         "  --expert-cache-mb M  stream experts from disk into M MiB of RAM\n"
         "                 (docs/STREAMING.md); adds the cache's counters\n"
-        "Prefill: one batch of -p tokens.  Decode: -n single-token steps on\n"
-        "one sequence with the KV cache.  Reports tokens/s, mean +- stddev.\n"
+        "Prefill: one batch of -p tokens.  Decode: -n steps with the KV\n"
+        "cache, each one token of each of -b sequences; tg t/s counts all\n"
+        "the batch's tokens.  Reports tokens/s, mean +- stddev.\n"
         "JSON fields: pp_tps, pp_tps_std, tg_tps, tg_tps_std, threads,\n"
-        "model_bytes, peak_rss_bytes, kv_bytes, n_prompt, n_gen, reps,\n"
+        "batch, model_bytes, peak_rss_bytes, kv_bytes, n_prompt, n_gen, reps,\n"
         "active_bytes_per_token (weights one decode step reads), and\n"
         "pp_tps_cpu, tg_tps_cpu: tokens per CPU-second of each thread, a\n"
         "figure less hurt by a shared, oversubscribed machine; tg_p50_ms,\n"
@@ -99,6 +104,30 @@ run_batch(bench_t *B, uint32_t n, uint32_t pos0, char *err, size_t errlen)
     return llm_forward(B->c, &b, B->logits, err, errlen);
 }
 
+/* One decode step: the token at position pos of each of the n_seqs
+ * sequences, every one wanting logits. */
+static int
+run_step(bench_t *B, uint32_t pos, char *err, size_t errlen)
+{
+    llm_batch_t  b;
+    uint32_t     s;
+
+    for (s = 0; s < B->n_seqs; s++) {
+        B->tok[s] = rnd_tok(B);
+        B->pos[s] = (int32_t) pos;
+        B->seq[s] = (int32_t) s;
+        B->want[s] = 1;
+    }
+    b.n_tokens = B->n_seqs;
+    b.tokens = B->tok;
+    b.pos = B->pos;
+    b.seq = B->seq;
+    b.logits = B->want;
+    b.n_seqs = B->n_seqs;
+    b.seqs = B->sv;
+    return llm_forward(B->c, &b, B->logits, err, errlen);
+}
+
 static int
 run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
 {
@@ -108,7 +137,8 @@ run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
 
     for (i = 0; i < n; i++) {
         t = now_s();
-        rc = run_batch(B, 1, i, err, errlen);
+        rc = B->n_seqs == 1 ? run_batch(B, 1, i, err, errlen)
+                            : run_step(B, i, err, errlen);
         if (rc < 0) {
             return rc;
         }
@@ -218,6 +248,7 @@ main(int argc, char **argv)
         { "n-prompt", required_argument, NULL, 'p' },
         { "n-gen", required_argument, NULL, 'n' },
         { "repetitions", required_argument, NULL, 'r' },
+        { "batch", required_argument, NULL, 'b' },
         { "kv-type", required_argument, NULL, 'k' },
         { "json", no_argument, NULL, 'J' },
         { "no-prefault", no_argument, NULL, 'F' },
@@ -227,6 +258,7 @@ main(int argc, char **argv)
     };
     const char      *model = NULL;
     int              threads = 2, np = 512, ng = 128, reps = 3, json = 0;
+    int              nb = 1;
     int              ch, i, rc = 1;
     llm_type_t       kvt = LLM_TYPE_F32;
     llm_model_t     *m = NULL;
@@ -241,7 +273,7 @@ main(int argc, char **argv)
     size_t           kv_bytes;
     struct rusage    ru;
     char             err[512];
-    uint32_t         bt = 16, maxb, j;
+    uint32_t         bt = 16, maxb, j, rows;
     uint64_t         xmb = 0, ntg;
     llm_xcache_t    *xc = NULL;
     llm_xcache_opts_t xo;
@@ -250,13 +282,14 @@ main(int argc, char **argv)
 
     memset(&B, 0, sizeof(B));
     memset(&mopts, 0, sizeof(mopts));
-    while ((ch = getopt_long(argc, argv, "m:t:p:n:r:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:t:p:n:r:b:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': model = optarg; break;
         case 't': threads = atoi(optarg); break;
         case 'p': np = atoi(optarg); break;
         case 'n': ng = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
+        case 'b': nb = atoi(optarg); break;
         case 'J': json = 1; break;
         case 'F': mopts.no_prefault = 1; break;
         case 'X': xmb = strtoull(optarg, NULL, 10); break;
@@ -273,7 +306,7 @@ main(int argc, char **argv)
         }
     }
     if (model == NULL || threads < 1 || np < 0 || ng < 0 || reps < 1
-        || (np == 0 && ng == 0))
+        || nb < 1 || nb > 4096 || (np == 0 && ng == 0))
     {
         usage(stderr);
         return 2;
@@ -287,9 +320,11 @@ main(int argc, char **argv)
     B.hp = llm_model_hparams(m);
     model_bytes = llm_gguf_file_size(llm_model_gguf(m));
     maxb = ((uint32_t) (np > ng ? np : ng) + 1 + bt - 1) / bt;
-    if (llm_kv_create(&kv, m, maxb, bt, kvt, err, sizeof(err)) < 0
-        || llm_ctx_create(&B.c, m, kv, (uint32_t) threads,
-                          np > 0 ? (uint32_t) np : 1, err, sizeof(err)) < 0)
+    rows = (uint32_t) (np > nb ? np : nb);
+    B.n_seqs = (uint32_t) nb;
+    if (llm_kv_create(&kv, m, maxb * B.n_seqs, bt, kvt, err, sizeof(err)) < 0
+        || llm_ctx_create(&B.c, m, kv, (uint32_t) threads, rows, err,
+                          sizeof(err)) < 0)
     {
         fprintf(stderr, "llm-bench: %s\n", err);
         goto done;
@@ -303,27 +338,33 @@ main(int argc, char **argv)
         }
         llm_ctx_set_expert_source(B.c, llm_xcache_source(xc));
     }
-    kv_bytes = llm_kv_block_bytes(m, bt, kvt) * maxb;
+    kv_bytes = llm_kv_block_bytes(m, bt, kvt) * maxb * B.n_seqs;
     B.n_blocks = maxb;
-    B.blocks = malloc(maxb * sizeof(uint32_t));
-    B.tok = malloc((np + 1) * sizeof(int32_t));
-    B.pos = malloc((np + 1) * sizeof(int32_t));
-    B.seq = malloc((np + 1) * sizeof(int32_t));
-    B.want = malloc(np + 1);
-    B.logits = malloc((size_t) B.hp->n_vocab * sizeof(float));
+    B.blocks = malloc(maxb * B.n_seqs * sizeof(uint32_t));
+    B.sv = malloc(B.n_seqs * sizeof(llm_seq_view_t));
+    B.tok = malloc((rows + 1) * sizeof(int32_t));
+    B.pos = malloc((rows + 1) * sizeof(int32_t));
+    B.seq = malloc((rows + 1) * sizeof(int32_t));
+    B.want = malloc(rows + 1);
+    B.logits = malloc((size_t) B.n_seqs * B.hp->n_vocab * sizeof(float));
     pp = calloc(reps, sizeof(double));
     tg = calloc(reps, sizeof(double));
     ppc = calloc(reps, sizeof(double));
     tgc = calloc(reps, sizeof(double));
     B.step_ms = calloc((size_t) reps * (ng > 0 ? ng : 1), sizeof(double));
-    if (!B.step_ms || !B.blocks || !B.tok || !B.pos || !B.seq || !B.want || !B.logits
+    if (!B.step_ms || !B.blocks || !B.sv || !B.tok || !B.pos || !B.seq
+        || !B.want || !B.logits
         || !pp || !tg || !ppc || !tgc)
     {
         fprintf(stderr, "llm-bench: out of memory\n");
         goto done;
     }
-    for (j = 0; j < maxb; j++) {
+    for (j = 0; j < maxb * B.n_seqs; j++) {
         B.blocks[j] = j;
+    }
+    for (j = 0; j < B.n_seqs; j++) {
+        B.sv[j].blocks = B.blocks + (size_t) j * maxb;
+        B.sv[j].n_blocks = maxb;
     }
     B.rng = 0x9e3779b97f4a7c15ull;
 
@@ -361,8 +402,8 @@ main(int argc, char **argv)
                 fprintf(stderr, "llm-bench: %s\n", err);
                 goto done;
             }
-            tg[i] = ng / (now_s() - t0);
-            tgc[i] = ng / ((cpu_s() - c0) / threads);
+            tg[i] = (double) ng * nb / (now_s() - t0);
+            tgc[i] = (double) ng * nb / ((cpu_s() - c0) / threads);
         }
     }
     faults = minflt() - flt0;
@@ -384,7 +425,8 @@ main(int argc, char **argv)
     if (xc != NULL) {
         llm_xcache_get_stats(xc, &xs1);
     }
-    ntg = (uint64_t) reps * (uint64_t) ng + (uint64_t) reps * np;
+    ntg = (uint64_t) reps * (uint64_t) ng * (uint64_t) nb
+          + (uint64_t) reps * np;
     ntg = ntg ? ntg : 1;
     busy = (double) (xs1.io_busy_ns - xs0.io_busy_ns);
     stall = (double) (xs1.stall_ns - xs0.stall_ns);
@@ -394,7 +436,8 @@ main(int argc, char **argv)
 
     if (json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"quant\": \"%s\", "
-               "\"simd\": \"%s\", \"threads\": %d, \"n_prompt\": %d, "
+               "\"simd\": \"%s\", \"threads\": %d, \"batch\": %d, "
+               "\"n_prompt\": %d, "
                "\"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, "
                "\"pp_tps_std\": %.3f, \"tg_tps\": %.3f, \"tg_tps_std\": "
                "%.3f, \"pp_tps_cpu\": %.3f, \"tg_tps_cpu\": %.3f, "
@@ -411,7 +454,8 @@ main(int argc, char **argv)
                "\"xc_slot_bytes\": %llu, \"xc_experts_bytes\": %llu}\n",
                model,
                B.hp->arch_name, llm_model_quant_name(m),
-               llm_simd_name(llm_simd_level()), threads, np, ng, reps, ppm,
+               llm_simd_name(llm_simd_level()), threads, nb, np, ng, reps,
+               ppm,
                pps, tgm, tgs, ppcm, tgcm, (unsigned long long) model_bytes,
                (unsigned long long) active_bytes(m), kv_bytes,
                (unsigned long long) ru.ru_maxrss * 1024ull, faults, p50,
@@ -441,12 +485,18 @@ main(int argc, char **argv)
                    B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
                    threads, np, ppm, pps);
         }
-        if (ng > 0) {
+        if (ng > 0 && nb == 1) {
             printf("| %s %s | %.2f GiB | %.2f B | %s | %d | tg%d | "
                    "%.2f ± %.2f |\n", B.hp->arch_name,
                    llm_model_quant_name(m), model_bytes / 1073741824.0,
                    B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
                    threads, ng, tgm, tgs);
+        } else if (ng > 0) {
+            printf("| %s %s | %.2f GiB | %.2f B | %s | %d | tg%d x b%d | "
+                   "%.2f ± %.2f |\n", B.hp->arch_name,
+                   llm_model_quant_name(m), model_bytes / 1073741824.0,
+                   B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
+                   threads, ng, nb, tgm, tgs);
         }
         printf("\nreps %d, KV %s %.1f MiB, peak RSS %.2f GiB (file %.2f "
                "GiB), %.1f MB of weights per decode step\n", reps,
@@ -493,6 +543,7 @@ done:
     llm_kv_free(kv);
     llm_model_free(m);
     free(B.blocks);
+    free(B.sv);
     free(B.tok);
     free(B.pos);
     free(B.seq);
