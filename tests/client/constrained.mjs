@@ -244,6 +244,9 @@ function check(kind, content, finish, label) {
     let v;
     if (finish === 'length') {
         cutShort++;
+        console.log(`# ${label}: cut short by max_tokens after `
+                    + `${content.length} chars, ending `
+                    + JSON.stringify(content.slice(-60)));
         try {
             JSON.parse(closePrefix(content));
             return null;
