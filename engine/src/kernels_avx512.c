@@ -1036,6 +1036,8 @@ llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out)
 }
 
 
+
+
 /* One group g of 4 blocks for R rows x C columns into acc. */
 LLM_INLINE void
 llm_q4_g4_step(const int R, const int C, int64_t g, int64_t ng,
@@ -1053,6 +1055,12 @@ llm_q4_g4_step(const int R, const int C, int64_t g, int64_t ng,
         __m512i      a = _mm512_loadu_si512((const void *) p);
         __m512i      b = _mm512_loadu_si512((const void *) (p + 8));
         __m512i      q = _mm512_permutex2var_epi16(a, qidx, b);
+
+        /* the next tile's rows, same place: the row-pair walk jumps
+         * between two streams, which the hardware prefetchers follow
+         * late */
+        _mm_prefetch(p + R * ws, _MM_HINT_T0);
+        _mm_prefetch(p + R * ws + 64, _MM_HINT_T0);
 
         lo[r] = _mm512_and_si512(q, m4);
         hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
