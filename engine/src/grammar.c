@@ -660,6 +660,16 @@ llm_gcc_anyof(llm_gcc_t *cc, uint32_t idx, const json_t *list,
                         ptr);
     }
     n = json_array_size(list);
+    if (n > LLM_GRAMMAR_MAX_THREADS) {
+        /* the automaton follows at most MAX_THREADS parses at once; more
+         * branches would be dropped, silently narrowing the schema */
+        char  msg[160];
+
+        snprintf(msg, sizeof(msg), "'%%s' has %zu schemas, at most %d are "
+                 "supported (an 'enum' takes any number of constants)", n,
+                 LLM_GRAMMAR_MAX_THREADS);
+        return llm_gerr(cc, msg, kw, ptr);
+    }
     cc->g->nodes[idx].alts = calloc(n, sizeof(uint32_t));
     if (cc->g->nodes[idx].alts == NULL) {
         return -ENOMEM;

@@ -319,6 +319,21 @@ test_errors(void)
     expect_error("{\"type\":\"string\",\"enum\":[1,2]}",
                  "no value of 'enum' matches 'type'");
     expect_error("{\"anyOf\":[]}", "'anyOf' must be a non-empty list");
+    {
+        /* more branches than the automaton follows at once: an error, not
+         * a schema silently narrowed to its first 16 branches */
+        char   many[1024];
+        size_t k = 0;
+        int    i;
+
+        k += (size_t) snprintf(many + k, sizeof(many) - k, "{\"anyOf\":[");
+        for (i = 0; i < LLM_GRAMMAR_MAX_THREADS + 1; i++) {
+            k += (size_t) snprintf(many + k, sizeof(many) - k,
+                                   "%s{\"const\":%d}", i ? "," : "", i);
+        }
+        snprintf(many + k, sizeof(many) - k, "]}");
+        expect_error(many, "'anyOf' has 17 schemas, at most 16 are supported");
+    }
     expect_error("{\"anyOf\":[{}],\"type\":\"object\"}",
                  "'anyOf' cannot be combined with 'type'");
     expect_error("{\"$ref\":\"#/$defs/nope\"}", "does not resolve");
@@ -332,13 +347,19 @@ test_errors(void)
     expect_error("{\"enum\":[1],\"properties\":{}}",
                  "'enum' cannot be combined with 'properties'");
 
-    /* too large: 5000 nodes */
-    n += (size_t) snprintf(big + n, sizeof(big) - n, "{\"anyOf\":[");
-    for (int i = 0; i < 5000; i++) {
-        n += (size_t) snprintf(big + n, sizeof(big) - n, "%s{}",
-                               i ? "," : "");
+    /* too large: 64 objects of 64 properties, 4161 nodes */
+    n += (size_t) snprintf(big + n, sizeof(big) - n, "{\"properties\":{");
+    for (int i = 0; i < 64; i++) {
+        n += (size_t) snprintf(big + n, sizeof(big) - n,
+                               "%s\"o%d\":{\"properties\":{", i ? "," : "",
+                               i);
+        for (int j = 0; j < 64; j++) {
+            n += (size_t) snprintf(big + n, sizeof(big) - n, "%s\"p%d\":{}",
+                                   j ? "," : "", j);
+        }
+        n += (size_t) snprintf(big + n, sizeof(big) - n, "}}");
     }
-    snprintf(big + n, sizeof(big) - n, "]}");
+    snprintf(big + n, sizeof(big) - n, "}}");
     expect_error(big, "JSON schema too large");
     /* too deep */
     n = 0;
