@@ -15,7 +15,8 @@
 # per-CPU-second one much less.
 #
 # Env: BUILD, REPO (set by build.sh), MODEL, THREADS, CLIENTS, PROMPTS,
-# GEN, MAX_BATCH (64), STEP_TOKENS (512), EXTRA (more llm-engine flags).
+# GEN, MAX_BATCH (64), STEP_TOKENS (the engine's default), EXTRA (more
+# llm-engine flags).
 
 set -euo pipefail
 
@@ -27,7 +28,7 @@ CLIENTS=${CLIENTS:-"1 8 32 64"}
 PROMPTS=${PROMPTS:-"32 128"}
 GEN=${GEN:-64}
 MAX_BATCH=${MAX_BATCH:-64}
-STEP_TOKENS=${STEP_TOKENS:-512}
+STEP_TOKENS=${STEP_TOKENS:-}
 EXTRA=${EXTRA:-}
 ENGINE=$BUILD/bin/llm-engine
 CLIENT=$BUILD/bin/llm-client
@@ -52,9 +53,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
+STEP_ARG=
+[ -n "$STEP_TOKENS" ] && STEP_ARG="--step-tokens $STEP_TOKENS"
 # shellcheck disable=SC2086
 "$ENGINE" --model "$MODEL" --socket "$SOCK" --threads "$THREADS" \
-    --max-batch "$MAX_BATCH" --step-tokens "$STEP_TOKENS" \
+    --max-batch "$MAX_BATCH" $STEP_ARG \
     --max-queue 1024 $EXTRA 2> "$D/engine.log" &
 EPID=$!
 for _ in $(seq 600); do
@@ -97,7 +100,7 @@ INFO=$("$CLIENT" --socket "$SOCK" --info)
 echo "# bench serve: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# model $MODEL"
 echo "# $(echo "$INFO" | python3 -c 'import json,sys; i=json.load(sys.stdin); print("%s %s, ctx %d, max_batch %d, kv %d blocks x %d" % (i["architecture"], i["quantization"], i["context_length"], i["max_batch"], i["stats"]["kv_blocks_total"], i["stats"]["kv_block_tokens"]))')"
-echo "# threads $THREADS, step tokens $STEP_TOKENS, $GEN generated per request, greedy"
+echo "# threads $THREADS, step tokens ${STEP_TOKENS:-$(grep -o "step budget [0-9]*" "$D/engine.log" | head -1 | grep -o "[0-9]*$" || echo default)}, $GEN generated per request, greedy"
 echo
 printf '| clients | prompt tokens | aggregate tok/s (incl. prefill) | aggregate decode tok/s | TTFT p50 | TTFT p95 | decode vs 1 client | engine CPU s | generated tok per CPU s |\n'
 printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
