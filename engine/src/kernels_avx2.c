@@ -14,6 +14,15 @@
 
 #include "kernels_common.h"
 
+/* fp16 -> fp32 with the F16C instruction this file is built with (exact,
+ * like the portable llm_h2f, without its branches: it is on the per-block
+ * path of the K-quant and Q4_0/Q8_0 tiles) */
+static inline float
+llm_h2f_hw(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
 
 LLM_INLINE float
 llm_hsum256(__m256 v)
@@ -212,7 +221,7 @@ llm_dot_h16_avx2(const int bf, int64_t n, float *s, const void *w,
 
     sum = llm_hsum256(_mm256_add_ps(s0, s1));
     for (; i < n; i++) {
-        sum += (bf ? llm_bf16_to_fp32(a[i]) : llm_h2f(a[i])) * b[i];
+        sum += (bf ? llm_bf16_to_fp32(a[i]) : llm_h2f_hw(a[i])) * b[i];
     }
     *s = sum;
 }
@@ -331,14 +340,25 @@ llm_q_0_tile(const int R, const int C, const int q8, int64_t nb,
 LLM_INLINE void
 llm_k4_unpack(const uint8_t *s12, uint8_t out[16])
 {
-    uint32_t  u[3], v[4];
+    /* as in kernels_avx512.c: byte shuffles instead of general-register
+     * arithmetic; the 16-byte load ends inside the block's qs */
+    const __m128i  v = _mm_loadu_si128((const void *) s12);
+    const __m128i  a = _mm_shuffle_epi8(v, _mm_setr_epi8(
+                           0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i  b = _mm_shuffle_epi8(v, _mm_setr_epi8(
+                           -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1,
+                           4, 5, 6, 7));
+    const __m128i  m1 = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15,
+                                      63, 63, 63, 63, 0, 0, 0, 0);
+    const __m128i  m2 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0,
+                                      0, 0, 0, 0, 15, 15, 15, 15);
+    __m128i        r;
 
-    memcpy(u, s12, 12);
-    v[0] = u[0] & 0x3f3f3f3f;
-    v[2] = u[1] & 0x3f3f3f3f;
-    v[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-    v[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-    memcpy(out, v, 16);
+    r = _mm_or_si128(_mm_and_si128(a, m1),
+                     _mm_and_si128(_mm_srli_epi16(a, 4), m2));
+    r = _mm_or_si128(r, _mm_and_si128(_mm_srli_epi16(b, 2),
+                                      _mm_set1_epi8(0x30)));
+    _mm_storeu_si128((void *) out, r);
 }
 
 
@@ -374,8 +394,8 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
             const llm_block_q4_K  *p = (const llm_block_q4_K *)
                                        (w + r * ws + i * bsz);
 
-            d[r] = llm_h2f(p->d);
-            dmin[r] = llm_h2f(p->dmin);
+            d[r] = llm_h2f_hw(p->d);
+            dmin[r] = llm_h2f_hw(p->dmin);
             llm_k4_unpack(p->scales, sm[r]);
 #pragma GCC unroll 4
             for (c = 0; c < C; c++) {
@@ -492,7 +512,7 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
             __m256i  sc16 = _mm256_cvtepi8_epi16(
                                 _mm_loadu_si128((const void *) p->scales));
 
-            d[r] = llm_h2f(p->d);
+            d[r] = llm_h2f_hw(p->d);
 #pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
