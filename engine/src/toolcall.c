@@ -252,7 +252,7 @@ llm_tc_opener_at(const llm_toolcall_t *tc, const char *p, size_t n)
         if (n >= l && memcmp(p, o[k], l) == 0) {
             return k + 1;
         }
-        if (n < l && memcmp(p, o[k], n) == 0) {
+        if (n < l && (n == 0 || memcmp(p, o[k], n) == 0)) {
             return -1;
         }
     }
@@ -417,7 +417,8 @@ llm_tc_text(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 
     for (int i = 0; o[i]; i++) {
         size_t      l = strlen(o[i]);
-        const char *f = memmem(p, n, o[i], l);
+        /* n == 0: nothing buffered yet, and p may be NULL */
+        const char *f = n >= l ? memmem(p, n, o[i], l) : NULL;
 
         if (f && (size_t) (f - p) < best) {
             best = (size_t) (f - p);
@@ -1069,7 +1070,8 @@ llm_tc_mm_value(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     int                rc;
 
     /* a string value is streamed from pos; any other waits at pos */
-    f = memmem(p, n, closer, sizeof(closer) - 1);
+    f = n >= sizeof(closer) - 1 ? memmem(p, n, closer, sizeof(closer) - 1)
+                                : NULL;
     if (f || final) {
         k = f ? (size_t) (f - p) : n;
         if (tc->vstring) {
