@@ -2573,7 +2573,7 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
 
-        size += 256 + ngx_http_llm_esc_len(&ch->content)
+        size += 256 + 96 + ngx_http_llm_esc_len(&ch->content)
                 + ngx_http_llm_esc_len(&ch->reasoning);
 
         if (ch->logprobs) {
@@ -2691,6 +2691,18 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
         if (lp[i]) {
             p = ngx_cpymem(p, lp[i], ngx_strlen(lp[i]));
+
+        } else if (chat && ctx->logprobs) {
+            /* asked for, but no token came: the first one was the end */
+            p = ngx_cpymem(p, "{\"content\":[],\"refusal\":null}",
+                           sizeof("{\"content\":[],\"refusal\":null}") - 1);
+
+        } else if (!chat && ctx->completion_logprobs >= 0) {
+            p = ngx_cpymem(p, "{\"tokens\":[],\"token_logprobs\":[],"
+                           "\"top_logprobs\":[],\"text_offset\":[]}",
+                           sizeof("{\"tokens\":[],\"token_logprobs\":[],"
+                                  "\"top_logprobs\":[],\"text_offset\":[]}")
+                           - 1);
 
         } else {
             p = ngx_cpymem(p, "null", 4);

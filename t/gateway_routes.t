@@ -156,11 +156,34 @@ is($r->{json}{object}, 'text_completion', 'completions: object');
 ok(defined $r->{json}{choices}[0]{text}, 'completions: text');
 is($r->{json}{usage}{completion_tokens}, 5, 'completions: usage');
 
+# seeded: unseeded sampling picked the end token first about once in 300
+# runs (a 0-token answer, its logprobs empty)
 $r = $t->post('/v1/completions', { model => 'tiny', prompt => 'Once upon',
-                                   max_tokens => 3, logprobs => 2 });
+                                   max_tokens => 3, logprobs => 2,
+                                   seed => 11 });
 my $clp = $r->{json}{choices}[0]{logprobs};
 is(scalar @{ $clp->{tokens} }, 3, 'completions logprobs: tokens');
 is(scalar @{ $clp->{text_offset} }, 3, 'completions logprobs: text_offset');
+
+# an answer whose first token is the end (forced with logit_bias): logprobs
+# asked for are an empty object, not null
+{
+    my $tk = `@{[ $t->bin('llm-client') ]} --socket @{[ $t->engine_sock('a') ]} --tokenize '<|im_end|>' --parse-special`;
+    my ($eos) = $tk =~ /"tokens":\[(\d+)\]/;
+    ok(defined $eos, 'the end token id') or diag $tk;
+    $r = $t->post('/v1/completions', { model => 'tiny', prompt => 'Once upon',
+                                       max_tokens => 3, logprobs => 1,
+                                       logit_bias => { $eos => 100 } });
+    is($r->{json}{choices}[0]{finish_reason}, 'stop', 'end first: stop');
+    is_deeply($r->{json}{choices}[0]{logprobs},
+              { tokens => [], token_logprobs => [], top_logprobs => [],
+                text_offset => [] }, 'end first: empty completion logprobs');
+    $r = $t->post('/v1/chat/completions', { %$chat, logprobs => JSON::PP::true,
+                                            logit_bias => { $eos => 100 } });
+    is_deeply($r->{json}{choices}[0]{logprobs},
+              { content => [], refusal => undef },
+              'end first: empty chat logprobs');
+}
 
 $s = $t->open_stream('/v1/completions', { model => 'tiny', prompt => 'Once',
                                           max_tokens => 4,
