@@ -14,15 +14,6 @@
 
 #include "kernels_common.h"
 
-/* fp16 -> fp32 with the F16C instruction this file is built with (exact,
- * like the portable llm_h2f, without its branches: it is on the per-block
- * path of the K-quant and Q4_0/Q8_0 tiles) */
-static inline float
-llm_h2f_hw(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
 
 LLM_INLINE float
 llm_hsum256(__m256 v)
@@ -340,25 +331,7 @@ llm_q_0_tile(const int R, const int C, const int q8, int64_t nb,
 LLM_INLINE void
 llm_k4_unpack(const uint8_t *s12, uint8_t out[16])
 {
-    /* as in kernels_avx512.c: byte shuffles instead of general-register
-     * arithmetic; the 16-byte load ends inside the block's qs */
-    const __m128i  v = _mm_loadu_si128((const void *) s12);
-    const __m128i  a = _mm_shuffle_epi8(v, _mm_setr_epi8(
-                           0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i  b = _mm_shuffle_epi8(v, _mm_setr_epi8(
-                           -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1,
-                           4, 5, 6, 7));
-    const __m128i  m1 = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15,
-                                      63, 63, 63, 63, 0, 0, 0, 0);
-    const __m128i  m2 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0,
-                                      0, 0, 0, 0, 15, 15, 15, 15);
-    __m128i        r;
-
-    r = _mm_or_si128(_mm_and_si128(a, m1),
-                     _mm_and_si128(_mm_srli_epi16(a, 4), m2));
-    r = _mm_or_si128(r, _mm_and_si128(_mm_srli_epi16(b, 2),
-                                      _mm_set1_epi8(0x30)));
-    _mm_storeu_si128((void *) out, r);
+    _mm_storeu_si128((void *) out, llm_k4_scales_u8(s12));
 }
 
 

@@ -22,15 +22,6 @@
 
 #include "kernels_common.h"
 
-/* fp16 -> fp32 with the F16C instruction this file is built with (exact,
- * like the portable llm_h2f, without its branches: it is on the per-block
- * path of the K-quant and Q4_0/Q8_0 tiles) */
-static inline float
-llm_h2f_hw(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
 
 
 /* [h0 x 8 | h1 x 8] as floats from two fp16 values. */
@@ -242,32 +233,7 @@ llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
 LLM_INLINE __m256i
 llm_k4_scales(const uint8_t *s12)
 {
-    /*
-     * In vector registers, not general ones: the scalar version's four
-     * GPR-to-vector inserts per block were a third of the one-column
-     * Q4_K tile's time.  The 16-byte load reads 4 bytes of the block's
-     * qs after the 12 scale bytes (never past the block); they are
-     * shuffled away.  Bytes: sc[0..3] = s[0..3] & 63, sc[4..7] = (s[8..11]
-     * & 15) | (s[0..3] >> 6) << 4, m[0..3] = s[4..7] & 63, m[4..7] =
-     * (s[8..11] >> 4) | (s[4..7] >> 6) << 4.
-     */
-    const __m128i  v = _mm_loadu_si128((const void *) s12);
-    const __m128i  a = _mm_shuffle_epi8(v, _mm_setr_epi8(
-                           0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
-    const __m128i  b = _mm_shuffle_epi8(v, _mm_setr_epi8(
-                           -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1,
-                           4, 5, 6, 7));
-    const __m128i  m1 = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15,
-                                      63, 63, 63, 63, 0, 0, 0, 0);
-    const __m128i  m2 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0,
-                                      0, 0, 0, 0, 15, 15, 15, 15);
-    __m128i        r;
-
-    r = _mm_or_si128(_mm_and_si128(a, m1),
-                     _mm_and_si128(_mm_srli_epi16(a, 4), m2));
-    r = _mm_or_si128(r, _mm_and_si128(_mm_srli_epi16(b, 2),
-                                      _mm_set1_epi8(0x30)));
-    return _mm256_cvtepu8_epi16(r);
+    return _mm256_cvtepu8_epi16(llm_k4_scales_u8(s12));
 }
 
 

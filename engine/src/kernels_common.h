@@ -261,4 +261,50 @@ llm_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
     }
 }
 
+#if defined(__F16C__) && defined(__SSSE3__)
+/* Helpers for the SIMD kernel files (built with -mavx2 or more). */
+
+#include <immintrin.h>
+
+/* fp16 -> fp32 with the F16C instruction: exact like llm_h2f, without
+ * its branches (on the per-block path of the tiles). */
+static inline float
+llm_h2f_hw(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/*
+ * The 8 scales and 8 mins of a Q4_K/Q5_K block as bytes, sc[0..7] then
+ * m[0..7] (the 12-byte packing of ggml's get_scale_min_k4), by byte
+ * shuffles: in general registers, with four inserts into a vector per
+ * block, this was a third of the one-column Q4_K tile's time.  The
+ * 16-byte load reads 4 bytes of the block's qs after the scales (never
+ * past the block); they are shuffled away.  sc[0..3] = s[0..3] & 63,
+ * sc[4..7] = (s[8..11] & 15) | (s[0..3] >> 6) << 4, m[0..3] = s[4..7] & 63,
+ * m[4..7] = (s[8..11] >> 4) | (s[4..7] >> 6) << 4.
+ */
+static inline __m128i
+llm_k4_scales_u8(const uint8_t *s12)
+{
+    const __m128i  v = _mm_loadu_si128((const void *) s12);
+    const __m128i  a = _mm_shuffle_epi8(v, _mm_setr_epi8(
+                           0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i  b = _mm_shuffle_epi8(v, _mm_setr_epi8(
+                           -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1,
+                           4, 5, 6, 7));
+    const __m128i  m1 = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15,
+                                      63, 63, 63, 63, 0, 0, 0, 0);
+    const __m128i  m2 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0,
+                                      0, 0, 0, 0, 15, 15, 15, 15);
+    __m128i        r;
+
+    r = _mm_or_si128(_mm_and_si128(a, m1),
+                     _mm_and_si128(_mm_srli_epi16(a, 4), m2));
+    return _mm_or_si128(r, _mm_and_si128(_mm_srli_epi16(b, 2),
+                                         _mm_set1_epi8(0x30)));
+}
+#endif
+
+
 #endif /* LLM_KERNELS_COMMON_H */

@@ -184,6 +184,27 @@ llm_tc_until(const char *p, size_t n, size_t *i, const char *stop,
     return M_OK;
 }
 
+/* After an opener such as `<invoke name="`: the name up to `"`, then
+ * `">`; the name is copied into name (LLM_TC_NAME_MAX + 1 bytes). */
+static int
+llm_tc_quoted_name(const char *p, size_t n, size_t *i, char *name,
+    size_t *len)
+{
+    size_t s0, s1;
+    int    r;
+
+    r = llm_tc_until(p, n, i, "\"\n<>", LLM_TC_NAME_MAX, &s0, &s1);
+    if (r == M_OK) {
+        r = p[*i] == '"' && s1 > s0 ? llm_tc_lit(p, n, i, "\">") : M_BAD;
+    }
+    if (r == M_OK) {
+        memcpy(name, p + s0, s1 - s0);
+        name[s1 - s0] = '\0';
+        *len = s1 - s0;
+    }
+    return r;
+}
+
 /* A JSON string at p[*i] decoded into out (cap bytes). */
 static int
 llm_tc_jstr(const char *p, size_t n, size_t *i, char *out, size_t cap)
@@ -901,7 +922,7 @@ static int
 llm_tc_mm_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
     const char *p = tc->b;
-    size_t      n = tc->len, k, s0, s1;
+    size_t      n = tc->len, k, nl;
     char        name[LLM_TC_NAME_MAX + 1];
     int         r1, r2;
 
@@ -912,19 +933,13 @@ llm_tc_mm_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     }
     r1 = llm_tc_lit(p, n, &k, "<invoke name=\"");
     if (r1 == M_OK) {
-        r1 = llm_tc_until(p, n, &k, "\"\n<>", LLM_TC_NAME_MAX, &s0, &s1);
-        if (r1 == M_OK) {
-            r1 = p[k] == '"' && s1 > s0 ? llm_tc_lit(p, n, &k, "\">")
-                                        : M_BAD;
-        }
+        r1 = llm_tc_quoted_name(p, n, &k, name, &nl);
         if (r1 == M_NEED) {
             goto need;
         }
         if (r1 == M_BAD) {
             goto bad;
         }
-        memcpy(name, p + s0, s1 - s0);
-        name[s1 - s0] = '\0';
         llm_tc_begin_call(tc, out, name);
         tc->props = llm_tc_tool_props(tc, name);
         tc->n_params = 0;
@@ -965,7 +980,7 @@ static int
 llm_tc_mm_phead(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
     const char *p = tc->b;
-    size_t      n = tc->len, k, s0, s1;
+    size_t      n = tc->len, k, nl;
     char        key[LLM_TC_NAME_MAX + 1];
     int         r1, r2, rc;
 
@@ -976,22 +991,16 @@ llm_tc_mm_phead(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     }
     r1 = llm_tc_lit(p, n, &k, "<parameter name=\"");
     if (r1 == M_OK) {
-        r1 = llm_tc_until(p, n, &k, "\"\n<>", LLM_TC_NAME_MAX, &s0, &s1);
-        if (r1 == M_OK) {
-            r1 = p[k] == '"' && s1 > s0 ? llm_tc_lit(p, n, &k, "\">")
-                                        : M_BAD;
-        }
+        r1 = llm_tc_quoted_name(p, n, &k, key, &nl);
         if (r1 == M_NEED) {
             goto need;
         }
         if (r1 == M_BAD) {
             goto bad;
         }
-        memcpy(key, p + s0, s1 - s0);
-        key[s1 - s0] = '\0';
         llm_tc_args(tc, out, tc->n_params ? ", \"" : "{\"", tc->n_params ? 3
                                                                           : 2);
-        rc = llm_tc_args_escaped(tc, out, key, s1 - s0);
+        rc = llm_tc_args_escaped(tc, out, key, nl);
         if (rc != 0) {
             return rc;
         }
