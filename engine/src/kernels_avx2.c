@@ -577,9 +577,9 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 
 LLM_GEMM_DRIVER(q4_0, LLM_QK, 2, 2, 1, LLM_Q4_0_TILE)
 LLM_GEMM_DRIVER(q8_0, LLM_QK, 2, 2, 1, LLM_Q8_0_TILE)
-LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 2, 2, 2, LLM_Q4_K_TILE)
-LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 2, 2, 2, LLM_Q5_K_TILE)
-LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 2, 2, 2, llm_q6_K_tile)
+LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 2, 2, 1, LLM_Q4_K_TILE)
+LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 2, 2, 1, LLM_Q5_K_TILE)
+LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 2, 2, 1, llm_q6_K_tile)
 
 
 void

@@ -287,7 +287,8 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
     }
 
     for (i = 0; i < nb; i++) {
-        __m512i  iacc[LLM_MAXR][LLM_MAXC], scz[LLM_MAXR], hz[LLM_MAXR];
+        __m512i  iacc[LLM_MAXR][LLM_MAXC], iacc1[LLM_MAXR][LLM_MAXC];
+        __m512i  scz[LLM_MAXR], hz[LLM_MAXR];
         float    d[LLM_MAXR], dmin[LLM_MAXR];
 
 #pragma GCC unroll 4
@@ -308,6 +309,7 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
 #pragma GCC unroll 4
             for (c = 0; c < C; c++) {
                 iacc[r][c] = _mm512_setzero_si512();
+                iacc1[r][c] = _mm512_setzero_si512();
             }
         }
 
@@ -315,6 +317,10 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
         for (j = 0; j < 4; j++) {
             const __m512i  idx = llm_idx2(2 * j, 2 * j + 1);
             const __m512i  hbit = _mm512_set1_epi8((char) (1 << (2 * j)));
+            /* one row and column: odd chunks into a second accumulator,
+             * or the vpdpwssd latency bounds the loop */
+            __m512i      (*ia)[LLM_MAXC] = R * C == 1 && (j & 1) ? iacc1
+                                                                  : iacc;
 
 #pragma GCC unroll 4
             for (r = 0; r < R; r++) {
@@ -341,9 +347,13 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
                     __m512i  yv = _mm512_loadu_si512(q8->qs + 64 * j);
                     __m512i  pr = _mm512_maddubs_epi16(z, yv);
 
-                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], pr, sv);
+                    ia[r][c] = _mm512_dpwssd_epi32(ia[r][c], pr, sv);
                 }
             }
+        }
+
+        if (R * C == 1) {
+            iacc[0][0] = _mm512_add_epi32(iacc[0][0], iacc1[0][0]);
         }
 
 #pragma GCC unroll 4
@@ -497,9 +507,9 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 
 LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, 1, llm_q4_0_tile)
 LLM_GEMM_DRIVER(q8_0, LLM_QK, 4, 4, 1, llm_q8_0_tile)
-LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, 4, LLM_Q4_K_TILE)
-LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, 4, LLM_Q5_K_TILE)
-LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, 4, llm_q6_K_tile)
+LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, 1, LLM_Q4_K_TILE)
+LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, 1, LLM_Q5_K_TILE)
+LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, 1, llm_q6_K_tile)
 
 
 /* ---- K-quants with prepared weight rows ------------------------------ */

@@ -157,10 +157,12 @@ void llm_kernels_init_avx512(llm_kernels_t *k);
  * The gemm and vec_dot entry points of one type, from a tile function
  * TILE(R, C, nb, w, w_stride, x, x_stride, y, ldy) that computes an R x C
  * block of results (R, C compile-time constants after inlining).
- * A single activation column (batch-1 decode) uses RD-row tiles: for
- * Q4_0/Q8_0 one sequential weight stream (RD = 1) reaches ~25% more
- * bandwidth than four interleaved rows on Zen 5, while the K-quants, with
- * more per-column work per block, gain from RD = 4 (llm-kbench -c 1).
+ * A single activation column (batch-1 decode) uses RD-row tiles.  Every
+ * type uses RD = 1: one sequential weight stream, prefetched a row
+ * ahead.  Interleaved rows are faster only while the matrix is in cache;
+ * streamed from RAM, four interleaved Q4_K/Q6_K rows ran at half the
+ * bandwidth of one (llm-kbench -c 1: 8.7 vs 16.4 GB/s on 1 thread,
+ * 17.5 vs 28.3 on 2).
  */
 #define LLM_GEMM_DRIVER(name, QK, RT, CT, RD, TILE)                            \
 static void                                                                 \
