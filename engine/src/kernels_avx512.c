@@ -972,42 +972,48 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
 /*
  * Four Q4_0 blocks are 72 bytes.  Two overlapping 64-byte loads (at 0 and
  * 8) cover them; since every block's qs starts at an even offset, one
- * two-source word permute gathers the 64 quant bytes in block order and a
- * one-source one the four fp16 scales (one per 4 lanes).  Low nibbles are
- * weights 0..15 of each block and high nibbles 16..31, so each activation
- * column is prepared once in the same order (llm_q4_g4_t), with the -8
- * offset folded into the accumulator's start.  Per 4 blocks and column
- * this is 2 vpdpbusd, a convert, a multiply and an FMA, the weight side
- * (2 loads, 2 permutes, shift, 2 ands, fp16 convert) shared by all
- * columns: about half the instructions of the pair tiles above, which
- * matters because those are compute-bound at one column (~22 GB/s per
- * thread from L1, the memory gives 31).
+ * two-source word permute gathers the 64 quant bytes in block order.  Low
+ * nibbles are weights 0..15 of each block and high nibbles 16..31, so
+ * each activation column is prepared once in the same order
+ * (llm_q4_g4_t), with the -8 offset folded into the accumulator's start.
+ * Per 4 blocks and column this is 2 vpdpbusd and a quarter of the quad's
+ * transpose-add, convert, multiply and FMA (llm_q4_g4_quad); the weight
+ * side (2 loads, a permute, shift, 2 ands, and per quad three permutes
+ * and an fp16 convert of the scales) is shared by all columns.
+ * One column is compute-bound in cache at ~24 GB/s per thread; from RAM
+ * it needs the prefetch four tiles ahead (the machine's latency is
+ * ~150 ns, a tile row 1152 bytes at 2048 weights).
  */
 
 typedef struct {
     __m512i  lo;        /* y[0..15] of blocks 4g..4g+3, 16 bytes each */
     __m512i  hi;        /* y[16..31] */
     __m512i  init;      /* per 32-bit lane: -8 * (its 4 lo + 4 hi bytes) */
-    __m512   d;         /* lane i: scale of block 4g + i / 4 */
 } llm_q4_g4_t;
 
-/* Columns x groups prepared on the stack: 4 x 64 x 256 B = 64 KB, rows
+/* Columns x groups prepared on the stack: 4 x 64 x 192 B = 48 KB, rows
  * up to 8192 weights; longer rows take the pair tiles. */
 #define LLM_G4_COLS   4
 #define LLM_G4_MAX    64
+#define LLM_G4_QUADS  (LLM_G4_MAX / 4)
 
 
+/*
+ * Column x as ng groups, and its block scales per quad of 4 groups in
+ * the order the quad step sums them: lane 4k + g is block k of group g
+ * (zero past the last group).
+ */
 LLM_INLINE void
-llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out)
+llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out, __m512 *qd)
 {
     const __m512i           eight = _mm512_set1_epi8(8);
     const llm_block_q8_0   *q = (const llm_block_q8_0 *) x;
+    float                   d[16];
     int64_t                 g;
-    int                     j;
+    int                     k;
 
     for (g = 0; g < ng; g++, q += 4) {
         __m512i  lo, hi, s;
-        float    d[4];
 
 #define LLM_G4_Y(o)                                                          \
         _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(            \
@@ -1020,67 +1026,103 @@ llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out)
         lo = LLM_G4_Y(0);
         hi = LLM_G4_Y(16);
 #undef LLM_G4_Y
-        for (j = 0; j < 4; j++) {
-            d[j] = llm_h2f_hw(q[j].d);
-        }
         s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
                                                     eight, lo),
                                 eight, hi);
         out[g].lo = lo;
         out[g].hi = hi;
         out[g].init = _mm512_sub_epi32(_mm512_setzero_si512(), s);
-        out[g].d = _mm512_permutexvar_ps(
-                       _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2,
-                                        1, 1, 1, 1, 0, 0, 0, 0),
-                       _mm512_castps128_ps512(_mm_loadu_ps(d)));
+
+        if (g % 4 == 0) {
+            memset(d, 0, sizeof(d));
+        }
+        for (k = 0; k < 4; k++) {
+            d[4 * k + g % 4] = llm_h2f_hw(q[k].d);
+        }
+        if (g % 4 == 3 || g == ng - 1) {
+            qd[g / 4] = _mm512_loadu_ps(d);
+        }
     }
 }
 
 
-
-
-/* One group g of 4 blocks for R rows x C columns into acc. */
+/*
+ * One quad of G <= 4 groups (16 blocks) from group g0, for R rows x C
+ * columns into acc.  Each group's vpdpbusd pair leaves a block's sum in
+ * the four 32-bit lanes of one 128-bit lane; a 4x4 transpose-add within
+ * the 128-bit lanes (six unpacks, three adds) turns the quad's four
+ * groups into one lane per block, so the convert, scale and FMA run once
+ * per 16 blocks, not once per 4.  Those float steps share the two FMA
+ * pipes with vpdpbusd and bounded the loop (~22 GB/s per thread).
+ */
 LLM_INLINE void
-llm_q4_g4_step(const int R, const int C, int64_t g, int64_t ng,
-    const char *w, size_t ws, const llm_q4_g4_t *pre, __m512i qidx,
-    __m512i didx, __m512 acc[LLM_MAXR][LLM_MAXC])
+llm_q4_g4_quad(const int R, const int C, const int G, int64_t g0,
+    int64_t ng, int64_t nq, const char *w, size_t ws,
+    const llm_q4_g4_t *pre, const __m512 *qd, __m512i qidx, __m512i sidx0,
+    __m512i sidx1, __m512 acc[LLM_MAXR][LLM_MAXC])
 {
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
-    __m512i        lo[LLM_MAXR], hi[LLM_MAXR];
-    __m512         wd[LLM_MAXR];
-    int            r, c;
+    int            r, c, g;
 
 #pragma GCC unroll 4
     for (r = 0; r < R; r++) {
-        const char  *p = w + r * ws + g * 4 * sizeof(llm_block_q4_0);
-        __m512i      a = _mm512_loadu_si512((const void *) p);
-        __m512i      b = _mm512_loadu_si512((const void *) (p + 8));
-        __m512i      q = _mm512_permutex2var_epi16(a, qidx, b);
-
-        /* the next tile's rows, same place: the row-pair walk jumps
-         * between two streams, which the hardware prefetchers follow
-         * late */
-        _mm_prefetch(p + R * ws, _MM_HINT_T0);
-        _mm_prefetch(p + R * ws + 64, _MM_HINT_T0);
-
-        lo[r] = _mm512_and_si512(q, m4);
-        hi[r] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        wd[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(
-                    _mm512_permutexvar_epi16(didx, a)));
-    }
+        __m512i  lo[4], hi[4], a[4], d[4];
+        __m512   wq;
 
 #pragma GCC unroll 4
-    for (c = 0; c < C; c++) {
-        const llm_q4_g4_t  *pc = pre + c * ng + g;
+        for (g = 0; g < 4; g++) {
+            const char  *p = w + r * ws + (g0 + g) * 4 * sizeof(llm_block_q4_0);
+            __m512i      b, q;
+
+            if (g >= G) {
+                a[g] = lo[g] = hi[g] = _mm512_setzero_si512();
+                continue;
+            }
+            a[g] = _mm512_loadu_si512((const void *) p);
+            b = _mm512_loadu_si512((const void *) (p + 8));
+            q = _mm512_permutex2var_epi16(a[g], qidx, b);
+
+            /* four tiles ahead, same place: the row-pair walk jumps
+             * between two streams, which the hardware prefetchers follow
+             * late, and one tile ahead is less than a memory latency */
+            _mm_prefetch(p + 4 * R * ws, _MM_HINT_T0);
+            _mm_prefetch(p + 4 * R * ws + 64, _MM_HINT_T0);
+
+            lo[g] = _mm512_and_si512(q, m4);
+            hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+
+        /* the 16 fp16 scales (words 0, 9, 18, 27 of each a) in the
+         * summed order: lane 4k + g = block k of group g */
+        wq = _mm512_cvtph_ps(_mm512_castsi512_si256(
+                 _mm512_permutex2var_epi16(
+                     _mm512_permutex2var_epi16(a[0], sidx0, a[1]), sidx1,
+                     _mm512_permutex2var_epi16(a[2], sidx0, a[3]))));
 
 #pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
-            __m512i  dp = _mm512_dpbusd_epi32(
-                              _mm512_dpbusd_epi32(pc->init, lo[r], pc->lo),
-                              hi[r], pc->hi);
+        for (c = 0; c < C; c++) {
+            const llm_q4_g4_t  *pc = pre + c * ng + g0;
+            __m512i             t0, t1, u0, u1;
 
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
-                                        _mm512_mul_ps(wd[r], pc->d),
+#pragma GCC unroll 4
+            for (g = 0; g < 4; g++) {
+                d[g] = g >= G ? _mm512_setzero_si512()
+                     : _mm512_dpbusd_epi32(
+                           _mm512_dpbusd_epi32(pc[g].init, lo[g], pc[g].lo),
+                           hi[g], pc[g].hi);
+            }
+            t0 = _mm512_unpacklo_epi32(d[0], d[1]);
+            t1 = _mm512_unpackhi_epi32(d[0], d[1]);
+            u0 = _mm512_add_epi32(t0, t1);
+            t0 = _mm512_unpacklo_epi32(d[2], d[3]);
+            t1 = _mm512_unpackhi_epi32(d[2], d[3]);
+            u1 = _mm512_add_epi32(t0, t1);
+            u0 = _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1),
+                                  _mm512_unpackhi_epi64(u0, u1));
+
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u0),
+                                        _mm512_mul_ps(wq,
+                                                      qd[c * nq + g0 / 4]),
                                         acc[r][c]);
         }
     }
@@ -1089,16 +1131,15 @@ llm_q4_g4_step(const int R, const int C, int64_t g, int64_t ng,
 
 /*
  * Rows [0, R) x columns [0, C) over ng groups of 4 blocks; pre holds C
- * columns of ng groups (column c at pre + c * ng).  Blocks past 4 * ng
- * are left to the caller.  Even and odd groups go to two accumulators
- * (the loop unrolled by two, so both stay in registers), so the FMA
- * latency does not bound the loop at one result; every result is summed
- * in the same order whatever R and C are, so a row's logits do not
- * depend on what else is in the batch.
+ * columns of ng groups (column c at pre + c * ng), qd their nq quad
+ * scales.  Blocks past 4 * ng are left to the caller.  Every result is
+ * summed in the same order whatever R and C are, so a row's logits do
+ * not depend on what else is in the batch.
  */
 LLM_INLINE void
 llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
-    size_t ws, const llm_q4_g4_t *pre, float *y, size_t ldy)
+    size_t ws, const llm_q4_g4_t *pre, const __m512 *qd, float *y,
+    size_t ldy)
 {
     /* out word k: block k / 8, word k % 8 of its qs = byte-pair of the
      * 72 bytes at 2 + 18 (k / 8) + 2 (k % 8); a holds words 0..31, b
@@ -1108,11 +1149,18 @@ llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
                        26, 25, 24, 23, 22, 21, 20, 19,
                        17, 16, 15, 14, 13, 12, 11, 10,
                        8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i  didx = _mm512_set_epi16(
+    /* word 2k = word 9k of the first source, 2k + 1 of the second */
+    const __m512i  sidx0 = _mm512_set_epi16(
                        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                       27, 27, 27, 27, 18, 18, 18, 18,
-                       9, 9, 9, 9, 0, 0, 0, 0);
-    __m512         acc0[LLM_MAXR][LLM_MAXC], acc1[LLM_MAXR][LLM_MAXC];
+                       0, 0, 0, 0, 0, 0, 0, 0,
+                       32 + 27, 27, 32 + 18, 18, 32 + 9, 9, 32 + 0, 0);
+    /* word 4k + g: group g = word 2k + (g & 1) of source g / 2 */
+    const __m512i  sidx1 = _mm512_set_epi16(
+                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                       32 + 7, 32 + 6, 7, 6, 32 + 5, 32 + 4, 5, 4,
+                       32 + 3, 32 + 2, 3, 2, 32 + 1, 32 + 0, 1, 0);
+    const int64_t  nq = (ng + 3) / 4;
+    __m512         acc[LLM_MAXR][LLM_MAXC];
     int64_t        g;
     int            r, c;
 
@@ -1120,25 +1168,24 @@ llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
     for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            acc0[r][c] = _mm512_setzero_ps();
-            acc1[r][c] = _mm512_setzero_ps();
+            acc[r][c] = _mm512_setzero_ps();
         }
     }
 
-    for (g = 0; g + 2 <= ng; g += 2) {
-        llm_q4_g4_step(R, C, g, ng, w, ws, pre, qidx, didx, acc0);
-        llm_q4_g4_step(R, C, g + 1, ng, w, ws, pre, qidx, didx, acc1);
+    for (g = 0; g + 4 <= ng; g += 4) {
+        llm_q4_g4_quad(R, C, 4, g, ng, nq, w, ws, pre, qd, qidx, sidx0,
+                       sidx1, acc);
     }
     if (g < ng) {
-        llm_q4_g4_step(R, C, g, ng, w, ws, pre, qidx, didx, acc0);
+        llm_q4_g4_quad(R, C, (int) (ng - g), g, ng, nq, w, ws, pre, qd,
+                       qidx, sidx0, sidx1, acc);
     }
 
 #pragma GCC unroll 4
     for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            y[c * ldy + r] = _mm512_reduce_add_ps(
-                                 _mm512_add_ps(acc0[r][c], acc1[r][c]));
+            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
         }
     }
 }
@@ -1149,12 +1196,12 @@ llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
 LLM_INLINE void
 llm_q4_g4_rows(const int R, const int C, int64_t ng, int64_t nb,
     const char *w, size_t ws, const char *x, size_t xs,
-    const llm_q4_g4_t *pre, float *y, size_t ldy)
+    const llm_q4_g4_t *pre, const __m512 *qd, float *y, size_t ldy)
 {
     float  t[LLM_MAXR * LLM_MAXC];
     int    r, c;
 
-    llm_q4_g4_tile(R, C, ng, w, ws, pre, y, ldy);
+    llm_q4_g4_tile(R, C, ng, w, ws, pre, qd, y, ldy);
     if (nb > 4 * ng) {
         llm_q4_0_tile(R, C, nb - 4 * ng, w + 4 * ng * sizeof(llm_block_q4_0),
                       ws, x + 4 * ng * sizeof(llm_block_q8_0), xs, t, R);
@@ -1177,8 +1224,10 @@ llm_gemm_q4_0_g4(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     llm_q4_g4_t  pre[LLM_G4_COLS * LLM_G4_MAX];
+    __m512       qd[LLM_G4_COLS * LLM_G4_QUADS];
     const char  *wp = w, *xp = x;
-    int64_t      nb = n / LLM_QK, ng = nb / 4, q0, q1, c0, cc, c, r;
+    int64_t      nb = n / LLM_QK, ng = nb / 4, nq = (ng + 3) / 4;
+    int64_t      q0, q1, c0, cc, c, r;
 
     for (q0 = 0; q0 < nr; q0 = q1) {
         q1 = nc <= LLM_G4_COLS ? nr
@@ -1187,26 +1236,27 @@ llm_gemm_q4_0_g4(int64_t n, int64_t nr, int64_t nc, const void *w,
         for (c0 = 0; c0 < nc; c0 += LLM_G4_COLS) {
             cc = nc - c0 < LLM_G4_COLS ? nc - c0 : LLM_G4_COLS;
             for (c = 0; c < cc; c++) {
-                llm_q4_g4_prep(xp + (c0 + c) * xs, ng, pre + c * ng);
+                llm_q4_g4_prep(xp + (c0 + c) * xs, ng, pre + c * ng,
+                               qd + c * nq);
             }
 
 #define LLM_G4_CASE(R)                                                       \
             switch (cc) {                                                   \
             case 1:                                                         \
                 llm_q4_g4_rows(R, 1, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, y + c0 * ldy + r, ldy);             \
+                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
                 break;                                                      \
             case 2:                                                         \
                 llm_q4_g4_rows(R, 2, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, y + c0 * ldy + r, ldy);             \
+                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
                 break;                                                      \
             case 3:                                                         \
                 llm_q4_g4_rows(R, 3, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, y + c0 * ldy + r, ldy);             \
+                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
                 break;                                                      \
             default:                                                        \
                 llm_q4_g4_rows(R, 4, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, y + c0 * ldy + r, ldy);             \
+                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
                 break;                                                      \
             }
 
