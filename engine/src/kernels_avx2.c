@@ -279,7 +279,7 @@ llm_q_0_tile(const int R, const int C, const int q8, int64_t nb,
                             _mm_srli_epi16(t, 4), t));
                 wd[r] = llm_bcast_h(p->d);
             }
-            _mm_prefetch(blk + R * ws, _MM_HINT_T0);
+            _mm_prefetch(blk + LLM_PF_TILES * R * ws, _MM_HINT_T0);
         }
 
 #pragma GCC unroll 4
@@ -390,7 +390,8 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
                 __m256i  s_lo = _mm256_set1_epi16(sm[r][2 * j]);
                 __m256i  s_hi = _mm256_set1_epi16(sm[r][2 * j + 1]);
 
-                _mm_prefetch(blk + R * ws + 48 * j, _MM_HINT_T0);
+                _mm_prefetch(blk + LLM_PF_TILES * R * ws + 48 * j,
+                             _MM_HINT_T0);
                 if (with_qh) {
                     __m256i  qh = _mm256_loadu_si256((const void *)
                                       ((const llm_block_q5_K *) blk)->qh);
@@ -512,10 +513,10 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
                                                  (p->qh + 32 * h));
                 __m256i  q[4];
 
-                _mm_prefetch((const char *) p + R * ws + 128 * h,
-                             _MM_HINT_T0);
-                _mm_prefetch((const char *) p + R * ws + 128 * h + 64,
-                             _MM_HINT_T0);
+                _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws
+                             + 128 * h, _MM_HINT_T0);
+                _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws
+                             + 128 * h + 64, _MM_HINT_T0);
                 q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
                            _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
                 q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),

@@ -77,7 +77,8 @@ llm_q4_0_tile(const int R, const int C, int64_t nb, const char *w,
             wq[r] = _mm512_and_si512(z, m4);
             /* the next row tile, same offset: a stream the hardware
              * prefetchers do not see through R interleaved rows */
-            _mm_prefetch((const char *) p + R * ws + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws + 64,
+                         _MM_HINT_T0);
             wd[r] = llm_pair_scale(p[0].d, p[1].d);
         }
 
@@ -168,7 +169,8 @@ llm_q8_0_tile(const int R, const int C, int64_t nb, const char *w,
                              _mm256_loadu_si256((const void *) p[1].qs), 1);
 
             wq[r] = _mm512_xor_si512(z, bias);      /* w + 128 */
-            _mm_prefetch((const char *) p + R * ws + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws + 64,
+                         _MM_HINT_T0);
             wd[r] = llm_pair_scale(p[0].d, p[1].d);
         }
 
@@ -334,7 +336,8 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
                 __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
 
                 z = _mm512_and_si512(z, m4);
-                _mm_prefetch(blk + R * ws + 64 * j, _MM_HINT_T0);
+                _mm_prefetch(blk + LLM_PF_TILES * R * ws + 64 * j,
+                             _MM_HINT_T0);
                 if (with_qh) {
                     __mmask64  k = _mm512_test_epi8_mask(hz[r], hbit);
                     z = _mm512_mask_add_epi8(z, k, z, sixteen);
@@ -463,7 +466,8 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
                 __m512i  q;
                 __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
 
-                _mm_prefetch((const char *) p + R * ws + 64 * t, _MM_HINT_T0);
+                _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws
+                             + 64 * t, _MM_HINT_T0);
                 hz = _mm512_slli_epi16(_mm512_and_si512(hz, m3), 4);
                 q = _mm512_or_si512(_mm512_and_si512(lo, m4), hz);
 
@@ -981,8 +985,7 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
  * side (2 loads, a permute, shift, 2 ands, and per quad three permutes
  * and an fp16 convert of the scales) is shared by all columns.
  * One column is compute-bound in cache at ~24 GB/s per thread; from RAM
- * it needs the prefetch four tiles ahead (the machine's latency is
- * ~150 ns, a tile row 1152 bytes at 2048 weights).
+ * it needs the prefetch LLM_PF_TILES ahead (kernels_common.h).
  */
 
 typedef struct {
@@ -1071,7 +1074,8 @@ llm_q4_g4_quad(const int R, const int C, const int G, int64_t g0,
 
 #pragma GCC unroll 4
         for (g = 0; g < 4; g++) {
-            const char  *p = w + r * ws + (g0 + g) * 4 * sizeof(llm_block_q4_0);
+            const char  *p = w + r * ws
+                             + (g0 + g) * 4 * sizeof(llm_block_q4_0);
             __m512i      b, q;
 
             if (g >= G) {
@@ -1082,11 +1086,10 @@ llm_q4_g4_quad(const int R, const int C, const int G, int64_t g0,
             b = _mm512_loadu_si512((const void *) (p + 8));
             q = _mm512_permutex2var_epi16(a[g], qidx, b);
 
-            /* four tiles ahead, same place: the row-pair walk jumps
-             * between two streams, which the hardware prefetchers follow
-             * late, and one tile ahead is less than a memory latency */
-            _mm_prefetch(p + 4 * R * ws, _MM_HINT_T0);
-            _mm_prefetch(p + 4 * R * ws + 64, _MM_HINT_T0);
+            /* tiles ahead, same place: the row-pair walk jumps between
+             * two streams, which the hardware prefetchers follow late */
+            _mm_prefetch(p + LLM_PF_TILES * R * ws, _MM_HINT_T0);
+            _mm_prefetch(p + LLM_PF_TILES * R * ws + 64, _MM_HINT_T0);
 
             lo[g] = _mm512_and_si512(q, m4);
             hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);

@@ -148,6 +148,17 @@ void llm_kernels_init_avx512(llm_kernels_t *k);
  * chunk stays in L2 while every weight row tile passes over it. */
 #define LLM_COL_CHUNK  64
 
+/*
+ * The weight prefetch runs this many row tiles ahead of the one being
+ * computed.  One tile row is ~1 KB (2048 weights at 4.5 bits), which a
+ * thread streams in ~50 ns, less than a miss to RAM takes.  On this
+ * machine llm-kbench -c 1 (Q4_0, 2 threads) gave 20-27 GB/s one tile
+ * ahead and 28-39 four ahead in one alternating series, no difference in
+ * another, and decode tg128 did not tell them apart: the shared memory
+ * system's noise is larger.  Four ahead is never worse.
+ */
+#define LLM_PF_TILES  4
+
 /* Largest tile; tiles declare fixed-size arrays of this size (a [R]
  * array would be a VLA on the stack, not registers). */
 #define LLM_MAXR  4
