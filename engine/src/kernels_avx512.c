@@ -274,9 +274,12 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
     const __m512i  idx_m = _mm512_set_epi16(
         15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8,
         15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+    const __m512i  sh4 = _mm512_inserti64x4(_mm512_setzero_si512(),
+                                            _mm256_set1_epi16(4), 1);
     const size_t   bsz = with_qh ? sizeof(llm_block_q5_K)
                                  : sizeof(llm_block_q4_K);
     __m512         acc[LLM_MAXR][LLM_MAXC];
+    __m256         accm[LLM_MAXR][LLM_MAXC];
     int64_t        i;
     int            r, c, j;
 
@@ -285,6 +288,7 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm512_setzero_ps();
+            accm[r][c] = _mm256_setzero_ps();
         }
     }
 
@@ -330,9 +334,11 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
                 const uint8_t  *qs = with_qh
                     ? ((const llm_block_q5_K *) blk)->qs
                     : ((const llm_block_q4_K *) blk)->qs;
-                __m256i  q = _mm256_loadu_si256((const void *) (qs + 32 * j));
-                __m512i  z = _mm512_inserti64x4(_mm512_castsi256_si512(q),
-                                                _mm256_srli_epi16(q, 4), 1);
+                /* the 32 bytes in both halves, the upper shifted by 4:
+                 * low nibbles then high, one variable shift */
+                __m512i  z = _mm512_srlv_epi16(_mm512_broadcast_i64x4(
+                                 _mm256_loadu_si256((const void *)
+                                                    (qs + 32 * j))), sh4);
                 __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
 
                 z = _mm512_and_si512(z, m4);
@@ -373,9 +379,10 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
 
                 acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][c]),
                                 _mm512_set1_ps(d[r] * q8->d), acc[r][c]);
-                acc[r][c] = _mm512_fmadd_ps(
-                                _mm512_cvtepi32_ps(_mm512_zextsi256_si512(mi)),
-                                _mm512_set1_ps(-dmin[r] * q8->d), acc[r][c]);
+                /* the mins in their own 8 lanes: half the width */
+                accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mi),
+                                 _mm256_set1_ps(-dmin[r] * q8->d),
+                                 accm[r][c]);
             }
         }
     }
@@ -384,7 +391,8 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
     for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+            y[c * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][c],
+                                 _mm512_zextps256_ps512(accm[r][c])));
         }
     }
 }
