@@ -1226,9 +1226,12 @@ llm_q4_g4_rows(const int R, const int C, int64_t ng, int64_t nb,
 
 
 /*
- * The driver: columns in groups of up to 4, prepared once per group; rows
- * two at a time (the weight side is then shared by up to 8 results), in
- * chunks that stay in L2 while the column groups pass over them.
+ * The driver: columns in groups of up to 4, prepared once per group; one
+ * weight row at a time, in chunks that stay in L2 while the column groups
+ * pass over them.  Two interleaved rows (sharing each prepared column
+ * load) streamed slower from RAM: llm-kbench -j 2 -m 256, GMAC/s at 2 /
+ * 3 / 4 / 8 columns, 71 / 88-101 / 125-131 / 142-144 with two rows,
+ * 98-102 / 119-136 / 152-160 / 150-156 with one.
  */
 static void
 llm_gemm_q4_0_g4(int64_t n, int64_t nr, int64_t nc, const void *w,
@@ -1251,36 +1254,30 @@ llm_gemm_q4_0_g4(int64_t n, int64_t nr, int64_t nc, const void *w,
                                qd + c * nq);
             }
 
-#define LLM_G4_CASE(R)                                                       \
-            switch (cc) {                                                   \
-            case 1:                                                         \
-                llm_q4_g4_rows(R, 1, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
-                break;                                                      \
-            case 2:                                                         \
-                llm_q4_g4_rows(R, 2, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
-                break;                                                      \
-            case 3:                                                         \
-                llm_q4_g4_rows(R, 3, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
-                break;                                                      \
-            default:                                                        \
-                llm_q4_g4_rows(R, 4, ng, nb, wp + r * ws, ws, xp + c0 * xs,  \
-                               xs, pre, qd, y + c0 * ldy + r, ldy);         \
-                break;                                                      \
-            }
-
-            r = q0;
-            if (cc > 1) {
-                for (; r + 2 <= q1; r += 2) {
-                    LLM_G4_CASE(2)
+            for (r = q0; r < q1; r++) {
+                switch (cc) {
+                case 1:
+                    llm_q4_g4_rows(1, 1, ng, nb, wp + r * ws, ws,
+                                   xp + c0 * xs, xs, pre, qd,
+                                   y + c0 * ldy + r, ldy);
+                    break;
+                case 2:
+                    llm_q4_g4_rows(1, 2, ng, nb, wp + r * ws, ws,
+                                   xp + c0 * xs, xs, pre, qd,
+                                   y + c0 * ldy + r, ldy);
+                    break;
+                case 3:
+                    llm_q4_g4_rows(1, 3, ng, nb, wp + r * ws, ws,
+                                   xp + c0 * xs, xs, pre, qd,
+                                   y + c0 * ldy + r, ldy);
+                    break;
+                default:
+                    llm_q4_g4_rows(1, 4, ng, nb, wp + r * ws, ws,
+                                   xp + c0 * xs, xs, pre, qd,
+                                   y + c0 * ldy + r, ldy);
+                    break;
                 }
             }
-            for (; r < q1; r++) {
-                LLM_G4_CASE(1)
-            }
-#undef LLM_G4_CASE
         }
     }
 }
