@@ -934,25 +934,33 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
                 llm_q8_0_prep(xp + (c0 + c) * xs, np, q8, pre + c * np);
             }
 
-            /* a single column streams the rows one by one (see the
-             * driver in kernels_common.h) */
-            for (r = q0; cc > 1 && r + 4 <= q1; r += 4) {
-                if (cc == 4) {
-                    llm_q_0_tile_pre(4, 4, q8, np, wp + r * ws, ws, pre,
-                                     y + c0 * ldy + r, ldy);
-                } else {
-                    for (c = 0; c < cc; c++) {
-                        llm_q_0_tile_pre(4, 1, q8, np, wp + r * ws, ws,
-                                         pre + c * np,
-                                         y + (c0 + c) * ldy + r, ldy);
-                    }
-                }
+            /* four columns: 4x4 tiles from L2.  Fewer: one weight row
+             * at a time, as llm_gemm_q4_0_g4 (llm-kbench -j 2 Q8_0,
+             * GMAC/s at 2 / 3 columns: 28-30 / 33-36 with 4x1 tiles per
+             * column, 41-43 / 48-62 this way; at 64 columns 4x4 tiles
+             * keep 118 where one row gives 78-87) */
+            for (r = q0; cc == 4 && r + 4 <= q1; r += 4) {
+                llm_q_0_tile_pre(4, 4, q8, np, wp + r * ws, ws, pre,
+                                 y + c0 * ldy + r, ldy);
             }
             for (; r < q1; r++) {
-                for (c = 0; c < cc; c++) {
-                    llm_q_0_tile_pre(1, 1, q8, np, wp + r * ws, ws,
-                                     pre + c * np, y + (c0 + c) * ldy + r,
-                                     ldy);
+                switch (cc) {
+                case 1:
+                    llm_q_0_tile_pre(1, 1, q8, np, wp + r * ws, ws, pre,
+                                     y + c0 * ldy + r, ldy);
+                    break;
+                case 2:
+                    llm_q_0_tile_pre(1, 2, q8, np, wp + r * ws, ws, pre,
+                                     y + c0 * ldy + r, ldy);
+                    break;
+                case 3:
+                    llm_q_0_tile_pre(1, 3, q8, np, wp + r * ws, ws, pre,
+                                     y + c0 * ldy + r, ldy);
+                    break;
+                default:
+                    llm_q_0_tile_pre(1, 4, q8, np, wp + r * ws, ws, pre,
+                                     y + c0 * ldy + r, ldy);
+                    break;
                 }
             }
 
