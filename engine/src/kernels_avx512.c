@@ -517,11 +517,11 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 #define LLM_Q4_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 0, __VA_ARGS__)
 #define LLM_Q5_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 1, __VA_ARGS__)
 
-LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, 1, llm_q4_0_tile)
-LLM_GEMM_DRIVER(q8_0, LLM_QK, 4, 4, 1, llm_q8_0_tile)
-LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, 1, LLM_Q4_K_TILE)
-LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, 1, LLM_Q5_K_TILE)
-LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, 1, llm_q6_K_tile)
+LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, LLM_ROW_COLS, llm_q4_0_tile)
+LLM_GEMM_DRIVER(q8_0, LLM_QK, 4, 4, LLM_ROW_COLS, llm_q8_0_tile)
+LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, LLM_Q4_K_TILE)
+LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, LLM_Q5_K_TILE)
+LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, llm_q6_K_tile)
 
 
 /* ---- K-quants with prepared weight rows ------------------------------ */
@@ -631,6 +631,7 @@ llm_kq_tile_pre(const int kind, const int R, const int C, int64_t nb,
     size_t ldy)
 {
     __m512   acc[LLM_MAXR][LLM_MAXC];
+    __m256   accm[LLM_MAXR][LLM_MAXC];
     int64_t  i;
     int      r, c, j;
 
@@ -639,6 +640,7 @@ llm_kq_tile_pre(const int kind, const int R, const int C, int64_t nb,
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             acc[r][c] = _mm512_setzero_ps();
+            accm[r][c] = _mm256_setzero_ps();
         }
     }
 
@@ -695,9 +697,9 @@ llm_kq_tile_pre(const int kind, const int R, const int C, int64_t nb,
                     acc[r][c] = _mm512_fmadd_ps(
                         _mm512_cvtepi32_ps(iacc[r][c]),
                         _mm512_set1_ps(pr->d * q8->d), acc[r][c]);
-                    acc[r][c] = _mm512_fmadd_ps(
-                        _mm512_cvtepi32_ps(_mm512_zextsi256_si512(mi)),
-                        _mm512_set1_ps(-pr->dmin * q8->d), acc[r][c]);
+                    /* as llm_qk45_tile, so both give the same sums */
+                    accm[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mi),
+                        _mm256_set1_ps(-pr->dmin * q8->d), accm[r][c]);
                 }
             }
         }
@@ -707,7 +709,8 @@ llm_kq_tile_pre(const int kind, const int R, const int C, int64_t nb,
     for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
+            y[c * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][c],
+                                 _mm512_zextps256_ps512(accm[r][c])));
         }
     }
 }
@@ -770,7 +773,7 @@ static void                                                                 \
 llm_gemm_##name##_any(int64_t n, int64_t nr, int64_t nc, const void *w,     \
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
 {                                                                           \
-    if (nc == 1 || n / LLM_QK_K > LLM_KPREP_MAX) {                          \
+    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {                \
         llm_gemm_##name(n, nr, nc, w, ws, x, xs, y, ldy);                   \
         return;                                                             \
     }                                                                       \

@@ -168,14 +168,22 @@ void llm_kernels_init_avx512(llm_kernels_t *k);
  * The gemm and vec_dot entry points of one type, from a tile function
  * TILE(R, C, nb, w, w_stride, x, x_stride, y, ldy) that computes an R x C
  * block of results (R, C compile-time constants after inlining).
- * A single activation column (batch-1 decode) uses RD-row tiles.  Every
- * type uses RD = 1: one sequential weight stream, prefetched a row
- * ahead.  Interleaved rows are faster only while the matrix is in cache;
+ * Fewer than ROWC activation columns (decode: an expert gets 1-3 of the
+ * batch's tokens) walk one weight row at a time with up to 4 columns per
+ * tile: one sequential weight stream, prefetched ahead.
+ * Interleaved rows are faster only while the matrix is in cache;
  * streamed from RAM, four interleaved Q4_K/Q6_K rows ran at half the
  * bandwidth of one (llm-kbench -c 1: 8.7 vs 16.4 GB/s on 1 thread,
- * 17.5 vs 28.3 on 2).
+ * 17.5 vs 28.3 on 2), and Q4_K at 2 / 4 / 8 columns gave 34 / 48 / 63
+ * GMAC/s in 4x2 tiles of prepared rows, 76-82 / 90-108 / 92-106 so.
+ * From ROWC columns on (prefill) RT x CT tiles reuse each weight tile
+ * from L1 across columns.  ROWC is LLM_ROW_COLS, or 2 for the AVX2
+ * Q4_0/Q8_0 tiles, whose one-row several-column shapes ran slower
+ * (16 registers).
  */
-#define LLM_GEMM_DRIVER(name, QK, RT, CT, RD, TILE)                            \
+#define LLM_ROW_COLS  32
+
+#define LLM_GEMM_DRIVER(name, QK, RT, CT, ROWC, TILE)                          \
 static void                                                                 \
 llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
@@ -183,12 +191,27 @@ llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
     const char  *wp = w, *xp = x;                                           \
     int64_t      nb = n / (QK), c0, c1, r, c;                               \
                                                                             \
-    if (nc == 1) {                                                          \
-        for (r = 0; r + (RD) <= nr; r += (RD)) {                            \
-            TILE((RD), 1, nb, wp + r * ws, ws, xp, xs, y + r, ldy);         \
-        }                                                                   \
-        for (; r < nr; r++) {                                               \
-            TILE(1, 1, nb, wp + r * ws, ws, xp, xs, y + r, ldy);            \
+    if (nc < (ROWC)) {                                                      \
+        for (r = 0; r < nr; r++) {                                          \
+            for (c = 0; c < nc; c += 4) {                                   \
+                const char  *xc = xp + c * xs;                              \
+                float       *yc = y + c * ldy + r;                          \
+                                                                            \
+                switch (nc - c) {                                           \
+                case 1:                                                     \
+                    TILE(1, 1, nb, wp + r * ws, ws, xc, xs, yc, ldy);       \
+                    break;                                                  \
+                case 2:                                                     \
+                    TILE(1, 2, nb, wp + r * ws, ws, xc, xs, yc, ldy);       \
+                    break;                                                  \
+                case 3:                                                     \
+                    TILE(1, 3, nb, wp + r * ws, ws, xc, xs, yc, ldy);       \
+                    break;                                                  \
+                default:                                                    \
+                    TILE(1, 4, nb, wp + r * ws, ws, xc, xs, yc, ldy);       \
+                    break;                                                  \
+                }                                                           \
+            }                                                               \
         }                                                                   \
         return;                                                             \
     }                                                                       \
