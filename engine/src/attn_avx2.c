@@ -58,16 +58,19 @@ llm_qk_heads(const int NG, const float *q, uint32_t hd, const void *kt,
 
     for (t = 0; t < n; t += 8) {
         cnt = n - t;
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             acc[j] = _mm256_setzero_ps();
         }
         for (d = 0; d < hd; d++) {
             kv = llm_ld8(kt, (size_t) d * bt + t, cnt, f16);
+#pragma GCC unroll 8
             for (j = 0; j < NG; j++) {
                 acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(q[j * hd + d]), kv,
                                          acc[j]);
             }
         }
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             llm_st8(s + j * lds + t,
                     _mm256_mul_ps(acc[j], _mm256_set1_ps(scale)), cnt);
@@ -105,30 +108,37 @@ llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
     uint32_t  t, c, cnt[4];
     int       j;
 
+#pragma GCC unroll 8
     for (c = 0; c < 4; c++) {
         cnt[c] = hv > d0 + c * 8 ? hv - d0 - c * 8 : 0;
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             acc[j][c] = cnt[c] ? llm_ld8(o + j * hv, d0 + c * 8, cnt[c], 0)
                                : _mm256_setzero_ps();
         }
     }
     for (t = 0; t < n; t++) {
+#pragma GCC unroll 8
         for (c = 0; c < 4; c++) {
             vv[c] = cnt[c] ? llm_ld8(v, t * v_stride + d0 + c * 8, cnt[c],
                                      f16)
                            : _mm256_setzero_ps();
         }
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             a = _mm256_set1_ps(s[j * lds + t]);
+#pragma GCC unroll 8
             for (c = 0; c < 4; c++) {
                 acc[j][c] = _mm256_fmadd_ps(a, vv[c], acc[j][c]);
             }
         }
     }
+#pragma GCC unroll 8
     for (c = 0; c < 4; c++) {
         if (cnt[c] == 0) {
             continue;
         }
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             llm_st8(o + j * hv + d0 + c * 8, acc[j][c], cnt[c]);
         }

@@ -30,16 +30,19 @@ llm_qk_heads(const int NG, const float *q, uint32_t hd, const void *kt,
 
     for (t = 0; t < n; t += 16) {
         m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             acc[j] = _mm512_setzero_ps();
         }
         for (d = 0; d < hd; d++) {
             kv = llm_ld16(kt, (size_t) d * bt + t, m, f16);
+#pragma GCC unroll 8
             for (j = 0; j < NG; j++) {
                 acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[j * hd + d]), kv,
                                          acc[j]);
             }
         }
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             _mm512_mask_storeu_ps(s + j * lds + t, m,
                                   _mm512_mul_ps(acc[j],
@@ -79,26 +82,33 @@ llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
     uint32_t  t, c;
     int       j;
 
+#pragma GCC unroll 8
     for (c = 0; c < 4; c++) {
         uint32_t left = hv > d0 + c * 16 ? hv - d0 - c * 16 : 0;
 
         m[c] = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             acc[j][c] = _mm512_maskz_loadu_ps(m[c], o + j * hv + d0 + c * 16);
         }
     }
     for (t = 0; t < n; t++) {
+#pragma GCC unroll 8
         for (c = 0; c < 4; c++) {
             vv[c] = llm_ld16(v, t * v_stride + d0 + c * 16, m[c], f16);
         }
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             a = _mm512_set1_ps(s[j * lds + t]);
+#pragma GCC unroll 8
             for (c = 0; c < 4; c++) {
                 acc[j][c] = _mm512_fmadd_ps(a, vv[c], acc[j][c]);
             }
         }
     }
+#pragma GCC unroll 8
     for (c = 0; c < 4; c++) {
+#pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             _mm512_mask_storeu_ps(o + j * hv + d0 + c * 16, m[c], acc[j][c]);
         }
