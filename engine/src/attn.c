@@ -1,5 +1,5 @@
 /*
- * Scalar attention kernels (the reference) and their dispatch.
+ * Scalar attention and SwiGLU kernels (the references) and their dispatch.
  */
 
 #include <math.h>
@@ -65,6 +65,29 @@ llm_attn_softmax_ref(float *s, uint32_t n)
     sum = 1.0f / sum;
     for (t = 0; t < n; t++) {
         s[t] *= sum;
+    }
+}
+
+void
+llm_swiglu_ref(float *g, const float *u, size_t n)
+{
+    size_t  i;
+
+    for (i = 0; i < n; i++) {
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+llm_swiglu_fn
+llm_swiglu_kernel(void)
+{
+    switch (llm_simd_level()) {
+    case LLM_SIMD_AVX512:
+        return llm_swiglu_avx512;
+    case LLM_SIMD_AVX2:
+        return llm_swiglu_avx2;
+    default:
+        return llm_swiglu_ref;
     }
 }
 

@@ -1,5 +1,6 @@
 /*
- * Attention kernels over one KV-cache block (internal to the forward pass).
+ * Attention kernels over one KV-cache block, and SwiGLU (internal to the
+ * forward pass).
  *
  * K is stored transposed per block and KV head: kt[d * bt + t] for dim d of
  * token t (bt = block tokens), so the scores of G query heads against up to
@@ -54,5 +55,18 @@ void llm_attn_softmax_avx512(float *s, uint32_t n);
 /* The kernels for the SIMD level in use. */
 void llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
     llm_attn_softmax_fn *sm);
+
+/*
+ * SwiGLU in place, g[i] = silu(g[i]) * u[i] for i < n: the FFN's gate,
+ * here beside softmax because both are built on the same vector exp.
+ */
+typedef void (*llm_swiglu_fn)(float *g, const float *u, size_t n);
+
+void llm_swiglu_ref(float *g, const float *u, size_t n);
+void llm_swiglu_avx2(float *g, const float *u, size_t n);
+void llm_swiglu_avx512(float *g, const float *u, size_t n);
+
+/* The SwiGLU kernel for the SIMD level in use. */
+llm_swiglu_fn llm_swiglu_kernel(void);
 
 #endif /* LLM_ATTN_H */

@@ -228,3 +228,25 @@ llm_attn_softmax_avx2(float *s, uint32_t n)
         s[t] *= inv;
     }
 }
+
+
+void
+llm_swiglu_avx2(float *g, const float *u, size_t n)
+{
+    const __m256  one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(87.0f);
+    __m256        x, e;
+    size_t        i;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        x = _mm256_loadu_ps(g + i);
+        /* exp(-x), its argument kept where 2^n is a normal float */
+        e = llm_exp8(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), x),
+                                   lim));
+        _mm256_storeu_ps(g + i,
+                         _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+                                       _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) {
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}

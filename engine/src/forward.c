@@ -190,12 +190,6 @@ llm_ctx_map(llm_ctx_t *c, size_t bytes)
     return p;
 }
 
-static inline float
-llm_silu(float x)
-{
-    return x / (1.0f + expf(-x));
-}
-
 /* y = x / sqrt(mean(x^2) + eps) * w over n values (sum in double). */
 static void
 llm_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
@@ -315,7 +309,7 @@ static void
 llm_item_run(const llm_mm_item_t *it)
 {
     int64_t  ci, r;
-    float   *y, *y2;
+    float   *y;
 
     llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
              it->w + it->r0 * it->w_stride, it->w_stride, it->x,
@@ -326,11 +320,9 @@ llm_item_run(const llm_mm_item_t *it)
                  it->w2 + it->r0 * it->w_stride, it->w_stride, it->x,
                  it->x_stride, it->y2 + it->r0, it->ldy);
         for (ci = 0; ci < it->nc; ci++) {
-            y = it->y + ci * it->ldy + it->r0;
-            y2 = it->y2 + ci * it->ldy + it->r0;
-            for (r = 0; r < it->nr; r++) {
-                y[r] = llm_silu(y[r]) * y2[r];
-            }
+            llm_swiglu_kernel()(it->y + ci * it->ldy + it->r0,
+                                it->y2 + ci * it->ldy + it->r0,
+                                (size_t) it->nr);
         }
     }
 
@@ -1038,8 +1030,6 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         llm_run_items(c);
     } else {
         /* mixed types: gate and up separately, then SwiGLU */
-        int64_t  i;
-
         if ((rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff))) < 0
             || (rc = llm_items_mat(c, &L->ffn_up, c->xn, E, T, c->up, ff,
                                    NULL, llm_chunk_rows(c, ff, ff))) < 0)
@@ -1047,9 +1037,7 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
             return rc;
         }
         llm_run_items(c);
-        for (i = 0; i < (int64_t) T * ff; i++) {
-            c->ga[i] = llm_silu(c->ga[i]) * c->up[i];
-        }
+        llm_swiglu_kernel()(c->ga, c->up, (size_t) T * ff);
     }
 
     llm_run_act(c, T, c->ga, ff, llm_act_mask_of(L->ffn_down.type), c->act);

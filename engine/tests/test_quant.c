@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "gguf.h"
 #include "quant.h"
 
@@ -595,6 +596,55 @@ test_reference_files(void)
 }
 
 
+/* SwiGLU at each level against the scalar one (libm expf), every length
+ * tail and the gate's extremes. */
+static void
+test_swiglu(void)
+{
+    enum { N = 203 };
+    float   g[N], u[N], ref[N], got[N];
+    int     before = failures, i, l, n;
+    double  worst = 0;
+
+    for (i = 0; i < N; i++) {
+        g[i] = 6 * rng_normal();
+        u[i] = rng_normal();
+    }
+    g[0] = 0;
+    g[1] = -100;
+    g[2] = 100;
+    g[3] = -87.5f;
+    g[4] = 88.5f;
+    g[5] = -1e-30f;
+    for (l = LLM_SIMD_SCALAR; l <= (int) llm_simd_best(); l++) {
+        llm_simd_force((llm_simd_t) l);
+        for (n = 0; n <= N; n += n < 20 ? 1 : 61) {
+            memcpy(ref, g, sizeof(g));
+            memcpy(got, g, sizeof(g));
+            llm_swiglu_ref(ref, u, (size_t) n);
+            llm_swiglu_kernel()(got, u, (size_t) n);
+            for (i = 0; i < N; i++) {
+                double  e = fabs((double) got[i] - ref[i])
+                            / (fabs((double) ref[i]) + 1e-30);
+
+                if (i >= n) {
+                    CHECK(got[i] == g[i], "swiglu %s wrote past n = %d",
+                          llm_simd_name(l), n);
+                    break;
+                }
+                worst = e > worst && ref[i] != 0 ? e : worst;
+                CHECK(ref[i] == 0 ? fabsf(got[i]) < 1e-30f : e < 4e-7,
+                      "swiglu %s g %g: %g vs %g", llm_simd_name(l), g[i],
+                      got[i], ref[i]);
+            }
+        }
+    }
+    llm_simd_force(llm_simd_best());
+    printf("     swiglu: worst relative error %.1e\n", worst);
+    report("swiglu at every level vs the scalar one", before);
+}
+
+
 int
 main(int argc, char **argv)
 {
@@ -617,6 +667,7 @@ main(int argc, char **argv)
             printf("skip simd %s: CPU lacks it\n", llm_simd_name(l));
         }
     }
+    test_swiglu();
     test_reference_files();
 
     printf("%s\n", failures ? "FAILED" : "PASSED");
