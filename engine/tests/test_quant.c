@@ -318,9 +318,10 @@ test_dot_vs_dequant(void)
 static void
 test_simd_level(llm_simd_t level)
 {
-    static const int  sizes[] = { 1, 2, 3, 5, 7, 8, 17 };
+    /* 33 columns: past LLM_ROW_COLS, the prepared-row tiles */
+    static const int  sizes[] = { 1, 2, 3, 5, 7, 8, 17, 33 };
     const int64_t     n = 256 * 6;
-    const int         maxr = 17, maxc = 17;
+    const int         maxr = 33, maxc = 33;
     float            *w = malloc(n * maxr * sizeof(float));
     float            *x = malloc(n * maxc * sizeof(float));
     void             *wq = malloc(n * maxr * 4);
@@ -392,8 +393,9 @@ test_simd_level(llm_simd_t level)
 
         /* gemm over odd shapes, with padding in strides and ldy; for
          * 32-blocks also block counts that leave 1..3 over a multiple
-         * of 4 (the AVX-512 Q4_0 kernel takes 4 blocks per step) */
-        for (int64_t gn = n; gn >= n - 96; gn -= 32) {
+         * of 4 (the AVX-512 Q4_0 kernel takes 4 blocks per step) and
+         * 1..3 groups of 4 over a multiple of 16 (its quads) */
+        for (int64_t gn = n; gn >= n - 15 * 32; gn -= 32) {
             if (gn != n && blk != 32) {
                 break;
             }
