@@ -1025,46 +1025,86 @@ typedef struct {
  * the order the quad step sums them: lane 4k + g is block k of group g
  * (zero past the last group).
  */
+/* Group of 4 activation blocks q as the 4-block step reads it. */
+LLM_INLINE void
+llm_q4_g4_group(const llm_block_q8_0 *q, llm_q4_g4_t *out)
+{
+    const __m512i  eight = _mm512_set1_epi8(8);
+    __m512i        lo, hi, s;
+
+#define LLM_G4_Y(o)                                                          \
+    _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(                \
+        _mm512_castsi128_si512(_mm_loadu_si128((const void *)                \
+                                               (q[0].qs + (o)))),            \
+        _mm_loadu_si128((const void *) (q[1].qs + (o))), 1),                 \
+        _mm_loadu_si128((const void *) (q[2].qs + (o))), 2),                 \
+        _mm_loadu_si128((const void *) (q[3].qs + (o))), 3)
+
+    lo = LLM_G4_Y(0);
+    hi = LLM_G4_Y(16);
+#undef LLM_G4_Y
+    s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                eight, lo),
+                            eight, hi);
+    out->lo = lo;
+    out->hi = hi;
+    out->init = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+}
+
+
+/* The block scales of a quad of groups from block b0 of x, lane 4k + g =
+ * block k of group g, zero past the G-th group. */
+LLM_INLINE __m512
+llm_q4_quad_xd(const llm_block_q8_0 *q, int G)
+{
+    float  d[16];
+    int    g, k;
+
+    memset(d, 0, sizeof(d));
+    for (g = 0; g < G; g++) {
+        for (k = 0; k < 4; k++) {
+            d[4 * k + g] = llm_h2f_hw(q[4 * g + k].d);
+        }
+    }
+    return _mm512_loadu_ps(d);
+}
+
+
+/*
+ * Column x as ng groups, and its block scales per quad of 4 groups in
+ * the order the quad step sums them: lane 4k + g is block k of group g
+ * (zero past the last group).
+ */
 LLM_INLINE void
 llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out, __m512 *qd)
 {
-    const __m512i           eight = _mm512_set1_epi8(8);
-    const llm_block_q8_0   *q = (const llm_block_q8_0 *) x;
-    float                   d[16];
-    int64_t                 g;
-    int                     k;
+    const llm_block_q8_0  *q = (const llm_block_q8_0 *) x;
+    int64_t                g;
 
-    for (g = 0; g < ng; g++, q += 4) {
-        __m512i  lo, hi, s;
-
-#define LLM_G4_Y(o)                                                          \
-        _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(            \
-            _mm512_castsi128_si512(_mm_loadu_si128((const void *)            \
-                                                   (q[0].qs + (o)))),        \
-            _mm_loadu_si128((const void *) (q[1].qs + (o))), 1),             \
-            _mm_loadu_si128((const void *) (q[2].qs + (o))), 2),             \
-            _mm_loadu_si128((const void *) (q[3].qs + (o))), 3)
-
-        lo = LLM_G4_Y(0);
-        hi = LLM_G4_Y(16);
-#undef LLM_G4_Y
-        s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                    eight, lo),
-                                eight, hi);
-        out[g].lo = lo;
-        out[g].hi = hi;
-        out[g].init = _mm512_sub_epi32(_mm512_setzero_si512(), s);
-
-        if (g % 4 == 0) {
-            memset(d, 0, sizeof(d));
-        }
-        for (k = 0; k < 4; k++) {
-            d[4 * k + g % 4] = llm_h2f_hw(q[k].d);
-        }
-        if (g % 4 == 3 || g == ng - 1) {
-            qd[g / 4] = _mm512_loadu_ps(d);
-        }
+    for (g = 0; g < ng; g++) {
+        llm_q4_g4_group(q + 4 * g, out + g);
     }
+    for (g = 0; g < ng; g += 4) {
+        qd[g / 4] = llm_q4_quad_xd(q + 4 * g, ng - g < 4 ? (int) (ng - g)
+                                                         : 4);
+    }
+}
+
+
+/* 4x4 transpose of 32-bit elements within each 128-bit lane: out[i]
+ * dword g = in[g] dword i. */
+LLM_INLINE void
+llm_tr4x4_epi32(const __m512i in[4], __m512i out[4])
+{
+    __m512i  t0 = _mm512_unpacklo_epi32(in[0], in[1]);
+    __m512i  t1 = _mm512_unpackhi_epi32(in[0], in[1]);
+    __m512i  t2 = _mm512_unpacklo_epi32(in[2], in[3]);
+    __m512i  t3 = _mm512_unpackhi_epi32(in[2], in[3]);
+
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
 
@@ -1236,6 +1276,211 @@ llm_q4_g4_rows(const int R, const int C, int64_t ng, int64_t nb,
 }
 
 
+/* ---- Q4_0 x Q8_0, several columns: one lane per block ---------------- */
+
+/*
+ * With several columns the transpose-add of the quad step is paid per
+ * column.  Transposing the weights instead (once per quad, shared by the
+ * columns) puts 4 bytes of each of the quad's 16 blocks in every vector,
+ * so the vpdpbusd chains end with one lane per block and a column costs 8
+ * vpdpbusd, an add and the float step per 16 blocks.  The integer sums
+ * are the quad step's, the float steps the same operations in the same
+ * order: both give the same bits, whatever the batch.
+ */
+typedef struct {
+    __m512i  lo[4];     /* dword 4k + g of lo[i]: y[4i..4i+3] of block k
+                           of group g; hi[i]: y[16 + 4i..] */
+    __m512i  hi[4];
+    __m512i  init;      /* lane 4k + g: -8 x the sum of the block's y */
+    __m512   d;         /* lane 4k + g: the block's scale */
+} llm_q4_t16_t;
+
+#define LLM_T16_COLS  8
+
+
+/* Column x as nq quads. */
+LLM_INLINE void
+llm_q4_t16_prep(const char *x, int64_t ng, int64_t nq, llm_q4_t16_t *out)
+{
+    const llm_block_q8_0  *q = (const llm_block_q8_0 *) x;
+    llm_q4_g4_t            gr;
+    __m512i                lo[4], hi[4], in[4], t[4];
+    int64_t                qi;
+    int                    g, G;
+
+    for (qi = 0; qi < nq; qi++, out++) {
+        G = ng - 4 * qi < 4 ? (int) (ng - 4 * qi) : 4;
+        for (g = 0; g < 4; g++) {
+            if (g < G) {
+                llm_q4_g4_group(q + 16 * qi + 4 * g, &gr);
+                lo[g] = gr.lo;
+                hi[g] = gr.hi;
+                in[g] = gr.init;
+            } else {
+                lo[g] = hi[g] = in[g] = _mm512_setzero_si512();
+            }
+        }
+        llm_tr4x4_epi32(lo, out->lo);
+        llm_tr4x4_epi32(hi, out->hi);
+        llm_tr4x4_epi32(in, t);
+        out->init = _mm512_add_epi32(_mm512_add_epi32(t[0], t[1]),
+                                     _mm512_add_epi32(t[2], t[3]));
+        out->d = llm_q4_quad_xd(q + 16 * qi, G);
+    }
+}
+
+
+/* One weight row x C columns over ng groups; blocks past 4 * ng are left
+ * to the caller. */
+LLM_INLINE void
+llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
+    size_t ws, const llm_q4_t16_t *pre, float *y, size_t ldy)
+{
+    const __m512i  qidx = _mm512_set_epi16(
+                       32 + 31, 32 + 30, 32 + 29, 32 + 28, 31, 30, 29, 28,
+                       26, 25, 24, 23, 22, 21, 20, 19,
+                       17, 16, 15, 14, 13, 12, 11, 10,
+                       8, 7, 6, 5, 4, 3, 2, 1);
+    const __m512i  sidx0 = _mm512_set_epi16(
+                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                       0, 0, 0, 0, 0, 0, 0, 0,
+                       32 + 27, 27, 32 + 18, 18, 32 + 9, 9, 32 + 0, 0);
+    const __m512i  sidx1 = _mm512_set_epi16(
+                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                       32 + 7, 32 + 6, 7, 6, 32 + 5, 32 + 4, 5, 4,
+                       32 + 3, 32 + 2, 3, 2, 32 + 1, 32 + 0, 1, 0);
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    __m512         acc[LLM_T16_COLS];
+    int64_t        qi;
+    int            c, g, i, G;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+
+    for (qi = 0; qi < nq; qi++) {
+        __m512i  a[4], qv[4], v[4], lo[4], hi[4];
+        __m512   wq;
+
+        G = ng - 4 * qi < 4 ? (int) (ng - 4 * qi) : 4;
+#pragma GCC unroll 4
+        for (g = 0; g < 4; g++) {
+            const char  *p = w + (4 * qi + g) * 4 * sizeof(llm_block_q4_0);
+
+            if (g >= G) {
+                a[g] = qv[g] = _mm512_setzero_si512();
+                continue;
+            }
+            a[g] = _mm512_loadu_si512((const void *) p);
+            qv[g] = _mm512_permutex2var_epi16(a[g], qidx,
+                        _mm512_loadu_si512((const void *) (p + 8)));
+            _mm_prefetch(p + LLM_PF_TILES * ws, _MM_HINT_T0);
+            _mm_prefetch(p + LLM_PF_TILES * ws + 64, _MM_HINT_T0);
+        }
+        llm_tr4x4_epi32(qv, v);
+#pragma GCC unroll 4
+        for (i = 0; i < 4; i++) {
+            lo[i] = _mm512_and_si512(v[i], m4);
+            hi[i] = _mm512_and_si512(_mm512_srli_epi16(v[i], 4), m4);
+        }
+        wq = _mm512_cvtph_ps(_mm512_castsi512_si256(
+                 _mm512_permutex2var_epi16(
+                     _mm512_permutex2var_epi16(a[0], sidx0, a[1]), sidx1,
+                     _mm512_permutex2var_epi16(a[2], sidx0, a[3]))));
+
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const llm_q4_t16_t  *pc = pre + c * nq + qi;
+            __m512i              s0 = pc->init;
+            __m512i              s1 = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+            for (i = 0; i < 4; i++) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[i], pc->lo[i]);
+                s1 = _mm512_dpbusd_epi32(s1, hi[i], pc->hi[i]);
+            }
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(
+                                         _mm512_add_epi32(s0, s1)),
+                                     _mm512_mul_ps(wq, pc->d), acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
+    }
+}
+
+
+/* The tile and then the last nb % 4 blocks, column by column by the pair
+ * tile (as llm_q4_g4_rows). */
+LLM_INLINE void
+llm_q4_t16_rows(const int C, int64_t ng, int64_t nq, int64_t nb,
+    const char *w, size_t ws, const char *x, size_t xs,
+    const llm_q4_t16_t *pre, float *y, size_t ldy)
+{
+    float  t;
+    int    c;
+
+    llm_q4_t16_tile(C, ng, nq, w, ws, pre, y, ldy);
+    if (nb > 4 * ng) {
+        for (c = 0; c < C; c++) {
+            llm_q4_0_tile(1, 1, nb - 4 * ng,
+                          w + 4 * ng * sizeof(llm_block_q4_0), ws,
+                          x + c * xs + 4 * ng * sizeof(llm_block_q8_0), xs,
+                          &t, 1);
+            y[c * ldy] += t;
+        }
+    }
+}
+
+
+/* Several columns: groups of up to 8 prepared once per row chunk, one
+ * weight row at a time. */
+static void
+llm_gemm_q4_0_t16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_q4_t16_t  pre[LLM_T16_COLS * LLM_G4_QUADS];
+    const char   *wp = w, *xp = x;
+    int64_t       nb = n / LLM_QK, ng = nb / 4, nq = (ng + 3) / 4;
+    int64_t       q0, q1, c0, cc, c, r;
+
+    for (q0 = 0; q0 < nr; q0 = q1) {
+        q1 = nc <= LLM_T16_COLS ? nr
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
+
+        for (c0 = 0; c0 < nc; c0 += LLM_T16_COLS) {
+            cc = nc - c0 < LLM_T16_COLS ? nc - c0 : LLM_T16_COLS;
+            for (c = 0; c < cc; c++) {
+                llm_q4_t16_prep(xp + (c0 + c) * xs, ng, nq, pre + c * nq);
+            }
+            for (r = q0; r < q1; r++) {
+#define LLM_T16_ROW(C)                                                       \
+                case C:                                                     \
+                    llm_q4_t16_rows(C, ng, nq, nb, wp + r * ws, ws,         \
+                                    xp + c0 * xs, xs, pre,                  \
+                                    y + c0 * ldy + r, ldy);                 \
+                    break;
+                switch (cc) {
+                LLM_T16_ROW(1)
+                LLM_T16_ROW(2)
+                LLM_T16_ROW(3)
+                LLM_T16_ROW(4)
+                LLM_T16_ROW(5)
+                LLM_T16_ROW(6)
+                LLM_T16_ROW(7)
+                default:
+                LLM_T16_ROW(8)
+                }
+#undef LLM_T16_ROW
+            }
+        }
+    }
+}
+
+
 /*
  * The driver: columns in groups of up to 4, prepared once per group; one
  * weight row at a time, in chunks that stay in L2 while the column groups
@@ -1299,7 +1544,11 @@ llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     if (n / LLM_QK / 4 <= LLM_G4_MAX) {
-        llm_gemm_q4_0_g4(n, nr, nc, w, ws, x, xs, y, ldy);
+        if (nc > 1) {
+            llm_gemm_q4_0_t16(n, nr, nc, w, ws, x, xs, y, ldy);
+        } else {
+            llm_gemm_q4_0_g4(n, nr, nc, w, ws, x, xs, y, ldy);
+        }
         return;
     }
     if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
