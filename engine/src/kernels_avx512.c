@@ -1108,6 +1108,66 @@ llm_tr4x4_epi32(const __m512i in[4], __m512i out[4])
 }
 
 
+/* Permute indices of the 4-block step. */
+typedef struct {
+    __m512i  q;         /* out word k: block k / 8, word k % 8 of its qs =
+                           byte-pair of the 72 bytes at 2 + 18 (k / 8) +
+                           2 (k % 8); a holds words 0..31, b (loaded at
+                           byte 8) words 4..35 as its 0..31 */
+    __m512i  s0;        /* word 2k = word 9k of the first source, 2k + 1
+                           of the second */
+    __m512i  s1;        /* word 4k + g: group g = word 2k + (g & 1) of
+                           source g / 2 */
+} llm_q4_idx_t;
+
+LLM_INLINE llm_q4_idx_t
+llm_q4_idx(void)
+{
+    llm_q4_idx_t  ix;
+
+    ix.q = _mm512_set_epi16(32 + 31, 32 + 30, 32 + 29, 32 + 28,
+                            31, 30, 29, 28, 26, 25, 24, 23, 22, 21, 20, 19,
+                            17, 16, 15, 14, 13, 12, 11, 10,
+                            8, 7, 6, 5, 4, 3, 2, 1);
+    ix.s0 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                             0, 0, 0, 0, 0, 0, 0, 0,
+                             32 + 27, 27, 32 + 18, 18, 32 + 9, 9, 32 + 0, 0);
+    ix.s1 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                             32 + 7, 32 + 6, 7, 6, 32 + 5, 32 + 4, 5, 4,
+                             32 + 3, 32 + 2, 3, 2, 32 + 1, 32 + 0, 1, 0);
+    return ix;
+}
+
+
+/* The 16 fp16 weight scales of a quad (words 0, 9, 18, 27 of each group's
+ * first 64 bytes a[g]) in the summed order: lane 4k + g = block k of
+ * group g. */
+LLM_INLINE __m512
+llm_q4_quad_wd(const __m512i a[4], const llm_q4_idx_t *ix)
+{
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(
+               _mm512_permutex2var_epi16(
+                   _mm512_permutex2var_epi16(a[0], ix->s0, a[1]), ix->s1,
+                   _mm512_permutex2var_epi16(a[2], ix->s0, a[3]))));
+}
+
+
+/* Group g of 4 blocks at p: its first 64 bytes into a, the 64 quant bytes
+ * in block order returned; the row LLM_PF_TILES * step ahead prefetched. */
+LLM_INLINE __m512i
+llm_q4_group_qs(const char *p, size_t step, const llm_q4_idx_t *ix,
+    __m512i *a)
+{
+    *a = _mm512_loadu_si512((const void *) p);
+    /* tiles ahead, same place: the hardware prefetchers follow a walk
+     * over many short rows late */
+    _mm_prefetch(p + LLM_PF_TILES * step, _MM_HINT_T0);
+    _mm_prefetch(p + LLM_PF_TILES * step + 64, _MM_HINT_T0);
+    return _mm512_permutex2var_epi16(*a, ix->q,
+               _mm512_loadu_si512((const void *) (p + 8)));
+}
+
+
 /*
  * One quad of G <= 4 groups (16 blocks) from group g0, for R rows x C
  * columns into acc.  Each group's vpdpbusd pair leaves a block's sum in
@@ -1120,46 +1180,30 @@ llm_tr4x4_epi32(const __m512i in[4], __m512i out[4])
 LLM_INLINE void
 llm_q4_g4_quad(const int R, const int C, const int G, int64_t g0,
     int64_t ng, int64_t nq, const char *w, size_t ws,
-    const llm_q4_g4_t *pre, const __m512 *qd, __m512i qidx, __m512i sidx0,
-    __m512i sidx1, __m512 acc[LLM_MAXR][LLM_MAXC])
+    const llm_q4_g4_t *pre, const __m512 *qd, const llm_q4_idx_t *ix,
+    __m512 acc[LLM_MAXR][LLM_MAXC])
 {
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     int            r, c, g;
 
 #pragma GCC unroll 4
     for (r = 0; r < R; r++) {
-        __m512i  lo[4], hi[4], a[4], d[4];
+        __m512i  lo[4], hi[4], a[4], d[4], q;
         __m512   wq;
 
 #pragma GCC unroll 4
         for (g = 0; g < 4; g++) {
-            const char  *p = w + r * ws
-                             + (g0 + g) * 4 * sizeof(llm_block_q4_0);
-            __m512i      b, q;
-
             if (g >= G) {
                 a[g] = lo[g] = hi[g] = _mm512_setzero_si512();
                 continue;
             }
-            a[g] = _mm512_loadu_si512((const void *) p);
-            b = _mm512_loadu_si512((const void *) (p + 8));
-            q = _mm512_permutex2var_epi16(a[g], qidx, b);
-
-            /* tiles ahead, same place: the row-pair walk jumps between
-             * two streams, which the hardware prefetchers follow late */
-            _mm_prefetch(p + LLM_PF_TILES * R * ws, _MM_HINT_T0);
-            _mm_prefetch(p + LLM_PF_TILES * R * ws + 64, _MM_HINT_T0);
-
+            q = llm_q4_group_qs(w + r * ws
+                                + (g0 + g) * 4 * sizeof(llm_block_q4_0),
+                                R * ws, ix, &a[g]);
             lo[g] = _mm512_and_si512(q, m4);
             hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
         }
-
-        /* the 16 fp16 scales (words 0, 9, 18, 27 of each a) in the
-         * summed order: lane 4k + g = block k of group g */
-        wq = _mm512_cvtph_ps(_mm512_castsi512_si256(
-                 _mm512_permutex2var_epi16(
-                     _mm512_permutex2var_epi16(a[0], sidx0, a[1]), sidx1,
-                     _mm512_permutex2var_epi16(a[2], sidx0, a[3]))));
+        wq = llm_q4_quad_wd(a, ix);
 
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
@@ -1203,24 +1247,7 @@ llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
     size_t ws, const llm_q4_g4_t *pre, const __m512 *qd, float *y,
     size_t ldy)
 {
-    /* out word k: block k / 8, word k % 8 of its qs = byte-pair of the
-     * 72 bytes at 2 + 18 (k / 8) + 2 (k % 8); a holds words 0..31, b
-     * (loaded at byte 8) words 4..35 as its 0..31 */
-    const __m512i  qidx = _mm512_set_epi16(
-                       32 + 31, 32 + 30, 32 + 29, 32 + 28, 31, 30, 29, 28,
-                       26, 25, 24, 23, 22, 21, 20, 19,
-                       17, 16, 15, 14, 13, 12, 11, 10,
-                       8, 7, 6, 5, 4, 3, 2, 1);
-    /* word 2k = word 9k of the first source, 2k + 1 of the second */
-    const __m512i  sidx0 = _mm512_set_epi16(
-                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                       0, 0, 0, 0, 0, 0, 0, 0,
-                       32 + 27, 27, 32 + 18, 18, 32 + 9, 9, 32 + 0, 0);
-    /* word 4k + g: group g = word 2k + (g & 1) of source g / 2 */
-    const __m512i  sidx1 = _mm512_set_epi16(
-                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                       32 + 7, 32 + 6, 7, 6, 32 + 5, 32 + 4, 5, 4,
-                       32 + 3, 32 + 2, 3, 2, 32 + 1, 32 + 0, 1, 0);
+    const llm_q4_idx_t  ix = llm_q4_idx();
     const int64_t  nq = (ng + 3) / 4;
     __m512         acc[LLM_MAXR][LLM_MAXC];
     int64_t        g;
@@ -1235,12 +1262,11 @@ llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
     }
 
     for (g = 0; g + 4 <= ng; g += 4) {
-        llm_q4_g4_quad(R, C, 4, g, ng, nq, w, ws, pre, qd, qidx, sidx0,
-                       sidx1, acc);
+        llm_q4_g4_quad(R, C, 4, g, ng, nq, w, ws, pre, qd, &ix, acc);
     }
     if (g < ng) {
         llm_q4_g4_quad(R, C, (int) (ng - g), g, ng, nq, w, ws, pre, qd,
-                       qidx, sidx0, sidx1, acc);
+                       &ix, acc);
     }
 
 #pragma GCC unroll 4
@@ -1336,19 +1362,7 @@ LLM_INLINE void
 llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
     size_t ws, const llm_q4_t16_t *pre, float *y, size_t ldy)
 {
-    const __m512i  qidx = _mm512_set_epi16(
-                       32 + 31, 32 + 30, 32 + 29, 32 + 28, 31, 30, 29, 28,
-                       26, 25, 24, 23, 22, 21, 20, 19,
-                       17, 16, 15, 14, 13, 12, 11, 10,
-                       8, 7, 6, 5, 4, 3, 2, 1);
-    const __m512i  sidx0 = _mm512_set_epi16(
-                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                       0, 0, 0, 0, 0, 0, 0, 0,
-                       32 + 27, 27, 32 + 18, 18, 32 + 9, 9, 32 + 0, 0);
-    const __m512i  sidx1 = _mm512_set_epi16(
-                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                       32 + 7, 32 + 6, 7, 6, 32 + 5, 32 + 4, 5, 4,
-                       32 + 3, 32 + 2, 3, 2, 32 + 1, 32 + 0, 1, 0);
+    const llm_q4_idx_t  ix = llm_q4_idx();
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     __m512         acc[LLM_T16_COLS];
     int64_t        qi;
@@ -1366,17 +1380,13 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
         G = ng - 4 * qi < 4 ? (int) (ng - 4 * qi) : 4;
 #pragma GCC unroll 4
         for (g = 0; g < 4; g++) {
-            const char  *p = w + (4 * qi + g) * 4 * sizeof(llm_block_q4_0);
-
             if (g >= G) {
                 a[g] = qv[g] = _mm512_setzero_si512();
                 continue;
             }
-            a[g] = _mm512_loadu_si512((const void *) p);
-            qv[g] = _mm512_permutex2var_epi16(a[g], qidx,
-                        _mm512_loadu_si512((const void *) (p + 8)));
-            _mm_prefetch(p + LLM_PF_TILES * ws, _MM_HINT_T0);
-            _mm_prefetch(p + LLM_PF_TILES * ws + 64, _MM_HINT_T0);
+            qv[g] = llm_q4_group_qs(w + (4 * qi + g) * 4
+                                        * sizeof(llm_block_q4_0),
+                                    ws, &ix, &a[g]);
         }
         llm_tr4x4_epi32(qv, v);
 #pragma GCC unroll 4
@@ -1384,10 +1394,7 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
             lo[i] = _mm512_and_si512(v[i], m4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v[i], 4), m4);
         }
-        wq = _mm512_cvtph_ps(_mm512_castsi512_si256(
-                 _mm512_permutex2var_epi16(
-                     _mm512_permutex2var_epi16(a[0], sidx0, a[1]), sidx1,
-                     _mm512_permutex2var_epi16(a[2], sidx0, a[3]))));
+        wq = llm_q4_quad_wd(a, &ix);
 
 #pragma GCC unroll 8
         for (c = 0; c < C; c++) {
