@@ -990,42 +990,36 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
 }
 
 
-/* ---- Q4_0 x Q8_0, four blocks per step ------------------------------- */
+/* ---- Q4_0 x Q8_0: one lane per block ----------------------------------- */
 
 /*
  * Four Q4_0 blocks are 72 bytes.  Two overlapping 64-byte loads (at 0 and
  * 8) cover them; since every block's qs starts at an even offset, one
- * two-source word permute gathers the 64 quant bytes in block order.  Low
- * nibbles are weights 0..15 of each block and high nibbles 16..31, so
- * each activation column is prepared once in the same order
- * (llm_q4_g4_t), with the -8 offset folded into the accumulator's start.
- * Per 4 blocks and column this is 2 vpdpbusd and a quarter of the quad's
- * transpose-add, convert, multiply and FMA (llm_q4_g4_quad); the weight
- * side (2 loads, a permute, shift, 2 ands, and per quad three permutes
- * and an fp16 convert of the scales) is shared by all columns.
- * One column is compute-bound in cache at ~24 GB/s per thread; from RAM
- * it needs the prefetch LLM_PF_TILES ahead (kernels_common.h).
+ * two-source word permute gathers the 64 quant bytes in block order.
+ * Sixteen blocks (a quad of four such groups) are then transposed so that
+ * every vector holds 4 bytes of each block, and the activation columns
+ * are prepared in the same layout (llm_q4_t16_t, the -8 offset folded
+ * into the accumulator's start).  Each column's vpdpbusd chains then end
+ * with one lane per block: per 16 blocks and column, 8 vpdpbusd, an add,
+ * a convert, a multiply and an FMA; the weight side (loads, permutes, the
+ * transpose, nibble split, scales) is shared by all columns.  From RAM
+ * one column needs the prefetch LLM_PF_TILES ahead (kernels_common.h).
  */
 
+/* y of 4 activation blocks in the weights' group order. */
 typedef struct {
     __m512i  lo;        /* y[0..15] of blocks 4g..4g+3, 16 bytes each */
     __m512i  hi;        /* y[16..31] */
     __m512i  init;      /* per 32-bit lane: -8 * (its 4 lo + 4 hi bytes) */
 } llm_q4_g4_t;
 
-/* Columns x groups prepared on the stack: 4 x 64 x 192 B = 48 KB, rows
- * up to 8192 weights; longer rows take the pair tiles. */
-#define LLM_G4_COLS   4
+/* Quads per row on the stack: rows up to 8192 weights; longer rows take
+ * the pair tiles. */
 #define LLM_G4_MAX    64
 #define LLM_G4_QUADS  (LLM_G4_MAX / 4)
 
 
-/*
- * Column x as ng groups, and its block scales per quad of 4 groups in
- * the order the quad step sums them: lane 4k + g is block k of group g
- * (zero past the last group).
- */
-/* Group of 4 activation blocks q as the 4-block step reads it. */
+/* Group of 4 activation blocks q in the weights' group order. */
 LLM_INLINE void
 llm_q4_g4_group(const llm_block_q8_0 *q, llm_q4_g4_t *out)
 {
@@ -1070,27 +1064,6 @@ llm_q4_quad_xd(const llm_block_q8_0 *q, int G)
 }
 
 
-/*
- * Column x as ng groups, and its block scales per quad of 4 groups in
- * the order the quad step sums them: lane 4k + g is block k of group g
- * (zero past the last group).
- */
-LLM_INLINE void
-llm_q4_g4_prep(const char *x, int64_t ng, llm_q4_g4_t *out, __m512 *qd)
-{
-    const llm_block_q8_0  *q = (const llm_block_q8_0 *) x;
-    int64_t                g;
-
-    for (g = 0; g < ng; g++) {
-        llm_q4_g4_group(q + 4 * g, out + g);
-    }
-    for (g = 0; g < ng; g += 4) {
-        qd[g / 4] = llm_q4_quad_xd(q + 4 * g, ng - g < 4 ? (int) (ng - g)
-                                                         : 4);
-    }
-}
-
-
 /* 4x4 transpose of 32-bit elements within each 128-bit lane: out[i]
  * dword g = in[g] dword i. */
 LLM_INLINE void
@@ -1108,7 +1081,7 @@ llm_tr4x4_epi32(const __m512i in[4], __m512i out[4])
 }
 
 
-/* Permute indices of the 4-block step. */
+/* Permute indices of the Q4_0 tile. */
 typedef struct {
     __m512i  q;         /* out word k: block k / 8, word k % 8 of its qs =
                            byte-pair of the 72 bytes at 2 + 18 (k / 8) +
@@ -1168,151 +1141,7 @@ llm_q4_group_qs(const char *p, size_t step, const llm_q4_idx_t *ix,
 }
 
 
-/*
- * One quad of G <= 4 groups (16 blocks) from group g0, for R rows x C
- * columns into acc.  Each group's vpdpbusd pair leaves a block's sum in
- * the four 32-bit lanes of one 128-bit lane; a 4x4 transpose-add within
- * the 128-bit lanes (six unpacks, three adds) turns the quad's four
- * groups into one lane per block, so the convert, scale and FMA run once
- * per 16 blocks, not once per 4.  Those float steps share the two FMA
- * pipes with vpdpbusd and bounded the loop (~22 GB/s per thread).
- */
-LLM_INLINE void
-llm_q4_g4_quad(const int R, const int C, const int G, int64_t g0,
-    int64_t ng, int64_t nq, const char *w, size_t ws,
-    const llm_q4_g4_t *pre, const __m512 *qd, const llm_q4_idx_t *ix,
-    __m512 acc[LLM_MAXR][LLM_MAXC])
-{
-    const __m512i  m4 = _mm512_set1_epi8(0x0f);
-    int            r, c, g;
-
-#pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-        __m512i  lo[4], hi[4], a[4], d[4], q;
-        __m512   wq;
-
-#pragma GCC unroll 4
-        for (g = 0; g < 4; g++) {
-            if (g >= G) {
-                a[g] = lo[g] = hi[g] = _mm512_setzero_si512();
-                continue;
-            }
-            q = llm_q4_group_qs(w + r * ws
-                                + (g0 + g) * 4 * sizeof(llm_block_q4_0),
-                                R * ws, ix, &a[g]);
-            lo[g] = _mm512_and_si512(q, m4);
-            hi[g] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-        }
-        wq = llm_q4_quad_wd(a, ix);
-
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            const llm_q4_g4_t  *pc = pre + c * ng + g0;
-            __m512i             t0, t1, u0, u1;
-
-#pragma GCC unroll 4
-            for (g = 0; g < 4; g++) {
-                d[g] = g >= G ? _mm512_setzero_si512()
-                     : _mm512_dpbusd_epi32(
-                           _mm512_dpbusd_epi32(pc[g].init, lo[g], pc[g].lo),
-                           hi[g], pc[g].hi);
-            }
-            t0 = _mm512_unpacklo_epi32(d[0], d[1]);
-            t1 = _mm512_unpackhi_epi32(d[0], d[1]);
-            u0 = _mm512_add_epi32(t0, t1);
-            t0 = _mm512_unpacklo_epi32(d[2], d[3]);
-            t1 = _mm512_unpackhi_epi32(d[2], d[3]);
-            u1 = _mm512_add_epi32(t0, t1);
-            u0 = _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1),
-                                  _mm512_unpackhi_epi64(u0, u1));
-
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u0),
-                                        _mm512_mul_ps(wq,
-                                                      qd[c * nq + g0 / 4]),
-                                        acc[r][c]);
-        }
-    }
-}
-
-
-/*
- * Rows [0, R) x columns [0, C) over ng groups of 4 blocks; pre holds C
- * columns of ng groups (column c at pre + c * ng), qd their nq quad
- * scales.  Blocks past 4 * ng are left to the caller.  Every result is
- * summed in the same order whatever R and C are, so a row's logits do
- * not depend on what else is in the batch.
- */
-LLM_INLINE void
-llm_q4_g4_tile(const int R, const int C, int64_t ng, const char *w,
-    size_t ws, const llm_q4_g4_t *pre, const __m512 *qd, float *y,
-    size_t ldy)
-{
-    const llm_q4_idx_t  ix = llm_q4_idx();
-    const int64_t  nq = (ng + 3) / 4;
-    __m512         acc[LLM_MAXR][LLM_MAXC];
-    int64_t        g;
-    int            r, c;
-
-#pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            acc[r][c] = _mm512_setzero_ps();
-        }
-    }
-
-    for (g = 0; g + 4 <= ng; g += 4) {
-        llm_q4_g4_quad(R, C, 4, g, ng, nq, w, ws, pre, qd, &ix, acc);
-    }
-    if (g < ng) {
-        llm_q4_g4_quad(R, C, (int) (ng - g), g, ng, nq, w, ws, pre, qd,
-                       &ix, acc);
-    }
-
-#pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
-        }
-    }
-}
-
-
-/* R rows x C columns, the 4-block groups and then the last nb % 4 blocks
- * by the pair tile. */
-LLM_INLINE void
-llm_q4_g4_rows(const int R, const int C, int64_t ng, int64_t nb,
-    const char *w, size_t ws, const char *x, size_t xs,
-    const llm_q4_g4_t *pre, const __m512 *qd, float *y, size_t ldy)
-{
-    float  t[LLM_MAXR * LLM_MAXC];
-    int    r, c;
-
-    llm_q4_g4_tile(R, C, ng, w, ws, pre, qd, y, ldy);
-    if (nb > 4 * ng) {
-        llm_q4_0_tile(R, C, nb - 4 * ng, w + 4 * ng * sizeof(llm_block_q4_0),
-                      ws, x + 4 * ng * sizeof(llm_block_q8_0), xs, t, R);
-        for (c = 0; c < C; c++) {
-            for (r = 0; r < R; r++) {
-                y[c * ldy + r] += t[c * R + r];
-            }
-        }
-    }
-}
-
-
-/* ---- Q4_0 x Q8_0, several columns: one lane per block ---------------- */
-
-/*
- * With several columns the transpose-add of the quad step is paid per
- * column.  Transposing the weights instead (once per quad, shared by the
- * columns) puts 4 bytes of each of the quad's 16 blocks in every vector,
- * so the vpdpbusd chains end with one lane per block and a column costs 8
- * vpdpbusd, an add and the float step per 16 blocks.  The integer sums
- * are the quad step's, the float steps the same operations in the same
- * order: both give the same bits, whatever the batch.
- */
+/* Column y of a quad, transposed as the weights are. */
 typedef struct {
     __m512i  lo[4];     /* dword 4k + g of lo[i]: y[4i..4i+3] of block k
                            of group g; hi[i]: y[16 + 4i..] */
@@ -1421,7 +1250,7 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
 
 
 /* The tile and then the last nb % 4 blocks, column by column by the pair
- * tile (as llm_q4_g4_rows). */
+ * tile (it sums each result in the same order whatever its width). */
 LLM_INLINE void
 llm_q4_t16_rows(const int C, int64_t ng, int64_t nq, int64_t nb,
     const char *w, size_t ws, const char *x, size_t xs,
@@ -1443,8 +1272,17 @@ llm_q4_t16_rows(const int C, int64_t ng, int64_t nq, int64_t nb,
 }
 
 
-/* Several columns: groups of up to 8 prepared once per row chunk, one
- * weight row at a time. */
+/*
+ * The driver: columns in groups of up to 8, prepared once per row chunk
+ * (rows that stay in L2 while the column groups pass over them), one
+ * weight row at a time.  Two interleaved rows (sharing each prepared
+ * column load) streamed slower from RAM: llm-kbench -j 2 -m 256, GMAC/s
+ * at 2 / 3 / 4 / 8 columns, 71 / 88-101 / 125-131 / 142-144 with two
+ * rows, 98-102 / 119-136 / 152-160 / 150-156 with one (before the
+ * transposed layout).  One column in this layout ran level with or ahead
+ * of the quad step that transposed each column's sums (llm-kbench -c 1:
+ * in cache 25-33 vs 24-28 GB/s, from RAM with 2 threads 29-35 vs 22-28).
+ */
 static void
 llm_gemm_q4_0_t16(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
@@ -1488,74 +1326,12 @@ llm_gemm_q4_0_t16(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
-/*
- * The driver: columns in groups of up to 4, prepared once per group; one
- * weight row at a time, in chunks that stay in L2 while the column groups
- * pass over them.  Two interleaved rows (sharing each prepared column
- * load) streamed slower from RAM: llm-kbench -j 2 -m 256, GMAC/s at 2 /
- * 3 / 4 / 8 columns, 71 / 88-101 / 125-131 / 142-144 with two rows,
- * 98-102 / 119-136 / 152-160 / 150-156 with one.
- */
-static void
-llm_gemm_q4_0_g4(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    llm_q4_g4_t  pre[LLM_G4_COLS * LLM_G4_MAX];
-    __m512       qd[LLM_G4_COLS * LLM_G4_QUADS];
-    const char  *wp = w, *xp = x;
-    int64_t      nb = n / LLM_QK, ng = nb / 4, nq = (ng + 3) / 4;
-    int64_t      q0, q1, c0, cc, c, r;
-
-    for (q0 = 0; q0 < nr; q0 = q1) {
-        q1 = nc <= LLM_G4_COLS ? nr
-             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
-
-        for (c0 = 0; c0 < nc; c0 += LLM_G4_COLS) {
-            cc = nc - c0 < LLM_G4_COLS ? nc - c0 : LLM_G4_COLS;
-            for (c = 0; c < cc; c++) {
-                llm_q4_g4_prep(xp + (c0 + c) * xs, ng, pre + c * ng,
-                               qd + c * nq);
-            }
-
-            for (r = q0; r < q1; r++) {
-                switch (cc) {
-                case 1:
-                    llm_q4_g4_rows(1, 1, ng, nb, wp + r * ws, ws,
-                                   xp + c0 * xs, xs, pre, qd,
-                                   y + c0 * ldy + r, ldy);
-                    break;
-                case 2:
-                    llm_q4_g4_rows(1, 2, ng, nb, wp + r * ws, ws,
-                                   xp + c0 * xs, xs, pre, qd,
-                                   y + c0 * ldy + r, ldy);
-                    break;
-                case 3:
-                    llm_q4_g4_rows(1, 3, ng, nb, wp + r * ws, ws,
-                                   xp + c0 * xs, xs, pre, qd,
-                                   y + c0 * ldy + r, ldy);
-                    break;
-                default:
-                    llm_q4_g4_rows(1, 4, ng, nb, wp + r * ws, ws,
-                                   xp + c0 * xs, xs, pre, qd,
-                                   y + c0 * ldy + r, ldy);
-                    break;
-                }
-            }
-        }
-    }
-}
-
-
 static void
 llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     if (n / LLM_QK / 4 <= LLM_G4_MAX) {
-        if (nc > 1) {
-            llm_gemm_q4_0_t16(n, nr, nc, w, ws, x, xs, y, ldy);
-        } else {
-            llm_gemm_q4_0_g4(n, nr, nc, w, ws, x, xs, y, ldy);
-        }
+        llm_gemm_q4_0_t16(n, nr, nc, w, ws, x, xs, y, ldy);
         return;
     }
     if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
