@@ -1342,10 +1342,237 @@ llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
+/* ---- Q8_0 x Q8_0: eight blocks per float step ------------------------- */
+
+/*
+ * Two Q8_0 blocks are 68 bytes: loads at 0 and 4 and one word permute give
+ * their 64 quant bytes (qs start at 2 and 36).  Four such pairs are
+ * transposed as the Q4_0 groups are, so that the 32-bit lane 4k + g holds
+ * 16 bytes of block 2g + k / 2: per 8 blocks and column, 4 vpdpbusd and
+ * one float step (the pair tile above needs 4 float steps).  The weights
+ * are made unsigned (+128, xor 0x80) for vpdpbusd, and each column's
+ * prepared octet starts its sums at -128 x its bytes' sum.  The column
+ * side is prepared once per gemm call (per row chunk beyond 8 columns);
+ * every column count takes this tile, so a result does not depend on the
+ * batch it was computed in.
+ */
+typedef struct {
+    __m512i  y[4];      /* dword 4k + g of y[i]: y bytes 4i..4i+3 of lane
+                           (k, g), i.e. of block 2g + k / 2, 16 (k & 1) on */
+    __m512i  init;      /* per lane: -128 x the sum of its 16 y bytes */
+    __m512   d;         /* per lane: the scale of its block */
+} llm_q8_t8_t;
+
+#define LLM_T8_COLS  8
+#define LLM_T8_MAX   32         /* octets per row on the stack: 8192 */
+
+
+typedef struct {
+    __m512i  q;         /* words 1..16 of the load at 0, 16..31 of the
+                           load at 4: the qs of both blocks */
+    __m512i  s0;        /* words 0, 17 of two pairs: their 4 scales */
+    __m512i  s1;        /* lane 4k + g of the octet from those */
+} llm_q8_idx_t;
+
+LLM_INLINE llm_q8_idx_t
+llm_q8_idx(void)
+{
+    llm_q8_idx_t  ix;
+
+    ix.q = _mm512_set_epi16(32 + 31, 32 + 30, 32 + 29, 32 + 28,
+                            32 + 27, 32 + 26, 32 + 25, 32 + 24,
+                            32 + 23, 32 + 22, 32 + 21, 32 + 20,
+                            32 + 19, 32 + 18, 32 + 17, 32 + 16,
+                            16, 15, 14, 13, 12, 11, 10, 9,
+                            8, 7, 6, 5, 4, 3, 2, 1);
+    /* words 0..3: pair 0 block 0, pair 1 block 0, pair 0 block 1,
+     * pair 1 block 1 */
+    ix.s0 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                             0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                             32 + 17, 17, 32 + 0, 0);
+    /* word 4k + g: g < 2 from the first (pairs 0, 1), else the second
+     * (pairs 2, 3); block 2g + k / 2 */
+    ix.s1 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                             32 + 3, 32 + 2, 3, 2, 32 + 3, 32 + 2, 3, 2,
+                             32 + 1, 32 + 0, 1, 0, 32 + 1, 32 + 0, 1, 0);
+    return ix;
+}
+
+
+/* The 64 quant bytes of the two blocks at p, its first 64 bytes in *a. */
+LLM_INLINE __m512i
+llm_q8_pair_qs(const char *p, const llm_q8_idx_t *ix, __m512i *a)
+{
+    *a = _mm512_loadu_si512((const void *) p);
+    return _mm512_permutex2var_epi16(*a, ix->q,
+               _mm512_loadu_si512((const void *) (p + 4)));
+}
+
+
+/* The 8 block scales of an octet in lane order, from the pairs' a[]. */
+LLM_INLINE __m512
+llm_q8_octet_d(const __m512i a[4], const llm_q8_idx_t *ix)
+{
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(
+               _mm512_permutex2var_epi16(
+                   _mm512_permutex2var_epi16(a[0], ix->s0, a[1]), ix->s1,
+                   _mm512_permutex2var_epi16(a[2], ix->s0, a[3]))));
+}
+
+
+/* Column x as no octets. */
+LLM_INLINE void
+llm_q8_t8_prep(const char *x, int64_t no, llm_q8_t8_t *out)
+{
+    const llm_q8_idx_t  ix = llm_q8_idx();
+    const __m512i       bias = _mm512_set1_epi8((char) 0x80);
+    __m512i             a[4], v[4], s;
+    int64_t             o;
+    int                 g, i;
+
+    for (o = 0; o < no; o++, out++) {
+        for (g = 0; g < 4; g++) {
+            v[g] = llm_q8_pair_qs(x + (8 * o + 2 * g) * sizeof(llm_block_q8_0),
+                                  &ix, &a[g]);
+        }
+        llm_tr4x4_epi32(v, out->y);
+        s = _mm512_setzero_si512();
+        for (i = 0; i < 4; i++) {
+            s = _mm512_dpbusd_epi32(s, bias, out->y[i]);
+        }
+        out->init = _mm512_sub_epi32(_mm512_setzero_si512(), s);
+        out->d = llm_q8_octet_d(a, &ix);
+    }
+}
+
+
+/* One weight row x C columns over no octets; blocks past 8 * no are left
+ * to the caller. */
+LLM_INLINE void
+llm_q8_t8_tile(const int C, int64_t no, const char *w, size_t ws,
+    const llm_q8_t8_t *pre, float *y, size_t ldy)
+{
+    const llm_q8_idx_t  ix = llm_q8_idx();
+    const __m512i       bias = _mm512_set1_epi8((char) 0x80);
+    __m512              acc[LLM_T8_COLS];
+    int64_t             o;
+    int                 c, g, i;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+
+    for (o = 0; o < no; o++) {
+        const char  *p = w + 8 * o * sizeof(llm_block_q8_0);
+        __m512i      a[4], qv[4], v[4];
+        __m512       wd;
+
+#pragma GCC unroll 4
+        for (g = 0; g < 4; g++) {
+            qv[g] = llm_q8_pair_qs(p + 2 * g * sizeof(llm_block_q8_0), &ix,
+                                   &a[g]);
+        }
+        /* tiles ahead, same place: 272 bytes, 5 lines at most */
+        _mm_prefetch(p + LLM_PF_TILES * ws, _MM_HINT_T0);
+        _mm_prefetch(p + LLM_PF_TILES * ws + 64, _MM_HINT_T0);
+        _mm_prefetch(p + LLM_PF_TILES * ws + 128, _MM_HINT_T0);
+        _mm_prefetch(p + LLM_PF_TILES * ws + 192, _MM_HINT_T0);
+        _mm_prefetch(p + LLM_PF_TILES * ws + 271, _MM_HINT_T0);
+        llm_tr4x4_epi32(qv, v);
+#pragma GCC unroll 4
+        for (i = 0; i < 4; i++) {
+            v[i] = _mm512_xor_si512(v[i], bias);
+        }
+        wd = llm_q8_octet_d(a, &ix);
+
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const llm_q8_t8_t  *pc = pre + c * no + o;
+            __m512i             sc = pc->init;
+
+#pragma GCC unroll 4
+            for (i = 0; i < 4; i++) {
+                sc = _mm512_dpbusd_epi32(sc, v[i], pc->y[i]);
+            }
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sc),
+                                     _mm512_mul_ps(wd, pc->d), acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
+    }
+}
+
+
+/* The driver, as llm_gemm_q4_0_t16: columns in groups of up to 8 prepared
+ * once per row chunk, one weight row at a time; the last nb % 8 blocks of
+ * each result by the pair tile. */
+static void
+llm_gemm_q8_0_t8(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_q8_t8_t   pre[LLM_T8_COLS * LLM_T8_MAX];
+    const char   *wp = w, *xp = x;
+    int64_t       nb = n / LLM_QK, no = nb / 8, off = 8 * no;
+    int64_t       q0, q1, c0, cc, c, r;
+    float         t;
+
+    for (q0 = 0; q0 < nr; q0 = q1) {
+        q1 = nc <= LLM_T8_COLS ? nr
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
+
+        for (c0 = 0; c0 < nc; c0 += LLM_T8_COLS) {
+            cc = nc - c0 < LLM_T8_COLS ? nc - c0 : LLM_T8_COLS;
+            for (c = 0; c < cc; c++) {
+                llm_q8_t8_prep(xp + (c0 + c) * xs, no, pre + c * no);
+            }
+            for (r = q0; r < q1; r++) {
+                const char  *wr = wp + r * ws;
+                float       *yr = y + c0 * ldy + r;
+
+#define LLM_T8_ROW(C)                                                        \
+                case C:                                                     \
+                    llm_q8_t8_tile(C, no, wr, ws, pre, yr, ldy);            \
+                    break;
+                switch (cc) {
+                LLM_T8_ROW(1)
+                LLM_T8_ROW(2)
+                LLM_T8_ROW(3)
+                LLM_T8_ROW(4)
+                LLM_T8_ROW(5)
+                LLM_T8_ROW(6)
+                LLM_T8_ROW(7)
+                default:
+                LLM_T8_ROW(8)
+                }
+#undef LLM_T8_ROW
+                if (nb > off) {
+                    for (c = 0; c < cc; c++) {
+                        llm_q8_0_tile(1, 1, nb - off,
+                                      wr + off * sizeof(llm_block_q8_0), ws,
+                                      xp + (c0 + c) * xs
+                                      + off * sizeof(llm_block_q8_0), xs,
+                                      &t, 1);
+                        yr[c * ldy] += t;
+                    }
+                }
+            }
+        }
+    }
+}
+
+
 static void
 llm_gemm_q8_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
+    if (n / LLM_QK / 8 <= LLM_T8_MAX) {
+        llm_gemm_q8_0_t8(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
     if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
         llm_gemm_q8_0(n, nr, nc, w, ws, x, xs, y, ldy);
         return;
