@@ -780,7 +780,10 @@ llm_gemm_##name##_any(int64_t n, int64_t nr, int64_t nc, const void *w,     \
     llm_gemm_kq_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy);                 \
 }
 
-LLM_KQ_ENTRY(q4_K, 4)
+
+static void
+llm_gemm_q4_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy);
 LLM_KQ_ENTRY(q5_K, 5)
 LLM_KQ_ENTRY(q6_K, 6)
 
@@ -1339,6 +1342,252 @@ llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
         return;
     }
     llm_gemm_q_0_pre(0, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+/* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
+
+/*
+ * The 128 quant bytes of each of two super-blocks are four 64-byte loads;
+ * transposed as the Q4_0 groups are, the 32-bit lane 4k + g of vector i
+ * holds bytes 4i..4i+3 of 128-bit lane k of load g.  Low nibbles then give
+ * 16 weights of sub-block 4 (g & 1) + 2 (k / 2) of super-block g / 2, high
+ * nibbles 16 of the next sub-block.  Each column's two vpdpbusd chains of 4
+ * end with one lane per half sub-block, so its 6-bit scale is applied in
+ * the float step: per 512 weights and column, 8 vpdpbusd and three FMAs
+ * (the pair of vpmaddubsw + vpdpwssd per 64 weights of llm_qk45_tile
+ * needs 16 multiplies and a float step per 256).  The mins take one more
+ * FMA against the sub-block sums of the column.  An odd last super-block
+ * runs with a zero partner.  Every column count takes this tile.
+ */
+typedef struct {
+    __m512i  lo[4];     /* dword 4k + g of lo[i]: the y bytes that meet
+                           lo[i] of the weights; hi[i] likewise */
+    __m512i  hi[4];
+    __m512   dy;        /* lane 4k + g: the scale of super-block g / 2 */
+    __m512   ym;        /* lane 8s + j: dy x the sum of sub-block j of
+                           super-block s */
+} llm_k4_t2_t;
+
+#define LLM_K2_COLS  8
+#define LLM_K2_MAX   16         /* super-block pairs on the stack: 8192 */
+
+
+/* lane 4k + g <- byte 8 (g / 2) + 4 (g & 1) + 2 (k / 2) (+ 1 for hi) */
+#define LLM_K2_SC_IDX(h)                                                     \
+    _mm_setr_epi8(0 + h, 4 + h, 8 + h, 12 + h, 0 + h, 4 + h, 8 + h, 12 + h,  \
+                  2 + h, 6 + h, 10 + h, 14 + h, 2 + h, 6 + h, 10 + h, 14 + h)
+
+/* [a, a, b, b] in every 128-bit lane */
+LLM_INLINE __m512
+llm_k2_pairs(float a, float b)
+{
+    return _mm512_broadcast_f32x4(_mm_setr_ps(a, a, b, b));
+}
+
+/* a in lanes 0..7, b in 8..15 */
+LLM_INLINE __m512
+llm_k2_halves(float a, float b)
+{
+    return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+
+
+/* Column x (Q8_K) as np pairs of super-blocks, nb of them. */
+LLM_INLINE void
+llm_k4_t2_prep(const char *x, int64_t nb, int64_t np, llm_k4_t2_t *out)
+{
+    const llm_block_q8_K  *q = (const llm_block_q8_K *) x;
+    const __m256i          ones = _mm256_set1_epi16(1);
+    __m512i                lo[4], hi[4];
+    __m256i                bs[2];
+    float                  dy[2];
+    int64_t                pi;
+    int                    g, sb;
+
+    for (pi = 0; pi < np; pi++, out++) {
+        for (sb = 0; sb < 2; sb++) {
+            const llm_block_q8_K  *b = q + 2 * pi + sb;
+
+            if (2 * pi + sb >= nb) {
+                dy[sb] = 0;
+                bs[sb] = _mm256_setzero_si256();
+                lo[2 * sb] = lo[2 * sb + 1] = _mm512_setzero_si512();
+                hi[2 * sb] = hi[2 * sb + 1] = _mm512_setzero_si512();
+                continue;
+            }
+            dy[sb] = b->d;
+            bs[sb] = _mm256_madd_epi16(_mm256_loadu_si256((const void *)
+                                                          b->bsums), ones);
+            for (g = 2 * sb; g < 2 * sb + 2; g++) {
+                const int8_t  *y = b->qs + 128 * (g & 1);
+
+#define LLM_K2_Y(o)                                                          \
+                _mm512_inserti64x4(_mm512_castsi256_si512(                  \
+                    _mm256_loadu_si256((const void *) (y + (o)))),          \
+                    _mm256_loadu_si256((const void *) (y + (o) + 64)), 1)
+                lo[g] = LLM_K2_Y(0);
+                hi[g] = LLM_K2_Y(32);
+#undef LLM_K2_Y
+            }
+        }
+        llm_tr4x4_epi32(lo, out->lo);
+        llm_tr4x4_epi32(hi, out->hi);
+        out->dy = llm_k2_pairs(dy[0], dy[1]);
+        out->ym = _mm512_mul_ps(_mm512_cvtepi32_ps(
+                      _mm512_inserti64x4(_mm512_castsi256_si512(bs[0]),
+                                         bs[1], 1)),
+                      llm_k2_halves(dy[0], dy[1]));
+    }
+}
+
+
+/* One weight row x C columns over nb super-blocks. */
+LLM_INLINE void
+llm_k4_t2_tile(const int C, int64_t nb, int64_t np, const char *w,
+    size_t ws, const llm_k4_t2_t *pre, float *y, size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m128i  ilo = LLM_K2_SC_IDX(0), ihi = LLM_K2_SC_IDX(1);
+    __m512         acc[LLM_K2_COLS];
+    int64_t        pi;
+    int            c, g, i;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+
+    for (pi = 0; pi < np; pi++) {
+        const llm_block_q4_K  *b = (const llm_block_q4_K *) w + 2 * pi;
+        const int              two = 2 * pi + 1 < nb;
+        __m512i                in[4], v[4], lo[4], hi[4];
+        __m128i                s0, s1, sc, mn;
+        __m512                 wsl, wsh, wmn, wd;
+        float                  d1 = 0, m1 = 0;
+
+        in[0] = _mm512_loadu_si512((const void *) b[0].qs);
+        in[1] = _mm512_loadu_si512((const void *) (b[0].qs + 64));
+        s0 = llm_k4_scales_u8(b[0].scales);
+        if (two) {
+            in[2] = _mm512_loadu_si512((const void *) b[1].qs);
+            in[3] = _mm512_loadu_si512((const void *) (b[1].qs + 64));
+            s1 = llm_k4_scales_u8(b[1].scales);
+            d1 = llm_h2f_hw(b[1].d);
+            m1 = llm_h2f_hw(b[1].dmin);
+        } else {
+            in[2] = in[3] = _mm512_setzero_si512();
+            s1 = _mm_setzero_si128();
+        }
+        /* tiles ahead, same place: 288 bytes, 5 lines at most */
+        for (i = 0; i < 5; i++) {
+            _mm_prefetch((const char *) b + LLM_PF_TILES * ws + 64 * i,
+                         _MM_HINT_T0);
+        }
+        llm_tr4x4_epi32(in, v);
+#pragma GCC unroll 4
+        for (i = 0; i < 4; i++) {
+            lo[i] = _mm512_and_si512(v[i], m4);
+            hi[i] = _mm512_and_si512(_mm512_srli_epi16(v[i], 4), m4);
+        }
+        /* s0, s1: sc[0..7] then m[0..7] of each */
+        sc = _mm_unpacklo_epi64(s0, s1);
+        mn = _mm_unpackhi_epi64(s0, s1);
+        wd = llm_k2_pairs(llm_h2f_hw(b[0].d), d1);
+        wsl = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                  _mm_shuffle_epi8(sc, ilo))), wd);
+        wsh = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+                  _mm_shuffle_epi8(sc, ihi))), wd);
+        wmn = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)),
+                            llm_k2_halves(llm_h2f_hw(b[0].dmin), m1));
+
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const llm_k4_t2_t  *pc = pre + c * np + pi;
+            __m512i             sl, sh;
+
+            sl = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0],
+                                     pc->lo[0]);
+            sh = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0],
+                                     pc->hi[0]);
+#pragma GCC unroll 3
+            for (g = 1; g < 4; g++) {
+                sl = _mm512_dpbusd_epi32(sl, lo[g], pc->lo[g]);
+                sh = _mm512_dpbusd_epi32(sh, hi[g], pc->hi[g]);
+            }
+            acc[c] = _mm512_fnmadd_ps(wmn, pc->ym, acc[c]);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sl),
+                                     _mm512_mul_ps(wsl, pc->dy), acc[c]);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sh),
+                                     _mm512_mul_ps(wsh, pc->dy), acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
+    }
+}
+
+
+/* The driver, as llm_gemm_q4_0_t16. */
+static void
+llm_gemm_q4_K_t2(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_k4_t2_t   pre[LLM_K2_COLS * LLM_K2_MAX];
+    const char   *wp = w, *xp = x;
+    int64_t       nb = n / LLM_QK_K, np = (nb + 1) / 2;
+    int64_t       q0, q1, c0, cc, c, r;
+
+    for (q0 = 0; q0 < nr; q0 = q1) {
+        q1 = nc <= LLM_K2_COLS ? nr
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
+
+        for (c0 = 0; c0 < nc; c0 += LLM_K2_COLS) {
+            cc = nc - c0 < LLM_K2_COLS ? nc - c0 : LLM_K2_COLS;
+            for (c = 0; c < cc; c++) {
+                llm_k4_t2_prep(xp + (c0 + c) * xs, nb, np, pre + c * np);
+            }
+            for (r = q0; r < q1; r++) {
+                const char  *wr = wp + r * ws;
+                float       *yr = y + c0 * ldy + r;
+
+#define LLM_K2_ROW(C)                                                        \
+                case C:                                                     \
+                    llm_k4_t2_tile(C, nb, np, wr, ws, pre, yr, ldy);        \
+                    break;
+                switch (cc) {
+                LLM_K2_ROW(1)
+                LLM_K2_ROW(2)
+                LLM_K2_ROW(3)
+                LLM_K2_ROW(4)
+                LLM_K2_ROW(5)
+                LLM_K2_ROW(6)
+                LLM_K2_ROW(7)
+                default:
+                LLM_K2_ROW(8)
+                }
+#undef LLM_K2_ROW
+            }
+        }
+    }
+}
+
+
+static void
+llm_gemm_q4_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if ((n / LLM_QK_K + 1) / 2 <= LLM_K2_MAX) {
+        llm_gemm_q4_K_t2(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {
+        llm_gemm_q4_K(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    llm_gemm_kq_pre(4, n, nr, nc, w, ws, x, xs, y, ldy);
 }
 
 

@@ -397,9 +397,10 @@ test_simd_level(llm_simd_t level)
         /* gemm over odd shapes, with padding in strides and ldy; for
          * 32-blocks also block counts that leave 1..3 over a multiple
          * of 4 (the AVX-512 Q4_0 kernel takes 4 blocks per step) and
-         * 1..3 groups of 4 over a multiple of 16 (its quads) */
-        for (int64_t gn = n; gn >= n - 15 * 32; gn -= 32) {
-            if (gn != n && blk != 32) {
+         * 1..3 groups of 4 over a multiple of 16 (its quads); for
+         * 256-blocks an odd count too (AVX-512 Q4_K pairs them) */
+        for (int64_t gn = n; gn >= n - 15 * 32; gn -= blk) {
+            if (gn < n - blk && blk != 32) {
                 break;
             }
             for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
