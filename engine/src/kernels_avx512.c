@@ -785,7 +785,6 @@ static void
 llm_gemm_q4_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy);
 LLM_KQ_ENTRY(q5_K, 5)
-LLM_KQ_ENTRY(q6_K, 6)
 
 
 /* ---- Q4_0 / Q8_0 with prepared activation columns -------------------- */
@@ -1588,6 +1587,188 @@ llm_gemm_q4_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
         return;
     }
     llm_gemm_kq_pre(4, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+/* ---- Q6_K x Q8_K: one super-block per step ---------------------------- */
+
+/*
+ * A super-block decodes to 4 vectors of 64 consecutive 6-bit quants; the
+ * in-lane transpose then puts scale group 4g + k (16 quants) in 32-bit
+ * lane 4k + g, so each column's vpdpbusd chain of 4 ends with one lane per
+ * int8 scale, applied in one float step per super-block.  The -32 offset
+ * starts the chain (-32 x the lane's y sum, prepared with the column).
+ * Every column count takes this tile.
+ */
+typedef struct {
+    __m512i  y[4];      /* dword 4k + g of y[i]: y[64g + 16k + 4i ..] */
+    __m512i  init;      /* per lane: -32 x the sum of its 16 y */
+    float    dy;
+    char     pad[60];
+} llm_k6_t1_t;
+
+#define LLM_K6_COLS  8
+#define LLM_K6_MAX   32         /* super-blocks on the stack: 8192 */
+
+
+LLM_INLINE void
+llm_k6_t1_prep(const char *x, int64_t nb, llm_k6_t1_t *out)
+{
+    const llm_block_q8_K  *q = (const llm_block_q8_K *) x;
+    const __m512i          ones = _mm512_set1_epi8(1);
+    __m512i                in[4], s;
+    int64_t                i;
+    int                    g;
+
+    for (i = 0; i < nb; i++, out++) {
+        for (g = 0; g < 4; g++) {
+            in[g] = _mm512_loadu_si512((const void *) (q[i].qs + 64 * g));
+        }
+        llm_tr4x4_epi32(in, out->y);
+        s = _mm512_setzero_si512();
+        for (g = 0; g < 4; g++) {
+            s = _mm512_dpbusd_epi32(s, ones, out->y[g]);
+        }
+        out->init = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_slli_epi32(s, 5));
+        out->dy = q[i].d;
+    }
+}
+
+
+LLM_INLINE void
+llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
+    const llm_k6_t1_t *pre, float *y, size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  m30 = _mm512_set1_epi8(0x30);
+    /* lane 4k + g <- scale 4g + k */
+    const __m128i  itr = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13,
+                                       2, 6, 10, 14, 3, 7, 11, 15);
+    __m512         acc[LLM_K6_COLS];
+    int64_t        i;
+    int            c, h, g;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+
+    for (i = 0; i < nb; i++) {
+        const llm_block_q6_K  *b = (const llm_block_q6_K *) w + i;
+        __m512i                in[4], v[4];
+        __m512                 wsc;
+
+#pragma GCC unroll 2
+        for (h = 0; h < 2; h++) {
+            __m512i  ql = _mm512_loadu_si512((const void *) (b->ql + 64 * h));
+            __m256i  qh = _mm256_loadu_si256((const void *)
+                                             (b->qh + 32 * h));
+            /* bytes 0..31: bits 0-1 (quants 0..31) and 4-5 (64..95) of
+             * qh; bytes 32..63 bits 2-3 and 6-7 brought to the same */
+            __m512i  q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
+                                             _mm256_srli_epi16(qh, 2), 1);
+
+            /* (ql & 0x0f) | ((q2 << 4) & 0x30): 0xea = A & B | C */
+            in[2 * h] = _mm512_ternarylogic_epi32(ql, m4,
+                            _mm512_and_si512(_mm512_slli_epi16(q2, 4), m30),
+                            0xea);
+            in[2 * h + 1] = _mm512_ternarylogic_epi32(
+                                _mm512_srli_epi16(ql, 4), m4,
+                                _mm512_and_si512(q2, m30), 0xea);
+        }
+        /* tiles ahead, same place: 210 bytes, 4 lines at most */
+        for (g = 0; g < 4; g++) {
+            _mm_prefetch((const char *) b + LLM_PF_TILES * ws + 64 * g,
+                         _MM_HINT_T0);
+        }
+        llm_tr4x4_epi32(in, v);
+        wsc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                  _mm_shuffle_epi8(_mm_loadu_si128((const void *) b->scales),
+                                   itr))),
+                  _mm512_set1_ps(llm_h2f_hw(b->d)));
+
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const llm_k6_t1_t  *pc = pre + c * nb + i;
+            __m512i             sc = pc->init;
+
+#pragma GCC unroll 4
+            for (g = 0; g < 4; g++) {
+                sc = _mm512_dpbusd_epi32(sc, v[g], pc->y[g]);
+            }
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sc),
+                                     _mm512_mul_ps(wsc,
+                                                   _mm512_set1_ps(pc->dy)),
+                                     acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
+    }
+}
+
+
+/* The driver, as llm_gemm_q4_0_t16. */
+static void
+llm_gemm_q6_K_t1(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_k6_t1_t   pre[LLM_K6_COLS * LLM_K6_MAX];
+    const char   *wp = w, *xp = x;
+    int64_t       nb = n / LLM_QK_K;
+    int64_t       q0, q1, c0, cc, c, r;
+
+    for (q0 = 0; q0 < nr; q0 = q1) {
+        q1 = nc <= LLM_K6_COLS ? nr
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
+
+        for (c0 = 0; c0 < nc; c0 += LLM_K6_COLS) {
+            cc = nc - c0 < LLM_K6_COLS ? nc - c0 : LLM_K6_COLS;
+            for (c = 0; c < cc; c++) {
+                llm_k6_t1_prep(xp + (c0 + c) * xs, nb, pre + c * nb);
+            }
+            for (r = q0; r < q1; r++) {
+                const char  *wr = wp + r * ws;
+                float       *yr = y + c0 * ldy + r;
+
+#define LLM_K6_ROW(C)                                                        \
+                case C:                                                     \
+                    llm_k6_t1_tile(C, nb, wr, ws, pre, yr, ldy);            \
+                    break;
+                switch (cc) {
+                LLM_K6_ROW(1)
+                LLM_K6_ROW(2)
+                LLM_K6_ROW(3)
+                LLM_K6_ROW(4)
+                LLM_K6_ROW(5)
+                LLM_K6_ROW(6)
+                LLM_K6_ROW(7)
+                default:
+                LLM_K6_ROW(8)
+                }
+#undef LLM_K6_ROW
+            }
+        }
+    }
+}
+
+
+static void
+llm_gemm_q6_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if (n / LLM_QK_K <= LLM_K6_MAX) {
+        llm_gemm_q6_K_t1(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {
+        llm_gemm_q6_K(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    llm_gemm_kq_pre(6, n, nr, nc, w, ws, x, xs, y, ldy);
 }
 
 
