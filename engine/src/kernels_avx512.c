@@ -992,6 +992,74 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
 }
 
 
+/* ---- The transposed tiles' driver ----------------------------------- */
+
+/*
+ * The tiles below (Q4_0, Q4_K, Q6_K, Q8_0) transpose the weights as they
+ * load them, and the activation columns are prepared in the same layout.
+ * Their driver: columns in groups of up to LLM_T_COLS, prepared once per
+ * row chunk (rows that stay in L2 while the column groups pass over them;
+ * all rows when there is one group), then one weight row at a time.
+ * PREP(x, nb, out) prepares one column of nb blocks, UNITS(nb) prepared
+ * units; ROWS(C, nb, w, ws, x, xs, pre, y, ldy) computes one weight row's
+ * C results.  Every column count takes the same tile for a result, so it
+ * does not depend on the batch it was computed in.
+ *
+ * Two interleaved rows (sharing each prepared column load) were slower:
+ * from RAM before the transposed layout (llm-kbench -j 2 -m 256, GMAC/s
+ * at 2 / 3 / 4 / 8 columns, 71 / 88-101 / 125-131 / 142-144 with two
+ * rows, 98-102 / 119-136 / 152-160 / 150-156 with one), and in cache
+ * after it (docs/BENCHMARKS.md).
+ */
+#define LLM_T_COLS  8
+
+#define LLM_T_CASE(ROWS, C)                                                  \
+                case C:                                                     \
+                    ROWS(C, nb, wr, ws, xc, xs, pre, yr, ldy);              \
+                    break;
+
+#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS)               \
+static void                                                                 \
+name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
+    const void *x, size_t xs, float *y, size_t ldy)                         \
+{                                                                           \
+    pre_t        pre[LLM_T_COLS * (MAXU)];                                  \
+    const char  *wp = w, *xp = x;                                           \
+    int64_t      nb = n / (QK), nu = UNITS(nb);                             \
+    int64_t      q0, q1, c0, cc, c, r;                                      \
+                                                                            \
+    for (q0 = 0; q0 < nr; q0 = q1) {                                        \
+        q1 = nc <= LLM_T_COLS ? nr                                          \
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);         \
+                                                                            \
+        for (c0 = 0; c0 < nc; c0 += LLM_T_COLS) {                           \
+            const char  *xc = xp + c0 * xs;                                 \
+                                                                            \
+            cc = nc - c0 < LLM_T_COLS ? nc - c0 : LLM_T_COLS;               \
+            for (c = 0; c < cc; c++) {                                      \
+                PREP(xc + c * xs, nb, pre + c * nu);                        \
+            }                                                               \
+            for (r = q0; r < q1; r++) {                                     \
+                const char  *wr = wp + r * ws;                              \
+                float       *yr = y + c0 * ldy + r;                         \
+                                                                            \
+                switch (cc) {                                               \
+                LLM_T_CASE(ROWS, 1)                                         \
+                LLM_T_CASE(ROWS, 2)                                         \
+                LLM_T_CASE(ROWS, 3)                                         \
+                LLM_T_CASE(ROWS, 4)                                         \
+                LLM_T_CASE(ROWS, 5)                                         \
+                LLM_T_CASE(ROWS, 6)                                         \
+                LLM_T_CASE(ROWS, 7)                                         \
+                default:                                                    \
+                LLM_T_CASE(ROWS, 8)                                         \
+                }                                                           \
+            }                                                               \
+        }                                                                   \
+    }                                                                       \
+}
+
+
 /* ---- Q4_0 x Q8_0: one lane per block ----------------------------------- */
 
 /*
@@ -1152,14 +1220,16 @@ typedef struct {
     __m512   d;         /* lane 4k + g: the block's scale */
 } llm_q4_t16_t;
 
-#define LLM_T16_COLS  8
+/* Quads of a row of nb blocks (the last may be partial). */
+#define LLM_Q4_QUADS(nb)  (((nb) / 4 + 3) / 4)
 
 
-/* Column x as nq quads. */
+/* Column x of nb blocks as quads. */
 LLM_INLINE void
-llm_q4_t16_prep(const char *x, int64_t ng, int64_t nq, llm_q4_t16_t *out)
+llm_q4_t16_prep(const char *x, int64_t nb, llm_q4_t16_t *out)
 {
     const llm_block_q8_0  *q = (const llm_block_q8_0 *) x;
+    const int64_t          ng = nb / 4, nq = LLM_Q4_QUADS(nb);
     llm_q4_g4_t            gr;
     __m512i                lo[4], hi[4], in[4], t[4];
     int64_t                qi;
@@ -1195,7 +1265,7 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
 {
     const llm_q4_idx_t  ix = llm_q4_idx();
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
-    __m512         acc[LLM_T16_COLS];
+    __m512         acc[LLM_T_COLS];
     int64_t        qi;
     int            c, g, i, G;
 
@@ -1254,14 +1324,14 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
 /* The tile and then the last nb % 4 blocks, column by column by the pair
  * tile (it sums each result in the same order whatever its width). */
 LLM_INLINE void
-llm_q4_t16_rows(const int C, int64_t ng, int64_t nq, int64_t nb,
-    const char *w, size_t ws, const char *x, size_t xs,
-    const llm_q4_t16_t *pre, float *y, size_t ldy)
+llm_q4_t16_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_q4_t16_t *pre, float *y, size_t ldy)
 {
-    float  t;
-    int    c;
+    const int64_t  ng = nb / 4;
+    float          t;
+    int            c;
 
-    llm_q4_t16_tile(C, ng, nq, w, ws, pre, y, ldy);
+    llm_q4_t16_tile(C, ng, LLM_Q4_QUADS(nb), w, ws, pre, y, ldy);
     if (nb > 4 * ng) {
         for (c = 0; c < C; c++) {
             llm_q4_0_tile(1, 1, nb - 4 * ng,
@@ -1273,59 +1343,11 @@ llm_q4_t16_rows(const int C, int64_t ng, int64_t nq, int64_t nb,
     }
 }
 
-
-/*
- * The driver: columns in groups of up to 8, prepared once per row chunk
- * (rows that stay in L2 while the column groups pass over them), one
- * weight row at a time.  Two interleaved rows (sharing each prepared
- * column load) streamed slower from RAM: llm-kbench -j 2 -m 256, GMAC/s
- * at 2 / 3 / 4 / 8 columns, 71 / 88-101 / 125-131 / 142-144 with two
- * rows, 98-102 / 119-136 / 152-160 / 150-156 with one (before the
- * transposed layout).  One column in this layout ran level with or ahead
- * of the quad step that transposed each column's sums (llm-kbench -c 1:
- * in cache 25-33 vs 24-28 GB/s, from RAM with 2 threads 29-35 vs 22-28).
- */
-static void
-llm_gemm_q4_0_t16(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    llm_q4_t16_t  pre[LLM_T16_COLS * LLM_G4_QUADS];
-    const char   *wp = w, *xp = x;
-    int64_t       nb = n / LLM_QK, ng = nb / 4, nq = (ng + 3) / 4;
-    int64_t       q0, q1, c0, cc, c, r;
-
-    for (q0 = 0; q0 < nr; q0 = q1) {
-        q1 = nc <= LLM_T16_COLS ? nr
-             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
-
-        for (c0 = 0; c0 < nc; c0 += LLM_T16_COLS) {
-            cc = nc - c0 < LLM_T16_COLS ? nc - c0 : LLM_T16_COLS;
-            for (c = 0; c < cc; c++) {
-                llm_q4_t16_prep(xp + (c0 + c) * xs, ng, nq, pre + c * nq);
-            }
-            for (r = q0; r < q1; r++) {
-#define LLM_T16_ROW(C)                                                       \
-                case C:                                                     \
-                    llm_q4_t16_rows(C, ng, nq, nb, wp + r * ws, ws,         \
-                                    xp + c0 * xs, xs, pre,                  \
-                                    y + c0 * ldy + r, ldy);                 \
-                    break;
-                switch (cc) {
-                LLM_T16_ROW(1)
-                LLM_T16_ROW(2)
-                LLM_T16_ROW(3)
-                LLM_T16_ROW(4)
-                LLM_T16_ROW(5)
-                LLM_T16_ROW(6)
-                LLM_T16_ROW(7)
-                default:
-                LLM_T16_ROW(8)
-                }
-#undef LLM_T16_ROW
-            }
-        }
-    }
-}
+/* One column in this layout ran level with or ahead of the quad step that
+ * transposed each column's sums (llm-kbench -c 1: in cache 25-33 vs 24-28
+ * GB/s, from RAM with 2 threads 29-35 vs 22-28). */
+LLM_T_DRIVER(llm_gemm_q4_0_t16, llm_q4_t16_t, LLM_QK, LLM_G4_QUADS,
+             LLM_Q4_QUADS, llm_q4_t16_prep, llm_q4_t16_rows)
 
 
 static void
@@ -1368,7 +1390,6 @@ typedef struct {
                            super-block s */
 } llm_k4_t2_t;
 
-#define LLM_K2_COLS  8
 #define LLM_K2_MAX   16         /* super-block pairs on the stack: 8192 */
 
 
@@ -1392,11 +1413,15 @@ llm_k2_halves(float a, float b)
 }
 
 
-/* Column x (Q8_K) as np pairs of super-blocks, nb of them. */
+#define LLM_K2_PAIRS(nb)  (((nb) + 1) / 2)
+
+
+/* Column x (Q8_K) of nb super-blocks as pairs. */
 LLM_INLINE void
-llm_k4_t2_prep(const char *x, int64_t nb, int64_t np, llm_k4_t2_t *out)
+llm_k4_t2_prep(const char *x, int64_t nb, llm_k4_t2_t *out)
 {
     const llm_block_q8_K  *q = (const llm_block_q8_K *) x;
+    const int64_t          np = LLM_K2_PAIRS(nb);
     const __m256i          ones = _mm256_set1_epi16(1);
     __m512i                lo[4], hi[4];
     __m256i                bs[2];
@@ -1441,16 +1466,20 @@ llm_k4_t2_prep(const char *x, int64_t nb, int64_t np, llm_k4_t2_t *out)
 }
 
 
-/* One weight row x C columns over nb super-blocks. */
+/* One weight row x C columns over nb super-blocks (x is prepared). */
 LLM_INLINE void
-llm_k4_t2_tile(const int C, int64_t nb, int64_t np, const char *w,
-    size_t ws, const llm_k4_t2_t *pre, float *y, size_t ldy)
+llm_k4_t2_tile(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
 {
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     const __m128i  ilo = LLM_K2_SC_IDX(0), ihi = LLM_K2_SC_IDX(1);
-    __m512         acc[LLM_K2_COLS];
+    const int64_t  np = LLM_K2_PAIRS(nb);
+    __m512         acc[LLM_T_COLS];
     int64_t        pi;
     int            c, g, i;
+
+    (void) x;
+    (void) xs;
 
 #pragma GCC unroll 8
     for (c = 0; c < C; c++) {
@@ -1529,49 +1558,8 @@ llm_k4_t2_tile(const int C, int64_t nb, int64_t np, const char *w,
 }
 
 
-/* The driver, as llm_gemm_q4_0_t16. */
-static void
-llm_gemm_q4_K_t2(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    llm_k4_t2_t   pre[LLM_K2_COLS * LLM_K2_MAX];
-    const char   *wp = w, *xp = x;
-    int64_t       nb = n / LLM_QK_K, np = (nb + 1) / 2;
-    int64_t       q0, q1, c0, cc, c, r;
-
-    for (q0 = 0; q0 < nr; q0 = q1) {
-        q1 = nc <= LLM_K2_COLS ? nr
-             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
-
-        for (c0 = 0; c0 < nc; c0 += LLM_K2_COLS) {
-            cc = nc - c0 < LLM_K2_COLS ? nc - c0 : LLM_K2_COLS;
-            for (c = 0; c < cc; c++) {
-                llm_k4_t2_prep(xp + (c0 + c) * xs, nb, np, pre + c * np);
-            }
-            for (r = q0; r < q1; r++) {
-                const char  *wr = wp + r * ws;
-                float       *yr = y + c0 * ldy + r;
-
-#define LLM_K2_ROW(C)                                                        \
-                case C:                                                     \
-                    llm_k4_t2_tile(C, nb, np, wr, ws, pre, yr, ldy);        \
-                    break;
-                switch (cc) {
-                LLM_K2_ROW(1)
-                LLM_K2_ROW(2)
-                LLM_K2_ROW(3)
-                LLM_K2_ROW(4)
-                LLM_K2_ROW(5)
-                LLM_K2_ROW(6)
-                LLM_K2_ROW(7)
-                default:
-                LLM_K2_ROW(8)
-                }
-#undef LLM_K2_ROW
-            }
-        }
-    }
-}
+LLM_T_DRIVER(llm_gemm_q4_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
+             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_tile)
 
 
 static void
@@ -1607,7 +1595,6 @@ typedef struct {
     char     pad[60];
 } llm_k6_t1_t;
 
-#define LLM_K6_COLS  8
 #define LLM_K6_MAX   32         /* super-blocks on the stack: 8192 */
 
 
@@ -1638,16 +1625,19 @@ llm_k6_t1_prep(const char *x, int64_t nb, llm_k6_t1_t *out)
 
 LLM_INLINE void
 llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
-    const llm_k6_t1_t *pre, float *y, size_t ldy)
+    const char *x, size_t xs, const llm_k6_t1_t *pre, float *y, size_t ldy)
 {
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     const __m512i  m30 = _mm512_set1_epi8(0x30);
     /* lane 4k + g <- scale 4g + k */
     const __m128i  itr = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13,
                                        2, 6, 10, 14, 3, 7, 11, 15);
-    __m512         acc[LLM_K6_COLS];
+    __m512         acc[LLM_T_COLS];
     int64_t        i;
     int            c, h, g;
+
+    (void) x;
+    (void) xs;
 
 #pragma GCC unroll 8
     for (c = 0; c < C; c++) {
@@ -1711,49 +1701,10 @@ llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 
-/* The driver, as llm_gemm_q4_0_t16. */
-static void
-llm_gemm_q6_K_t1(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    llm_k6_t1_t   pre[LLM_K6_COLS * LLM_K6_MAX];
-    const char   *wp = w, *xp = x;
-    int64_t       nb = n / LLM_QK_K;
-    int64_t       q0, q1, c0, cc, c, r;
+#define LLM_K6_UNITS(nb)  (nb)
 
-    for (q0 = 0; q0 < nr; q0 = q1) {
-        q1 = nc <= LLM_K6_COLS ? nr
-             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
-
-        for (c0 = 0; c0 < nc; c0 += LLM_K6_COLS) {
-            cc = nc - c0 < LLM_K6_COLS ? nc - c0 : LLM_K6_COLS;
-            for (c = 0; c < cc; c++) {
-                llm_k6_t1_prep(xp + (c0 + c) * xs, nb, pre + c * nb);
-            }
-            for (r = q0; r < q1; r++) {
-                const char  *wr = wp + r * ws;
-                float       *yr = y + c0 * ldy + r;
-
-#define LLM_K6_ROW(C)                                                        \
-                case C:                                                     \
-                    llm_k6_t1_tile(C, nb, wr, ws, pre, yr, ldy);            \
-                    break;
-                switch (cc) {
-                LLM_K6_ROW(1)
-                LLM_K6_ROW(2)
-                LLM_K6_ROW(3)
-                LLM_K6_ROW(4)
-                LLM_K6_ROW(5)
-                LLM_K6_ROW(6)
-                LLM_K6_ROW(7)
-                default:
-                LLM_K6_ROW(8)
-                }
-#undef LLM_K6_ROW
-            }
-        }
-    }
-}
+LLM_T_DRIVER(llm_gemm_q6_K_t1, llm_k6_t1_t, LLM_QK_K, LLM_K6_MAX,
+             LLM_K6_UNITS, llm_k6_t1_prep, llm_k6_t1_tile)
 
 
 static void
@@ -1793,7 +1744,6 @@ typedef struct {
     __m512   d;         /* per lane: the scale of its block */
 } llm_q8_t8_t;
 
-#define LLM_T8_COLS  8
 #define LLM_T8_MAX   32         /* octets per row on the stack: 8192 */
 
 
@@ -1850,10 +1800,14 @@ llm_q8_octet_d(const __m512i a[4], const llm_q8_idx_t *ix)
 }
 
 
-/* Column x as no octets. */
+#define LLM_T8_OCTETS(nb)  ((nb) / 8)
+
+
+/* Column x of nb blocks as octets (the last nb % 8 blocks left out). */
 LLM_INLINE void
-llm_q8_t8_prep(const char *x, int64_t no, llm_q8_t8_t *out)
+llm_q8_t8_prep(const char *x, int64_t nb, llm_q8_t8_t *out)
 {
+    const int64_t       no = LLM_T8_OCTETS(nb);
     const llm_q8_idx_t  ix = llm_q8_idx();
     const __m512i       bias = _mm512_set1_epi8((char) 0x80);
     __m512i             a[4], v[4], s;
@@ -1884,7 +1838,7 @@ llm_q8_t8_tile(const int C, int64_t no, const char *w, size_t ws,
 {
     const llm_q8_idx_t  ix = llm_q8_idx();
     const __m512i       bias = _mm512_set1_epi8((char) 0x80);
-    __m512              acc[LLM_T8_COLS];
+    __m512              acc[LLM_T_COLS];
     int64_t             o;
     int                 c, g, i;
 
@@ -1937,62 +1891,26 @@ llm_q8_t8_tile(const int C, int64_t no, const char *w, size_t ws,
 }
 
 
-/* The driver, as llm_gemm_q4_0_t16: columns in groups of up to 8 prepared
- * once per row chunk, one weight row at a time; the last nb % 8 blocks of
- * each result by the pair tile. */
-static void
-llm_gemm_q8_0_t8(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+/* The tile and then the last nb % 8 blocks, column by column by the pair
+ * tile. */
+LLM_INLINE void
+llm_q8_t8_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_q8_t8_t *pre, float *y, size_t ldy)
 {
-    llm_q8_t8_t   pre[LLM_T8_COLS * LLM_T8_MAX];
-    const char   *wp = w, *xp = x;
-    int64_t       nb = n / LLM_QK, no = nb / 8, off = 8 * no;
-    int64_t       q0, q1, c0, cc, c, r;
-    float         t;
+    const int64_t  off = 8 * LLM_T8_OCTETS(nb);
+    float          t;
+    int            c;
 
-    for (q0 = 0; q0 < nr; q0 = q1) {
-        q1 = nc <= LLM_T8_COLS ? nr
-             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
-
-        for (c0 = 0; c0 < nc; c0 += LLM_T8_COLS) {
-            cc = nc - c0 < LLM_T8_COLS ? nc - c0 : LLM_T8_COLS;
-            for (c = 0; c < cc; c++) {
-                llm_q8_t8_prep(xp + (c0 + c) * xs, no, pre + c * no);
-            }
-            for (r = q0; r < q1; r++) {
-                const char  *wr = wp + r * ws;
-                float       *yr = y + c0 * ldy + r;
-
-#define LLM_T8_ROW(C)                                                        \
-                case C:                                                     \
-                    llm_q8_t8_tile(C, no, wr, ws, pre, yr, ldy);            \
-                    break;
-                switch (cc) {
-                LLM_T8_ROW(1)
-                LLM_T8_ROW(2)
-                LLM_T8_ROW(3)
-                LLM_T8_ROW(4)
-                LLM_T8_ROW(5)
-                LLM_T8_ROW(6)
-                LLM_T8_ROW(7)
-                default:
-                LLM_T8_ROW(8)
-                }
-#undef LLM_T8_ROW
-                if (nb > off) {
-                    for (c = 0; c < cc; c++) {
-                        llm_q8_0_tile(1, 1, nb - off,
-                                      wr + off * sizeof(llm_block_q8_0), ws,
-                                      xp + (c0 + c) * xs
-                                      + off * sizeof(llm_block_q8_0), xs,
-                                      &t, 1);
-                        yr[c * ldy] += t;
-                    }
-                }
-            }
-        }
+    llm_q8_t8_tile(C, LLM_T8_OCTETS(nb), w, ws, pre, y, ldy);
+    for (c = 0; nb > off && c < C; c++) {
+        llm_q8_0_tile(1, 1, nb - off, w + off * sizeof(llm_block_q8_0), ws,
+                      x + c * xs + off * sizeof(llm_block_q8_0), xs, &t, 1);
+        y[c * ldy] += t;
     }
 }
+
+LLM_T_DRIVER(llm_gemm_q8_0_t8, llm_q8_t8_t, LLM_QK, LLM_T8_MAX,
+             LLM_T8_OCTETS, llm_q8_t8_prep, llm_q8_t8_rows)
 
 
 static void
