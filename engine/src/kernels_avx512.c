@@ -768,25 +768,6 @@ llm_gemm_kq_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
 }
 
 
-#define LLM_KQ_ENTRY(name, kind)                                            \
-static void                                                                 \
-llm_gemm_##name##_any(int64_t n, int64_t nr, int64_t nc, const void *w,     \
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
-{                                                                           \
-    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {                \
-        llm_gemm_##name(n, nr, nc, w, ws, x, xs, y, ldy);                   \
-        return;                                                             \
-    }                                                                       \
-    llm_gemm_kq_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy);                 \
-}
-
-
-static void
-llm_gemm_q4_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy);
-LLM_KQ_ENTRY(q5_K, 5)
-
-
 /* ---- Q4_0 / Q8_0 with prepared activation columns -------------------- */
 
 /*
@@ -1466,20 +1447,31 @@ llm_k4_t2_prep(const char *x, int64_t nb, llm_k4_t2_t *out)
 }
 
 
-/* One weight row x C columns over nb super-blocks (x is prepared). */
+/*
+ * One weight row x C columns over nb super-blocks (x is prepared); q5:
+ * Q5_K, whose fifth bits (bit 2c / 2c + 1 of qh[l] for the low / high
+ * nibbles of chunk c, byte l) are brought to each quant byte before the
+ * transpose: one byte per quant byte, bit 0 for its low nibble, bit 4 for
+ * its high one.
+ */
 LLM_INLINE void
-llm_k4_t2_tile(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
+llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
+    size_t ws, const llm_k4_t2_t *pre, float *y, size_t ldy)
 {
+    const size_t   bsz = q5 ? sizeof(llm_block_q5_K)
+                            : sizeof(llm_block_q4_K);
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  m01 = _mm512_set1_epi8(0x01), m10 = _mm512_set1_epi8(0x10);
+    /* per 128-bit lane k of load g: qh >> 2c, c = 2 (g & 1) + k / 2 */
+    const __m512i  sh0 = _mm512_inserti64x4(_mm512_setzero_si512(),
+                                            _mm256_set1_epi16(2), 1);
+    const __m512i  sh1 = _mm512_inserti64x4(_mm512_set1_epi16(4),
+                                            _mm256_set1_epi16(6), 1);
     const __m128i  ilo = LLM_K2_SC_IDX(0), ihi = LLM_K2_SC_IDX(1);
     const int64_t  np = LLM_K2_PAIRS(nb);
     __m512         acc[LLM_T_COLS];
     int64_t        pi;
-    int            c, g, i;
-
-    (void) x;
-    (void) xs;
+    int            c, g, i, sb;
 
 #pragma GCC unroll 8
     for (c = 0; c < C; c++) {
@@ -1487,30 +1479,48 @@ llm_k4_t2_tile(const int C, int64_t nb, const char *w, size_t ws,
     }
 
     for (pi = 0; pi < np; pi++) {
-        const llm_block_q4_K  *b = (const llm_block_q4_K *) w + 2 * pi;
-        const int              two = 2 * pi + 1 < nb;
-        __m512i                in[4], v[4], lo[4], hi[4];
-        __m128i                s0, s1, sc, mn;
-        __m512                 wsl, wsh, wmn, wd;
-        float                  d1 = 0, m1 = 0;
+        const char  *b = w + 2 * pi * bsz;
+        const int    two = 2 * pi + 1 < nb;
+        __m512i      in[4], hb[4], v[4], hv[4], lo[4], hi[4];
+        __m128i      s[2], sc, mn;
+        __m512       wsl, wsh, wmn, wd;
+        float        d[2] = { 0, 0 }, dm[2] = { 0, 0 };
 
-        in[0] = _mm512_loadu_si512((const void *) b[0].qs);
-        in[1] = _mm512_loadu_si512((const void *) (b[0].qs + 64));
-        s0 = llm_k4_scales_u8(b[0].scales);
-        if (two) {
-            in[2] = _mm512_loadu_si512((const void *) b[1].qs);
-            in[3] = _mm512_loadu_si512((const void *) (b[1].qs + 64));
-            s1 = llm_k4_scales_u8(b[1].scales);
-            d1 = llm_h2f_hw(b[1].d);
-            m1 = llm_h2f_hw(b[1].dmin);
-        } else {
-            in[2] = in[3] = _mm512_setzero_si512();
-            s1 = _mm_setzero_si128();
+#pragma GCC unroll 2
+        for (sb = 0; sb < 2; sb++) {
+            const llm_block_q4_K  *p4 = (const llm_block_q4_K *)
+                                        (b + sb * bsz);
+            const uint8_t         *qs = q5 ? ((const llm_block_q5_K *) p4)->qs
+                                           : p4->qs;
+
+            if (sb == 1 && !two) {
+                in[2] = in[3] = hb[2] = hb[3] = _mm512_setzero_si512();
+                s[1] = _mm_setzero_si128();
+                break;
+            }
+            in[2 * sb] = _mm512_loadu_si512((const void *) qs);
+            in[2 * sb + 1] = _mm512_loadu_si512((const void *) (qs + 64));
+            s[sb] = llm_k4_scales_u8(p4->scales);
+            d[sb] = llm_h2f_hw(p4->d);
+            dm[sb] = llm_h2f_hw(p4->dmin);
+            if (q5) {
+                __m512i  qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                                  (const void *)
+                                  ((const llm_block_q5_K *) p4)->qh));
+                __m512i  h0 = _mm512_srlv_epi16(qh, sh0);
+                __m512i  h1 = _mm512_srlv_epi16(qh, sh1);
+
+                /* bit 0 as it is, bit 1 to bit 4 (other bits unused):
+                 * 0xe4 = A & C | B & ~C */
+                hb[2 * sb] = _mm512_ternarylogic_epi32(h0,
+                                 _mm512_slli_epi16(h0, 3), m01, 0xe4);
+                hb[2 * sb + 1] = _mm512_ternarylogic_epi32(h1,
+                                     _mm512_slli_epi16(h1, 3), m01, 0xe4);
+            }
         }
-        /* tiles ahead, same place: 288 bytes, 5 lines at most */
-        for (i = 0; i < 5; i++) {
-            _mm_prefetch((const char *) b + LLM_PF_TILES * ws + 64 * i,
-                         _MM_HINT_T0);
+        /* tiles ahead, same place: 288 / 352 bytes */
+        for (i = 0; i < (q5 ? 6 : 5); i++) {
+            _mm_prefetch(b + LLM_PF_TILES * ws + 64 * i, _MM_HINT_T0);
         }
         llm_tr4x4_epi32(in, v);
 #pragma GCC unroll 4
@@ -1518,16 +1528,26 @@ llm_k4_t2_tile(const int C, int64_t nb, const char *w, size_t ws,
             lo[i] = _mm512_and_si512(v[i], m4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v[i], 4), m4);
         }
-        /* s0, s1: sc[0..7] then m[0..7] of each */
-        sc = _mm_unpacklo_epi64(s0, s1);
-        mn = _mm_unpackhi_epi64(s0, s1);
-        wd = llm_k2_pairs(llm_h2f_hw(b[0].d), d1);
+        if (q5) {
+            llm_tr4x4_epi32(hb, hv);
+#pragma GCC unroll 4
+            for (i = 0; i < 4; i++) {
+                /* 0xf8 = A | B & C */
+                lo[i] = _mm512_ternarylogic_epi32(lo[i],
+                            _mm512_slli_epi16(hv[i], 4), m10, 0xf8);
+                hi[i] = _mm512_ternarylogic_epi32(hi[i], hv[i], m10, 0xf8);
+            }
+        }
+        /* s[]: sc[0..7] then m[0..7] of each */
+        sc = _mm_unpacklo_epi64(s[0], s[1]);
+        mn = _mm_unpackhi_epi64(s[0], s[1]);
+        wd = llm_k2_pairs(d[0], d[1]);
         wsl = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                   _mm_shuffle_epi8(sc, ilo))), wd);
         wsh = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                   _mm_shuffle_epi8(sc, ihi))), wd);
         wmn = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)),
-                            llm_k2_halves(llm_h2f_hw(b[0].dmin), m1));
+                            llm_k2_halves(dm[0], dm[1]));
 
 #pragma GCC unroll 8
         for (c = 0; c < C; c++) {
@@ -1558,8 +1578,28 @@ llm_k4_t2_tile(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 
+LLM_INLINE void
+llm_k4_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
+{
+    (void) x;
+    (void) xs;
+    llm_k45_t2_tile(0, C, nb, w, ws, pre, y, ldy);
+}
+
+LLM_INLINE void
+llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
+{
+    (void) x;
+    (void) xs;
+    llm_k45_t2_tile(1, C, nb, w, ws, pre, y, ldy);
+}
+
 LLM_T_DRIVER(llm_gemm_q4_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
-             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_tile)
+             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_rows)
+LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
+             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k5_t2_rows)
 
 
 static void
@@ -1575,6 +1615,22 @@ llm_gemm_q4_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
         return;
     }
     llm_gemm_kq_pre(4, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_q5_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if ((n / LLM_QK_K + 1) / 2 <= LLM_K2_MAX) {
+        llm_gemm_q5_K_t2(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {
+        llm_gemm_q5_K(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    llm_gemm_kq_pre(5, n, nr, nc, w, ws, x, xs, y, ldy);
 }
 
 
