@@ -1397,6 +1397,34 @@ llm_k2_halves(float a, float b)
 #define LLM_K2_PAIRS(nb)  (((nb) + 1) / 2)
 
 
+/* llm_k4_scales_u8 of two blocks' 12-byte scales, one per 128-bit lane
+ * (each load reads 4 bytes past the scales, inside the block). */
+LLM_INLINE __m256i
+llm_k4_scales_u8x2(const uint8_t *s0, const uint8_t *s1)
+{
+    const __m256i  v = _mm256_loadu2_m128i((const __m128i *) s1,
+                                           (const __m128i *) s0);
+    const __m256i  a = _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(
+                           _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11,
+                                         4, 5, 6, 7, 8, 9, 10, 11)));
+    const __m256i  b = _mm256_shuffle_epi8(v, _mm256_broadcastsi128_si256(
+                           _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3,
+                                         -1, -1, -1, -1, 4, 5, 6, 7)));
+    const __m256i  m1 = _mm256_broadcastsi128_si256(
+                            _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15,
+                                          63, 63, 63, 63, 0, 0, 0, 0));
+    const __m256i  m2 = _mm256_broadcastsi128_si256(
+                            _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0,
+                                          0, 0, 0, 0, 15, 15, 15, 15));
+    __m256i        r;
+
+    r = _mm256_or_si256(_mm256_and_si256(a, m1),
+                        _mm256_and_si256(_mm256_srli_epi16(a, 4), m2));
+    return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16(b, 2),
+                                               _mm256_set1_epi8(0x30)));
+}
+
+
 /* Column x (Q8_K) of nb super-blocks as pairs. */
 LLM_INLINE void
 llm_k4_t2_prep(const char *x, int64_t nb, llm_k4_t2_t *out)
@@ -1481,10 +1509,13 @@ llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
     for (pi = 0; pi < np; pi++) {
         const char  *b = w + 2 * pi * bsz;
         const int    two = 2 * pi + 1 < nb;
+        const char  *b1 = two ? b + bsz : b;    /* scales only */
         __m512i      in[4], hb[4], v[4], hv[4], lo[4], hi[4];
-        __m128i      s[2], sc, mn;
+        __m256i      s2;
+        __m128i      sc, mn, dh;
+        __m128       dd;
+        int          dw[2];
         __m512       wsl, wsh, wmn, wd;
-        float        d[2] = { 0, 0 }, dm[2] = { 0, 0 };
 
 #pragma GCC unroll 2
         for (sb = 0; sb < 2; sb++) {
@@ -1495,14 +1526,10 @@ llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
 
             if (sb == 1 && !two) {
                 in[2] = in[3] = hb[2] = hb[3] = _mm512_setzero_si512();
-                s[1] = _mm_setzero_si128();
                 break;
             }
             in[2 * sb] = _mm512_loadu_si512((const void *) qs);
             in[2 * sb + 1] = _mm512_loadu_si512((const void *) (qs + 64));
-            s[sb] = llm_k4_scales_u8(p4->scales);
-            d[sb] = llm_h2f_hw(p4->d);
-            dm[sb] = llm_h2f_hw(p4->dmin);
             if (q5) {
                 __m512i  qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(
                                   (const void *)
@@ -1518,6 +1545,20 @@ llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
                                      _mm512_slli_epi16(h1, 3), m01, 0xe4);
             }
         }
+        /* d, dmin of both blocks as 4 fp16 (zero for a missing second) */
+        memcpy(&dw[0], b, 4);
+        memcpy(&dw[1], b1, 4);
+        dh = _mm_cvtsi32_si128(dw[0]);
+        if (two) {
+            dh = _mm_insert_epi32(dh, dw[1], 1);
+        }
+        dd = _mm_cvtph_ps(dh);                  /* d0, dm0, d1, dm1 */
+        s2 = llm_k4_scales_u8x2(((const llm_block_q4_K *) b)->scales,
+                                ((const llm_block_q4_K *) b1)->scales);
+        /* qwords sc0, m0 | sc1, m1 -> sc0, sc1 | m0, m1 */
+        s2 = _mm256_permute4x64_epi64(s2, _MM_SHUFFLE(3, 1, 2, 0));
+        sc = _mm256_castsi256_si128(s2);
+        mn = _mm256_extracti128_si256(s2, 1);
         /* tiles ahead, same place: 288 / 352 bytes */
         for (i = 0; i < (q5 ? 6 : 5); i++) {
             _mm_prefetch(b + LLM_PF_TILES * ws + 64 * i, _MM_HINT_T0);
@@ -1538,16 +1579,16 @@ llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
                 hi[i] = _mm512_ternarylogic_epi32(hi[i], hv[i], m10, 0xf8);
             }
         }
-        /* s[]: sc[0..7] then m[0..7] of each */
-        sc = _mm_unpacklo_epi64(s[0], s[1]);
-        mn = _mm_unpackhi_epi64(s[0], s[1]);
-        wd = llm_k2_pairs(d[0], d[1]);
+        wd = _mm512_broadcast_f32x4(_mm_permute_ps(dd,
+                                                   _MM_SHUFFLE(2, 2, 0, 0)));
         wsl = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                   _mm_shuffle_epi8(sc, ilo))), wd);
         wsh = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
                   _mm_shuffle_epi8(sc, ihi))), wd);
         wmn = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)),
-                            llm_k2_halves(dm[0], dm[1]));
+                            _mm512_permutexvar_ps(_mm512_set_epi32(
+                                3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+                                _mm512_castps128_ps512(dd)));
 
 #pragma GCC unroll 8
         for (c = 0; c < C; c++) {
