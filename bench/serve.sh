@@ -9,7 +9,10 @@
 # prompt (no shared prefix).  Prints a table: aggregate tok/s over the
 # wall time (prefill included), aggregate decode tok/s (the tokens after
 # each stream's first, over the time from the first first token to the
-# last end), TTFT p50 / p95, decode relative to 1 client, and
+# last end), TTFT p50 / p95, decode relative to 1 client, the rate of
+# the engine's decode-only steps (one token per sequence, no prompt in
+# the batch: the batch's generation rate with prefill excluded, from
+# the engine's stats) and that relative to 1 client, and
 # the engine's CPU seconds for the run with generated tokens per CPU
 # second: on a shared machine the wall-time figures follow the load, the
 # per-CPU-second one much less.
@@ -102,29 +105,44 @@ echo "# model $MODEL"
 echo "# $(echo "$INFO" | python3 -c 'import json,sys; i=json.load(sys.stdin); print("%s %s, ctx %d, max_batch %d, kv %d blocks x %d" % (i["architecture"], i["quantization"], i["context_length"], i["max_batch"], i["stats"]["kv_blocks_total"], i["stats"]["kv_block_tokens"]))')"
 echo "# threads $THREADS, step tokens ${STEP_TOKENS:-$(grep -o "step budget [0-9]*" "$D/engine.log" | head -1 | grep -o "[0-9]*$" || echo default)}, $GEN generated per request, greedy"
 echo
-printf '| clients | prompt tokens | aggregate tok/s (incl. prefill) | aggregate decode tok/s | TTFT p50 | TTFT p95 | decode vs 1 client | engine CPU s | generated tok per CPU s |\n'
-printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
+printf '| clients | prompt tokens | aggregate tok/s (incl. prefill) | aggregate decode tok/s | TTFT p50 | TTFT p95 | decode vs 1 client | decode-only steps tok/s | vs 1 client | engine CPU s | generated tok per CPU s |\n'
+printf '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n'
 for P in $PROMPTS; do
     TEXT=$(prompt_of "$P")
     REQ=$(json_req "$TEXT" "$GEN")
     BASE=
+    DBASE=
     for N in $CLIENTS; do
         CPU0=$(cpu_ticks)
+        ST0=$("$CLIENT" --socket "$SOCK" --info)
         OUT=$("$CLIENT" --socket "$SOCK" --bench "$N" --timeout 3600 "$REQ")
+        ST1=$("$CLIENT" --socket "$SOCK" --info)
         CPU1=$(cpu_ticks)
-        python3 - "$OUT" "$N" "${BASE:-0}" "$((CPU1 - CPU0))" "$(getconf CLK_TCK)" <<'PY'
+        LINE=$(python3 - "$OUT" "$N" "${BASE:-0}" "$((CPU1 - CPU0))" "$(getconf CLK_TCK)" "$ST0" "$ST1" "${DBASE:-0}" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1]); n = int(sys.argv[2]); base = float(sys.argv[3])
 cpu = int(sys.argv[4]) / float(sys.argv[5])
+s0 = json.loads(sys.argv[6])["stats"]; s1 = json.loads(sys.argv[7])["stats"]
+dbase = float(sys.argv[8])
+# steps with one token per sequence and no prompt in the batch: the
+# generation rate of the batch, prefill excluded (engine stats)
+dt = s1.get("decode_tokens_total", 0) - s0.get("decode_tokens_total", 0)
+dms = s1.get("decode_step_ms_total", 0) - s0.get("decode_step_ms_total", 0)
+dtps = dt / dms * 1e3 if dms > 0 else 0.0
 rel = "%.2fx" % (r["agg_decode_tok_s"] / base) if base > 0 else "1.00x"
+drel = "%.2fx" % (dtps / dbase) if dbase > 0 else "1.00x"
 err = "" if r["errors"] == 0 else " (%d errors)" % r["errors"]
 per = r["completion_tokens"] / cpu if cpu > 0 else 0.0
-print("| %d | %.0f | %.1f | %.1f | %.2f s | %.2f s | %s%s | %.2f | %.1f |" % (
+print("| %d | %.0f | %.1f | %.1f | %.2f s | %.2f s | %s%s | %.1f | %s | %.2f | %.1f |\t%r" % (
     n, r["prompt_tokens_mean"], r["agg_tok_s"], r["agg_decode_tok_s"],
-    r["ttft_p50_ms"] / 1e3, r["ttft_p95_ms"] / 1e3, rel, err, cpu, per))
+    r["ttft_p50_ms"] / 1e3, r["ttft_p95_ms"] / 1e3, rel, err, dtps, drel,
+    cpu, per, dtps))
 PY
+)
+        echo "${LINE%%$'\t'*}"
         if [ -z "$BASE" ]; then
             BASE=$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["agg_decode_tok_s"])')
+            DBASE=${LINE##*$'\t'}
         fi
     done
 done

@@ -49,6 +49,13 @@ my $st = LlmEngine::info($t, $sock)->{stats};
 ok($st->{steps_total} < $st->{completion_tokens_total},
    "batched: $st->{steps_total} steps for $st->{completion_tokens_total} "
    . "tokens");
+ok(($st->{decode_steps_total} // 0) > 0
+   && $st->{decode_tokens_total} > $st->{decode_steps_total}
+   && $st->{decode_tokens_total} < $st->{completion_tokens_total}
+   && $st->{decode_step_ms_total} > 0,
+   "decode-only steps counted: $st->{decode_tokens_total} tokens in "
+   . "$st->{decode_steps_total} steps, "
+   . sprintf('%.1f', $st->{decode_step_ms_total} // 0) . " ms");
 
 # 64 concurrent clients
 @h = map { LlmEngine::spawn($t, $sock, chat("client $_", max_tokens => 10)) }

@@ -1133,6 +1133,7 @@ llm_sched_step(llm_sched_t *s)
     llm_batch_t b;
     char      err[256] = "";
     int       rc;
+    double    t0;
 
     llm_sched_admit(s);
     if (s->n_run == 0) {
@@ -1223,6 +1224,7 @@ llm_sched_step(llm_sched_t *s)
     b.n_seqs = ns;
     b.seqs = s->b_views;
 
+    t0 = llm_now_ms();
     rc = s->c.forward(s->c.forward_ud, &b, s->out, err, sizeof(err));
     s->st.steps_total++;
     s->st.step_tokens_total += nt;
@@ -1254,6 +1256,11 @@ llm_sched_step(llm_sched_t *s)
             llm_seq_sample(s, q, s->out + (size_t) q->logit_row
                                           * s->c.n_vocab);
         }
+    }
+    if (nt == ns) {
+        s->st.decode_steps_total++;
+        s->st.decode_tokens_total += nt;
+        s->st.decode_step_ms_total += llm_now_ms() - t0;
     }
 
     llm_sched_reap(s);

@@ -97,6 +97,9 @@ typedef struct {
     uint64_t  cached_tokens_total;
     uint64_t  steps_total;
     uint64_t  step_tokens_total;
+    uint64_t  decode_steps_total;        /* steps of one token per sequence */
+    uint64_t  decode_tokens_total;
+    double    decode_step_ms_total;      /* forward call through sampling */
     uint32_t  requests_running;
     uint32_t  requests_queued;
     uint32_t  seqs_running;

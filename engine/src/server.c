@@ -504,6 +504,9 @@ llm_srv_info(llm_conn_t *c)
     es.seqs_running = st.seqs_running;
     es.kv_blocks_cached = st.kv_blocks_cached;
     es.step_tokens_total = st.step_tokens_total;
+    es.decode_steps_total = st.decode_steps_total;
+    es.decode_tokens_total = st.decode_tokens_total;
+    es.decode_step_ms_total = st.decode_step_ms_total;
     llm_srv_expert_stats(srv, &es);
 
     in.model = (char *) srv->c.model_name;
