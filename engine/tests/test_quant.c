@@ -316,6 +316,59 @@ test_dot_vs_dequant(void)
 }
 
 
+/*
+ * One gemm of nr rows x nc columns over the first gn of each row's n
+ * values against the scalar reference (within 2e-5 of the sum of
+ * |w x|), with a padded ldy that must stay untouched; then each column
+ * alone, whose results must be bit-identical (the engine's batch
+ * invariance).  y and yr hold (nr + 1) x nc floats, y1 nr.
+ */
+static void
+check_gemm(llm_simd_t level, llm_type_t t, int64_t n, int64_t gn, int nr,
+    int nc, const float *w, const float *x, const void *wq, size_t wrow,
+    const void *xq, size_t xrow, float *y, float *yr, float *y1)
+{
+    size_t  ldy = nr + 1;
+    int     bad = 0;
+
+    for (int k = 0; k < (nr + 1) * nc; k++) {
+        y[k] = yr[k] = -12345.f;
+    }
+    llm_gemm(t, gn, nr, nc, wq, wrow, xq, xrow, y, ldy);
+    for (int c = 0; c < nc; c++) {
+        for (int r = 0; r < nr; r++) {
+            llm_vec_dot_ref(t, gn, &yr[c * ldy + r],
+                            (const char *) wq + r * wrow,
+                            (const char *) xq + c * xrow);
+        }
+    }
+    for (int c = 0; c < nc; c++) {
+        for (int r = 0; r < nr; r++) {
+            double  norm = 0;
+            for (int64_t j = 0; j < gn; j++) {
+                norm += fabsf(w[r * n + j] * x[c * n + j]);
+            }
+            float  d = y[c * ldy + r] - yr[c * ldy + r];
+            bad += !(fabs(d) <= 2e-5 * norm);
+        }
+        bad += y[c * ldy + nr] != -12345.f;     /* padding */
+    }
+    CHECK(bad == 0, "%s gemm %s n=%lld %dx%d: %d wrong",
+          llm_simd_name(level), llm_type_name(t), (long long) gn, nr, nc,
+          bad);
+
+    bad = 0;
+    for (int c = 0; nc > 1 && c < nc; c++) {
+        llm_gemm(t, gn, nr, 1, wq, wrow, (const char *) xq + c * xrow, xrow,
+                 y1, nr);
+        bad += memcmp(y1, &y[c * ldy], nr * sizeof(float)) != 0;
+    }
+    CHECK(bad == 0, "%s gemm %s n=%lld %dx%d: %d columns differ from the"
+          " same column alone", llm_simd_name(level), llm_type_name(t),
+          (long long) gn, nr, nc, bad);
+}
+
+
 /* SIMD kernels against the scalar reference. */
 static void
 test_simd_level(llm_simd_t level)
@@ -405,50 +458,8 @@ test_simd_level(llm_simd_t level)
             }
             for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
                 for (size_t b = 0; b < sizeof(sizes) / sizeof(sizes[0]); b++) {
-                    int     nr = sizes[a], nc = sizes[b];
-                    size_t  ldy = nr + 1;
-
-                    for (int k = 0; k < (maxr + 1) * maxc; k++) {
-                        y[k] = yr[k] = -12345.f;
-                    }
-                    llm_gemm(t, gn, nr, nc, wq, wrow, xq, xrow, y, ldy);
-                    for (int c = 0; c < nc; c++) {
-                        for (int r = 0; r < nr; r++) {
-                            llm_vec_dot_ref(t, gn, &yr[c * ldy + r],
-                                            (char *) wq + r * wrow,
-                                            (char *) xq + c * xrow);
-                        }
-                    }
-                    int  bad = 0;
-                    for (int c = 0; c < nc; c++) {
-                        for (int r = 0; r < nr; r++) {
-                            double  norm = 0;
-                            for (int64_t j = 0; j < gn; j++) {
-                                norm += fabsf(w[r * n + j] * x[c * n + j]);
-                            }
-                            float  d = y[c * ldy + r] - yr[c * ldy + r];
-                            bad += !(fabs(d) <= 2e-5 * norm);
-                        }
-                        if (nr + 1 <= (int) ldy) {
-                            bad += y[c * ldy + nr] != -12345.f;  /* padding */
-                        }
-                    }
-                    CHECK(bad == 0, "%s gemm %s n=%lld %dx%d: %d wrong",
-                          llm_simd_name(level), llm_type_name(t),
-                          (long long) gn, nr, nc, bad);
-                    /* a column's results do not depend on the others
-                     * beside it (the engine's batch invariance) */
-                    bad = 0;
-                    for (int c = 0; nc > 1 && c < nc; c++) {
-                        llm_gemm(t, gn, nr, 1, wq, wrow,
-                                 (char *) xq + c * xrow, xrow, y1, nr);
-                        bad += memcmp(y1, &y[c * ldy], nr * sizeof(float))
-                               != 0;
-                    }
-                    CHECK(bad == 0, "%s gemm %s n=%lld %dx%d: %d columns"
-                          " differ from the same column alone",
-                          llm_simd_name(level), llm_type_name(t),
-                          (long long) gn, nr, nc, bad);
+                    check_gemm(level, t, n, gn, sizes[a], sizes[b], w, x, wq,
+                               wrow, xq, xrow, y, yr, y1);
                 }
             }
         }
@@ -666,6 +677,66 @@ test_swiglu(void)
 }
 
 
+
+/*
+ * Rows longer than the transposed AVX-512 tiles hold on the stack (8192
+ * values) take the older tiles: the same checks at n = 8448 (264 blocks
+ * of 32, 33 of 256).
+ */
+static void
+test_long_rows(llm_simd_t level)
+{
+    static const int  rows[] = { 1, 5 }, cols[] = { 1, 3, 8, 33 };
+    const int64_t     n = 8448;
+    const int         maxr = 5, maxc = 33;
+    float            *w = malloc(n * maxr * sizeof(float));
+    float            *x = malloc(n * maxc * sizeof(float));
+    void             *wq = malloc(n * maxr * 4);
+    void             *xq = malloc(n * maxc * 4 + 4096);
+    float            *y = malloc((maxr + 1) * maxc * sizeof(float));
+    float            *yr = malloc((maxr + 1) * maxc * sizeof(float));
+    float            *y1 = malloc(maxr * sizeof(float));
+    int               before = failures;
+    char              name[128];
+
+    if (llm_simd_force(level) != 0) {
+        goto done;
+    }
+    for (size_t i = 0; i < N_WEIGHT_TYPES; i++) {
+        llm_type_t  t = weight_types[i], at = llm_type_vec_dot_type(t);
+        size_t      wrow = llm_row_bytes(t, n), xrow = llm_row_bytes(at, n);
+
+        fill(w, n * maxr, 0.05f);
+        fill(x, n * maxc, 1.0f);
+        for (int r = 0; r < maxr; r++) {
+            llm_quantize_row(t, w + r * n, (char *) wq + r * wrow, n);
+        }
+        for (int c = 0; c < maxc; c++) {
+            llm_quantize_act_ref(at, x + c * n, (char *) xq + c * xrow, n);
+        }
+        for (size_t a = 0; a < sizeof(rows) / sizeof(rows[0]); a++) {
+            for (size_t b = 0; b < sizeof(cols) / sizeof(cols[0]); b++) {
+                check_gemm(level, t, n, n, rows[a], cols[b], w, x, wq, wrow,
+                           xq, xrow, y, yr, y1);
+            }
+        }
+    }
+    snprintf(name, sizeof(name), "simd %s: gemm of %lld-value rows (the"
+             " long-row tiles) matches scalar, columns as alone",
+             llm_simd_name(level), (long long) n);
+    report(name, before);
+
+done:
+    llm_simd_force(llm_simd_best());
+    free(w);
+    free(x);
+    free(wq);
+    free(xq);
+    free(y);
+    free(yr);
+    free(y1);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -684,6 +755,7 @@ main(int argc, char **argv)
     for (int l = LLM_SIMD_AVX2; l <= LLM_SIMD_AVX512; l++) {
         if (l <= (int) llm_simd_best()) {
             test_simd_level((llm_simd_t) l);
+            test_long_rows((llm_simd_t) l);
         } else {
             printf("skip simd %s: CPU lacks it\n", llm_simd_name(l));
         }
