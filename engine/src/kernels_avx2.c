@@ -583,6 +583,185 @@ LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 2, 2, LLM_ROW_COLS, LLM_Q5_K_TILE)
 LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 2, 2, LLM_ROW_COLS, llm_q6_K_tile)
 
 
+
+/* ---- Q4_0 x Q8_0, transposed: eight blocks per float step ------------ */
+
+/*
+ * Two blocks' 16 quant bytes fill a 256-bit vector (one per 128-bit
+ * lane); four such pairs transposed within the lanes put 4 bytes of block
+ * 2g + k in 32-bit lane 4k + g.  Per 8 blocks and column: 8 vpmaddubsw
+ * summed in 16 bits (|sum| <= 8 x 2 x 15 x 128 < 2^15), one vpmaddwd, the
+ * -8 offset and one float step, where the pair tile needs a vpmaddwd and
+ * a float step per block.  The columns are prepared once per gemm call
+ * in the same layout (LLM_T_DRIVER); every column count takes this tile.
+ */
+typedef struct {
+    __m256i  lo[4];     /* dword 4k + g of lo[i]: y[4i..4i+3] of block
+                           2g + k; hi[i]: y[16 + 4i..] */
+    __m256i  hi[4];
+    __m256i  init;      /* lane 4k + g: -8 x the sum of the block's y */
+    __m256   d;         /* lane 4k + g: the block's scale */
+} llm_q4_a8_t;
+
+#define LLM_A8_MAX        32    /* octets on the stack: rows of 8192 */
+#define LLM_A8_OCTETS(nb) ((nb) / 8)
+
+
+/* 4x4 transpose of 32-bit elements within each 128-bit lane. */
+LLM_INLINE void
+llm_tr4x4_epi32_256(const __m256i in[4], __m256i out[4])
+{
+    __m256i  t0 = _mm256_unpacklo_epi32(in[0], in[1]);
+    __m256i  t1 = _mm256_unpackhi_epi32(in[0], in[1]);
+    __m256i  t2 = _mm256_unpacklo_epi32(in[2], in[3]);
+    __m256i  t3 = _mm256_unpackhi_epi32(in[2], in[3]);
+
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+
+/* The fp16 scales of blocks b[0..7] (stride bsz) in lane order 4k + g =
+ * block 2g + k. */
+LLM_INLINE __m256
+llm_a8_scales(const char *b, size_t bsz)
+{
+    uint16_t  h[8];
+    int       g, k;
+
+    for (g = 0; g < 4; g++) {
+        for (k = 0; k < 2; k++) {
+            memcpy(&h[4 * k + g], b + (2 * g + k) * bsz, 2);
+        }
+    }
+    return _mm256_cvtph_ps(_mm_loadu_si128((const void *) h));
+}
+
+
+/* Column x of nb blocks as octets (the last nb % 8 blocks left out). */
+LLM_INLINE void
+llm_q4_a8_prep(const char *x, int64_t nb, llm_q4_a8_t *out)
+{
+    const llm_block_q8_0  *q = (const llm_block_q8_0 *) x;
+    const __m256i          eight = _mm256_set1_epi8(8);
+    const __m256i          ones = _mm256_set1_epi16(1);
+    __m256i                lo[4], hi[4], s;
+    int64_t                o, no = LLM_A8_OCTETS(nb);
+    int                    g, i;
+
+    for (o = 0; o < no; o++, out++) {
+        const llm_block_q8_0  *p = q + 8 * o;
+
+        for (g = 0; g < 4; g++) {
+            lo[g] = _mm256_loadu2_m128i((const void *) p[2 * g + 1].qs,
+                                        (const void *) p[2 * g].qs);
+            hi[g] = _mm256_loadu2_m128i((const void *) (p[2 * g + 1].qs + 16),
+                                        (const void *) (p[2 * g].qs + 16));
+        }
+        llm_tr4x4_epi32_256(lo, out->lo);
+        llm_tr4x4_epi32_256(hi, out->hi);
+        s = _mm256_setzero_si256();
+        for (i = 0; i < 4; i++) {
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(eight, out->lo[i]));
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(eight, out->hi[i]));
+        }
+        out->init = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                     _mm256_madd_epi16(s, ones));
+        out->d = llm_a8_scales((const char *) p, sizeof(llm_block_q8_0));
+    }
+}
+
+
+/* One weight row x C columns: the octets, then the last nb % 8 blocks
+ * column by column by the pair tile. */
+LLM_INLINE void
+llm_q4_a8_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_q4_a8_t *pre, float *y, size_t ldy)
+{
+    const __m256i  m4 = _mm256_set1_epi8(0x0f);
+    const __m256i  ones = _mm256_set1_epi16(1);
+    const int64_t  no = LLM_A8_OCTETS(nb), off = 8 * no;
+    __m256         acc[LLM_T_COLS];
+    int64_t        o;
+    int            c, g, i;
+    float          t;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+
+    for (o = 0; o < no; o++) {
+        const llm_block_q4_0  *p = (const llm_block_q4_0 *) w + 8 * o;
+        __m256i                in[4], v[4], lo[4], hi[4];
+        __m256                 wd;
+
+#pragma GCC unroll 4
+        for (g = 0; g < 4; g++) {
+            in[g] = _mm256_loadu2_m128i((const void *) p[2 * g + 1].qs,
+                                        (const void *) p[2 * g].qs);
+        }
+        /* tiles ahead, same place: 144 bytes, 3 lines at most */
+        _mm_prefetch((const char *) p + LLM_PF_TILES * ws, _MM_HINT_T0);
+        _mm_prefetch((const char *) p + LLM_PF_TILES * ws + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *) p + LLM_PF_TILES * ws + 128, _MM_HINT_T0);
+        llm_tr4x4_epi32_256(in, v);
+#pragma GCC unroll 4
+        for (i = 0; i < 4; i++) {
+            lo[i] = _mm256_and_si256(v[i], m4);
+            hi[i] = _mm256_and_si256(_mm256_srli_epi16(v[i], 4), m4);
+        }
+        wd = llm_a8_scales((const char *) p, sizeof(llm_block_q4_0));
+
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const llm_q4_a8_t  *pc = pre + c * no + o;
+            __m256i             s = _mm256_maddubs_epi16(lo[0], pc->lo[0]);
+
+            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[0], pc->hi[0]));
+#pragma GCC unroll 3
+            for (i = 1; i < 4; i++) {
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[i],
+                                                             pc->lo[i]));
+                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[i],
+                                                             pc->hi[i]));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(
+                                         _mm256_madd_epi16(s, ones),
+                                         pc->init)),
+                                     _mm256_mul_ps(wd, pc->d), acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        y[c * ldy] = llm_hsum256(acc[c]);
+        if (nb > off) {
+            llm_q_0_tile(1, 1, 0, nb - off, w + off * sizeof(llm_block_q4_0),
+                         ws, x + c * xs + off * sizeof(llm_block_q8_0), xs,
+                         &t, 1);
+            y[c * ldy] += t;
+        }
+    }
+}
+
+LLM_T_DRIVER(llm_gemm_q4_0_a8, llm_q4_a8_t, LLM_QK, LLM_A8_MAX,
+             LLM_A8_OCTETS, llm_q4_a8_prep, llm_q4_a8_rows)
+
+
+static void
+llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if (LLM_A8_OCTETS(n / LLM_QK) <= LLM_A8_MAX) {
+        llm_gemm_q4_0_a8(n, nr, nc, w, ws, x, xs, y, ldy);
+        return;
+    }
+    llm_gemm_q4_0(n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
 void
 llm_kernels_init_avx2(llm_kernels_t *k)
 {
@@ -596,7 +775,7 @@ llm_kernels_init_avx2(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
-    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0;
+    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_any;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0;
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K;

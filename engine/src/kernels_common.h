@@ -343,4 +343,75 @@ llm_k4_scales_u8(const uint8_t *s12)
 #endif
 
 
+/* Weight rows per pass over the column groups (64 x 2048 Q4_0 = 72 KB). */
+#define LLM_ROW_CHUNK  64
+
+/* ---- The transposed tiles' driver ----------------------------------- */
+
+/*
+ * The transposed tiles (AVX-512 Q4_0, Q4_K, Q5_K, Q6_K, Q8_0; AVX2 Q4_0)
+ * transpose the weights as they load them, and the activation columns are prepared in the same layout.
+ * Their driver: columns in groups of up to LLM_T_COLS, prepared once per
+ * row chunk (rows that stay in L2 while the column groups pass over them;
+ * all rows when there is one group), then one weight row at a time.
+ * PREP(x, nb, out) prepares one column of nb blocks, UNITS(nb) prepared
+ * units; ROWS(C, nb, w, ws, x, xs, pre, y, ldy) computes one weight row's
+ * C results.  Every column count takes the same tile for a result, so it
+ * does not depend on the batch it was computed in.
+ *
+ * Two interleaved rows (sharing each prepared column load) were slower:
+ * from RAM before the transposed layout (llm-kbench -j 2 -m 256, GMAC/s
+ * at 2 / 3 / 4 / 8 columns, 71 / 88-101 / 125-131 / 142-144 with two
+ * rows, 98-102 / 119-136 / 152-160 / 150-156 with one), and in cache
+ * after it (docs/BENCHMARKS.md).
+ */
+#define LLM_T_COLS  8
+
+#define LLM_T_CASE(ROWS, C)                                                  \
+                case C:                                                     \
+                    ROWS(C, nb, wr, ws, xc, xs, pre, yr, ldy);              \
+                    break;
+
+#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS)               \
+static void                                                                 \
+name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
+    const void *x, size_t xs, float *y, size_t ldy)                         \
+{                                                                           \
+    pre_t        pre[LLM_T_COLS * (MAXU)];                                  \
+    const char  *wp = w, *xp = x;                                           \
+    int64_t      nb = n / (QK), nu = UNITS(nb);                             \
+    int64_t      q0, q1, c0, cc, c, r;                                      \
+                                                                            \
+    for (q0 = 0; q0 < nr; q0 = q1) {                                        \
+        q1 = nc <= LLM_T_COLS ? nr                                          \
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);         \
+                                                                            \
+        for (c0 = 0; c0 < nc; c0 += LLM_T_COLS) {                           \
+            const char  *xc = xp + c0 * xs;                                 \
+                                                                            \
+            cc = nc - c0 < LLM_T_COLS ? nc - c0 : LLM_T_COLS;               \
+            for (c = 0; c < cc; c++) {                                      \
+                PREP(xc + c * xs, nb, pre + c * nu);                        \
+            }                                                               \
+            for (r = q0; r < q1; r++) {                                     \
+                const char  *wr = wp + r * ws;                              \
+                float       *yr = y + c0 * ldy + r;                         \
+                                                                            \
+                switch (cc) {                                               \
+                LLM_T_CASE(ROWS, 1)                                         \
+                LLM_T_CASE(ROWS, 2)                                         \
+                LLM_T_CASE(ROWS, 3)                                         \
+                LLM_T_CASE(ROWS, 4)                                         \
+                LLM_T_CASE(ROWS, 5)                                         \
+                LLM_T_CASE(ROWS, 6)                                         \
+                LLM_T_CASE(ROWS, 7)                                         \
+                default:                                                    \
+                LLM_T_CASE(ROWS, 8)                                         \
+                }                                                           \
+            }                                                               \
+        }                                                                   \
+    }                                                                       \
+}
+
+
 #endif /* LLM_KERNELS_COMMON_H */
