@@ -748,19 +748,8 @@ llm_q4_a8_rows(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 LLM_T_DRIVER(llm_gemm_q4_0_a8, llm_q4_a8_t, LLM_QK, LLM_A8_MAX,
-             LLM_A8_OCTETS, llm_q4_a8_prep, llm_q4_a8_rows)
+             LLM_A8_OCTETS, llm_q4_a8_prep, llm_q4_a8_rows, llm_gemm_q4_0)
 
-
-static void
-llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if (LLM_A8_OCTETS(n / LLM_QK) <= LLM_A8_MAX) {
-        llm_gemm_q4_0_a8(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    llm_gemm_q4_0(n, nr, nc, w, ws, x, xs, y, ldy);
-}
 
 void
 llm_kernels_init_avx2(llm_kernels_t *k)
@@ -775,7 +764,7 @@ llm_kernels_init_avx2(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
-    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_any;
+    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_a8;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0;
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K;

@@ -768,6 +768,25 @@ llm_gemm_kq_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
 }
 
 
+/* Rows too long for the transposed tiles: the prepared-row tiles from
+ * LLM_ROW_COLS columns, the plain ones below (and past LLM_KPREP_MAX). */
+#define LLM_KQ_LONG(name, kind)                                             \
+static void                                                                 \
+llm_gemm_##name##_long(int64_t n, int64_t nr, int64_t nc, const void *w,    \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
+{                                                                           \
+    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {                \
+        llm_gemm_##name(n, nr, nc, w, ws, x, xs, y, ldy);                   \
+        return;                                                             \
+    }                                                                       \
+    llm_gemm_kq_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy);                 \
+}
+
+LLM_KQ_LONG(q4_K, 4)
+LLM_KQ_LONG(q5_K, 5)
+LLM_KQ_LONG(q6_K, 6)
+
+
 /* ---- Q4_0 / Q8_0 with prepared activation columns -------------------- */
 
 /*
@@ -783,7 +802,6 @@ typedef struct {
 
 /* Stack budget for one column group's prepared pairs. */
 #define LLM_PREP_MAX  (4 * 128)
-
 
 
 LLM_INLINE void
@@ -969,6 +987,24 @@ llm_gemm_q_0_pre(const int q8, int64_t n, int64_t nr, int64_t nc,
         }
     }
 }
+
+
+/* Rows too long for the transposed tiles: the prepared-column tiles while
+ * a column group fits LLM_PREP_MAX, the plain ones beyond. */
+#define LLM_Q0_LONG(name, q8)                                               \
+static void                                                                 \
+llm_gemm_##name##_long(int64_t n, int64_t nr, int64_t nc, const void *w,    \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
+{                                                                           \
+    if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {                \
+        llm_gemm_##name(n, nr, nc, w, ws, x, xs, y, ldy);                   \
+        return;                                                             \
+    }                                                                       \
+    llm_gemm_q_0_pre(q8, n, nr, nc, w, ws, x, xs, y, ldy);                  \
+}
+
+LLM_Q0_LONG(q4_0, 0)
+LLM_Q0_LONG(q8_0, 1)
 
 
 /* ---- Q4_0 x Q8_0: one lane per block ----------------------------------- */
@@ -1258,23 +1294,8 @@ llm_q4_t16_rows(const int C, int64_t nb, const char *w, size_t ws,
  * transposed each column's sums (llm-kbench -c 1: in cache 25-33 vs 24-28
  * GB/s, from RAM with 2 threads 29-35 vs 22-28). */
 LLM_T_DRIVER(llm_gemm_q4_0_t16, llm_q4_t16_t, LLM_QK, LLM_G4_QUADS,
-             LLM_Q4_QUADS, llm_q4_t16_prep, llm_q4_t16_rows)
-
-
-static void
-llm_gemm_q4_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if (n / LLM_QK / 4 <= LLM_G4_MAX) {
-        llm_gemm_q4_0_t16(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
-        llm_gemm_q4_0(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    llm_gemm_q_0_pre(0, n, nr, nc, w, ws, x, xs, y, ldy);
-}
+             LLM_Q4_QUADS, llm_q4_t16_prep, llm_q4_t16_rows,
+             llm_gemm_q4_0_long)
 
 
 /* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
@@ -1568,41 +1589,11 @@ llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 LLM_T_DRIVER(llm_gemm_q4_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
-             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_rows)
+             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_rows,
+             llm_gemm_q4_K_long)
 LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
-             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k5_t2_rows)
-
-
-static void
-llm_gemm_q4_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if ((n / LLM_QK_K + 1) / 2 <= LLM_K2_MAX) {
-        llm_gemm_q4_K_t2(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {
-        llm_gemm_q4_K(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    llm_gemm_kq_pre(4, n, nr, nc, w, ws, x, xs, y, ldy);
-}
-
-
-static void
-llm_gemm_q5_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if ((n / LLM_QK_K + 1) / 2 <= LLM_K2_MAX) {
-        llm_gemm_q5_K_t2(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {
-        llm_gemm_q5_K(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    llm_gemm_kq_pre(5, n, nr, nc, w, ws, x, xs, y, ldy);
-}
+             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k5_t2_rows,
+             llm_gemm_q5_K_long)
 
 
 /* ---- Q6_K x Q8_K: one super-block per step ---------------------------- */
@@ -1731,23 +1722,8 @@ llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
 #define LLM_K6_UNITS(nb)  (nb)
 
 LLM_T_DRIVER(llm_gemm_q6_K_t1, llm_k6_t1_t, LLM_QK_K, LLM_K6_MAX,
-             LLM_K6_UNITS, llm_k6_t1_prep, llm_k6_t1_tile)
-
-
-static void
-llm_gemm_q6_K_any(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if (n / LLM_QK_K <= LLM_K6_MAX) {
-        llm_gemm_q6_K_t1(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    if (nc < LLM_ROW_COLS || n / LLM_QK_K > LLM_KPREP_MAX) {
-        llm_gemm_q6_K(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    llm_gemm_kq_pre(6, n, nr, nc, w, ws, x, xs, y, ldy);
-}
+             LLM_K6_UNITS, llm_k6_t1_prep, llm_k6_t1_tile,
+             llm_gemm_q6_K_long)
 
 
 /* ---- Q8_0 x Q8_0: eight blocks per float step ------------------------- */
@@ -1937,23 +1913,8 @@ llm_q8_t8_rows(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 LLM_T_DRIVER(llm_gemm_q8_0_t8, llm_q8_t8_t, LLM_QK, LLM_T8_MAX,
-             LLM_T8_OCTETS, llm_q8_t8_prep, llm_q8_t8_rows)
-
-
-static void
-llm_gemm_q8_0_any(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if (n / LLM_QK / 8 <= LLM_T8_MAX) {
-        llm_gemm_q8_0_t8(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    if (n / LLM_QK / 2 * (nc < 4 ? nc : 4) > LLM_PREP_MAX) {
-        llm_gemm_q8_0(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    llm_gemm_q_0_pre(1, n, nr, nc, w, ws, x, xs, y, ldy);
-}
+             LLM_T8_OCTETS, llm_q8_t8_prep, llm_q8_t8_rows,
+             llm_gemm_q8_0_long)
 
 
 void
@@ -1964,9 +1925,9 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
-    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_any;
-    k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_any;
-    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_any;
-    k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_any;
-    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_any;
+    k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_t16;
+    k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_t8;
+    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_t2;
+    k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_t2;
+    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_t1;
 }

@@ -356,7 +356,8 @@ llm_k4_scales_u8(const uint8_t *s12)
  * all rows when there is one group), then one weight row at a time.
  * PREP(x, nb, out) prepares one column of nb blocks, UNITS(nb) prepared
  * units; ROWS(C, nb, w, ws, x, xs, pre, y, ldy) computes one weight row's
- * C results.  Every column count takes the same tile for a result, so it
+ * C results.  Rows of more than MAXU units (the stack holds LLM_T_COLS x
+ * MAXU) go to LONG, a gemm with the same arguments.  Every column count takes the same tile for a result, so it
  * does not depend on the batch it was computed in.
  *
  * Two interleaved rows (sharing each prepared column load) were slower:
@@ -372,7 +373,7 @@ llm_k4_scales_u8(const uint8_t *s12)
                     ROWS(C, nb, wr, ws, xc, xs, pre, yr, ldy);              \
                     break;
 
-#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS)               \
+#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS, LONG)         \
 static void                                                                 \
 name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
     const void *x, size_t xs, float *y, size_t ldy)                         \
@@ -382,6 +383,10 @@ name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
     int64_t      nb = n / (QK), nu = UNITS(nb);                             \
     int64_t      q0, q1, c0, cc, c, r;                                      \
                                                                             \
+    if (nu > (MAXU)) {                                                      \
+        LONG(n, nr, nc, w, ws, x, xs, y, ldy);                              \
+        return;                                                             \
+    }                                                                       \
     for (q0 = 0; q0 < nr; q0 = q1) {                                        \
         q1 = nc <= LLM_T_COLS ? nr                                          \
              : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);         \
