@@ -737,6 +737,67 @@ done:
     free(y1);
 }
 
+/*
+ * Weights at every even offset from a cache line and at an odd one: the
+ * AVX-512 Q8_0 tile loads whole aligned lines and permutes by the offset,
+ * and an odd address takes the pair tiles.
+ */
+static void
+test_offsets(llm_simd_t level)
+{
+    static const int  cols[] = { 1, 8 };
+    const int64_t     n = 256;
+    const int         nr = 3, maxc = 8;
+    float            *w = malloc(n * nr * sizeof(float));
+    float            *x = malloc(n * maxc * sizeof(float));
+    char             *buf = aligned_alloc(64, n * nr * 4 + 128);
+    void             *xq = malloc(n * maxc * 4);
+    float            *y = malloc((nr + 1) * maxc * sizeof(float));
+    float            *yr = malloc((nr + 1) * maxc * sizeof(float));
+    float            *y1 = malloc(nr * sizeof(float));
+    int               before = failures;
+    char              name[128];
+
+    if (llm_simd_force(level) != 0) {
+        goto done;
+    }
+    for (size_t i = 0; i < N_WEIGHT_TYPES; i++) {
+        llm_type_t  t = weight_types[i], at = llm_type_vec_dot_type(t);
+        size_t      wrow = llm_row_bytes(t, n), xrow = llm_row_bytes(at, n);
+
+        fill(w, n * nr, 0.05f);
+        fill(x, n * maxc, 1.0f);
+        for (int c = 0; c < maxc; c++) {
+            llm_quantize_act_ref(at, x + c * n, (char *) xq + c * xrow, n);
+        }
+        for (int k = 0; k <= 32; k++) {
+            char  *wq = buf + (k < 32 ? 2 * k : 1);
+
+            for (int r = 0; r < nr; r++) {
+                llm_quantize_row(t, w + r * n, wq + r * wrow, n);
+            }
+            for (size_t b = 0; b < sizeof(cols) / sizeof(cols[0]); b++) {
+                check_gemm(level, t, n, n, nr, cols[b], w, x, wq, wrow, xq,
+                           xrow, y, yr, y1);
+            }
+        }
+    }
+    snprintf(name, sizeof(name), "simd %s: gemm of weights at every even"
+             " offset in a line and at an odd one matches scalar",
+             llm_simd_name(level));
+    report(name, before);
+
+done:
+    llm_simd_force(llm_simd_best());
+    free(w);
+    free(x);
+    free(buf);
+    free(xq);
+    free(y);
+    free(yr);
+    free(y1);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -756,6 +817,7 @@ main(int argc, char **argv)
         if (l <= (int) llm_simd_best()) {
             test_simd_level((llm_simd_t) l);
             test_long_rows((llm_simd_t) l);
+            test_offsets((llm_simd_t) l);
         } else {
             printf("skip simd %s: CPU lacks it\n", llm_simd_name(l));
         }
