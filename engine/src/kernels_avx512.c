@@ -32,9 +32,10 @@
  * lines, so one word permute of the two, with an index for the offset in
  * the first, gathers them.  (The Q4_0 tile the same way, with its scales
  * by masked permutes of the same lines, ran no faster: 39-40 GB/s at one
- * column either way, 12 against 13 at eight.)  A line holding a byte the tile needs may extend past the
- * ends of the weight array, never past its page; the load is written in
- * asm so that a sanitizer does not take it for an overflow.
+ * column either way, 12 against 13 at eight.)  A line holding a byte the
+ * tile needs may extend past the ends of the weight array, never past its
+ * page; the load is written in asm so that a sanitizer does not take it
+ * for an overflow.
  */
 LLM_INLINE __m512i
 llm_line(uintptr_t a)
@@ -44,7 +45,6 @@ llm_line(uintptr_t a)
     __asm__ ("vmovdqa64 %1, %0" : "=v" (v) : "m" (*(const char (*)[64]) a));
     return v;
 }
-
 
 
 /* [h0 x 8 | h1 x 8] as floats from two fp16 values. */
@@ -1318,7 +1318,7 @@ llm_q4_t16_rows(const int C, int64_t nb, const char *w, size_t ws,
  * GB/s, from RAM with 2 threads 29-35 vs 22-28). */
 LLM_T_DRIVER(llm_gemm_q4_0_t16, llm_q4_t16_t, LLM_QK, LLM_G4_QUADS,
              LLM_Q4_QUADS, llm_q4_t16_prep, llm_q4_t16_rows,
-             llm_gemm_q4_0_long)
+             llm_gemm_q4_0_long, 1)
 
 
 /* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
@@ -1613,10 +1613,10 @@ llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
 
 LLM_T_DRIVER(llm_gemm_q4_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
              LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_rows,
-             llm_gemm_q4_K_long)
+             llm_gemm_q4_K_long, 1)
 LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
              LLM_K2_PAIRS, llm_k4_t2_prep, llm_k5_t2_rows,
-             llm_gemm_q5_K_long)
+             llm_gemm_q5_K_long, 1)
 
 
 /* ---- Q6_K x Q8_K: one super-block per step ---------------------------- */
@@ -1746,7 +1746,7 @@ llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
 
 LLM_T_DRIVER(llm_gemm_q6_K_t1, llm_k6_t1_t, LLM_QK_K, LLM_K6_MAX,
              LLM_K6_UNITS, llm_k6_t1_prep, llm_k6_t1_tile,
-             llm_gemm_q6_K_long)
+             llm_gemm_q6_K_long, 1)
 
 
 /* ---- Q8_0 x Q8_0: eight blocks per float step ------------------------- */
@@ -2000,23 +2000,11 @@ llm_q8_t8_rows(const int C, int64_t nb, const char *w, size_t ws,
     }
 }
 
-LLM_T_DRIVER(llm_gemm_q8_0_t8_even, llm_q8_t8_t, LLM_QK, LLM_T8_MAX,
+/* The line loads need even block addresses (blocks are 34 bytes, a GGUF's
+ * tensors are aligned). */
+LLM_T_DRIVER(llm_gemm_q8_0_t8, llm_q8_t8_t, LLM_QK, LLM_T8_MAX,
              LLM_T8_OCTETS, llm_q8_t8_prep, llm_q8_t8_rows,
-             llm_gemm_q8_0_long)
-
-/* The line loads need even block addresses (blocks are 34 bytes and a
- * GGUF's tensors at least 2-aligned in practice); weights at an odd one
- * take the pair tiles, whatever the column count. */
-static void
-llm_gemm_q8_0_t8(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if (((uintptr_t) w | ws) & 1) {
-        llm_gemm_q8_0_long(n, nr, nc, w, ws, x, xs, y, ldy);
-        return;
-    }
-    llm_gemm_q8_0_t8_even(n, nr, nc, w, ws, x, xs, y, ldy);
-}
+             llm_gemm_q8_0_long, 2)
 
 
 void

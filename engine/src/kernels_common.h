@@ -357,7 +357,9 @@ llm_k4_scales_u8(const uint8_t *s12)
  * PREP(x, nb, out) prepares one column of nb blocks, UNITS(nb) prepared
  * units; ROWS(C, nb, w, ws, x, xs, pre, y, ldy) computes one weight row's
  * C results.  Rows of more than MAXU units (the stack holds LLM_T_COLS x
- * MAXU) go to LONG, a gemm with the same arguments.  Every column count takes the same tile for a result, so it
+ * MAXU), and weights whose address or stride is not a multiple of ALIGN
+ * (what the tile's loads assume), go to LONG, a gemm with the same
+ * arguments.  Every column count takes the same tile for a result, so it
  * does not depend on the batch it was computed in.
  *
  * Two interleaved rows (sharing each prepared column load) were slower:
@@ -373,7 +375,7 @@ llm_k4_scales_u8(const uint8_t *s12)
                     ROWS(C, nb, wr, ws, xc, xs, pre, yr, ldy);              \
                     break;
 
-#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS, LONG)         \
+#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS, LONG, ALIGN)  \
 static void                                                                 \
 name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
     const void *x, size_t xs, float *y, size_t ldy)                         \
@@ -383,7 +385,7 @@ name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
     int64_t      nb = n / (QK), nu = UNITS(nb);                             \
     int64_t      q0, q1, c0, cc, c, r;                                      \
                                                                             \
-    if (nu > (MAXU)) {                                                      \
+    if (nu > (MAXU) || (((uintptr_t) w | ws) & ((ALIGN) - 1))) {            \
         LONG(n, nr, nc, w, ws, x, xs, y, ldy);                              \
         return;                                                             \
     }                                                                       \
