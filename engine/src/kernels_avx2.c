@@ -748,7 +748,8 @@ llm_q4_a8_rows(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 LLM_T_DRIVER(llm_gemm_q4_0_a8, llm_q4_a8_t, LLM_QK, LLM_A8_MAX,
-             LLM_A8_OCTETS, llm_q4_a8_prep, llm_q4_a8_rows, llm_gemm_q4_0, 1)
+             LLM_A8_OCTETS, llm_q4_a8_prep, llm_q4_a8_rows, llm_gemm_q4_0,
+             1, 8)
 
 
 void

@@ -1239,7 +1239,7 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
     int64_t        qi;
     int            c, g, i, G;
 
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
@@ -1267,7 +1267,7 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
         }
         wq = llm_q4_quad_wd(a, &ix);
 
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (c = 0; c < C; c++) {
             const llm_q4_t16_t  *pc = pre + c * nq + qi;
             __m512i              s0 = pc->init;
@@ -1284,7 +1284,7 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
         }
     }
 
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (c = 0; c < C; c++) {
         y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
     }
@@ -1318,7 +1318,7 @@ llm_q4_t16_rows(const int C, int64_t nb, const char *w, size_t ws,
  * GB/s, from RAM with 2 threads 29-35 vs 22-28). */
 LLM_T_DRIVER(llm_gemm_q4_0_t16, llm_q4_t16_t, LLM_QK, LLM_G4_QUADS,
              LLM_Q4_QUADS, llm_q4_t16_prep, llm_q4_t16_rows,
-             llm_gemm_q4_0_long, 1)
+             llm_gemm_q4_0_long, 1, 16)
 
 
 /* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
@@ -1613,10 +1613,10 @@ llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
 
 LLM_T_DRIVER(llm_gemm_q4_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
              LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_rows,
-             llm_gemm_q4_K_long, 1)
+             llm_gemm_q4_K_long, 1, 8)
 LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
              LLM_K2_PAIRS, llm_k4_t2_prep, llm_k5_t2_rows,
-             llm_gemm_q5_K_long, 1)
+             llm_gemm_q5_K_long, 1, 8)
 
 
 /* ---- Q6_K x Q8_K: one super-block per step ---------------------------- */
@@ -1746,7 +1746,7 @@ llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
 
 LLM_T_DRIVER(llm_gemm_q6_K_t1, llm_k6_t1_t, LLM_QK_K, LLM_K6_MAX,
              LLM_K6_UNITS, llm_k6_t1_prep, llm_k6_t1_tile,
-             llm_gemm_q6_K_long, 1)
+             llm_gemm_q6_K_long, 1, 8)
 
 
 /* ---- Q8_0 x Q8_0: eight blocks per float step ------------------------- */
@@ -2004,7 +2004,7 @@ llm_q8_t8_rows(const int C, int64_t nb, const char *w, size_t ws,
  * tensors are aligned). */
 LLM_T_DRIVER(llm_gemm_q8_0_t8, llm_q8_t8_t, LLM_QK, LLM_T8_MAX,
              LLM_T8_OCTETS, llm_q8_t8_prep, llm_q8_t8_rows,
-             llm_gemm_q8_0_long, 2)
+             llm_gemm_q8_0_long, 2, 8)
 
 
 void

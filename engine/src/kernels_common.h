@@ -351,13 +351,15 @@ llm_k4_scales_u8(const uint8_t *s12)
 /*
  * The transposed tiles (AVX-512 Q4_0, Q4_K, Q5_K, Q6_K, Q8_0; AVX2 Q4_0)
  * transpose the weights as they load them, and the activation columns are prepared in the same layout.
- * Their driver: columns in groups of up to LLM_T_COLS, prepared once per
- * row chunk (rows that stay in L2 while the column groups pass over them;
- * all rows when there is one group), then one weight row at a time.
+ * Their driver: columns in one group when there are at most COLS of them
+ * (8, or 16 where the tile keeps 16 accumulators in registers), else in
+ * groups of 8, prepared once per row chunk (rows that stay in L2 while
+ * the column groups pass over them; all rows when there is one group),
+ * then one weight row at a time.
  * PREP(x, nb, out) prepares one column of nb blocks, UNITS(nb) prepared
  * units; ROWS(C, nb, w, ws, x, xs, pre, y, ldy) computes one weight row's
- * C results.  Rows of more than MAXU units (the stack holds LLM_T_COLS x
- * MAXU), and weights whose address or stride is not a multiple of ALIGN
+ * C results.  Rows of more than MAXU units (the stack holds COLS x MAXU),
+ * and weights whose address or stride is not a multiple of ALIGN
  * (what the tile's loads assume), go to LONG, a gemm with the same
  * arguments.  Every column count takes the same tile for a result, so it
  * does not depend on the batch it was computed in.
@@ -366,37 +368,43 @@ llm_k4_scales_u8(const uint8_t *s12)
  * from RAM before the transposed layout (llm-kbench -j 2 -m 256, GMAC/s
  * at 2 / 3 / 4 / 8 columns, 71 / 88-101 / 125-131 / 142-144 with two
  * rows, 98-102 / 119-136 / 152-160 / 150-156 with one), and in cache
- * after it (docs/BENCHMARKS.md).
+ * after it (docs/BENCHMARKS.md).  One 16-wide group for 9-16 columns (an
+ * expert's share of 64 decoding streams) instead of 8 and a narrow rest
+ * ran the Q4_0 tile 18-20% faster at 11-12 columns in cache and level at
+ * 16; past 16, groups of 8 kept prefill level where groups of 16 lost
+ * 2-9% (docs/BENCHMARKS.md, kernels).
  */
-#define LLM_T_COLS  8
+#define LLM_T_COLS  16          /* the widest COLS; tiles size arrays by it */
 
 #define LLM_T_CASE(ROWS, C)                                                  \
                 case C:                                                     \
                     ROWS(C, nb, wr, ws, xc, xs, pre, yr, ldy);              \
                     break;
 
-#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS, LONG, ALIGN)  \
+#define LLM_T_DRIVER(name, pre_t, QK, MAXU, UNITS, PREP, ROWS, LONG, ALIGN,  \
+                     COLS)                                                  \
 static void                                                                 \
 name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
     const void *x, size_t xs, float *y, size_t ldy)                         \
 {                                                                           \
-    pre_t        pre[LLM_T_COLS * (MAXU)];                                  \
+    pre_t        pre[(COLS) * (MAXU)];                                      \
     const char  *wp = w, *xp = x;                                           \
     int64_t      nb = n / (QK), nu = UNITS(nb);                             \
-    int64_t      q0, q1, c0, cc, c, r;                                      \
+    int64_t      q0, q1, c0, cc, c, r, gw;                                  \
                                                                             \
     if (nu > (MAXU) || (((uintptr_t) w | ws) & ((ALIGN) - 1))) {            \
         LONG(n, nr, nc, w, ws, x, xs, y, ldy);                              \
         return;                                                             \
     }                                                                       \
+    gw = nc <= (COLS) ? (COLS) : 8;                                         \
     for (q0 = 0; q0 < nr; q0 = q1) {                                        \
-        q1 = nc <= LLM_T_COLS ? nr                                          \
+        q1 = nc <= gw ? nr                                                  \
              : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);         \
                                                                             \
-        for (c0 = 0; c0 < nc; c0 += LLM_T_COLS) {                           \
+        for (c0 = 0; c0 < nc; c0 += gw) {                                   \
             const char  *xc = xp + c0 * xs;                                 \
                                                                             \
-            cc = nc - c0 < LLM_T_COLS ? nc - c0 : LLM_T_COLS;               \
+            cc = nc - c0 < gw ? nc - c0 : gw;                               \
             for (c = 0; c < cc; c++) {                                      \
                 PREP(xc + c * xs, nb, pre + c * nu);                        \
             }                                                               \
@@ -404,16 +412,38 @@ name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
                 const char  *wr = wp + r * ws;                              \
                 float       *yr = y + c0 * ldy + r;                         \
                                                                             \
-                switch (cc) {                                               \
-                LLM_T_CASE(ROWS, 1)                                         \
-                LLM_T_CASE(ROWS, 2)                                         \
-                LLM_T_CASE(ROWS, 3)                                         \
-                LLM_T_CASE(ROWS, 4)                                         \
-                LLM_T_CASE(ROWS, 5)                                         \
-                LLM_T_CASE(ROWS, 6)                                         \
-                LLM_T_CASE(ROWS, 7)                                         \
-                default:                                                    \
-                LLM_T_CASE(ROWS, 8)                                         \
+                if ((COLS) > 8) {                                           \
+                    switch (cc) {                                           \
+                    LLM_T_CASE(ROWS, 1)                                     \
+                    LLM_T_CASE(ROWS, 2)                                     \
+                    LLM_T_CASE(ROWS, 3)                                     \
+                    LLM_T_CASE(ROWS, 4)                                     \
+                    LLM_T_CASE(ROWS, 5)                                     \
+                    LLM_T_CASE(ROWS, 6)                                     \
+                    LLM_T_CASE(ROWS, 7)                                     \
+                    LLM_T_CASE(ROWS, 8)                                     \
+                    LLM_T_CASE(ROWS, 9)                                     \
+                    LLM_T_CASE(ROWS, 10)                                    \
+                    LLM_T_CASE(ROWS, 11)                                    \
+                    LLM_T_CASE(ROWS, 12)                                    \
+                    LLM_T_CASE(ROWS, 13)                                    \
+                    LLM_T_CASE(ROWS, 14)                                    \
+                    LLM_T_CASE(ROWS, 15)                                    \
+                    default:                                                \
+                    LLM_T_CASE(ROWS, 16)                                    \
+                    }                                                       \
+                } else {                                                    \
+                    switch (cc) {                                           \
+                    LLM_T_CASE(ROWS, 1)                                     \
+                    LLM_T_CASE(ROWS, 2)                                     \
+                    LLM_T_CASE(ROWS, 3)                                     \
+                    LLM_T_CASE(ROWS, 4)                                     \
+                    LLM_T_CASE(ROWS, 5)                                     \
+                    LLM_T_CASE(ROWS, 6)                                     \
+                    LLM_T_CASE(ROWS, 7)                                     \
+                    default:                                                \
+                    LLM_T_CASE(ROWS, 8)                                     \
+                    }                                                       \
                 }                                                           \
             }                                                               \
         }                                                                   \

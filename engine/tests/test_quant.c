@@ -375,6 +375,8 @@ test_simd_level(llm_simd_t level)
 {
     /* 33 columns: past LLM_ROW_COLS, the prepared-row tiles */
     static const int  sizes[] = { 1, 2, 3, 5, 7, 8, 17, 33 };
+    /* and column counts the 16-wide tiles take in one group */
+    static const int  cols[] = { 1, 2, 3, 5, 7, 8, 12, 16, 17, 33 };
     const int64_t     n = 256 * 6;
     const int         maxr = 33, maxc = 33;
     float            *w = malloc(n * maxr * sizeof(float));
@@ -457,8 +459,8 @@ test_simd_level(llm_simd_t level)
                 break;
             }
             for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
-                for (size_t b = 0; b < sizeof(sizes) / sizeof(sizes[0]); b++) {
-                    check_gemm(level, t, n, gn, sizes[a], sizes[b], w, x, wq,
+                for (size_t b = 0; b < sizeof(cols) / sizeof(cols[0]); b++) {
+                    check_gemm(level, t, n, gn, sizes[a], cols[b], w, x, wq,
                                wrow, xq, xrow, y, yr, y1);
                 }
             }
