@@ -139,6 +139,10 @@ typedef struct {
 } llm_kernels_t;
 
 /* Each SIMD file overwrites the entries it implements (leaves others). */
+/* The transposed tiles keep their prepared columns within this many bytes
+ * (five sixths of the L1 data cache, set with the SIMD level). */
+extern int64_t  llm_pre_bytes;
+
 void llm_kernels_init_avx2(llm_kernels_t *k);
 void llm_kernels_init_avx512(llm_kernels_t *k);
 
@@ -353,9 +357,11 @@ llm_k4_scales_u8(const uint8_t *s12)
  * transpose the weights as they load them, and the activation columns are prepared in the same layout.
  * Their driver: columns in one group when there are at most COLS of them
  * (8, or 16 where the tile keeps 16 accumulators in registers), else in
- * groups of 8, prepared once per row chunk (rows that stay in L2 while
- * the column groups pass over them; all rows when there is one group),
- * then one weight row at a time.
+ * groups of 8; fewer when that many prepared columns would not fit in
+ * llm_pre_bytes (the L1), and the groups then of even widths (13 columns
+ * as 7 + 6, not 8 + 5).  Each group is prepared once per row chunk (rows
+ * that stay in L2 while the column groups pass over them; all rows when
+ * there is one group), then runs one weight row at a time.
  * PREP(x, nb, out) prepares one column of nb blocks, UNITS(nb) prepared
  * units; ROWS(C, nb, w, ws, x, xs, pre, y, ldy) computes one weight row's
  * C results.  Rows of more than MAXU units (the stack holds COLS x MAXU),
@@ -375,6 +381,7 @@ llm_k4_scales_u8(const uint8_t *s12)
  * 2-9% (docs/BENCHMARKS.md, kernels).
  */
 #define LLM_T_COLS  16          /* the widest COLS; tiles size arrays by it */
+
 
 #define LLM_T_CASE(ROWS, C)                                                  \
                 case C:                                                     \
@@ -397,6 +404,12 @@ name(int64_t n, int64_t nr, int64_t nc, const void *w, size_t ws,           \
         return;                                                             \
     }                                                                       \
     gw = nc <= (COLS) ? (COLS) : 8;                                         \
+    if (gw * nu * (int64_t) sizeof(pre_t) > llm_pre_bytes) {                \
+        gw = llm_pre_bytes / (nu * (int64_t) sizeof(pre_t));                \
+        gw = gw < 1 ? 1 : gw;                                               \
+    }                                                                       \
+    gw = nc > gw ? (nc + (nc + gw - 1) / gw - 1) / ((nc + gw - 1) / gw)     \
+                 : gw;                                                      \
     for (q0 = 0; q0 < nr; q0 = q1) {                                        \
         q1 = nc <= gw ? nr                                                  \
              : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);         \

@@ -683,13 +683,14 @@ test_swiglu(void)
 /*
  * Rows longer than the transposed AVX-512 tiles hold on the stack (8192
  * values) take the older tiles: the same checks at n = 8448 (264 blocks
- * of 32, 33 of 256).
+ * of 32, 33 of 256).  At n = 8192 the transposed tiles take them in
+ * narrower column groups (their prepared columns kept within the L1):
+ * 3, 8, 16 and 33 columns then split into groups of a few.
  */
 static void
-test_long_rows(llm_simd_t level)
+test_long_rows(llm_simd_t level, int64_t n)
 {
-    static const int  rows[] = { 1, 5 }, cols[] = { 1, 3, 8, 33 };
-    const int64_t     n = 8448;
+    static const int  rows[] = { 1, 5 }, cols[] = { 1, 3, 8, 16, 33 };
     const int         maxr = 5, maxc = 33;
     float            *w = malloc(n * maxr * sizeof(float));
     float            *x = malloc(n * maxc * sizeof(float));
@@ -723,9 +724,10 @@ test_long_rows(llm_simd_t level)
             }
         }
     }
-    snprintf(name, sizeof(name), "simd %s: gemm of %lld-value rows (the"
-             " long-row tiles) matches scalar, columns as alone",
-             llm_simd_name(level), (long long) n);
+    snprintf(name, sizeof(name), "simd %s: gemm of %lld-value rows (%s)"
+             " matches scalar, columns as alone", llm_simd_name(level),
+             (long long) n, n > 8192 ? "the long-row tiles"
+                                     : "narrow column groups");
     report(name, before);
 
 done:
@@ -818,7 +820,8 @@ main(int argc, char **argv)
     for (int l = LLM_SIMD_AVX2; l <= LLM_SIMD_AVX512; l++) {
         if (l <= (int) llm_simd_best()) {
             test_simd_level((llm_simd_t) l);
-            test_long_rows((llm_simd_t) l);
+            test_long_rows((llm_simd_t) l, 8192);
+            test_long_rows((llm_simd_t) l, 8448);
             test_offsets((llm_simd_t) l);
         } else {
             printf("skip simd %s: CPU lacks it\n", llm_simd_name(l));
