@@ -1223,6 +1223,71 @@ llm_q4_t16_prep(const char *x, int64_t nb, llm_q4_t16_t *out)
         out->init = _mm512_add_epi32(_mm512_add_epi32(t[0], t[1]),
                                      _mm512_add_epi32(t[2], t[3]));
         out->d = llm_q4_quad_xd(q + 16 * qi, G);
+        if (G <= 2) {
+            /* the half quad's layout (llm_q4_t16_tile): dwords 0, 1 of
+             * each 128-bit lane of vectors 2h and 2h + 1 */
+            for (g = 0; g < 2; g++) {
+                out->lo[g] = _mm512_unpacklo_epi64(out->lo[2 * g],
+                                                   out->lo[2 * g + 1]);
+                out->hi[g] = _mm512_unpacklo_epi64(out->hi[2 * g],
+                                                   out->hi[2 * g + 1]);
+            }
+        }
+    }
+}
+
+
+/*
+ * The last quad of a row whose groups end 1 or 2 past a quad (768 values:
+ * one quad and a half): the full step would spend half its multiplies on
+ * the zero groups.  With only groups 0 and 1, unpacking their qs in each
+ * 128-bit lane k gives dwords [g0 i, g1 i, g0 i+1, g1 i+1] for i = 0 and
+ * 2, two vectors instead of four, with each block in two lanes; the
+ * prepared column is in the same layout (llm_q4_t16_prep).  A shuffle and
+ * an add then give every block's sum in its lane 4k + g as the full step
+ * has it (the sums are integers: the same values), the zero groups'
+ * lanes meet zero scales, and the float step is the full step's: the
+ * result is bit for bit the one the full step gives.
+ */
+LLM_INLINE void
+llm_q4_t16_half(const int C, const char *w, size_t ws, int G,
+    const llm_q4_t16_t *pre, int64_t nq, const llm_q4_idx_t *ix,
+    __m512 *acc)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    __m512i        a[4], qv[2], u[2], lo[2], hi[2];
+    __m512         wq;
+    int            c, h;
+
+    qv[0] = llm_q4_group_qs(w, ws, ix, &a[0]);
+    if (G > 1) {
+        qv[1] = llm_q4_group_qs(w + 4 * sizeof(llm_block_q4_0), ws, ix,
+                                &a[1]);
+    } else {
+        a[1] = qv[1] = _mm512_setzero_si512();
+    }
+    a[2] = a[3] = _mm512_setzero_si512();
+    u[0] = _mm512_unpacklo_epi32(qv[0], qv[1]);
+    u[1] = _mm512_unpackhi_epi32(qv[0], qv[1]);
+    for (h = 0; h < 2; h++) {
+        lo[h] = _mm512_and_si512(u[h], m4);
+        hi[h] = _mm512_and_si512(_mm512_srli_epi16(u[h], 4), m4);
+    }
+    wq = llm_q4_quad_wd(a, ix);
+
+#pragma GCC unroll 16
+    for (c = 0; c < C; c++) {
+        const llm_q4_t16_t  *pc = pre + c * nq;
+        __m512i              s0, s1;
+
+        s0 = _mm512_dpbusd_epi32(pc->init, lo[0], pc->lo[0]);
+        s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], pc->hi[0]);
+        s0 = _mm512_dpbusd_epi32(s0, lo[1], pc->lo[1]);
+        s1 = _mm512_dpbusd_epi32(s1, hi[1], pc->hi[1]);
+        s0 = _mm512_add_epi32(s0, s1);
+        s0 = _mm512_add_epi32(s0, _mm512_shuffle_epi32(s0, _MM_PERM_BADC));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
+                                 _mm512_mul_ps(wq, pc->d), acc[c]);
     }
 }
 
@@ -1249,6 +1314,11 @@ llm_q4_t16_tile(const int C, int64_t ng, int64_t nq, const char *w,
         __m512   wq;
 
         G = ng - 4 * qi < 4 ? (int) (ng - 4 * qi) : 4;
+        if (G <= 2) {
+            llm_q4_t16_half(C, w + 16 * qi * sizeof(llm_block_q4_0), ws,
+                            G, pre + qi, nq, &ix, acc);
+            continue;
+        }
 #pragma GCC unroll 4
         for (g = 0; g < 4; g++) {
             if (g >= G) {
