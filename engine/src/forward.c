@@ -791,7 +791,6 @@ llm_task_gather(void *arg, uint32_t item, uint32_t ith)
     }
 }
 
-/* x[t] += sum_j w[t][j] * eo[slot(t, j)], rows split by thread. */
 /*
  * x[i] += a * y[i].  GCC 12 at -O2 leaves the plain loop scalar (x and y
  * may alias), and at 64 streams the expert scatter ran it for 2.4% of a
@@ -816,6 +815,7 @@ llm_axpy(float *x, const float *y, float a, uint32_t n)
     }
 }
 
+/* x[t] += sum_j w[t][j] * eo[slot(t, j)], rows split by thread. */
 static void
 llm_task_scatter(void *arg, uint32_t item, uint32_t ith)
 {
