@@ -366,6 +366,19 @@ check_gemm(llm_simd_t level, llm_type_t t, int64_t n, int64_t gn, int nr,
     CHECK(bad == 0, "%s gemm %s n=%lld %dx%d: %d columns differ from the"
           " same column alone", llm_simd_name(level), llm_type_name(t),
           (long long) gn, nr, nc, bad);
+
+    /* and each row as alone (tiles may take rows in pairs) */
+    bad = 0;
+    for (int r = 0; nr > 1 && r < nr; r++) {
+        llm_gemm(t, gn, 1, nc, (const char *) wq + r * wrow, wrow, xq, xrow,
+                 y1, 1);
+        for (int c = 0; c < nc; c++) {
+            bad += memcmp(&y1[c], &y[c * ldy + r], sizeof(float)) != 0;
+        }
+    }
+    CHECK(bad == 0, "%s gemm %s n=%lld %dx%d: %d results differ from the"
+          " same row alone", llm_simd_name(level), llm_type_name(t),
+          (long long) gn, nr, nc, bad);
 }
 
 
@@ -386,7 +399,7 @@ test_simd_level(llm_simd_t level)
     void             *xr = malloc(n * 4 + 4096);
     float            *y = malloc((maxr + 1) * maxc * sizeof(float));
     float            *yr = malloc((maxr + 1) * maxc * sizeof(float));
-    float            *y1 = malloc(maxr * sizeof(float));
+    float            *y1 = malloc((maxr + maxc) * sizeof(float));
     int               before = failures;
     char              name[256], errs[512];
     int               eoff = 0;
@@ -472,7 +485,7 @@ test_simd_level(llm_simd_t level)
 
     snprintf(name, sizeof(name), "simd %s: quantize_act bit-exact, vec_dot"
              " and gemm (1..33 rows x cols) match scalar within 2e-5; a gemm"
-             " column is bit-identical to that column alone",
+             " column or row is bit-identical to that column or row alone",
              llm_simd_name(level));
     report(name, before);
 
@@ -698,7 +711,7 @@ test_long_rows(llm_simd_t level, int64_t n)
     void             *xq = malloc(n * maxc * 4 + 4096);
     float            *y = malloc((maxr + 1) * maxc * sizeof(float));
     float            *yr = malloc((maxr + 1) * maxc * sizeof(float));
-    float            *y1 = malloc(maxr * sizeof(float));
+    float            *y1 = malloc((maxr + maxc) * sizeof(float));
     int               before = failures;
     char              name[128];
 
@@ -758,7 +771,7 @@ test_offsets(llm_simd_t level)
     void             *xq = malloc(n * maxc * 4);
     float            *y = malloc((nr + 1) * maxc * sizeof(float));
     float            *yr = malloc((nr + 1) * maxc * sizeof(float));
-    float            *y1 = malloc(nr * sizeof(float));
+    float            *y1 = malloc((nr + maxc) * sizeof(float));
     int               before = failures;
     char              name[128];
 
