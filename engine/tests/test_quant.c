@@ -367,7 +367,8 @@ check_gemm(llm_simd_t level, llm_type_t t, int64_t n, int64_t gn, int nr,
           " same column alone", llm_simd_name(level), llm_type_name(t),
           (long long) gn, nr, nc, bad);
 
-    /* and each row as alone (tiles may take rows in pairs) */
+    /* and each row as alone: a result must not change with the rows
+     * computed beside it */
     bad = 0;
     for (int r = 0; nr > 1 && r < nr; r++) {
         llm_gemm(t, gn, 1, nc, (const char *) wq + r * wrow, wrow, xq, xrow,
