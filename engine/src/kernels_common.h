@@ -26,6 +26,13 @@ typedef struct __attribute__((packed)) {
     uint8_t   qs[LLM_QK / 2];
 } llm_block_q4_0;
 
+/* Block b of 16 Q4_0 rows, interleaved (LLM_TYPE_Q4_0_R16): the 288
+ * bytes of the 16 blocks; lane r of a 64-byte vector is row r. */
+typedef struct {
+    uint16_t  d[16];                /* row r's scale */
+    uint8_t   qs[4][64];            /* qs[i][4r + j] = row r's qs[4i + j] */
+} llm_block_q4_0x16;
+
 /* Q4_1: 5 bpw; w = d * q + m (known, not supported). */
 typedef struct __attribute__((packed)) {
     uint16_t  d, m;
@@ -112,6 +119,8 @@ typedef struct __attribute__((packed)) {
 } llm_block_q8_K;
 
 _Static_assert(sizeof(llm_block_q4_0) == 2 + 16, "q4_0 size");
+_Static_assert(sizeof(llm_block_q4_0x16) == 16 * sizeof(llm_block_q4_0),
+               "q4_0x16 size");
 _Static_assert(sizeof(llm_block_q4_1) == 4 + 16, "q4_1 size");
 _Static_assert(sizeof(llm_block_q5_0) == 2 + 4 + 16, "q5_0 size");
 _Static_assert(sizeof(llm_block_q5_1) == 4 + 4 + 16, "q5_1 size");

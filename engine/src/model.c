@@ -802,6 +802,140 @@ llm_model_prefault(llm_model_t *m, const llm_model_opts_t *opts)
 }
 
 /*
+ * The matrices of the model that only ever meet llm_gemm (not the token
+ * embeddings, which are read row by row, nor an output tied to them);
+ * the experts only when they come from the mapping.  At most 7 per layer
+ * and the output: fills out and returns the count.
+ */
+static size_t
+llm_gemm_weights(llm_model_t *m, int experts, llm_wt_t **out)
+{
+    size_t    n = 0;
+    uint32_t  l;
+
+    if (m->output.data != m->tok_embd.data) {
+        out[n++] = &m->output;
+    }
+    for (l = 0; l < m->hp.n_layer; l++) {
+        llm_layer_t  *L = &m->layers[l];
+
+        out[n++] = &L->wq;
+        out[n++] = &L->wk;
+        out[n++] = &L->wv;
+        out[n++] = &L->wo;
+        out[n++] = &L->ffn_gate;
+        out[n++] = &L->ffn_up;
+        out[n++] = &L->ffn_down;
+        if (experts) {
+            out[n++] = &L->gate_exps;
+            out[n++] = &L->up_exps;
+            out[n++] = &L->down_exps;
+        }
+    }
+    return n;
+}
+
+/* Drop the file's pages of [p, p + len) once they are copied out. */
+static void
+llm_drop_source(llm_model_t *m, const uint8_t *p, size_t len)
+{
+    const uint8_t  *base = llm_gguf_map(m->gguf);
+    uintptr_t       psz = (uintptr_t) sysconf(_SC_PAGESIZE);
+    uintptr_t       a = ((uintptr_t) p + psz - 1) & ~(psz - 1);
+    uintptr_t       e = ((uintptr_t) p + len) & ~(psz - 1);
+
+    if (e <= a) {
+        return;
+    }
+    madvise((void *) a, e - a, MADV_DONTNEED);
+    posix_fadvise(llm_gguf_fd(m->gguf), (off_t) (a - (uintptr_t) base),
+                  (off_t) (e - a), POSIX_FADV_DONTNEED);
+}
+
+/*
+ * Regroup the gemm-only weights whose kernels run faster in another
+ * layout (llm_repack_type: Q4_0 into Q4_0_R16 with AVX-512) into one
+ * anonymous mapping on huge pages, and let the file's pages go.  The
+ * resident size stays the file's; a model streamed from disk keeps its
+ * experts in the file's layout (the expert cache reads them as they are).
+ */
+static int
+llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
+    llm_bind_t *b)
+{
+    llm_wt_t  **ws;
+    size_t      n, i, bytes = 0, off = 0, one;
+    uint32_t    e, ne;
+    int         experts = opts == NULL || opts->expert_cache_mb == 0;
+
+    ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    if (ws == NULL) {
+        return llm_bind_fail(b, -ENOMEM, "out of memory");
+    }
+    n = llm_gemm_weights(m, experts, ws);
+    for (i = 0; i < n; i++) {
+        llm_wt_t  *w = ws[i];
+
+        ne = w->ex != NULL ? m->hp.n_expert : 1;
+        if (w->data != NULL
+            && llm_repack_type(w->type, w->n_out) != (llm_type_t) w->type)
+        {
+            bytes += (size_t) ne * w->n_out * w->row_bytes;
+        }
+    }
+    if (bytes == 0) {
+        free(ws);
+        return 0;
+    }
+
+    m->repack = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m->repack == MAP_FAILED) {
+        m->repack = NULL;
+        free(ws);
+        return llm_bind_fail(b, -errno, "regrouped weights: mmap of %zu "
+                             "bytes: %s", bytes, strerror(errno));
+    }
+    m->repack_bytes = bytes;
+    madvise(m->repack, bytes, MADV_HUGEPAGE);
+    if (opts != NULL && opts->use_mlock && mlock(m->repack, bytes) != 0) {
+        free(ws);
+        return llm_bind_fail(b, -errno, "mlock of %zu bytes: %s", bytes,
+                             strerror(errno));
+    }
+
+    for (i = 0; i < n; i++) {
+        llm_wt_t    *w = ws[i];
+        llm_type_t   rt;
+
+        if (w->data == NULL
+            || (rt = llm_repack_type(w->type, w->n_out)) == w->type)
+        {
+            continue;
+        }
+        one = (size_t) w->n_out * w->row_bytes;
+        ne = w->ex != NULL ? m->hp.n_expert : 1;
+        for (e = 0; e < ne; e++) {
+            const uint8_t  *src = w->ex != NULL ? w->ex[e] : w->data;
+
+            llm_repack_rows(w->type, w->n_in, w->n_out, src,
+                            m->repack + off);
+            llm_drop_source(m, src, one);
+            if (w->ex != NULL) {
+                w->ex[e] = m->repack + off;
+            }
+            if (e == 0) {
+                w->data = m->repack + off;
+            }
+            off += one;
+        }
+        w->type = rt;
+    }
+    free(ws);
+    return 0;
+}
+
+/*
  * Open path, bind hyperparameters and every weight.  On failure *out is
  * NULL and err names the file and the key, tensor or value at fault.
  */
@@ -938,6 +1072,10 @@ llm_model_load(llm_model_t **out, const char *path,
     }
 
     llm_model_prefault(m, opts);
+    rc = llm_model_repack(m, opts, &b);
+    if (rc < 0) {
+        goto failed;
+    }
 
     *out = m;
     return 0;
@@ -960,6 +1098,9 @@ llm_model_free(llm_model_t *m)
     }
     free(m->owned);
     free(m->layers);
+    if (m->repack != NULL) {
+        munmap(m->repack, m->repack_bytes);
+    }
     if (m->gguf != NULL) {
         llm_gguf_close(m->gguf);
     }

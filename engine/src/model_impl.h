@@ -63,6 +63,10 @@ struct llm_model_s {
     const float     *rope_freqs;   /* [rope_dims / 2] divisors, or NULL */
     float            rope_scale;   /* linear position scale (1: none) */
 
+    /* Weights regrouped at load (llm_repack_rows), anonymous memory */
+    uint8_t         *repack;
+    size_t           repack_bytes;
+
     /* Storage owned by the model: expert pointer tables, converted vectors */
     void           **owned;
     size_t           n_owned;

@@ -38,6 +38,8 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     /* activation type only: not a weight type */
     [LLM_TYPE_Q8_K] = { "Q8_K", LLM_QK_K, sizeof(llm_block_q8_K), 0 },
     [LLM_TYPE_BF16] = { "BF16", 1, 2, 1 },
+    /* made at load (llm_repack_rows), never read from a file */
+    [LLM_TYPE_Q4_0_R16] = { "Q4_0_R16", LLM_QK, sizeof(llm_block_q4_0), 0 },
 };
 
 
@@ -79,6 +81,7 @@ llm_type_vec_dot_type(llm_type_t t)
 {
     switch (t) {
     case LLM_TYPE_Q4_0:
+    case LLM_TYPE_Q4_0_R16:
     case LLM_TYPE_Q8_0:
         return LLM_TYPE_Q8_0;
     case LLM_TYPE_Q4_K:
@@ -930,6 +933,49 @@ llm_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/*
+ * Q4_0_R16 x Q8_0, the reference of the SIMD kernel's order: per row, the
+ * exact integer sum of a block, then acc = fma(sum, d_w * d_x, acc) block
+ * after block (fmaf: one rounding, as vfmadd).
+ */
+static void
+llm_gemm_q4_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK;
+
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const llm_block_q4_0x16  *wg = (const void *) ((const char *) w
+                                                       + g * 16 * ws);
+
+        for (int64_t c = 0; c < nc; c++) {
+            const llm_block_q8_0  *q = (const void *) ((const char *) x
+                                                       + c * xs);
+
+            for (int r = 0; r < 16; r++) {
+                float  acc = 0;
+
+                for (int64_t b = 0; b < nb; b++) {
+                    int  si = 0;
+
+                    for (int i = 0; i < 4; i++) {
+                        for (int j = 0; j < 4; j++) {
+                            int  v = wg[b].qs[i][4 * r + j];
+
+                            si += ((v & 0xf) - 8) * q[b].qs[4 * i + j]
+                                  + ((v >> 4) - 8) * q[b].qs[16 + 4 * i + j];
+                        }
+                    }
+                    acc = fmaf((float) si,
+                               llm_h2f(wg[b].d[r]) * llm_h2f(q[b].d), acc);
+                }
+                y[c * ldy + g * 16 + r] = acc;
+            }
+        }
+    }
+}
+
+
 static void
 llm_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
 {
@@ -1080,6 +1126,7 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
+    k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;
     k->quantize_act[LLM_TYPE_Q8_K] = llm_act_q8_K;
@@ -1232,6 +1279,50 @@ llm_quantize_act_ref(llm_type_t act, const float *src, void *dst,
 {
     llm_ensure();
     llm_ref.quantize_act[act](src, dst, n);
+}
+
+
+llm_type_t
+llm_repack_type(llm_type_t t, int64_t nr)
+{
+    llm_ensure();
+    /* only the AVX-512 kernel runs ahead of the plain Q4_0 kernels; the
+     * scalar one is the reference */
+    if (t == LLM_TYPE_Q4_0 && nr > 0 && nr % 16 == 0
+        && llm_level >= LLM_SIMD_AVX512)
+    {
+        return LLM_TYPE_Q4_0_R16;
+    }
+    return t;
+}
+
+
+void
+llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
+    void *dst)
+{
+    const int64_t  nb = n / LLM_QK;
+    const size_t   rb = llm_row_bytes(t, n);
+
+    if (llm_repack_type(t, nr) != LLM_TYPE_Q4_0_R16) {
+        memcpy(dst, src, (size_t) nr * rb);
+        return;
+    }
+    for (int64_t g = 0; g < nr / 16; g++) {
+        llm_block_q4_0x16  *o = (void *) ((char *) dst + g * 16 * rb);
+
+        for (int64_t b = 0; b < nb; b++, o++) {
+            for (int r = 0; r < 16; r++) {
+                const llm_block_q4_0  *q = (const llm_block_q4_0 *)
+                    ((const char *) src + (g * 16 + r) * rb) + b;
+
+                o->d[r] = q->d;
+                for (int i = 0; i < 4; i++) {
+                    memcpy(&o->qs[i][4 * r], q->qs + 4 * i, 4);
+                }
+            }
+        }
+    }
 }
 
 

@@ -35,7 +35,10 @@ typedef enum {
     LLM_TYPE_Q6_K = 14,
     LLM_TYPE_Q8_K = 15,
     LLM_TYPE_BF16 = 30,
-    LLM_TYPE_COUNT = 40
+    /* engine-internal, never in a file: Q4_0 with every 16 rows
+     * interleaved (llm_repack_rows) */
+    LLM_TYPE_Q4_0_R16 = 40,
+    LLM_TYPE_COUNT = 41
 } llm_type_t;
 
 typedef enum {
@@ -101,6 +104,25 @@ void llm_vec_dot(llm_type_t t, int64_t n, float *s, const void *w,
 void llm_gemm(llm_type_t t, int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t w_stride, const void *x, size_t x_stride,
     float *y, size_t ldy);
+
+/*
+ * Weights regrouped at load for the batched kernels.  Q4_0 becomes
+ * Q4_0_R16: each run of 16 rows is stored block by block, the 16 rows'
+ * scales and then their quants interleaved 4 bytes at a time
+ * (llm_block_q4_0x16), in the same bytes the 16 rows took, so row r of a
+ * multiple of 16 still starts at r * row_bytes.  Its gemm takes nr and
+ * the first row in multiples of 16; each row's sum runs block by block in
+ * one order whatever the number of columns (alone or in a batch: the same
+ * bits), and the scalar reference gives the same bits as the SIMD kernel.
+ *
+ * llm_repack_type: the type rows of t are regrouped into at this SIMD
+ * level (t itself when nothing pays: no kernel for it, or nr not a
+ * multiple of 16).  llm_repack_rows: nr rows of n values of type t from
+ * src into dst (the same size, not overlapping) as llm_repack_type(t, nr).
+ */
+llm_type_t llm_repack_type(llm_type_t t, int64_t nr);
+void llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
+    void *dst);
 
 /* Scalar references, always available (tests compare against them). */
 void llm_vec_dot_ref(llm_type_t t, int64_t n, float *s, const void *w,

@@ -816,6 +816,104 @@ done:
     free(y1);
 }
 
+/*
+ * Q4_0 regrouped into 16-row runs (Q4_0_R16, what the engine runs Q4_0
+ * matrices as with AVX-512): the AVX-512 gemm bit-identical to the scalar
+ * reference of its order, every column bit-identical to itself alone or
+ * in any batch, all within 2e-5 of the Q4_0 dot product; rows per call 16
+ * to 80 (past the 4-group row chunk), columns 1 to 64 (past one 16-column
+ * chunk), rows of 1 to 300 blocks (past the 128-block slice).
+ */
+static void
+test_q4_0_r16(void)
+{
+    static const int64_t  ns[] = { 32, 768, 2048, 300 * 32 };
+    static const int      rows[] = { 16, 48, 80 };
+    static const int      cols[] = { 1, 2, 3, 7, 8, 9, 16, 17, 33, 64 };
+    const int             maxr = 80, maxc = 64;
+    int                   before = failures;
+
+    if (llm_simd_best() < LLM_SIMD_AVX512) {
+        printf("skip Q4_0_R16: no AVX-512 here\n");
+        return;
+    }
+    llm_simd_force(LLM_SIMD_AVX512);
+    CHECK(llm_repack_type(LLM_TYPE_Q4_0, 48) == LLM_TYPE_Q4_0_R16
+          && llm_repack_type(LLM_TYPE_Q4_0, 40) == LLM_TYPE_Q4_0
+          && llm_repack_type(LLM_TYPE_Q8_0, 48) == LLM_TYPE_Q8_0,
+          "llm_repack_type: Q4_0 x 48 rows regroups, 40 rows or Q8_0 not");
+
+    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
+        const int64_t  n = ns[in];
+        const size_t   wrow = llm_row_bytes(LLM_TYPE_Q4_0, n);
+        const size_t   xrow = llm_row_bytes(LLM_TYPE_Q8_0, n);
+        float         *w = malloc(n * maxr * sizeof(float));
+        float         *x = malloc(n * maxc * sizeof(float));
+        char          *wq = malloc(wrow * maxr), *wr = malloc(wrow * maxr);
+        char          *xq = malloc(xrow * maxc);
+        float         *y = malloc(maxr * maxc * sizeof(float));
+        float         *ys = malloc(maxr * maxc * sizeof(float));
+        float         *y1 = malloc(maxr * sizeof(float));
+
+        fill(w, n * maxr, 0.05f);
+        fill(x, n * maxc, 1.0f);
+        for (int r = 0; r < maxr; r++) {
+            llm_quantize_row(LLM_TYPE_Q4_0, w + r * n, wq + r * wrow, n);
+        }
+        for (int c = 0; c < maxc; c++) {
+            llm_quantize_act_ref(LLM_TYPE_Q8_0, x + c * n, xq + c * xrow, n);
+        }
+        llm_repack_rows(LLM_TYPE_Q4_0, n, maxr, wq, wr);
+
+        for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
+            for (size_t ic = 0; ic < sizeof(cols) / sizeof(cols[0]); ic++) {
+                const int  nr = rows[ir], nc = cols[ic];
+                int        far = 0, diff = 0, alone = 0;
+
+                llm_gemm(LLM_TYPE_Q4_0_R16, n, nr, nc, wr, wrow, xq, xrow,
+                         y, nr);
+                llm_simd_force(LLM_SIMD_SCALAR);
+                llm_gemm(LLM_TYPE_Q4_0_R16, n, nr, nc, wr, wrow, xq, xrow,
+                         ys, nr);
+                llm_simd_force(LLM_SIMD_AVX512);
+                diff = memcmp(y, ys, nr * nc * sizeof(float)) != 0;
+                for (int c = 0; c < nc; c++) {
+                    llm_gemm(LLM_TYPE_Q4_0_R16, n, nr, 1, wr, wrow,
+                             xq + c * xrow, xrow, y1, nr);
+                    alone += memcmp(y1, y + c * nr, nr * sizeof(float)) != 0;
+                    for (int r = 0; r < nr; r++) {
+                        double  norm = 0;
+                        float   ref;
+
+                        llm_vec_dot_ref(LLM_TYPE_Q4_0, n, &ref,
+                                        wq + r * wrow, xq + c * xrow);
+                        for (int64_t j = 0; j < n; j++) {
+                            norm += fabsf(w[r * n + j] * x[c * n + j]);
+                        }
+                        far += !(fabs(y[c * nr + r] - ref) <= 2e-5 * norm);
+                    }
+                }
+                CHECK(diff == 0 && alone == 0 && far == 0,
+                      "Q4_0_R16 n=%lld %dx%d: %s scalar, %d columns differ"
+                      " alone, %d results off the Q4_0 dot",
+                      (long long) n, nr, nc, diff ? "differs from" : "as",
+                      alone, far);
+            }
+        }
+        free(w);
+        free(x);
+        free(wq);
+        free(wr);
+        free(xq);
+        free(y);
+        free(ys);
+        free(y1);
+    }
+    llm_simd_force(llm_simd_best());
+    report("Q4_0_R16: AVX-512 gemm bit-identical to its scalar reference"
+           " and to each column alone, within 2e-5 of Q4_0", before);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -843,6 +941,7 @@ main(int argc, char **argv)
     }
     test_swiglu();
     test_reference_files();
+    test_q4_0_r16();
 
     printf("%s\n", failures ? "FAILED" : "PASSED");
     return failures ? 1 : 0;

@@ -90,7 +90,8 @@ kb_worker(void *p)
 {
     kb_arg_t  *a = p;
     kb_job_t  *j = a->job;
-    int64_t    per = (j->nr + j->nth - 1) / j->nth;
+    /* whole 16-row groups (Q4_0_R16 takes no less) */
+    int64_t    per = ((j->nr + j->nth - 1) / j->nth + 15) / 16 * 16;
     int64_t    r0 = a->ith * per;
     int64_t    r1 = r0 + per < j->nr ? r0 + per : j->nr;
     double     t0 = 0, c0;
@@ -182,7 +183,10 @@ kb_type(const char *name, llm_type_t *t)
     for (uint32_t i = 0; i < LLM_TYPE_COUNT; i++) {
         const llm_type_info_t  *ti = llm_type_info(i);
 
-        if (ti && ti->supported && strcasecmp(ti->name, name) == 0) {
+        /* Q4_0_R16: the layout the engine regroups Q4_0 into at load */
+        if (ti && (ti->supported || i == LLM_TYPE_Q4_0_R16)
+            && strcasecmp(ti->name, name) == 0)
+        {
             *t = (llm_type_t) i;
             return 0;
         }
@@ -269,6 +273,12 @@ main(int argc, char **argv)
         llm_type_t  at = llm_type_vec_dot_type(t);
         size_t      rb = llm_row_bytes(t, n), xb = llm_row_bytes(at, n);
         int64_t     nr = (int64_t) (mbytes * 1048576.0) / (int64_t) rb;
+        /* the source type of a regrouped one, which takes 64-row runs */
+        llm_type_t  qt = t == LLM_TYPE_Q4_0_R16 ? LLM_TYPE_Q4_0 : t;
+
+        if (qt != t) {
+            nr = nr < 64 ? 64 : nr / 64 * 64;
+        }
         char       *w = NULL;
         char       *map = NULL;
         size_t      map_len = 0;
@@ -331,7 +341,18 @@ main(int argc, char **argv)
             f[i] = (rand() / (float) RAND_MAX - 0.5f) * 0.1f;
         }
         for (int64_t r = 0; file == NULL && r < 64 && r < nr; r++) {
-            llm_quantize_row(t, f + r * n, w + r * rb, n);
+            llm_quantize_row(qt, f + r * n, w + r * rb, n);
+        }
+        if (file == NULL && qt != t) {
+            char  *tmp = malloc(64 * rb);
+
+            if (tmp == NULL) {
+                fprintf(stderr, "llm-kbench: out of memory\n");
+                return 1;
+            }
+            llm_repack_rows(qt, n, 64, w, tmp);
+            memcpy(w, tmp, 64 * rb);
+            free(tmp);
         }
         for (int64_t r = 64; file == NULL && r < nr; r++) {
             memcpy(w + r * rb, w + (r % 64) * rb, rb);
