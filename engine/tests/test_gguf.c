@@ -281,8 +281,8 @@ test_type_table(void)
     for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
         const llm_type_info_t *ti = llm_type_info(t);
         int64_t ne[1];
-        if (ti == NULL) {
-            continue;
+        if (ti == NULL || t == LLM_TYPE_Q4_0_R16) {
+            continue;           /* the engine's own layout, not in files */
         }
         CHECK(strcmp(ti->name, llm_gguf_type_name(t)) == 0,
             "type %u: quant.c says %s, gguf.c %s", t, ti->name,
@@ -296,7 +296,7 @@ test_type_table(void)
     for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
         const llm_type_info_t *ti = llm_type_info(t);
         uint8_t buf[512] = { 0 };
-        if (ti != NULL) {
+        if (ti != NULL && t != LLM_TYPE_Q4_0_R16) {
             llm_gguf_w_data(w, buf, ti->block_bytes);
         }
     }
@@ -306,7 +306,7 @@ test_type_table(void)
         for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
             const llm_type_info_t *ti = llm_type_info(t);
             const llm_gguf_tensor_t *gt;
-            if (ti == NULL) {
+            if (ti == NULL || t == LLM_TYPE_Q4_0_R16) {
                 continue;
             }
             snprintf(name, sizeof(name), "t%u", t);
