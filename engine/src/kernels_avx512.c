@@ -1397,7 +1397,7 @@ LLM_T_DRIVER(llm_gemm_q4_0_t16, llm_q4_t16_t, LLM_QK, LLM_G4_QUADS,
  * Weights regrouped at load (llm_repack_rows): block b of 16 rows is 4
  * vectors of 4 quant bytes per row, so one vpdpbusd multiplies 16 rows by
  * 4 bytes of a column, the column's 4 bytes broadcast from memory.  Per
- * block and column: 8 vpdpbusd, an add, a convert, a multiply and an FMA
+ * block and column: 8 vpdpbusd in one chain, a convert, a multiply and an FMA
  * on one lane per row, with no transposes, permutes or final lane sums
  * (the Q4_0 tile needs all three), and each column brings 40 bytes per
  * block instead of 640 per 16 blocks of the tile's prepared vectors.  From
@@ -1501,15 +1501,16 @@ llm_q4r_tile(const int C, int64_t nbs, const llm_block_q4_0x16 *w,
 #pragma GCC unroll 16
         for (c = 0; c < C; c++) {
             __m512i  s0 = _mm512_set1_epi32(p[c].init);
-            __m512i  s1 = _mm512_setzero_si512();
 
 #pragma GCC unroll 4
             for (i = 0; i < 4; i++) {
                 s0 = llm_dpbusd_b4(s0, lo[i], p[c].qs + 4 * i);
-                s1 = llm_dpbusd_b4(s1, hi[i], p[c].qs + 16 + 4 * i);
             }
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(
-                                         _mm512_add_epi32(s0, s1)),
+#pragma GCC unroll 4
+            for (i = 0; i < 4; i++) {
+                s0 = llm_dpbusd_b4(s0, hi[i], p[c].qs + 16 + 4 * i);
+            }
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
                                      _mm512_mul_ps(wd,
                                                    _mm512_set1_ps(p[c].d)),
                                      acc[c]);
