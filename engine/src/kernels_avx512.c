@@ -1537,7 +1537,10 @@ llm_q4r_tile(const int C, int64_t nbs, const llm_block_q4_0x16 *w,
 /*
  * Rows in chunks of 4 groups (64 rows, 72 KB at n = 2048: they stay in
  * L2 while every column chunk passes), columns in chunks of at most 16
- * (balanced: 20 are 10 + 10), blocks in slices of LLM_Q4R_SLICE.
+ * (balanced: 20 are 10 + 10), blocks in slices of LLM_Q4R_SLICE.  With
+ * one column chunk (an expert's few tokens) there is nothing to keep in
+ * L2, so all rows are one chunk and the columns are prepared once per
+ * slice, not once per 64 rows.
  */
 static void
 llm_gemm_q4_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
@@ -1546,11 +1549,11 @@ llm_gemm_q4_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
     llm_q4r_col_t  pre[16 * LLM_Q4R_SLICE];
     const char    *wp = w;
     const int64_t  nb = n / LLM_QK, ng = nr / 16;
-    const int64_t  nch = (nc + 15) / 16;
+    const int64_t  nch = (nc + 15) / 16, gch = nch == 1 ? ng : 4;
     int64_t        g0, g1, g, j, c0, c1, b0, nbs;
 
     for (g0 = 0; g0 < ng; g0 = g1) {
-        g1 = g0 + 4 < ng ? g0 + 4 : ng;
+        g1 = g0 + gch < ng ? g0 + gch : ng;
         for (j = 0; j < nch; j++) {
             const char  *xc;
             float       *yc;

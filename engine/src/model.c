@@ -804,7 +804,7 @@ llm_model_prefault(llm_model_t *m, const llm_model_opts_t *opts)
 /*
  * The matrices of the model that only ever meet llm_gemm (not the token
  * embeddings, which are read row by row, nor an output tied to them);
- * the experts only when they come from the mapping.  At most 7 per layer
+ * the experts only when they come from the mapping.  At most 10 per layer
  * and the output: fills out and returns the count.
  */
 static size_t
