@@ -190,29 +190,53 @@ llm_ctx_map(llm_ctx_t *c, size_t bytes)
     return p;
 }
 
-/* y = x / sqrt(mean(x^2) + eps) * w over n values (sum in double). */
+/*
+ * y = x / sqrt(mean(x^2) + eps) * w over n values (sum in double); y may
+ * be x.  Eight partial sums, the one of lane k summing x[8i + k]^2, held
+ * as four vectors of two doubles (the baseline is SSE2): one serial
+ * chain of double adds cost 2% of a 64-stream decode step (perf,
+ * docs/BENCHMARKS.md), and an array of eight GCC kept in memory, each
+ * add a store and a load.  The order depends on n only, so a row's
+ * result does not depend on its batch.  The scaling is written with
+ * vectors too: GCC will not vectorize it by itself for fear that y
+ * overlaps w.
+ */
 static void
 llm_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
 {
-    double   s[8] = { 0 }, ss;
-    float    scale;
-    int64_t  i;
-    int      k;
+    typedef double  v2df __attribute__((vector_size(16)));
+    typedef float   v4sf __attribute__((vector_size(16)));
+    v2df            s0 = { 0, 0 }, s1 = s0, s2 = s0, s3 = s0, d;
+    v4sf            vx, vw, vs;
+    double          ss;
+    float           scale;
+    int64_t         i;
 
-    /* eight partial sums: one serial chain of double adds cost 2% of a
-     * 64-stream decode step (perf, docs/BENCHMARKS.md); the order depends
-     * on n only, so a row's result does not depend on its batch */
     for (i = 0; i + 8 <= n; i += 8) {
-        for (k = 0; k < 8; k++) {
-            s[k] += (double) x[i + k] * x[i + k];
-        }
+        d = (v2df) { x[i], x[i + 1] };
+        s0 += d * d;
+        d = (v2df) { x[i + 2], x[i + 3] };
+        s1 += d * d;
+        d = (v2df) { x[i + 4], x[i + 5] };
+        s2 += d * d;
+        d = (v2df) { x[i + 6], x[i + 7] };
+        s3 += d * d;
     }
     for (; i < n; i++) {
-        s[0] += (double) x[i] * x[i];
+        s0[0] += (double) x[i] * x[i];
     }
-    ss = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    ss = ((s0[0] + s0[1]) + (s1[0] + s1[1]))
+         + ((s2[0] + s2[1]) + (s3[0] + s3[1]));
     scale = (float) (1.0 / sqrt(ss / (double) n + (double) eps));
-    for (i = 0; i < n; i++) {
+
+    vs = (v4sf) { scale, scale, scale, scale };
+    for (i = 0; i + 4 <= n; i += 4) {
+        memcpy(&vx, x + i, sizeof(vx));
+        memcpy(&vw, w + i, sizeof(vw));
+        vx = vx * vs * vw;
+        memcpy(y + i, &vx, sizeof(vx));
+    }
+    for (; i < n; i++) {
         y[i] = x[i] * scale * w[i];
     }
 }
@@ -804,7 +828,21 @@ llm_axpy(float *x, const float *y, float a, uint32_t n)
     v8sf           va = { a, a, a, a, a, a, a, a }, vx, vy;
     uint32_t       i;
 
-    for (i = 0; i + 8 <= n; i += 8) {
+    for (i = 0; i + 16 <= n; i += 16) {
+        /* y is an expert's output, most often written by the other
+         * thread: perf showed three quarters of the scatter waiting on
+         * its loads, so ask for it 1 KB ahead of use */
+        __builtin_prefetch(y + i + 256);
+        memcpy(&vx, x + i, sizeof(vx));
+        memcpy(&vy, y + i, sizeof(vy));
+        vx += va * vy;
+        memcpy(x + i, &vx, sizeof(vx));
+        memcpy(&vx, x + i + 8, sizeof(vx));
+        memcpy(&vy, y + i + 8, sizeof(vy));
+        vx += va * vy;
+        memcpy(x + i + 8, &vx, sizeof(vx));
+    }
+    for (; i + 8 <= n; i += 8) {
         memcpy(&vx, x + i, sizeof(vx));
         memcpy(&vy, y + i, sizeof(vy));
         vx += va * vy;
