@@ -82,10 +82,15 @@ llm_swiglu_fn
 llm_swiglu_kernel(void)
 {
     switch (llm_simd_level()) {
+#if defined(__x86_64__)
     case LLM_SIMD_AVX512:
         return llm_swiglu_avx512;
     case LLM_SIMD_AVX2:
         return llm_swiglu_avx2;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        return llm_swiglu_neon;
+#endif
     default:
         return llm_swiglu_ref;
     }
@@ -96,6 +101,7 @@ llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
     llm_attn_softmax_fn *sm)
 {
     switch (llm_simd_level()) {
+#if defined(__x86_64__)
     case LLM_SIMD_AVX512:
         *qk = llm_attn_qk_avx512;
         *pv = llm_attn_pv_avx512;
@@ -106,6 +112,13 @@ llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
         *pv = llm_attn_pv_avx2;
         *sm = llm_attn_softmax_avx2;
         break;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        *qk = llm_attn_qk_neon;
+        *pv = llm_attn_pv_neon;
+        *sm = llm_attn_softmax_neon;
+        break;
+#endif
     default:
         *qk = llm_attn_qk_ref;
         *pv = llm_attn_pv_ref;

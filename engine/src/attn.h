@@ -6,8 +6,9 @@
  * token t (bt = block tokens), so the scores of G query heads against up to
  * bt positions are G accumulators over the head dims with one contiguous
  * load per dim.  V is stored by token: v[t * v_stride + d].  Elements are
- * F32 or F16.  Scalar references here; AVX2 and AVX-512 versions in
- * attn_avx2.c / attn_avx512.c, picked from llm_simd_level() per call.
+ * F32 or F16.  Scalar references here; AVX2, AVX-512 and NEON versions in
+ * attn_avx2.c / attn_avx512.c / attn_neon.c, picked from llm_simd_level()
+ * per call.
  */
 
 #ifndef LLM_ATTN_H
@@ -44,6 +45,11 @@ void llm_attn_qk_avx512(const float *q, uint32_t G, uint32_t hd,
     size_t lds);
 void llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
     size_t v_stride, uint32_t n, int f16, const float *s, size_t lds);
+void llm_attn_qk_neon(const float *q, uint32_t G, uint32_t hd,
+    const void *kt, uint32_t bt, uint32_t n, int f16, float scale, float *s,
+    size_t lds);
+void llm_attn_pv_neon(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds);
 
 /* In place: s[t] = exp(s[t] - max(s)) / sum over t < n. */
 typedef void (*llm_attn_softmax_fn)(float *s, uint32_t n);
@@ -51,6 +57,7 @@ typedef void (*llm_attn_softmax_fn)(float *s, uint32_t n);
 void llm_attn_softmax_ref(float *s, uint32_t n);
 void llm_attn_softmax_avx2(float *s, uint32_t n);
 void llm_attn_softmax_avx512(float *s, uint32_t n);
+void llm_attn_softmax_neon(float *s, uint32_t n);
 
 /* The kernels for the SIMD level in use. */
 void llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
@@ -65,6 +72,7 @@ typedef void (*llm_swiglu_fn)(float *g, const float *u, size_t n);
 void llm_swiglu_ref(float *g, const float *u, size_t n);
 void llm_swiglu_avx2(float *g, const float *u, size_t n);
 void llm_swiglu_avx512(float *g, const float *u, size_t n);
+void llm_swiglu_neon(float *g, const float *u, size_t n);
 
 /* The SwiGLU kernel for the SIMD level in use. */
 llm_swiglu_fn llm_swiglu_kernel(void);

@@ -233,13 +233,14 @@ llm_attn_softmax_avx2(float *s, uint32_t n)
 void
 llm_swiglu_avx2(float *g, const float *u, size_t n)
 {
-    const __m256  one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(87.0f);
+    const __m256  one = _mm256_set1_ps(1.0f), lim = _mm256_set1_ps(88.0f);
     __m256        x, e;
     size_t        i;
 
     for (i = 0; i + 8 <= n; i += 8) {
         x = _mm256_loadu_ps(g + i);
-        /* exp(-x), its argument kept where 2^n is a normal float */
+        /* exp(-x), its argument at most 88 so 2^n stays a normal float
+         * (n = 127); past 88.72 expf overflows and silu is -0 anyway */
         e = llm_exp8(_mm256_min_ps(_mm256_sub_ps(_mm256_setzero_ps(), x),
                                    lim));
         _mm256_storeu_ps(g + i,

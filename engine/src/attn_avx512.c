@@ -192,7 +192,7 @@ llm_attn_softmax_avx512(float *s, uint32_t n)
 void
 llm_swiglu_avx512(float *g, const float *u, size_t n)
 {
-    const __m512  one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(87.0f);
+    const __m512  one = _mm512_set1_ps(1.0f), lim = _mm512_set1_ps(88.0f);
     __m512        x, e;
     __mmask16     m;
     size_t        i;
@@ -200,7 +200,8 @@ llm_swiglu_avx512(float *g, const float *u, size_t n)
     for (i = 0; i < n; i += 16) {
         m = n - i >= 16 ? 0xffff : (__mmask16) ((1u << (n - i)) - 1);
         x = _mm512_maskz_loadu_ps(m, g + i);
-        /* exp(-x), its argument kept where 2^n is a normal float */
+        /* exp(-x), its argument at most 88 so 2^n stays a normal float
+         * (n = 127); past 88.72 expf overflows and silu is -0 anyway */
         e = llm_exp16(_mm512_min_ps(_mm512_sub_ps(_mm512_setzero_ps(), x),
                                     lim));
         _mm512_mask_storeu_ps(g + i, m,

@@ -154,6 +154,7 @@ extern int64_t  llm_pre_bytes;
 
 void llm_kernels_init_avx2(llm_kernels_t *k);
 void llm_kernels_init_avx512(llm_kernels_t *k);
+void llm_kernels_init_neon(llm_kernels_t *k);
 
 #define LLM_INLINE  static inline __attribute__((always_inline))
 

@@ -16,6 +16,10 @@
 #include <string.h>
 #include <errno.h>
 #include <unistd.h>
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#include <asm/hwcap.h>
+#endif
 
 #include "quant.h"
 #include "kernels_common.h"
@@ -1137,11 +1141,75 @@ static void
 llm_kernels_for(llm_kernels_t *k, llm_simd_t s)
 {
     llm_kernels_init_scalar(k);
-    if (s >= LLM_SIMD_AVX2) {
+#if defined(__x86_64__)
+    if (s == LLM_SIMD_AVX2 || s == LLM_SIMD_AVX512) {
         llm_kernels_init_avx2(k);
     }
-    if (s >= LLM_SIMD_AVX512) {
+    if (s == LLM_SIMD_AVX512) {
         llm_kernels_init_avx512(k);
+    }
+#elif defined(__aarch64__)
+    if (s == LLM_SIMD_NEON) {
+        llm_kernels_init_neon(k);
+    }
+#else
+    (void) s;
+#endif
+}
+
+
+/* The best level this CPU runs (the build has every level of its ISA). */
+static llm_simd_t
+llm_simd_detect(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+          && __builtin_cpu_supports("f16c")
+          && __builtin_cpu_supports("bmi2")))
+    {
+        return LLM_SIMD_SCALAR;
+    }
+    if (__builtin_cpu_supports("avx512f")
+        && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vl")
+        && __builtin_cpu_supports("avx512dq")
+        && __builtin_cpu_supports("avx512vnni")
+        && __builtin_cpu_supports("avx512bf16"))
+    {
+        return LLM_SIMD_AVX512;
+    }
+    return LLM_SIMD_AVX2;
+#elif defined(__aarch64__)
+    /* Advanced SIMD is architectural; the kernels also use SDOT (ARMv8.2
+     * dot product: Neoverse N1 / Graviton2 and later) and fp16 vector
+     * conversions */
+    unsigned long  hw = getauxval(AT_HWCAP);
+
+    if ((hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) && (hw & HWCAP_FP)) {
+        return LLM_SIMD_NEON;
+    }
+    return LLM_SIMD_SCALAR;
+#else
+    return LLM_SIMD_SCALAR;
+#endif
+}
+
+
+int
+llm_simd_supported(llm_simd_t s)
+{
+    llm_simd_init();
+    switch (s) {
+    case LLM_SIMD_SCALAR:
+        return 1;
+    case LLM_SIMD_AVX2:
+        return llm_best == LLM_SIMD_AVX2 || llm_best == LLM_SIMD_AVX512;
+    case LLM_SIMD_AVX512:
+    case LLM_SIMD_NEON:
+        return llm_best == s;
+    default:
+        return 0;
     }
 }
 
@@ -1156,8 +1224,6 @@ llm_simd_once(void)
     llm_simd_t   want;
     long         l1;
 
-    __builtin_cpu_init();
-
     /* Prepared columns beyond the L1 run the tiles at half speed
      * (llm-kbench -c 8 -n 8192: 85 against 190 GMAC/s at n = 2048);
      * five sixths of it ran ahead of two thirds (docs/BENCHMARKS.md). */
@@ -1166,39 +1232,26 @@ llm_simd_once(void)
         llm_pre_bytes = l1 / 6 * 5;
     }
 
-    llm_best = LLM_SIMD_SCALAR;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
-        && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2"))
-    {
-        llm_best = LLM_SIMD_AVX2;
-
-        if (__builtin_cpu_supports("avx512f")
-            && __builtin_cpu_supports("avx512bw")
-            && __builtin_cpu_supports("avx512vl")
-            && __builtin_cpu_supports("avx512dq")
-            && __builtin_cpu_supports("avx512vnni")
-            && __builtin_cpu_supports("avx512bf16"))
-        {
-            llm_best = LLM_SIMD_AVX512;
-        }
-    }
-
+    llm_best = llm_simd_detect();
     want = llm_best;
     env = getenv("LLM_SIMD");
     if (env != NULL && *env != '\0') {
-        if (strcmp(env, "scalar") == 0) {
-            want = LLM_SIMD_SCALAR;
-        } else if (strcmp(env, "avx2") == 0) {
-            want = LLM_SIMD_AVX2;
-        } else if (strcmp(env, "avx512") == 0) {
-            want = LLM_SIMD_AVX512;
-        } else {
-            fprintf(stderr, "LLM_SIMD=%s: expected scalar, avx2 or avx512;"
-                    " using %s\n", env, llm_simd_name(llm_best));
+        for (want = LLM_SIMD_SCALAR; want < LLM_SIMD_COUNT; want++) {
+            if (strcmp(env, llm_simd_name(want)) == 0) {
+                break;
+            }
         }
-        if (want > llm_best) {
-            fprintf(stderr, "LLM_SIMD=%s: this CPU supports at most %s;"
-                    " using that\n", env, llm_simd_name(llm_best));
+        if (want == LLM_SIMD_COUNT) {
+            fprintf(stderr, "LLM_SIMD=%s: expected scalar, avx2, avx512 or"
+                    " neon; using %s\n", env, llm_simd_name(llm_best));
+            want = llm_best;
+        } else if (want != LLM_SIMD_SCALAR
+                   && !(want == llm_best
+                        || (want == LLM_SIMD_AVX2
+                            && llm_best == LLM_SIMD_AVX512)))
+        {
+            fprintf(stderr, "LLM_SIMD=%s: this CPU or build does not run"
+                    " it; using %s\n", env, llm_simd_name(llm_best));
             want = llm_best;
         }
     }
@@ -1243,6 +1296,10 @@ llm_simd_name(llm_simd_t s)
         return "avx2";
     case LLM_SIMD_AVX512:
         return "avx512";
+    case LLM_SIMD_NEON:
+        return "neon";
+    default:
+        break;
     }
     return "?";
 }
@@ -1255,7 +1312,7 @@ llm_simd_force(llm_simd_t s)
 {
     llm_simd_init();
 
-    if ((int) s < 0 || s > llm_best) {
+    if ((int) s < 0 || s >= LLM_SIMD_COUNT || !llm_simd_supported(s)) {
         return -EINVAL;
     }
 
@@ -1289,7 +1346,7 @@ llm_repack_type(llm_type_t t, int64_t nr)
     /* only the AVX-512 kernel runs ahead of the plain Q4_0 kernels; the
      * scalar one is the reference */
     if (t == LLM_TYPE_Q4_0 && nr > 0 && nr % 16 == 0
-        && llm_level >= LLM_SIMD_AVX512)
+        && llm_level == LLM_SIMD_AVX512)
     {
         return LLM_TYPE_Q4_0_R16;
     }

@@ -8,9 +8,10 @@
  * F32 for the float types.  Activations are converted once per row with
  * llm_quantize_act() and then dotted with many weight rows.
  *
- * Every kernel has a scalar reference; SIMD versions (AVX2, AVX-512 with
- * VNNI) are chosen once at start from cpuid, or forced with
- * LLM_SIMD=scalar|avx2|avx512.
+ * Every kernel has a scalar reference; SIMD versions (x86-64: AVX2,
+ * AVX-512 with VNNI; aarch64: NEON with the dot-product extension) are
+ * chosen once at start from cpuid or the auxiliary vector, or forced with
+ * LLM_SIMD=scalar|avx2|avx512|neon.
  */
 
 #ifndef LLM_QUANT_H
@@ -41,10 +42,14 @@ typedef enum {
     LLM_TYPE_COUNT = 41
 } llm_type_t;
 
+/* Levels: on x86-64 SCALAR < AVX2 < AVX512 (each a superset); on aarch64
+ * SCALAR and NEON.  Compare levels only through llm_simd_supported(). */
 typedef enum {
     LLM_SIMD_SCALAR = 0,
     LLM_SIMD_AVX2 = 1,
-    LLM_SIMD_AVX512 = 2
+    LLM_SIMD_AVX512 = 2,
+    LLM_SIMD_NEON = 3,
+    LLM_SIMD_COUNT = 4
 } llm_simd_t;
 
 /* Static facts about a type; 0-sized for types this engine does not know. */
@@ -68,7 +73,9 @@ void llm_simd_init(void);
 llm_simd_t llm_simd_level(void);      /* the level in use */
 llm_simd_t llm_simd_best(void);       /* the best the CPU supports */
 const char *llm_simd_name(llm_simd_t s);
-/* For tests: force a level (must be <= llm_simd_best()). */
+/* 1 if this build and CPU can run level s (SCALAR always). */
+int llm_simd_supported(llm_simd_t s);
+/* For tests: force a level (must be supported). */
 int llm_simd_force(llm_simd_t s);
 
 /* Conversions (scalar, exact as ggml). */

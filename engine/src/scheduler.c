@@ -791,7 +791,9 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
  * otherwise: the tool hooks write "PARAM: message" with PARAM tools[i]...
  * or tool_choice (toolhooks.h).  The param is copied into pbuf.
  */
-static const char *
+/* not inlined: GCC 12 for aarch64 follows param into a caller's 9-byte
+ * array and turns the strcmp below into a -Wstring-compare error */
+static __attribute__((noinline)) const char *
 llm_hooks_err_param(const char *param, const char *err, char *pbuf,
     size_t len)
 {

@@ -136,7 +136,7 @@ kb_usage(FILE *f)
         "usage: llm-kbench [options]\n"
         "  -t, --types LIST     weight types (default Q4_0,Q8_0,Q4_K,Q5_K,"
         "Q6_K,F16)\n"
-        "  -s, --simd LIST      scalar,avx2,avx512 (default: all the CPU"
+        "  -s, --simd LIST      scalar,avx2,avx512,neon (default: all the CPU"
         " has)\n"
         "  -j, --threads LIST   thread counts (default 1,2)\n"
         "  -c, --cols LIST      activation columns (default 1,8,64)\n"
@@ -251,8 +251,10 @@ main(int argc, char **argv)
 
     llm_simd_init();
     if (ns == 0) {
-        for (int l = 0; l <= (int) llm_simd_best(); l++) {
-            snprintf(simds[ns++], 16, "%s", llm_simd_name(l));
+        for (int l = 0; l < LLM_SIMD_COUNT; l++) {
+            if (llm_simd_supported((llm_simd_t) l)) {
+                snprintf(simds[ns++], 16, "%s", llm_simd_name(l));
+            }
         }
     }
 
@@ -411,7 +413,7 @@ main(int argc, char **argv)
             }
 
             while (strcmp(llm_simd_name(lv), simds[is]) != 0
-                   && lv < LLM_SIMD_AVX512)
+                   && lv + 1 < LLM_SIMD_COUNT)
             {
                 lv++;
             }

@@ -114,7 +114,11 @@ sub start_engine {
     my ($self, $name, %o) = @_;
     my $sock = "$self->{dir}/engine-$name.sock";
     my $log = "$self->{dir}/engine-$name.log";
-    my @cmd = ($self->bin('llm-engine'), '--model', $o{model} // $self->model,
+    # LLM_ENGINE_BIN / LLM_ENGINE_WRAP: another build's engine, run under
+    # a wrapper (./build.sh cross: the aarch64 engine under qemu-aarch64)
+    my @cmd = ((split ' ', $ENV{LLM_ENGINE_WRAP} // ''),
+               $ENV{LLM_ENGINE_BIN} // $self->bin('llm-engine'),
+               '--model', $o{model} // $self->model,
                '--socket', $sock, '--threads', $o{threads} // 1,
                @{ $o{args} // [] });
     local %ENV = (%ENV, %{ $o{env} // {} });

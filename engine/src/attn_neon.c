@@ -1,0 +1,249 @@
+/*
+ * NEON attention and SwiGLU kernels (aarch64): the AVX2 ones' structure
+ * at 4 lanes, 4 positions per register for q.k (K is transposed per
+ * block), 4 head dims per register for p.v.  Tails (fewer than 4
+ * positions or dims) go through a zero-padded copy.
+ */
+
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+#include "attn.h"
+
+static inline float32x4_t
+llm_ld4(const void *base, size_t i, uint32_t cnt, int f16)
+{
+    float     tmp[4];
+    uint16_t  th[4];
+    uint32_t  k;
+
+    if (cnt >= 4) {
+        if (f16) {
+            return vcvt_f32_f16(vreinterpret_f16_u16(
+                       vld1_u16((const uint16_t *) base + i)));
+        }
+        return vld1q_f32((const float *) base + i);
+    }
+    if (f16) {
+        memset(th, 0, sizeof(th));
+        memcpy(th, (const uint16_t *) base + i, cnt * 2);
+        return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(th)));
+    }
+    for (k = 0; k < 4; k++) {
+        tmp[k] = k < cnt ? ((const float *) base)[i + k] : 0.0f;
+    }
+    return vld1q_f32(tmp);
+}
+
+static inline void
+llm_st4(float *dst, float32x4_t v, uint32_t cnt)
+{
+    float  tmp[4];
+
+    if (cnt >= 4) {
+        vst1q_f32(dst, v);
+        return;
+    }
+    vst1q_f32(tmp, v);
+    memcpy(dst, tmp, cnt * sizeof(float));
+}
+
+/* NG heads x 8 positions (two registers each) over all head dims. */
+static inline __attribute__((always_inline)) void
+llm_qk_heads(const int NG, const float *q, uint32_t hd, const void *kt,
+    uint32_t bt, uint32_t n, int f16, float scale, float *s, size_t lds)
+{
+    uint32_t     t, d, c0, c1;
+    int          j;
+    float32x4_t  acc[8][2], k0, k1;
+
+    for (t = 0; t < n; t += 8) {
+        c0 = n - t;
+        c1 = n - t > 4 ? n - t - 4 : 0;
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            acc[j][0] = vdupq_n_f32(0.0f);
+            acc[j][1] = vdupq_n_f32(0.0f);
+        }
+        for (d = 0; d < hd; d++) {
+            k0 = llm_ld4(kt, (size_t) d * bt + t, c0, f16);
+            k1 = c1 ? llm_ld4(kt, (size_t) d * bt + t + 4, c1, f16)
+                    : vdupq_n_f32(0.0f);
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                acc[j][0] = vfmaq_n_f32(acc[j][0], k0, q[j * hd + d]);
+                acc[j][1] = vfmaq_n_f32(acc[j][1], k1, q[j * hd + d]);
+            }
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            llm_st4(s + j * lds + t, vmulq_n_f32(acc[j][0], scale), c0);
+            if (c1) {
+                llm_st4(s + j * lds + t + 4, vmulq_n_f32(acc[j][1], scale),
+                        c1);
+            }
+        }
+    }
+}
+
+void
+llm_attn_qk_neon(const float *q, uint32_t G, uint32_t hd, const void *kt,
+    uint32_t bt, uint32_t n, int f16, float scale, float *s, size_t lds)
+{
+    uint32_t  h = 0;
+
+    for ( ; h + 8 <= G; h += 8) {
+        llm_qk_heads(8, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qk_heads(4, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qk_heads(1, q + h * hd, hd, kt, bt, n, f16, scale, s + h * lds,
+                     lds);
+    }
+}
+
+/* NG heads x 16 dims (4 registers each) over all n positions. */
+static inline __attribute__((always_inline)) void
+llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
+    const void *v, size_t v_stride, uint32_t n, int f16, const float *s,
+    size_t lds)
+{
+    float32x4_t  acc[2][4], vv[4];
+    uint32_t     t, c, cnt[4];
+    int          j;
+    float        a;
+
+#pragma GCC unroll 4
+    for (c = 0; c < 4; c++) {
+        cnt[c] = hv > d0 + c * 4 ? hv - d0 - c * 4 : 0;
+#pragma GCC unroll 2
+        for (j = 0; j < NG; j++) {
+            acc[j][c] = cnt[c] ? llm_ld4(o + j * hv, d0 + c * 4, cnt[c], 0)
+                               : vdupq_n_f32(0.0f);
+        }
+    }
+    for (t = 0; t < n; t++) {
+#pragma GCC unroll 4
+        for (c = 0; c < 4; c++) {
+            vv[c] = cnt[c] ? llm_ld4(v, t * v_stride + d0 + c * 4, cnt[c],
+                                     f16)
+                           : vdupq_n_f32(0.0f);
+        }
+#pragma GCC unroll 2
+        for (j = 0; j < NG; j++) {
+            a = s[j * lds + t];
+#pragma GCC unroll 4
+            for (c = 0; c < 4; c++) {
+                acc[j][c] = vfmaq_n_f32(acc[j][c], vv[c], a);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (c = 0; c < 4; c++) {
+        if (cnt[c] == 0) {
+            continue;
+        }
+#pragma GCC unroll 2
+        for (j = 0; j < NG; j++) {
+            llm_st4(o + j * hv + d0 + c * 4, acc[j][c], cnt[c]);
+        }
+    }
+}
+
+void
+llm_attn_pv_neon(float *o, uint32_t G, uint32_t hv, const void *v,
+    size_t v_stride, uint32_t n, int f16, const float *s, size_t lds)
+{
+    uint32_t  h, d0;
+
+    for (d0 = 0; d0 < hv; d0 += 16) {
+        h = 0;
+        for ( ; h + 2 <= G; h += 2) {
+            llm_pv_heads(2, o + h * hv, hv, d0, v, v_stride, n, f16,
+                         s + h * lds, lds);
+        }
+        for ( ; h < G; h++) {
+            llm_pv_heads(1, o + h * hv, hv, d0, v, v_stride, n, f16,
+                         s + h * lds, lds);
+        }
+    }
+}
+
+/* exp(x) for x in [-87, 0] (and up to 87 for SwiGLU): the AVX2 kernel's
+ * Cephes reduction and polynomial, 2^n built in the exponent bits. */
+static inline float32x4_t
+llm_exp4(float32x4_t x)
+{
+    float32x4_t  n, r, p;
+    int32x4_t    e;
+
+    x = vmaxq_f32(x, vdupq_n_f32(-87.0f));
+    n = vrndnq_f32(vmulq_n_f32(x, 1.44269504088896341f));
+    r = vfmsq_f32(x, n, vdupq_n_f32(0.693359375f));
+    r = vfmsq_f32(r, n, vdupq_n_f32(-2.12194440e-4f));
+    p = vdupq_n_f32(1.9875691500e-4f);
+    p = vfmaq_f32(vdupq_n_f32(1.3981999507e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(8.3334519073e-3f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(4.1665795894e-2f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.6666665459e-1f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(5.0000001201e-1f), p, r);
+    p = vfmaq_f32(r, vmulq_f32(p, r), r);
+    p = vaddq_f32(p, vdupq_n_f32(1.0f));
+    e = vshlq_n_s32(vaddq_s32(vcvtnq_s32_f32(n), vdupq_n_s32(127)), 23);
+    return vmulq_f32(p, vreinterpretq_f32_s32(e));
+}
+
+void
+llm_attn_softmax_neon(float *s, uint32_t n)
+{
+    float32x4_t  mx = vdupq_n_f32(-INFINITY), sum = vdupq_n_f32(0.0f), v;
+    float        m1, tot, inv;
+    uint32_t     t, end = n & ~3u;
+
+    for (t = 0; t < end; t += 4) {
+        mx = vmaxq_f32(mx, vld1q_f32(s + t));
+    }
+    m1 = vmaxvq_f32(mx);
+    for (t = end; t < n; t++) {
+        m1 = s[t] > m1 ? s[t] : m1;
+    }
+    for (t = 0; t < end; t += 4) {
+        v = llm_exp4(vsubq_f32(vld1q_f32(s + t), vdupq_n_f32(m1)));
+        sum = vaddq_f32(sum, v);
+        vst1q_f32(s + t, v);
+    }
+    tot = vaddvq_f32(sum);
+    for (t = end; t < n; t++) {
+        s[t] = expf(s[t] - m1);
+        tot += s[t];
+    }
+    inv = 1.0f / tot;
+    for (t = 0; t < n; t++) {
+        s[t] *= inv;
+    }
+}
+
+void
+llm_swiglu_neon(float *g, const float *u, size_t n)
+{
+    const float32x4_t  one = vdupq_n_f32(1.0f), lim = vdupq_n_f32(88.0f);
+    float32x4_t        x, e;
+    size_t             i;
+
+    for (i = 0; i + 4 <= n; i += 4) {
+        x = vld1q_f32(g + i);
+        /* exp(-x), its argument at most 88 so 2^n stays a normal float
+         * (n = 127); past 88.72 expf overflows and silu is -0 anyway */
+        e = llm_exp4(vminq_f32(vnegq_f32(x), lim));
+        vst1q_f32(g + i, vmulq_f32(vdivq_f32(x, vaddq_f32(one, e)),
+                                   vld1q_f32(u + i)));
+    }
+    for (; i < n; i++) {
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
