@@ -21,6 +21,7 @@
 #include "gguf.h"
 #include "model.h"
 #include "prompt.h"
+#include "quant.h"
 #include "server.h"
 #include "template.h"
 #include "tokenizer.h"
@@ -441,10 +442,12 @@ main(int argc, char **argv)
             (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
             tsrc, tfmt, tool_format ? " (--tool-format)" : "");
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
-            "context %u, step budget %u tokens, max queue %u", n_blocks,
+            "context %u, step budget %u tokens, max queue %u, kernels %s "
+            "(this CPU's best %s)", n_blocks,
             block_tokens, (double) n_blocks * block_bytes / 1048576.0,
             kv_type == LLM_TYPE_F16 ? "f16" : "f32", n_ctx, step_tokens,
-            max_queue);
+            max_queue, llm_simd_name(llm_simd_level()),
+            llm_simd_name(llm_simd_best()));
 
     memset(&sc, 0, sizeof(sc));
     sc.socket_path = sock;
