@@ -391,7 +391,15 @@ ngx_http_llm_cleanup(void *data)
     }
 
     if (ctx->finish_reason.len == 0 && ctx->got_token && !ctx->done) {
-        ngx_str_set(&ctx->finish_reason, "cancelled");
+        if (r->headers_out.status >= NGX_HTTP_INTERNAL_SERVER_ERROR
+            && r->headers_out.status != NGX_HTTP_CLIENT_CLOSED_REQUEST)
+        {
+            /* cut off by a timeout or a lost engine, not by the client */
+            ngx_str_set(&ctx->finish_reason, "error");
+
+        } else {
+            ngx_str_set(&ctx->finish_reason, "cancelled");
+        }
     }
 
     ngx_http_llm_record(r, ctx, r->headers_out.status ? r->headers_out.status
@@ -403,6 +411,8 @@ static void
 ngx_http_llm_pool_cleanup(void *data)
 {
     ngx_http_llm_ctx_t *ctx = data;
+
+    ngx_uint_t  i;
 
     if (ctx->heartbeat.timer_set) {
         ngx_del_timer(&ctx->heartbeat);
@@ -422,6 +432,19 @@ ngx_http_llm_pool_cleanup(void *data)
 
     ngx_free(ctx->frame);
     ctx->frame = NULL;
+
+    /*
+     * The logprobs of a JSON answer are jansson trees (malloc, not the
+     * pool): a request that ends before Done (client gone, engine error,
+     * timeout) still holds them here.
+     */
+
+    for (i = 0; ctx->choices && i < ctx->n; i++) {
+        if (ctx->choices[i].logprobs) {
+            json_decref(ctx->choices[i].logprobs);
+            ctx->choices[i].logprobs = NULL;
+        }
+    }
 }
 
 
@@ -1586,6 +1609,35 @@ ngx_http_llm_send_errorf(ngx_http_request_t *r, ngx_uint_t status,
 
 
 /*
+ * Retry-After on an answer that says "busy, come back" (every engine
+ * overloaded or draining): OpenAI's SDKs wait that long before their
+ * automatic retry instead of their own backoff.
+ */
+
+ngx_int_t
+ngx_http_llm_retry_after(ngx_http_request_t *r)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Retry-After");
+    ngx_str_set(&h->value, "1");
+    h->lowcase_key = NULL;
+
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    return NGX_OK;
+}
+
+
+/*
  * The error filter: nginx's own error responses (a 502 after every engine
  * failed, a 413 for a chunked body over client_max_body_size, a 500, ...)
  * on requests this module handles become OpenAI error bodies.  An engine
@@ -1718,6 +1770,12 @@ ngx_http_llm_header_filter(ngx_http_request_t *r)
 
     if (ctx->ticket_set
         && ngx_http_llm_limit_headers(r, &ctx->ticket) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (err.status == NGX_HTTP_SERVICE_UNAVAILABLE
+        && ngx_http_llm_retry_after(r) != NGX_OK)
     {
         return NGX_ERROR;
     }

@@ -291,6 +291,8 @@ typedef struct {
     unsigned                       rewrite_sent:1;
     unsigned                       recorded:1;
     unsigned                       inflight:1;
+    unsigned                       client_gone:1;   /* Cancel sent */
+    unsigned                       backpressure:1;  /* overloaded/draining */
 
     /* an engine error before the first byte, for the final answer */
     ngx_uint_t                     err_status;
@@ -319,6 +321,9 @@ typedef struct {
     ngx_event_t                    flush;
     unsigned                       unflushed:1;
 
+    /* the request's own llm_next_upstream, see ngx_http_llm_engine_error */
+    ngx_uint_t                     next_upstream;
+
     /* the wrapped balancer */
     ngx_event_get_peer_pt          inner_get;
     ngx_event_free_peer_pt         inner_free;
@@ -332,6 +337,7 @@ ngx_http_llm_model_t *ngx_http_llm_find_model(ngx_http_llm_main_conf_t *mcf,
     ngx_str_t *name);
 void ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_uint_t status);
+ngx_int_t ngx_http_llm_retry_after(ngx_http_request_t *r);
 u_char *ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
     size_t *len);
 

@@ -1753,6 +1753,14 @@ ngx_http_llm_sse_raw(ngx_http_request_t *r, ngx_chain_t ***ll, u_char *data,
 
     if (len) {
         cl->buf->last = ngx_cpymem(cl->buf->last, data, len);
+
+    } else {
+        /*
+         * An empty buffer must be a special one (flush, no memory flag):
+         * the write filter refuses an empty temporary buffer ("zero size
+         * buf in writer") and the request would end mid-stream.
+         */
+        cl->buf->temporary = 0;
     }
 
     cl->buf->flush = flush;

@@ -58,6 +58,13 @@ static void ngx_http_llm_finalize_request(ngx_http_request_t *r,
 static void ngx_http_llm_heartbeat_handler(ngx_event_t *ev);
 static void ngx_http_llm_flush_handler(ngx_event_t *ev);
 static void ngx_http_llm_kick(ngx_http_request_t *r);
+static void ngx_http_llm_rd_check_broken(ngx_http_request_t *r);
+static void ngx_http_llm_client_gone(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
+static ngx_int_t ngx_http_llm_send_cancel(ngx_http_request_t *r,
+    ngx_connection_t *c);
+static void ngx_http_llm_gone_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
 
 static ngx_int_t ngx_http_llm_peer_init(ngx_http_request_t *r,
     ngx_http_upstream_srv_conf_t *us);
@@ -175,6 +182,16 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     *conf = llcf->upstream;
 
+    /*
+     * A client that leaves is noticed by ngx_http_llm_rd_check_broken()
+     * instead of the upstream's own check, which would close the engine
+     * connection at once: the engine is told to stop with a Cancel frame
+     * and its answer says what the generation cost (billed like any
+     * other).
+     */
+
+    conf->ignore_client_abort = 1;
+
     if (ctx->model) {
         conf->upstream = ctx->model->upstream;
     }
@@ -205,7 +222,13 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     ctx->inflight = 1;
     ngx_http_llm_metrics_inflight(r, 1);
 
+    ctx->next_upstream = conf->next_upstream;
+
     ngx_http_upstream_init(r);
+
+    if (r->upstream && r->upstream->cleanup) {
+        r->read_event_handler = ngx_http_llm_rd_check_broken;
+    }
 
     return NGX_OK;
 }
@@ -297,6 +320,8 @@ ngx_http_llm_reinit_request(ngx_http_request_t *r)
     ctx->streamed_tokens = 0;
     ctx->got_token = 0;
     ctx->ttft = 0;
+    ctx->backpressure = 0;
+    r->upstream->conf->next_upstream = ctx->next_upstream;
 
     /* a JSON answer collected in part from the failed engine starts over */
 
@@ -420,7 +445,23 @@ ngx_http_llm_process_header(ngx_http_request_t *r)
     ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
 
+    /*
+     * llm_read_timeout bounds the gap between two reads from the engine,
+     * not the whole answer: the upstream arms the timer once when the
+     * request is sent and does not re-arm it while it collects a header,
+     * and a JSON answer is one long header here.
+     */
+
+    if (u->peer.connection) {
+        ngx_add_timer(u->peer.connection->read, u->conf->read_timeout);
+    }
+
     for ( ;; ) {
+
+        if (ctx->client_gone && ctx->done) {
+            /* whatever follows the terminal event is not ours */
+            b->pos = b->last;
+        }
 
         rc = ngx_http_llm_frame(ctx, &b->pos, b->last, llcf->max_frame,
                                 &frame, &len);
@@ -449,6 +490,31 @@ ngx_http_llm_process_header(ngx_http_request_t *r)
                 ngx_http_llm_unpack_free(ev);
             }
             return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        }
+
+        if (ctx->client_gone) {
+            ngx_http_llm_gone_event(r, ctx, ev);
+            ngx_http_llm_unpack_free(ev);
+
+            if (!ctx->done) {
+                continue;
+            }
+
+            /*
+             * The cancelled generation ended and its usage is known: the
+             * response "starts" with 499 and no body, so the upstream's
+             * own send path ends the request (the client connection has
+             * its error flag set) and keeps the engine connection when
+             * the exchange ended cleanly.
+             */
+
+            u->keepalive = (b->pos == b->last
+                            && ctx->state == NGX_HTTP_LLM_FRAME_LEN
+                            && ctx->lenpos == 0
+                            && !u->headers_in.connection_close);
+
+            return ngx_http_llm_start_response(r, ctx,
+                                        NGX_HTTP_CLIENT_CLOSED_REQUEST, 0, 0);
         }
 
         rc = ngx_http_llm_header_event(r, ctx, ev);
@@ -639,13 +705,34 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         mask = 0;
     }
 
-    if (mask && (u->conf->next_upstream & mask)
-        && !(u->conf->next_upstream & NGX_HTTP_UPSTREAM_FT_OFF))
+    /*
+     * Once a token was produced the work is not idempotent: the error is
+     * the answer (and what ran is billed), never a second generation.
+     */
+
+    if (mask && !ctx->got_token && (ctx->next_upstream & mask)
+        && !(ctx->next_upstream & NGX_HTTP_UPSTREAM_FT_OFF))
     {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
                       "llm: engine %V answered \"%V\", trying the next one",
                       u->peer.name, &err.message);
         ctx->upstream_error = 1;
+
+        if (mask == NGX_HTTP_UPSTREAM_FT_HTTP_503) {
+
+            /*
+             * Overloaded or draining is back-pressure, not a failed peer:
+             * ngx_http_llm_peer_free() releases the peer without counting
+             * a failure.  The upstream decides on the next try by the
+             * "invalid header" bit we return under; this request's copy
+             * of the mask gets that bit from "overloaded" alone, and
+             * reinit_request restores it.
+             */
+
+            ctx->backpressure = 1;
+            u->conf->next_upstream |= NGX_HTTP_UPSTREAM_FT_INVALID_HEADER;
+        }
+
         return NGX_HTTP_UPSTREAM_INVALID_HEADER;
     }
 
@@ -667,6 +754,12 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     if (ngx_http_llm_start_response(r, ctx, err.status, body.len, 0)
         != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    if (err.status == NGX_HTTP_SERVICE_UNAVAILABLE
+        && ngx_http_llm_retry_after(r) != NGX_OK)
     {
         return NGX_ERROR;
     }
@@ -904,6 +997,12 @@ ngx_http_llm_input_filter(void *data, ssize_t bytes)
             u->length = 0;
             b->pos = b->last;
             return NGX_OK;
+        }
+
+        if (ctx->client_gone) {
+            ngx_http_llm_gone_event(r, ctx, ev);
+            ngx_http_llm_unpack_free(ev);
+            continue;
         }
 
         rc = ngx_http_llm_stream_event(r, ctx, ev, &ll);
@@ -1203,6 +1302,256 @@ ngx_http_llm_flush_handler(ngx_event_t *ev)
 }
 
 
+/*
+ * The client connection's read handler while the upstream runs (in place
+ * of the upstream's broken-connection check, see upstream_start): tells
+ * a closed client connection from pipelined bytes the way the upstream
+ * does, then hands over to ngx_http_llm_client_gone().
+ */
+
+static void
+ngx_http_llm_rd_check_broken(ngx_http_request_t *r)
+{
+    int                  n;
+    char                 buf[1];
+    ngx_err_t            err;
+    ngx_event_t         *ev;
+    ngx_connection_t    *c;
+    ngx_http_llm_ctx_t  *ctx;
+
+    c = r->connection;
+    ev = c->read;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+
+    if (ctx == NULL || r->upstream == NULL) {
+        return;
+    }
+
+    if (c->error) {
+        goto gone;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        return;
+    }
+#endif
+
+#if (NGX_HAVE_EPOLLRDHUP)
+
+    if ((ngx_event_flags & NGX_USE_EPOLL_EVENT) && ngx_use_epoll_rdhup) {
+
+        if (!ev->pending_eof) {
+            return;
+        }
+
+        ev->eof = 1;
+        c->error = 1;
+
+        goto gone;
+    }
+
+#endif
+
+    n = recv(c->fd, buf, 1, MSG_PEEK);
+
+    err = ngx_socket_errno;
+
+    if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && ev->active) {
+        if (ngx_del_event(ev, NGX_READ_EVENT, 0) != NGX_OK) {
+            goto gone;
+        }
+    }
+
+    if (n > 0) {
+        return;
+    }
+
+    if (n == -1) {
+        if (err == NGX_EAGAIN) {
+            return;
+        }
+
+        ev->error = 1;
+    }
+
+    ev->eof = 1;
+    c->error = 1;
+
+gone:
+
+    ngx_http_llm_client_gone(r, ctx);
+}
+
+
+/*
+ * The client left before the end.  When the engine has the whole request,
+ * a Cancel frame stops the generation and the request lives on until the
+ * engine's terminal event brings the usage (ngx_http_llm_gone_event);
+ * nothing more is written to the client.  Otherwise the request ends now
+ * and closing the engine connection cancels.
+ */
+
+static void
+ngx_http_llm_client_gone(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    ngx_connection_t     *c;
+    ngx_http_upstream_t  *u;
+
+    c = r->connection;
+    u = r->upstream;
+
+    if (ctx->client_gone) {
+        return;
+    }
+
+    if (!ctx->done && u->cleanup && u->peer.connection
+        && u->request_body_sent
+        && ngx_http_llm_send_cancel(r, u->peer.connection) == NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                      "llm: client closed the connection, cancelling the "
+                      "generation");
+
+        ctx->client_gone = 1;
+        ngx_http_llm_terminal(r, ctx);
+
+        if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+            /* keep going: the engine's answer ends the request */
+        }
+
+        /* what the client did not take is dropped, not written */
+
+        u->out_bufs = NULL;
+        u->busy_bufs = NULL;
+        r->out = NULL;
+        c->buffered = 0;
+
+        if (c->write->timer_set) {
+            ngx_del_timer(c->write);
+        }
+
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                  "llm: client closed the connection, so the engine "
+                  "connection is closed too");
+
+    /*
+     * The upstream's own cleanup finalizes it (closing the engine
+     * connection) and then the request; what the upstream's broken-
+     * connection check would do, with the status it would log.
+     */
+
+    r->read_event_handler = ngx_http_block_reading;
+    r->keepalive = 0;
+
+    if (!u->header_sent) {
+        r->headers_out.status = NGX_HTTP_CLIENT_CLOSED_REQUEST;
+    }
+
+    if (u->cleanup && *u->cleanup) {
+        (*u->cleanup)(r);
+    }
+}
+
+
+/* Writes a Cancel frame (6 bytes) to the engine connection, or fails. */
+
+static ngx_int_t
+ngx_http_llm_send_cancel(ngx_http_request_t *r, ngx_connection_t *c)
+{
+    u_char              buf[16];
+    size_t              len;
+    ssize_t             n;
+    Llm__Request        req = LLM__REQUEST__INIT;
+    Llm__CancelRequest  cancel = LLM__CANCEL_REQUEST__INIT;
+
+    req.kind_case = LLM__REQUEST__KIND_CANCEL;
+    req.cancel = &cancel;
+
+    len = llm__request__get_packed_size(&req);
+    if (len + 4 > sizeof(buf)) {
+        return NGX_ERROR;
+    }
+
+    buf[0] = (u_char) (len >> 24);
+    buf[1] = (u_char) (len >> 16);
+    buf[2] = (u_char) (len >> 8);
+    buf[3] = (u_char) len;
+    (void) llm__request__pack(&req, buf + 4);
+
+    n = c->send(c, buf, len + 4);
+
+    if (n != (ssize_t) (len + 4)) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "llm: could not send Cancel to the engine (%z)", n);
+
+        if (n > 0) {
+            /* a partial frame: the connection can only be closed */
+            r->upstream->headers_in.connection_close = 1;
+        }
+
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * An engine event after the client left: only the usage matters.  Done
+ * and Error (ERROR_CANCELLED, or anything else) are terminal.
+ */
+
+static void
+ngx_http_llm_gone_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Event *ev)
+{
+    Llm__Usage  *usage;
+
+    usage = NULL;
+
+    switch (ev->kind_case) {
+
+    case LLM__EVENT__KIND_STARTED:
+        ctx->prompt_tokens = ev->started->prompt_tokens;
+        ctx->cached_tokens = ev->started->cached_tokens;
+        return;
+
+    case LLM__EVENT__KIND_DELTA:
+        ctx->streamed_tokens += ev->delta->n_tokens;
+        return;
+
+    case LLM__EVENT__KIND_DONE:
+        usage = ev->done->usage;
+        break;
+
+    case LLM__EVENT__KIND_ERROR:
+        usage = ev->error->usage;
+
+        if (ev->error->code == LLM__ERROR_CODE__ERROR_BAD_FRAME) {
+            r->upstream->headers_in.connection_close = 1;
+        }
+
+        break;
+
+    default:
+        return;
+    }
+
+    if (usage) {
+        ctx->prompt_tokens = usage->prompt_tokens;
+        ctx->completion_tokens = usage->completion_tokens;
+        ctx->cached_tokens = usage->cached_tokens;
+    }
+
+    ngx_str_set(&ctx->finish_reason, "cancelled");
+    ctx->done = 1;
+}
+
+
 /* Runs the upstream's writer to the client, as a write event would. */
 
 static void
@@ -1331,6 +1680,8 @@ ngx_http_llm_peer_get(ngx_peer_connection_t *pc, void *data)
 
     ngx_int_t  rc;
 
+    ctx->backpressure = 0;
+
     for ( ;; ) {
         rc = ctx->inner_get(pc, ctx->inner_data);
 
@@ -1357,7 +1708,28 @@ ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_llm_ctx_t *ctx = data;
 
-    ctx->inner_free(pc, ctx->inner_data, state);
+    ngx_uint_t  inner;
+
+    /* an engine that said "overloaded" is busy, not down (max_fails) */
+
+    inner = state;
+
+    if (ctx->backpressure && (state & NGX_PEER_FAILED)) {
+        inner = NGX_PEER_NEXT;
+    }
+
+    ctx->inner_free(pc, ctx->inner_data, inner);
+
+    if (ctx->got_token || ctx->client_gone) {
+
+        /*
+         * Tokens were produced (a timeout or a lost connection after
+         * them), or nobody waits for the answer: never generate again.
+         */
+
+        pc->tries = 0;
+        return;
+    }
 
     if (pc->tries == 0 && (state & NGX_PEER_FAILED) && !ctx->header_done
         && ctx->chain_pos + 1 < ctx->chain.nelts)

@@ -129,13 +129,14 @@ $r = $t->post('/v1/chat/completions', chat('over2'));
 is($r->{status}, 200, 'overloaded: next server answered');
 is($r->{json}{choices}[0]{message}{content}, 'Hello world', 'next server: text');
 
-# an internal error after some tokens of a JSON answer: the next server's
-# answer alone, nothing of the failed one
+# an internal error after some tokens of a JSON answer: the error is the
+# answer, never a second generation on the next server (the work is not
+# idempotent and the first attempt is billed)
 
 $r = $t->post('/v1/chat/completions', chat('partial'));
-is($r->{status}, 200, 'internal error mid-answer: next server');
-is($r->{json}{choices}[0]{message}{content}, 'Hello world',
-   'internal error mid-answer: only the new answer');
+is($r->{status}, 500, 'internal error mid-answer: the error, no next server');
+is($r->{json}{error}{message}, 'lost the expert cache',
+   'internal error mid-answer: the engine\'s message');
 
 # a timeout before the first byte: the next server, else 504
 

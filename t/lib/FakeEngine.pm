@@ -14,7 +14,10 @@ package FakeEngine;
 # OVERLOADED), huge (a frame length over any limit), slow (Started, then
 # the first token after `delay` seconds), error_mid (two deltas, then an
 # INTERNAL error event), partial_internal (one delta, then INTERNAL),
-# tools (a tool call).
+# tools (a tool call), drip (`count` deltas `interval` seconds apart),
+# stall_after_token (one delta, then `delay` seconds of silence, then the
+# rest), overloaded_slow (Error OVERLOADED after `delay` seconds).
+# Each connection counts its Generate requests into `count_file`, if set.
 #
 # Core Perl only; protobuf is written by hand (varints and
 # length-delimited fields are all the protocol needs).
@@ -129,6 +132,11 @@ sub serve {
             syswrite($c, ev_info($o{model} // 'fake'));
             next;
         }
+        next if substr($req, 0, 1) eq "\x2a";    # Cancel: nothing runs
+        if ($o{count_file} && open(my $cf, '>>', $o{count_file})) {
+            print $cf "$mode\n";
+            close $cf;
+        }
         my $ok = ev_started(5) . ev_delta('Hello') . ev_delta(' world')
             . ev_done(1, 5, 2);
         if ($mode eq 'ok') {
@@ -160,6 +168,20 @@ sub serve {
             syswrite($c, ev_started(5));
             sleep($o{delay} // 1);
             syswrite($c, ev_delta('late') . ev_done(1, 5, 1));
+        } elsif ($mode eq 'drip') {
+            syswrite($c, ev_started(5));
+            for my $i (1 .. ($o{count} // 100)) {
+                sleep($o{interval} // 0.01);
+                syswrite($c, ev_delta("t$i ")) or return;
+            }
+            syswrite($c, ev_done(1, 5, $o{count} // 100));
+        } elsif ($mode eq 'stall_after_token') {
+            syswrite($c, ev_started(5) . ev_delta('Hel'));
+            sleep($o{delay} // 1);
+            syswrite($c, ev_delta('lo') . ev_done(1, 5, 2));
+        } elsif ($mode eq 'overloaded_slow') {
+            sleep($o{delay} // 0.3);
+            syswrite($c, ev_queued(3) . ev_error(4, 'queue is full'));
         } elsif ($mode eq 'tools') {
             syswrite($c, ev_started(5)
                          . ev_tool(0, 'call_1', 'get_weather', '{"city":')
