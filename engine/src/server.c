@@ -625,6 +625,26 @@ llm_srv_detokenize(llm_conn_t *c, const Llm__DetokenizeRequest *t)
     free(text);
 }
 
+/*
+ * Cancel: the Generate running (or queued) on c ends before the next step
+ * with Error{ERROR_CANCELLED, usage}; the connection stays open.  On an
+ * idle connection the Generate's terminal event crossed the Cancel on the
+ * wire: nothing to do, and no reply.
+ */
+static void
+llm_srv_cancel(llm_conn_t *c)
+{
+    if (c->req == NULL) {
+        llm_log(LLM_LOG_DEBUG, "connection %llu: Cancel with nothing "
+                "running, ignored", (unsigned long long) c->id);
+        return;
+    }
+    llm_log(LLM_LOG_INFO, "request %s cancelled by the client",
+            c->req_id ? c->req_id : "-");
+    llm_sched_stop(c->srv->sched, c->req, "cancelled by the client");
+    c->req = NULL;
+}
+
 static void
 llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
 {
@@ -638,6 +658,11 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
                        "bad frame: %zu bytes that do not decode as an "
                        "llm.Request", n);
         c->closing = 1;
+        return;
+    }
+    if (rq->kind_case == LLM__REQUEST__KIND_CANCEL) {
+        llm_srv_cancel(c);
+        llm__request__free_unpacked(rq, NULL);
         return;
     }
     if (c->req != NULL) {
@@ -666,7 +691,7 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
     default:
         llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, NULL,
                        "the request has no kind set (generate, info, "
-                       "tokenize or detokenize)");
+                       "tokenize, detokenize or cancel)");
         break;
     }
     llm__request__free_unpacked(rq, NULL);
