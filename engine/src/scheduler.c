@@ -882,6 +882,27 @@ llm_sched_cancel(llm_sched_t *s, llm_sreq_t *r)
 }
 
 void
+llm_sched_stop(llm_sched_t *s, llm_sreq_t *r, const char *msg)
+{
+    Llm__Usage u;
+
+    llm_req_usage(r, &u);
+    if (!r->started) {
+        u.prompt_tokens = 0;    /* nothing of it ran */
+    }
+    s->st.requests_cancelled++;
+    llm_emit_error(s, r->owner, LLM__ERROR_CODE__ERROR_CANCELLED, NULL, &u,
+                   "%s", msg);
+    llm_req_destroy(r);
+}
+
+void
+llm_sched_count_cancelled(llm_sched_t *s)
+{
+    s->st.requests_cancelled++;
+}
+
+void
 llm_sched_abort_all(llm_sched_t *s, Llm__ErrorCode code, const char *msg)
 {
     while (s->reqs) {

@@ -128,6 +128,21 @@ llm_sreq_t *llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
  * more events are emitted. */
 void llm_sched_cancel(llm_sched_t *s, llm_sreq_t *r);
 
+/*
+ * The client asked to stop r (Cancel): end it now with the terminal
+ * Error{ERROR_CANCELLED, msg, usage} (usage.completion_tokens: every token
+ * sampled for it so far, across its choices; all 0 when it was still
+ * queued),
+ * free its KV blocks and count it in requests_cancelled.  Text a choice
+ * held back (a partial UTF-8 character, a possible stop string) is not
+ * sent.
+ */
+void llm_sched_stop(llm_sched_t *s, llm_sreq_t *r, const char *msg);
+
+/* Count a request cancelled before it reached the scheduler (its prompt
+ * was still being prepared) in requests_cancelled. */
+void llm_sched_count_cancelled(llm_sched_t *s);
+
 /* End every request with Error(code, msg) (drain timeout, shutdown). */
 void llm_sched_abort_all(llm_sched_t *s, Llm__ErrorCode code,
     const char *msg);

@@ -6,6 +6,17 @@
  * connection that ends is marked dead and swept at the end of the loop
  * iteration, after its request (if any) has been cancelled, so the
  * scheduler never holds a pointer to a freed owner.
+ *
+ * Prompt preparation (chat template render, tokenization) runs on one
+ * worker thread, never on the loop that feeds the running streams: a
+ * multi-megabyte prompt would otherwise stall every stream for as long as
+ * it takes.  The loop hands a job (the decoded GenerateRequest) to the
+ * worker's FIFO; the worker puts the result on the done list and writes
+ * the eventfd; the loop then submits it to the scheduler.  Only the loop
+ * touches connections and job->conn: a connection that ends (or Cancels)
+ * while its job is out sets job->conn to NULL and the result is dropped
+ * when it comes back.  The worker sees only the job and the read-only
+ * template and vocabulary.
  */
 
 #include <arpa/inet.h>
@@ -19,7 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -34,10 +48,25 @@
 #define LLM_SRV_LISTEN   1
 #define LLM_SRV_SIGNAL   2
 #define LLM_SRV_CONN     3
+#define LLM_SRV_PREP     4
 
 #define LLM_SRV_MAX_EVENTS  128
 
 typedef struct llm_conn_s  llm_conn_t;
+typedef struct llm_prep_s  llm_prep_t;
+
+/* A Generate whose prompt the worker prepares. */
+struct llm_prep_s {
+    llm_prep_t     *next;          /* on the worker's FIFO or done list */
+    llm_conn_t     *conn;          /* loop only; NULL: the result is dropped */
+    Llm__Request   *rq;            /* owned; rq->generate is the request */
+    atomic_int      dropped;       /* set by the loop: skip the work */
+    int             rc;            /* llm_prompt_build's */
+    llm_tokens_t    toks;
+    const char     *param;
+    double          ms;            /* the worker's time on it */
+    char            err[512];
+};
 
 typedef struct {
     int          kind;
@@ -64,6 +93,7 @@ struct llm_conn_s {
     int           want_out;        /* registered for EPOLLOUT */
 
     llm_sreq_t   *req;             /* the running Generate */
+    llm_prep_t   *prep;            /* its prompt being prepared */
     char         *req_id;
     int           closing;         /* close once the output is written */
     int           dead;
@@ -80,6 +110,18 @@ struct llm_server_s {
     uint64_t           next_id;
     int                draining;
     double             deadline;
+
+    /* the prompt worker */
+    llm_srv_fd_t       prep_ev;    /* eventfd: results are on prep_done */
+    pthread_t          prep_thread;
+    int                prep_started;
+    pthread_mutex_t    prep_mu;
+    pthread_cond_t     prep_cv;
+    llm_prep_t        *prep_head, *prep_tail;  /* to do, FIFO */
+    llm_prep_t        *prep_done;              /* done, LIFO */
+    int                prep_stop;
+    uint32_t           n_prep;     /* jobs a connection waits for */
+
     char               sock_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
 };
 
@@ -182,6 +224,7 @@ llm_conn_reserve(llm_conn_t *c, size_t n)
 }
 
 static void llm_conn_kill(llm_conn_t *c, const char *why);
+static void llm_prep_drop(llm_conn_t *c);
 
 /* Encode one event as a frame onto c's write buffer. */
 static void
@@ -285,11 +328,16 @@ llm_conn_kill(llm_conn_t *c, const char *why)
     if (c->dead) {
         return;
     }
-    if (c->req != NULL) {
+    if (c->req != NULL || c->prep != NULL) {
         llm_log(LLM_LOG_INFO, "request %s cancelled: %s", c->req_id,
                 why ? why : "connection closed");
+    }
+    if (c->req != NULL) {
         llm_sched_cancel(c->srv->sched, c->req);
         c->req = NULL;
+    } else if (c->prep != NULL) {
+        llm_prep_drop(c);
+        llm_sched_count_cancelled(c->srv->sched);
     } else if (why) {
         llm_log(LLM_LOG_DEBUG, "connection %llu closed: %s",
                 (unsigned long long) c->id, why);
@@ -388,14 +436,183 @@ llm_srv_model_ok(llm_server_t *srv, const char *name)
     return 0;
 }
 
+/* Prompt worker. */
+
 static void
-llm_srv_generate(llm_conn_t *c, const Llm__GenerateRequest *g)
+llm_prep_free(llm_prep_t *j)
+{
+    llm__request__free_unpacked(j->rq, NULL);
+    llm_tokens_free(&j->toks);
+    free(j);
+}
+
+/* The worker: prepare the jobs in order until told to stop. */
+static void *
+llm_prep_main(void *arg)
+{
+    llm_server_t *srv = arg;
+    llm_prep_t   *j;
+    uint64_t      one = 1;
+
+    pthread_mutex_lock(&srv->prep_mu);
+    for (;;) {
+        while (srv->prep_head == NULL && !srv->prep_stop) {
+            pthread_cond_wait(&srv->prep_cv, &srv->prep_mu);
+        }
+        if (srv->prep_stop) {
+            break;
+        }
+        j = srv->prep_head;
+        srv->prep_head = j->next;
+        if (srv->prep_head == NULL) {
+            srv->prep_tail = NULL;
+        }
+        pthread_mutex_unlock(&srv->prep_mu);
+
+        if (atomic_load(&j->dropped)) {
+            j->rc = -ECANCELED;
+        } else {
+            double t0 = llm_srv_now();
+
+            j->rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab,
+                                     j->rq->generate, &j->toks, &j->param,
+                                     j->err, sizeof(j->err));
+            j->ms = (llm_srv_now() - t0) * 1e3;
+        }
+
+        pthread_mutex_lock(&srv->prep_mu);
+        j->next = srv->prep_done;
+        srv->prep_done = j;
+        (void) !write(srv->prep_ev.fd, &one, sizeof(one));
+    }
+    pthread_mutex_unlock(&srv->prep_mu);
+    return NULL;
+}
+
+/* Hand c's Generate (rq, owned by the job from now on) to the worker.
+ * 0 or -ENOMEM (rq still the caller's). */
+static int
+llm_prep_submit(llm_conn_t *c, Llm__Request *rq)
 {
     llm_server_t *srv = c->srv;
-    llm_tokens_t  toks = { 0 };
-    const char   *param = NULL;
-    char          err[512] = "";
-    int           rc;
+    llm_prep_t   *j;
+
+    j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        return -ENOMEM;
+    }
+    j->conn = c;
+    j->rq = rq;
+    atomic_init(&j->dropped, 0);
+    pthread_mutex_lock(&srv->prep_mu);
+    if (srv->prep_tail) {
+        srv->prep_tail->next = j;
+    } else {
+        srv->prep_head = j;
+    }
+    srv->prep_tail = j;
+    pthread_cond_signal(&srv->prep_cv);
+    pthread_mutex_unlock(&srv->prep_mu);
+    c->prep = j;
+    srv->n_prep++;
+    return 0;
+}
+
+/* Forget c's job: the worker skips it if it has not started, and its
+ * result is freed unseen when it comes back. */
+static void
+llm_prep_drop(llm_conn_t *c)
+{
+    atomic_store(&c->prep->dropped, 1);
+    c->prep->conn = NULL;
+    c->prep = NULL;
+    c->srv->n_prep--;
+}
+
+/* c's prompt is ready (or failed): submit it to the scheduler. */
+static void
+llm_srv_prepared(llm_conn_t *c, llm_prep_t *j)
+{
+    llm_server_t *srv = c->srv;
+    int           rc = j->rc;
+
+    if (rc != 0) {
+        llm_conn_error(c, rc == -EINVAL ? LLM__ERROR_CODE__ERROR_INVALID_REQUEST
+                                        : LLM__ERROR_CODE__ERROR_INTERNAL,
+                       j->param, "%s", j->err[0] ? j->err : strerror(-rc));
+    } else {
+        llm_log(LLM_LOG_DEBUG, "request %s: %zu prompt tokens prepared in "
+                "%.1f ms, key %s", c->req_id, j->toks.n, j->ms,
+                j->rq->generate->key_id[0] ? j->rq->generate->key_id : "-");
+        c->req = llm_sched_submit(srv->sched, j->rq->generate, &j->toks, c);
+    }
+    if (c->req == NULL && srv->draining) {
+        c->closing = 1;
+    }
+}
+
+/* The eventfd fired: take the finished jobs, in the order they ended. */
+static void
+llm_prep_results(llm_server_t *srv)
+{
+    llm_prep_t *j, *next, *list = NULL;
+    uint64_t    n;
+
+    (void) !read(srv->prep_ev.fd, &n, sizeof(n));
+    pthread_mutex_lock(&srv->prep_mu);
+    j = srv->prep_done;
+    srv->prep_done = NULL;
+    pthread_mutex_unlock(&srv->prep_mu);
+    for (; j; j = next) {       /* LIFO to FIFO */
+        next = j->next;
+        j->next = list;
+        list = j;
+    }
+    for (j = list; j; j = next) {
+        next = j->next;
+        if (j->conn != NULL) {
+            srv->n_prep--;
+            j->conn->prep = NULL;
+            llm_srv_prepared(j->conn, j);
+        }
+        llm_prep_free(j);
+    }
+}
+
+/* Stop the worker and free every job left (their connections are gone). */
+static void
+llm_prep_stop(llm_server_t *srv)
+{
+    llm_prep_t *j, *next;
+
+    if (srv->prep_started) {
+        pthread_mutex_lock(&srv->prep_mu);
+        srv->prep_stop = 1;
+        pthread_cond_signal(&srv->prep_cv);
+        pthread_mutex_unlock(&srv->prep_mu);
+        pthread_join(srv->prep_thread, NULL);
+        srv->prep_started = 0;
+    }
+    for (j = srv->prep_head; j; j = next) {
+        next = j->next;
+        llm_prep_free(j);
+    }
+    for (j = srv->prep_done; j; j = next) {
+        next = j->next;
+        llm_prep_free(j);
+    }
+    srv->prep_head = srv->prep_tail = srv->prep_done = NULL;
+}
+
+/*
+ * A Generate: checked here, its prompt prepared by the worker.  Returns 1
+ * when the job took rq, 0 when the caller still owns it (answered here).
+ */
+static int
+llm_srv_generate(llm_conn_t *c, Llm__Request *rq)
+{
+    llm_server_t               *srv = c->srv;
+    const Llm__GenerateRequest *g = rq->generate;
 
     free(c->req_id);
     c->req_id = strdup(g->request_id[0] ? g->request_id : "-");
@@ -403,27 +620,20 @@ llm_srv_generate(llm_conn_t *c, const Llm__GenerateRequest *g)
         llm_conn_error(c, LLM__ERROR_CODE__ERROR_SHUTTING_DOWN, NULL,
                        "the engine is shutting down");
         c->closing = 1;
-        return;
+        return 0;
     }
     if (!llm_srv_model_ok(srv, g->model)) {
         llm_conn_error(c, LLM__ERROR_CODE__ERROR_MODEL_NOT_FOUND, "model",
                        "The model '%s' does not exist on this engine; it "
                        "serves '%s'", g->model, srv->c.model_name);
-        return;
+        return 0;
     }
-    rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab, g, &toks, &param, err,
-                          sizeof(err));
-    if (rc != 0) {
-        llm_conn_error(c, rc == -EINVAL ? LLM__ERROR_CODE__ERROR_INVALID_REQUEST
-                                        : LLM__ERROR_CODE__ERROR_INTERNAL,
-                       param, "%s", err[0] ? err : strerror(-rc));
-        llm_tokens_free(&toks);
-        return;
+    if (llm_prep_submit(c, rq) != 0) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+                       "out of memory");
+        return 0;
     }
-    llm_log(LLM_LOG_DEBUG, "request %s: %zu prompt tokens, key %s",
-            c->req_id, toks.n, g->key_id[0] ? g->key_id : "-");
-    c->req = llm_sched_submit(srv->sched, g, &toks, c);
-    llm_tokens_free(&toks);
+    return 1;
 }
 
 /*
@@ -625,6 +835,46 @@ llm_srv_detokenize(llm_conn_t *c, const Llm__DetokenizeRequest *t)
     free(text);
 }
 
+/*
+ * Cancel: the Generate running (or queued) on c ends before the next step
+ * with Error{ERROR_CANCELLED, usage}; the connection stays open.  On an
+ * idle connection the Generate's terminal event crossed the Cancel on the
+ * wire: nothing to do, and no reply.
+ */
+static void
+llm_srv_cancel(llm_conn_t *c)
+{
+    if (c->prep != NULL) {
+        Llm__Event  ev = LLM__EVENT__INIT;
+        Llm__Error  e = LLM__ERROR__INIT;
+        Llm__Usage  u = LLM__USAGE__INIT;
+
+        llm_log(LLM_LOG_INFO, "request %s cancelled by the client while its "
+                "prompt was prepared", c->req_id ? c->req_id : "-");
+        llm_prep_drop(c);
+        llm_sched_count_cancelled(c->srv->sched);
+        e.code = LLM__ERROR_CODE__ERROR_CANCELLED;
+        e.message = (char *) "cancelled by the client";
+        e.usage = &u;
+        ev.kind_case = LLM__EVENT__KIND_ERROR;
+        ev.error = &e;
+        llm_conn_send(c, &ev);
+        if (c->srv->draining) {
+            c->closing = 1;
+        }
+        return;
+    }
+    if (c->req == NULL) {
+        llm_log(LLM_LOG_DEBUG, "connection %llu: Cancel with nothing "
+                "running, ignored", (unsigned long long) c->id);
+        return;
+    }
+    llm_log(LLM_LOG_INFO, "request %s cancelled by the client",
+            c->req_id ? c->req_id : "-");
+    llm_sched_stop(c->srv->sched, c->req, "cancelled by the client");
+    c->req = NULL;
+}
+
 static void
 llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
 {
@@ -640,9 +890,19 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
         c->closing = 1;
         return;
     }
-    if (c->req != NULL) {
-        llm_sched_cancel(c->srv->sched, c->req);
-        c->req = NULL;
+    if (rq->kind_case == LLM__REQUEST__KIND_CANCEL) {
+        llm_srv_cancel(c);
+        llm__request__free_unpacked(rq, NULL);
+        return;
+    }
+    if (c->req != NULL || c->prep != NULL) {
+        if (c->req != NULL) {
+            llm_sched_cancel(c->srv->sched, c->req);
+            c->req = NULL;
+        } else {
+            llm_prep_drop(c);
+            llm_sched_count_cancelled(c->srv->sched);
+        }
         llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, NULL,
                        "a request arrived while another one was running on "
                        "this connection (one request at a time)");
@@ -652,7 +912,9 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
     }
     switch (rq->kind_case) {
     case LLM__REQUEST__KIND_GENERATE:
-        llm_srv_generate(c, rq->generate);
+        if (llm_srv_generate(c, rq)) {
+            return;     /* the prompt job owns rq */
+        }
         break;
     case LLM__REQUEST__KIND_INFO:
         llm_srv_info(c);
@@ -666,7 +928,7 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
     default:
         llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, NULL,
                        "the request has no kind set (generate, info, "
-                       "tokenize or detokenize)");
+                       "tokenize, detokenize or cancel)");
         break;
     }
     llm__request__free_unpacked(rq, NULL);
@@ -757,7 +1019,7 @@ llm_conn_readable(llm_conn_t *c)
                     "(%u of %u bytes)", (unsigned long long) c->id,
                     c->body ? c->body_n : c->hdr_n,
                     c->body ? c->body_len : 4);
-            if (c->req) {
+            if (c->req || c->prep) {
                 llm_conn_kill(c, "client closed mid-frame");
                 return;
             }
@@ -772,7 +1034,9 @@ llm_conn_readable(llm_conn_t *c)
             }
             return;
         }
-        if (n == 0 && c->req == NULL && c->wpos < c->wlen) {
+        if (n == 0 && c->req == NULL && c->prep == NULL
+            && c->wpos < c->wlen)
+        {
             /* half-closed after its request: write what is left */
             c->closing = 1;
             llm_conn_flush(c);
@@ -983,17 +1247,18 @@ llm_srv_signal(llm_server_t *srv)
         if (srv->draining) {
             llm_log(LLM_LOG_INFO, "signal %u during the drain: still "
                     "draining (%u requests)", si.ssi_signo,
-                    llm_sched_pending(srv->sched));
+                    llm_sched_pending(srv->sched) + srv->n_prep);
             continue;
         }
         srv->draining = 1;
         srv->deadline = llm_srv_now() + srv->c.drain_timeout;
         llm_log(LLM_LOG_INFO, "signal %u: draining %u requests, up to "
                 "%.1f s; no new connections", si.ssi_signo,
-                llm_sched_pending(srv->sched), srv->c.drain_timeout);
+                llm_sched_pending(srv->sched) + srv->n_prep,
+                srv->c.drain_timeout);
         llm_srv_close_listeners(srv);
         for (llm_conn_t *c = srv->conns; c; c = c->next) {
-            if (c->req == NULL) {
+            if (c->req == NULL && c->prep == NULL) {
                 c->closing = 1;
                 llm_conn_flush(c);
             }
@@ -1026,7 +1291,9 @@ llm_server_create(llm_server_t **out, const llm_server_conf_t *conf,
     if (srv->c.wbuf_high == 0) {
         srv->c.wbuf_high = 1u << 20;
     }
-    srv->lunix.fd = srv->ltcp.fd = srv->sig.fd = -1;
+    srv->lunix.fd = srv->ltcp.fd = srv->sig.fd = srv->prep_ev.fd = -1;
+    pthread_mutex_init(&srv->prep_mu, NULL);
+    pthread_cond_init(&srv->prep_cv, NULL);
     srv->ep = epoll_create1(EPOLL_CLOEXEC);
     if (srv->ep < 0) {
         rc = -errno;
@@ -1068,6 +1335,26 @@ llm_server_create(llm_server_t **out, const llm_server_conf_t *conf,
     ee.events = EPOLLIN;
     ee.data.ptr = &srv->sig;
     epoll_ctl(srv->ep, EPOLL_CTL_ADD, srv->sig.fd, &ee);
+
+    /* the prompt worker, started with the signals blocked */
+    srv->prep_ev.kind = LLM_SRV_PREP;
+    srv->prep_ev.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (srv->prep_ev.fd < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        goto failed;
+    }
+    ee.events = EPOLLIN;
+    ee.data.ptr = &srv->prep_ev;
+    epoll_ctl(srv->ep, EPOLL_CTL_ADD, srv->prep_ev.fd, &ee);
+    rc = pthread_create(&srv->prep_thread, NULL, llm_prep_main, srv);
+    if (rc != 0) {
+        snprintf(err, errlen, "starting the prompt thread: %s",
+                 strerror(rc));
+        rc = -rc;
+        goto failed;
+    }
+    srv->prep_started = 1;
 
     if (conf->socket_path == NULL && conf->listen == NULL) {
         snprintf(err, errlen, "nothing to listen on: give --socket or "
@@ -1114,6 +1401,12 @@ llm_server_free(llm_server_t *srv)
         llm_conn_free(c);
     }
     llm_srv_close_listeners(srv);
+    llm_prep_stop(srv);
+    if (srv->prep_ev.fd >= 0) {
+        close(srv->prep_ev.fd);
+    }
+    pthread_mutex_destroy(&srv->prep_mu);
+    pthread_cond_destroy(&srv->prep_cv);
     llm_sched_free(srv->sched);
     llm_hooks_ctx_free(&srv->hooks);
     if (srv->sig.fd >= 0) {
@@ -1134,6 +1427,21 @@ llm_srv_output_pending(llm_server_t *srv)
         }
     }
     return 0;
+}
+
+/* Drain timeout: the requests whose prompt is still being prepared end
+ * with ERROR_SHUTTING_DOWN (their jobs are dropped). */
+static void
+llm_srv_abort_preps(llm_server_t *srv)
+{
+    for (llm_conn_t *c = srv->conns; c; c = c->next) {
+        if (c->prep != NULL) {
+            llm_prep_drop(c);
+            llm_conn_error(c, LLM__ERROR_CODE__ERROR_SHUTTING_DOWN, NULL,
+                           "the engine is shutting down (drain timeout)");
+            c->closing = 1;
+        }
+    }
 }
 
 int
@@ -1157,6 +1465,7 @@ llm_server_run(llm_server_t *srv)
         if (srv->draining) {
             double left = srv->deadline - llm_srv_now();
 
+            pending += srv->n_prep;
             if (pending == 0 && !llm_srv_output_pending(srv)) {
                 break;
             }
@@ -1167,6 +1476,7 @@ llm_server_run(llm_server_t *srv)
                                     LLM__ERROR_CODE__ERROR_SHUTTING_DOWN,
                                     "the engine is shutting down (drain "
                                     "timeout)");
+                llm_srv_abort_preps(srv);
                 flush_until = llm_srv_now() + 1.0;
                 pending = 0;
             }
@@ -1190,6 +1500,8 @@ llm_server_run(llm_server_t *srv)
 
             if (kind == LLM_SRV_SIGNAL) {
                 llm_srv_signal(srv);
+            } else if (kind == LLM_SRV_PREP) {
+                llm_prep_results(srv);
             } else if (kind == LLM_SRV_LISTEN) {
                 llm_srv_accept(srv, ev[i].data.ptr);
             } else {

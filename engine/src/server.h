@@ -5,6 +5,10 @@
  * Detokenize at once, hands Generate requests to the scheduler and runs
  * scheduler steps whenever there is work, writing events as they come.
  *
+ * Prompts (template render, tokenization) are prepared on one thread of
+ * their own, so a huge one never stalls the running streams; the result
+ * comes back to the loop through an eventfd.
+ *
  * Backpressure: each connection has a write buffer; while it holds more
  * than wbuf_high bytes the connection's sequences sit out the steps, so a
  * slow reader costs neither memory nor the other streams' progress.

@@ -111,6 +111,8 @@ typedef struct {
     Llm__ErrorCode code;
     Llm__FinishReason finish[4];
     char      msg[256];
+    int       has_usage;
+    uint32_t  u_prompt, u_completion;
     llm_sreq_t *r;
 } owner_t;
 
@@ -138,6 +140,11 @@ emit(void *o, const Llm__Event *ev)
         w->error = 1;
         w->code = ev->error->code;
         snprintf(w->msg, sizeof(w->msg), "%s", ev->error->message);
+        if (ev->error->usage) {
+            w->has_usage = 1;
+            w->u_prompt = ev->error->usage->prompt_tokens;
+            w->u_completion = ev->error->usage->completion_tokens;
+        }
         break;
     case LLM__EVENT__KIND_QUEUED:
         w->queued = 1;
@@ -364,6 +371,47 @@ test_cancel_and_limits(void)
     printf("ok cancel and limits\n");
 }
 
+/* Cancel (llm_sched_stop): a running request of n = 2 and a queued one
+ * end with Error{ERROR_CANCELLED} and what they used; blocks come back. */
+static void
+test_stop(void)
+{
+    static owner_t    w[3];
+    llm_sched_t      *s = make(256, 2, 64, 4, 128);
+    llm_sched_stats_t st;
+
+    CHECK("stop", s != NULL);
+    memset(w, 0, sizeof(w));
+    CHECK("stop", submit(s, &w[0], prompts[1], plen[1], 60, 2));
+    for (int i = 0; i < 6; i++) {
+        llm_sched_step(s);
+    }
+    CHECK("stop", submit(s, &w[1], prompts[2], plen[2], 5, 1));
+    CHECK("stop", w[1].queued);
+    CHECK("stop", w[0].n[0] > 0 && w[0].n[1] > 0);
+    llm_sched_stop(s, w[0].r, "cancelled by the client");
+    CHECK("stop", w[0].error && !w[0].done);
+    CHECK("stop", w[0].code == LLM__ERROR_CODE__ERROR_CANCELLED);
+    CHECK("stop", w[0].has_usage && w[0].u_prompt == plen[1]);
+    CHECK("stop", w[0].u_completion == w[0].n[0] + w[0].n[1]);
+    llm_sched_stop(s, w[1].r, "cancelled by the client");
+    CHECK("stop", w[1].code == LLM__ERROR_CODE__ERROR_CANCELLED);
+    CHECK("stop", w[1].has_usage && w[1].u_prompt == 0
+          && w[1].u_completion == 0);
+    llm_sched_get_stats(s, &st);
+    CHECK("stop", st.requests_cancelled == 2);
+    CHECK("stop", st.requests_running == 0 && st.requests_queued == 0);
+    CHECK("stop", st.kv_blocks_free == st.kv_blocks_total);
+    CHECK("stop", st.completion_tokens_total == w[0].u_completion);
+    CHECK("stop", llm_sched_pending(s) == 0 && llm_sched_step(s) == 0);
+    /* the scheduler goes on */
+    CHECK("stop", submit(s, &w[2], prompts[3], plen[3], 5, 1));
+    run(s);
+    CHECK("stop", w[2].done && w[2].n[0] == 5);
+    llm_sched_free(s);
+    printf("ok stop (%u tokens billed)\n", w[0].u_completion);
+}
+
 static void
 test_eog(void)
 {
@@ -410,6 +458,7 @@ main(void)
     test_preemption();
     test_prefix_and_n();
     test_cancel_and_limits();
+    test_stop();
     test_eog();
     llm_sched_free(NULL);
     free(shadow);
