@@ -178,8 +178,8 @@ ngx_http_llm_metrics_record(ngx_http_request_t *r, ngx_http_llm_sample_t *s)
      */
 
     m = ngx_http_llm_metrics_model(zone->sh, &s->model,
-                                   s->status < 400 || s->status == 429
-                                   || s->status >= 500);
+                                   s->known || s->status < 400
+                                   || s->status == 429 || s->status >= 500);
 
     for (i = 0; i < NGX_HTTP_LLM_METRICS_STATUSES; i++) {
         if (m->status[i].status == s->status) {

@@ -372,6 +372,15 @@ ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     s.upstream_error = ctx->upstream_error;
     s.stream = ctx->stream;
 
+    /*
+     * A model of the table, or a name an engine answered to (a request
+     * cancelled by its client, 499, was still served): its own label.
+     * Other names a client made up share one, so they cannot grow the
+     * zone.
+     */
+
+    s.known = (ctx->model != NULL || ctx->prompt_tokens > 0);
+
     ngx_http_llm_metrics_record(r, &s);
 }
 

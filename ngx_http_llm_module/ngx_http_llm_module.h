@@ -123,6 +123,7 @@ typedef struct {
     unsigned                    fallback:1;
     unsigned                    upstream_error:1;
     unsigned                    stream:1;
+    unsigned                    known:1;   /* model: a name we serve */
 } ngx_http_llm_sample_t;
 
 
