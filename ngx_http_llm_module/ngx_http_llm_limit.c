@@ -459,11 +459,13 @@ ngx_http_llm_limit_fill(ngx_http_llm_ticket_t *t,
 
 ngx_int_t
 ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
-    ngx_uint_t est_tokens, ngx_http_llm_ticket_t *t)
+    ngx_uint_t prompt, ngx_uint_t output, ngx_uint_t explicit,
+    ngx_http_llm_ticket_t *t)
 {
     int64_t                        need;
     ngx_int_t                      rc;
-    ngx_uint_t                     reserve, what, used, requested;
+    ngx_uint_t                     reserve, what, used, requested, left,
+                                   level, allowed;
     ngx_msec_t                     wait;
     ngx_http_llm_zone_t           *zone;
     ngx_http_llm_keys_ctx_t       *ctx;
@@ -488,12 +490,6 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
     ctx->shm_zone = klcf->shm_zone;
 
     zone = klcf->shm_zone->data;
-
-    reserve = est_tokens;
-
-    if (key->tpm && reserve > key->tpm) {
-        reserve = key->tpm;
-    }
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
@@ -523,8 +519,16 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
     requested = 0;
     what = NGX_HTTP_LLM_REJECT_QUOTA;
 
-    if (key->quota && ln->quota_used >= key->quota) {
-        goto reject;
+    /* left: what the key may still spend now, over every limit it has */
+
+    left = NGX_HTTP_LLM_UNBOUNDED;
+
+    if (key->quota) {
+        if (ln->quota_used >= key->quota) {
+            goto reject;
+        }
+
+        left = key->quota - ln->quota_used;
     }
 
     if (key->rpm && ln->req_level < NGX_HTTP_LLM_UNIT) {
@@ -538,39 +542,82 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
         goto reject;
     }
 
-    need = (int64_t) reserve * NGX_HTTP_LLM_UNIT;
+    if (key->tpm) {
 
-    if (key->tpm && ln->tok_level < need) {
-        what = NGX_HTTP_LLM_REJECT_TOKENS;
-        wait = ngx_http_llm_limit_wait(ln->tok_level, need, key->tpm);
-        used = key->tpm - (ln->tok_level > 0
-                           ? (ngx_uint_t) (ln->tok_level / NGX_HTTP_LLM_UNIT)
-                           : 0);
-        requested = reserve;
-        goto reject;
+        /*
+         * An explicit max_tokens waits until the bucket holds the whole
+         * request (at most the bucket's size); without one, the prompt and
+         * one token are enough and the output is capped at the rest.
+         */
+
+        reserve = explicit ? prompt + output : prompt + 1;
+
+        if (reserve > key->tpm) {
+            reserve = key->tpm;
+        }
+
+        need = (int64_t) reserve * NGX_HTTP_LLM_UNIT;
+
+        if (ln->tok_level < need) {
+            what = NGX_HTTP_LLM_REJECT_TOKENS;
+            wait = ngx_http_llm_limit_wait(ln->tok_level, need, key->tpm);
+            used = key->tpm - (ln->tok_level > 0
+                               ? (ngx_uint_t) (ln->tok_level
+                                               / NGX_HTTP_LLM_UNIT)
+                               : 0);
+            requested = reserve;
+            goto reject;
+        }
+
+        level = (ngx_uint_t) (ln->tok_level / NGX_HTTP_LLM_UNIT);
+
+        if (level < left) {
+            left = level;
+        }
     }
+
+    /* the output it may generate: never past what is left */
+
+    allowed = output;
+
+    if (left != NGX_HTTP_LLM_UNBOUNDED) {
+        if (left > prompt) {
+            allowed = ngx_min(output, left - prompt);
+
+        } else {
+            /* the prompt estimate alone fills it: one token, then stop */
+            allowed = 1;
+        }
+    }
+
+    if (allowed < output) {
+        t->out_cap = allowed;
+    }
+
+    reserve = (allowed == NGX_HTTP_LLM_UNBOUNDED) ? prompt : prompt + allowed;
 
     if (key->rpm) {
         ln->req_level -= NGX_HTTP_LLM_UNIT;
     }
 
     if (key->tpm) {
-        ln->tok_level -= need;
+        t->tok_reserved = ngx_min(reserve, key->tpm);
+        ln->tok_level -= (int64_t) t->tok_reserved * NGX_HTTP_LLM_UNIT;
     }
 
-    ln->quota_used += est_tokens;
+    ln->quota_used += reserve;
     ln->requests++;
 
     ngx_http_llm_limit_fill(t, ln, key);
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    t->reserved = est_tokens;
+    t->reserved = reserve;
 
-    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "llm limit: key \"%V\" admitted, reserved %ui, "
-                   "remaining %ui requests %ui tokens",
-                   &key->name, est_tokens, t->remaining_requests,
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "llm limit: key \"%V\" admitted, reserved %ui, output "
+                   "cap %ui, remaining %ui requests %ui tokens",
+                   &key->name, reserve, t->out_cap, t->remaining_requests,
                    t->remaining_tokens);
 
     return NGX_OK;
@@ -719,11 +766,7 @@ ngx_http_llm_limit_settle(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
 
     zone = shm_zone->data;
 
-    reserve = t->reserved;
-
-    if (key->tpm && reserve > key->tpm) {
-        reserve = key->tpm;
-    }
+    reserve = t->tok_reserved;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 

@@ -36,6 +36,10 @@ static ngx_int_t ngx_http_llm_info_send(ngx_http_request_t *r,
 static ngx_int_t ngx_http_llm_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *j);
 static void ngx_http_llm_cleanup(void *data);
+static ngx_int_t ngx_http_llm_admit(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
+static ngx_uint_t ngx_http_llm_window(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
 static void ngx_http_llm_pool_cleanup(void *data);
 
 static ngx_int_t ngx_http_llm_header_filter(ngx_http_request_t *r);
@@ -686,14 +690,11 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
     }
 
     if (ctx->key) {
-        rc = ngx_http_llm_limit_admit(r, ctx->key, ctx->est_tokens,
-                                      &ctx->ticket);
+        rc = ngx_http_llm_admit(r, ctx);
         if (rc != NGX_OK) {
             ngx_http_finalize_request(r, rc);
             return;
         }
-
-        ctx->ticket_set = 1;
     }
 
     rc = ngx_http_llm_upstream_start(r, ctx);
@@ -701,6 +702,115 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
         ngx_http_finalize_request(r, rc);
         return;
     }
+}
+
+
+/*
+ * Admission against the key's limits.  The output a request may generate
+ * is max_tokens per choice, or without it the model's context window
+ * (from the engines' Info) minus the prompt; when the key has less left,
+ * the request's max_tokens becomes what it has left, so a key overruns
+ * its quota by no more than one prompt estimate (docs/KEYS.md).
+ */
+
+static ngx_int_t
+ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    ngx_int_t      rc;
+    ngx_uint_t     window, output, per;
+    Llm__Sampling  *s;
+
+    if (ctx->max_tokens) {
+        output = ctx->n * ctx->max_tokens;
+
+    } else {
+        window = ngx_http_llm_window(r, ctx);
+        output = NGX_HTTP_LLM_UNBOUNDED;
+
+        if (window) {
+            output = ctx->n * (window > ctx->prompt_est
+                               ? window - ctx->prompt_est : 1);
+        }
+    }
+
+    rc = ngx_http_llm_limit_admit(r, ctx->key, ctx->prompt_est, output,
+                                  ctx->max_tokens != 0, &ctx->ticket);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    ctx->ticket_set = 1;
+
+    if (ctx->ticket.out_cap == 0) {
+        return NGX_OK;
+    }
+
+    per = ctx->ticket.out_cap / ctx->n;
+
+    if (per == 0) {
+        per = 1;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "llm: key \"%V\" has %ui tokens left: max_tokens %ui",
+                  &ctx->key->name, ctx->ticket.out_cap, per);
+
+    ctx->max_tokens = per;
+
+    s = ctx->gen ? ctx->gen->sampling : NULL;
+
+    if (s) {
+        s->max_tokens = (uint32_t) per;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The largest context window the engines of the request's model reported
+ * (0: none probed yet).  A stale or missing answer starts a probe, so
+ * the next request knows.
+ */
+
+static ngx_uint_t
+ngx_http_llm_window(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    ngx_uint_t                 i, first, n, window;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_main_conf_t  *mcf;
+    ngx_http_llm_loc_conf_t   *llcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    if (ctx->model) {
+        first = ctx->model->first_backend;
+        n = ctx->model->nbackends;
+
+    } else {
+        llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+        first = llcf->backend;
+        n = llcf->nbackends;
+    }
+
+    be = mcf->backends.elts;
+    window = 0;
+
+    for (i = first; i < first + n && i < mcf->backends.nelts; i++) {
+
+        if (!be[i].busy
+            && (be[i].checked == 0
+                || ngx_current_msec - be[i].checked >= mcf->info_cache))
+        {
+            (void) ngx_http_llm_probe(&be[i], r->connection->log);
+        }
+
+        if (be[i].up && be[i].context_length > window) {
+            window = be[i].context_length;
+        }
+    }
+
+    return window;
 }
 
 

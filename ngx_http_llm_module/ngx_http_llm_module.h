@@ -77,6 +77,8 @@ ngx_uint_t ngx_http_llm_key_allows(ngx_http_llm_key_t *key, ngx_str_t *model);
 typedef struct {
     ngx_http_llm_key_t         *key;
     ngx_uint_t                  reserved;  /* tokens reserved at admission */
+    ngx_uint_t                  tok_reserved;  /* of them, taken from tpm */
+    ngx_uint_t                  out_cap;   /* output tokens allowed, 0: any */
     ngx_uint_t                  settled;   /* 1 once settled */
 
     /* values for the x-ratelimit-* headers, filled at admission */
@@ -90,15 +92,23 @@ typedef struct {
 
 
 /*
- * Admits one request of key against its requests/min and tokens/min
- * (reserving est_tokens = prompt estimate + max_tokens) and its quota.
- * NGX_OK: admitted, t filled, settle later.  Otherwise a 429 has been sent
- * (rate_limit_exceeded with type requests or tokens, or
- * insufficient_quota) with Retry-After, and its return value is returned.
+ * Admits one request of key against its requests/min and tokens/min and
+ * its quota, reserving the prompt estimate plus the output it may
+ * generate: output tokens over all choices, NGX_HTTP_LLM_UNBOUNDED when
+ * neither max_tokens nor the model's window is known; explicit when the
+ * client set max_tokens.  The output is capped at what the key has left
+ * (quota, and the tokens/min bucket unless an explicit max_tokens fits
+ * in it, which waits for it instead): t->out_cap is then the tokens the
+ * request may generate, else 0.  NGX_OK: admitted, t filled, settle
+ * later.  Otherwise a 429 has been sent (rate_limit_exceeded with type
+ * requests or tokens, or insufficient_quota) with Retry-After, and its
+ * return value is returned.
  */
+#define NGX_HTTP_LLM_UNBOUNDED  ((ngx_uint_t) 0x7fffffff)
+
 ngx_int_t ngx_http_llm_limit_admit(ngx_http_request_t *r,
-    ngx_http_llm_key_t *key, ngx_uint_t est_tokens,
-    ngx_http_llm_ticket_t *t);
+    ngx_http_llm_key_t *key, ngx_uint_t prompt, ngx_uint_t output,
+    ngx_uint_t explicit, ngx_http_llm_ticket_t *t);
 
 /* Replaces the reservation with the tokens actually used.  Idempotent. */
 void ngx_http_llm_limit_settle(ngx_http_request_t *r,
@@ -262,7 +272,7 @@ typedef struct {
     Llm__GenerateRequest          *gen;
     ngx_uint_t                     n;
     ngx_uint_t                     max_tokens;
-    ngx_uint_t                     est_tokens;
+    ngx_uint_t                     prompt_est;  /* body bytes / 4 */
     ngx_int_t                      completion_logprobs;  /* -1: off */
     unsigned                       stream:1;
     unsigned                       include_usage:1;

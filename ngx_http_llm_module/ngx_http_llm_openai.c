@@ -771,10 +771,13 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         }
     }
 
-    /* tokens reserved at admission: a prompt estimate plus the output */
+    /*
+     * The prompt estimate reserved at admission (with the output, see
+     * ngx_http_llm_limit_admit): a token per 4 bytes of the body, which
+     * the JSON around the text makes an overestimate.
+     */
 
-    ctx->est_tokens = len / 4 + ctx->n * (ctx->max_tokens ? ctx->max_tokens
-                                                          : 512);
+    ctx->prompt_est = len / 4;
 
     return NGX_OK;
 }
