@@ -1581,7 +1581,7 @@ ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
     n = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"param\":,"
                "\"code\":}}\n") + 16
         + ngx_http_llm_json_escape_len(err->message.data, err->message.len)
-        + (err->type ? ngx_strlen(err->type) : 0)
+        + ngx_strlen(err->type ? err->type : "invalid_request_error")
         + (err->param ? ngx_http_llm_json_escape_len((u_char *) err->param,
                                                 ngx_strlen(err->param)) : 4)
         + (err->code ? ngx_strlen(err->code) : 4);

@@ -253,6 +253,7 @@ typedef struct {
     ngx_uint_t                     text_offset;
     Llm__FinishReason              finish;
     unsigned                       role_sent:1;
+    unsigned                       offset_set:1;
 } ngx_http_llm_choice_t;
 
 
@@ -372,6 +373,9 @@ ngx_int_t ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 ngx_int_t ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
     const u_char *data, size_t len);
 size_t ngx_http_llm_json_escape_len(const u_char *s, size_t len);
+void ngx_http_llm_utf8_cpystrn(u_char *dst, const u_char *src, size_t size);
+ngx_int_t ngx_http_llm_json_str(ngx_pool_t *pool, ngx_str_t *out,
+    const u_char *s, size_t len);
 u_char *ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len);
 ngx_int_t ngx_http_llm_sse_event(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);

@@ -1595,10 +1595,132 @@ ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
 /* JSON string escaping for text the engine guarantees to be UTF-8. */
 
+/*
+ * The length of the well-formed UTF-8 sequence at s (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF), 0 if there is
+ * none.  Written here because every string the gateway writes into JSON
+ * passes through the escaper below, and validating in the same pass costs
+ * nothing extra.
+ */
+
+static size_t
+ngx_http_llm_utf8_seq(const u_char *s, size_t len)
+{
+    size_t  n, i;
+    u_char  c;
+
+    c = s[0];
+
+    if (c < 0x80) {
+        return 1;
+    }
+
+    if (c < 0xc2) {
+        return 0;
+    }
+
+    n = (c < 0xe0) ? 2 : (c < 0xf0) ? 3 : (c < 0xf5) ? 4 : 0;
+
+    if (n == 0 || len < n) {
+        return 0;
+    }
+
+    for (i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+    }
+
+    if ((c == 0xe0 && s[1] < 0xa0)          /* overlong */
+        || (c == 0xed && s[1] > 0x9f)       /* surrogates */
+        || (c == 0xf0 && s[1] < 0x90)       /* overlong */
+        || (c == 0xf4 && s[1] > 0x8f))      /* over U+10FFFF */
+    {
+        return 0;
+    }
+
+    return n;
+}
+
+
+/*
+ * ngx_cpystrn() for text from an engine that is kept in a fixed array and
+ * later given to jansson (which refuses invalid UTF-8): copies whole
+ * characters only, U+FFFD for a byte that starts none, always terminated.
+ */
+
+void
+ngx_http_llm_utf8_cpystrn(u_char *dst, const u_char *src, size_t size)
+{
+    size_t  len, i, k;
+    u_char  *d, *end;
+
+    if (size == 0) {
+        return;
+    }
+
+    len = ngx_strlen(src);
+    d = dst;
+    end = dst + size - 1;
+
+    for (i = 0; i < len; i += k) {
+        k = ngx_http_llm_utf8_seq(src + i, len - i);
+
+        if (k == 0) {
+            if (end - d < 3) {
+                break;
+            }
+
+            d = ngx_cpymem(d, "\xef\xbf\xbd", 3);
+            k = 1;
+            continue;
+        }
+
+        if ((size_t) (end - d) < k) {
+            break;
+        }
+
+        d = ngx_cpymem(d, src + i, k);
+    }
+
+    *d = '\0';
+}
+
+
+/*
+ * Keeps s in out already JSON-escaped (and made valid UTF-8), for values
+ * that come from an engine and are written with %V: the fingerprint.
+ */
+
+ngx_int_t
+ngx_http_llm_json_str(ngx_pool_t *pool, ngx_str_t *out, const u_char *s,
+    size_t len)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(pool, ngx_http_llm_json_escape_len(s, len) + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+    out->len = ngx_http_llm_json_escape(p, s, len) - p;
+
+    return NGX_OK;
+}
+
+
+/*
+ * JSON string escaping of len bytes that should be UTF-8 and may not be
+ * (an engine's text, a URI, a cut message): a byte that starts no valid
+ * sequence becomes \ufffd, so whatever comes in, the body is valid JSON
+ * and valid UTF-8.  _len() gives the exact size _escape() writes.
+ */
+
 size_t
 ngx_http_llm_json_escape_len(const u_char *s, size_t len)
 {
-    size_t  n, i;
+    size_t  n, i, k;
 
     n = 0;
 
@@ -1611,8 +1733,19 @@ ngx_http_llm_json_escape_len(const u_char *s, size_t len)
         } else if (s[i] < 0x20 || s[i] == 0x7f) {
             n += 6;
 
-        } else {
+        } else if (s[i] < 0x80) {
             n++;
+
+        } else {
+            k = ngx_http_llm_utf8_seq(s + i, len - i);
+
+            if (k == 0) {
+                n += 6;
+
+            } else {
+                n += k;
+                i += k - 1;
+            }
         }
     }
 
@@ -1623,7 +1756,7 @@ ngx_http_llm_json_escape_len(const u_char *s, size_t len)
 u_char *
 ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len)
 {
-    size_t  i;
+    size_t  i, k;
 
     static u_char  hex[] = "0123456789abcdef";
 
@@ -1650,8 +1783,19 @@ ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len)
                 *d++ = hex[s[i] >> 4];
                 *d++ = hex[s[i] & 0xf];
 
-            } else {
+            } else if (s[i] < 0x80) {
                 *d++ = s[i];
+
+            } else {
+                k = ngx_http_llm_utf8_seq(s + i, len - i);
+
+                if (k == 0) {
+                    d = ngx_cpymem(d, "\\ufffd", 6);
+
+                } else {
+                    d = ngx_cpymem(d, s + i, k);
+                    i += k - 1;
+                }
             }
         }
     }
@@ -2071,11 +2215,11 @@ ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
         if (ev->done->system_fingerprint[0] && ctx->fingerprint.len == 0) {
             ctx->head.len = 0;
-            ctx->fingerprint.len = ngx_strlen(ev->done->system_fingerprint);
-            ctx->fingerprint.data = (u_char *) ngx_http_llm_pstrdup(r->pool,
-                                               ev->done->system_fingerprint,
-                                               ctx->fingerprint.len);
-            if (ctx->fingerprint.data == NULL) {
+            if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint,
+                                      (u_char *) ev->done->system_fingerprint,
+                                      ngx_strlen(ev->done->system_fingerprint))
+                != NGX_OK)
+            {
                 return NGX_ERROR;
             }
         }
@@ -2232,11 +2376,9 @@ ngx_http_llm_sse_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 static json_t *
 ngx_http_llm_text_json(const u_char *s, size_t len)
 {
-    u_char   *buf, *d;
-    size_t    i, n;
-    json_t   *j;
-    uint32_t  c;
-    u_char   *p;
+    u_char  *buf, *d;
+    size_t   i, n;
+    json_t  *j;
 
     j = json_stringn((const char *) s, len);
     if (j) {
@@ -2249,22 +2391,18 @@ ngx_http_llm_text_json(const u_char *s, size_t len)
     }
 
     d = buf;
-    i = 0;
 
-    while (i < len) {
-        p = (u_char *) s + i;
-        c = ngx_utf8_decode(&p, len - i);
-        n = p - (s + i);
+    for (i = 0; i < len; i += n) {
+        n = ngx_http_llm_utf8_seq(s + i, len - i);
 
-        if (c > 0x10ffff || n == 0) {
+        if (n == 0) {
+            /* ASCII is a sequence of its own: only bad bytes end here */
             *d++ = 0xef; *d++ = 0xbf; *d++ = 0xbd;
-            i++;
+            n = 1;
             continue;
         }
 
-        ngx_memcpy(d, s + i, n);
-        d += n;
-        i += n;
+        d = ngx_cpymem(d, s + i, n);
     }
 
     j = json_stringn((const char *) buf, d - buf);
@@ -2346,7 +2484,15 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
     json_t             *lp, *top;
     Llm__TokenLogprob  *tl;
 
-    (void) ctx;
+    if (!ch->offset_set) {
+        ch->offset_set = 1;
+
+        /* with echo the text starts with the prompt: offsets count it */
+
+        if (ctx->echo && ctx->gen && ctx->gen->prompt) {
+            ch->text_offset = ngx_strlen(ctx->gen->prompt);
+        }
+    }
 
     if (ch->logprobs == NULL) {
         ch->logprobs = json_pack("{s:[],s:[],s:[],s:[]}", "tokens",
@@ -2516,11 +2662,11 @@ ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         }
 
         if (ev->done->system_fingerprint[0]) {
-            ctx->fingerprint.len = ngx_strlen(ev->done->system_fingerprint);
-            ctx->fingerprint.data = (u_char *) ngx_http_llm_pstrdup(r->pool,
-                                               ev->done->system_fingerprint,
-                                               ctx->fingerprint.len);
-            if (ctx->fingerprint.data == NULL) {
+            if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint,
+                                      (u_char *) ev->done->system_fingerprint,
+                                      ngx_strlen(ev->done->system_fingerprint))
+                != NGX_OK)
+            {
                 return NGX_ERROR;
             }
         }

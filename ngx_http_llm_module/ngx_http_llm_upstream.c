@@ -281,8 +281,14 @@ ngx_http_llm_fingerprint(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
         return;
     }
 
-    ctx->fingerprint.data = p;
-    ctx->fingerprint.len = ngx_sprintf(p, "fp_%s", rev) - p;
+    /* the revision is the engine's text: kept escaped, as at Done */
+
+    if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint, p,
+                              ngx_sprintf(p, "fp_%s", rev) - p)
+        != NGX_OK)
+    {
+        ngx_str_null(&ctx->fingerprint);
+    }
 }
 
 
@@ -332,6 +338,7 @@ ngx_http_llm_reinit_request(ngx_http_request_t *r)
         ch->reasoning.len = 0;
         ch->calls.nelts = 0;
         ch->text_offset = 0;
+        ch->offset_set = 0;
         ch->finish = LLM__FINISH_REASON__FINISH_NONE;
         ch->role_sent = 0;
 
@@ -1987,15 +1994,16 @@ ngx_http_llm_probe_read(ngx_event_t *rev)
 
     info = ev->info;
 
-    ngx_cpystrn(be->model, (u_char *) info->model, sizeof(be->model));
-    ngx_cpystrn(be->revision, (u_char *) info->revision,
-                sizeof(be->revision));
-    ngx_cpystrn(be->load_state, (u_char *) info->load_state,
-                sizeof(be->load_state));
-    ngx_cpystrn(be->quantization, (u_char *) info->quantization,
-                sizeof(be->quantization));
-    ngx_cpystrn(be->architecture, (u_char *) info->architecture,
-                sizeof(be->architecture));
+    ngx_http_llm_utf8_cpystrn(be->model, (u_char *) info->model,
+                              sizeof(be->model));
+    ngx_http_llm_utf8_cpystrn(be->revision, (u_char *) info->revision,
+                              sizeof(be->revision));
+    ngx_http_llm_utf8_cpystrn(be->load_state, (u_char *) info->load_state,
+                              sizeof(be->load_state));
+    ngx_http_llm_utf8_cpystrn(be->quantization, (u_char *) info->quantization,
+                              sizeof(be->quantization));
+    ngx_http_llm_utf8_cpystrn(be->architecture, (u_char *) info->architecture,
+                              sizeof(be->architecture));
     be->queue_depth = info->queue_depth;
     be->context_length = info->context_length;
     be->created = info->created;

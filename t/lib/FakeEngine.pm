@@ -16,7 +16,10 @@ package FakeEngine;
 # INTERNAL error event), partial_internal (one delta, then INTERNAL),
 # tools (a tool call), drip (`count` deltas `interval` seconds apart),
 # stall_after_token (one delta, then `delay` seconds of silence, then the
-# rest), overloaded_slow (Error OVERLOADED after `delay` seconds).
+# rest), overloaded_slow (Error OVERLOADED after `delay` seconds),
+# badtext (invalid UTF-8 in a delta, a token's bytes and the model name,
+# a fingerprint with a quote and a field of its own), baderror (an Error
+# whose message is invalid UTF-8).
 # Each connection counts its Generate requests into `count_file`, if set.
 #
 # Core Perl only; protobuf is written by hand (varints and
@@ -72,6 +75,23 @@ sub ev_error {
     my ($code, $msg) = @_;
     return frame(field_bytes(6, field_varint(1, $code)
                                 . field_bytes(2, $msg)));
+}
+
+# A Delta whose one token has logprob -0.5 and the given bytes.
+sub ev_delta_lp {
+    my ($text, $tokbytes) = @_;
+    my $lp = field_varint(1, 7) . field_bytes(2, $tokbytes)
+             . varint((3 << 3) | 5) . pack('f<', -0.5);
+    return frame(field_bytes(3, field_bytes(2, $text) . field_varint(3, 7)
+                                . field_bytes(4, $lp)));
+}
+
+sub ev_done_fp {
+    my ($fp, $model) = @_;
+    my $choice = field_bytes(1, field_varint(2, 1));
+    my $usage = field_bytes(2, field_varint(1, 5) . field_varint(2, 2));
+    return frame(field_bytes(5, $choice . $usage . field_bytes(4, $model)
+                                . field_bytes(5, $fp)));
 }
 
 sub ev_info {
@@ -182,6 +202,12 @@ sub serve {
         } elsif ($mode eq 'overloaded_slow') {
             sleep($o{delay} // 0.3);
             syswrite($c, ev_queued(3) . ev_error(4, 'queue is full'));
+        } elsif ($mode eq 'badtext') {
+            syswrite($c, ev_started(5) . ev_delta("ok \xff\xfe \xc3")
+                         . ev_delta_lp("a\xc3", "a\xc3")
+                         . ev_done_fp('fp_x","injected":"1', "m\xe9\xff"));
+        } elsif ($mode eq 'baderror') {
+            syswrite($c, ev_started(5) . ev_error(2, "bad \xc3\x28 \xed\xa0\x80"));
         } elsif ($mode eq 'tools') {
             syswrite($c, ev_started(5)
                          . ev_tool(0, 'call_1', 'get_weather', '{"city":')
