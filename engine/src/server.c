@@ -92,6 +92,11 @@ struct llm_conn_s {
     size_t        wpos, wlen, wcap;
     int           want_out;        /* registered for EPOLLOUT */
 
+    /* input held while the output is over wbuf_high: the reader stops */
+    int           rpaused;         /* not registered for EPOLLIN */
+    uint8_t      *rest;            /* bytes received, not yet parsed */
+    size_t        rest_len;
+
     llm_sreq_t   *req;             /* the running Generate */
     llm_prep_t   *prep;            /* its prompt being prepared */
     char         *req_id;
@@ -272,19 +277,35 @@ llm_conn_error(llm_conn_t *c, Llm__ErrorCode code, const char *param,
     llm_conn_send(c, &ev);
 }
 
+/* Register c for output (out) and, unless its reader is paused, input. */
 static void
-llm_conn_watch(llm_conn_t *c, int out)
+llm_conn_arm(llm_conn_t *c, int out, int paused)
 {
     struct epoll_event ee;
 
-    if (c->dead || c->want_out == out) {
+    if (c->dead || (c->want_out == out && c->rpaused == paused)) {
         return;
     }
-    ee.events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0);
+    ee.events = (paused ? 0 : EPOLLIN | EPOLLRDHUP) | (out ? EPOLLOUT : 0);
     ee.data.ptr = c;
     if (epoll_ctl(c->srv->ep, EPOLL_CTL_MOD, c->fd, &ee) == 0) {
         c->want_out = out;
+        c->rpaused = paused;
     }
+}
+
+static void
+llm_conn_watch(llm_conn_t *c, int out)
+{
+    llm_conn_arm(c, out, c->rpaused);
+}
+
+/* Unsent output over the limit: c's requests wait (and its streams sit
+ * out the steps) until the peer reads. */
+static int
+llm_conn_over(const llm_conn_t *c)
+{
+    return c->wlen - c->wpos > c->srv->c.wbuf_high;
 }
 
 /* Write what can be written now. */
@@ -363,6 +384,7 @@ llm_conn_free(llm_conn_t *c)
     }
     srv->n_conns--;
     free(c->body);
+    free(c->rest);
     free(c->wbuf);
     free(c->req_id);
     free(c);
@@ -934,6 +956,54 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
     llm__request__free_unpacked(rq, NULL);
 }
 
+/*
+ * c's output is over the limit: keep the n bytes at p (what is left of one
+ * recv, at most 64 KiB) and stop reading until the peer has read its
+ * replies (llm_conn_resume).  Without this a client pipelining requests it
+ * never reads the answers to would grow the buffer without bound.
+ */
+static void
+llm_conn_hold(llm_conn_t *c, const uint8_t *p, size_t n)
+{
+    uint8_t *b = malloc(n);
+
+    if (b == NULL) {
+        llm_conn_kill(c, "out of memory for held input");
+        return;
+    }
+    memcpy(b, p, n);
+    free(c->rest);
+    c->rest = b;
+    c->rest_len = n;
+    llm_conn_arm(c, c->want_out, 1);
+    if (!c->rpaused) {
+        llm_conn_kill(c, "epoll_ctl failed");
+    }
+}
+
+static void llm_conn_input(llm_conn_t *c, const uint8_t *p, size_t n);
+
+/* c's output went under half the limit: parse what it held, read again. */
+static void
+llm_conn_resume(llm_conn_t *c)
+{
+    uint8_t *b = c->rest;
+    size_t   n = c->rest_len;
+
+    c->rest = NULL;
+    c->rest_len = 0;
+    llm_conn_arm(c, c->want_out, 0);
+    if (c->rpaused) {
+        free(b);
+        llm_conn_kill(c, "epoll_ctl failed");
+        return;
+    }
+    if (b != NULL && !c->closing) {
+        llm_conn_input(c, b, n);    /* may hold again */
+    }
+    free(b);
+}
+
 /* Feed bytes to c's frame reader. */
 static void
 llm_conn_input(llm_conn_t *c, const uint8_t *p, size_t n)
@@ -941,6 +1011,10 @@ llm_conn_input(llm_conn_t *c, const uint8_t *p, size_t n)
     uint32_t max = c->srv->c.max_frame, k;
 
     while (n > 0 && !c->dead && !c->closing) {
+        if (c->body == NULL && c->hdr_n == 0 && llm_conn_over(c)) {
+            llm_conn_hold(c, p, n);
+            return;
+        }
         if (c->body == NULL && c->hdr_n < 4) {
             c->hdr[c->hdr_n++] = *p++;
             n--;
@@ -997,6 +1071,9 @@ llm_conn_readable(llm_conn_t *c)
     ssize_t n;
 
     for (;;) {
+        if (c->rpaused) {
+            return;     /* the rest waits until the peer reads */
+        }
         n = recv(c->fd, buf, sizeof(buf), 0);
         if (n > 0) {
             if (!c->closing) {
@@ -1469,15 +1546,22 @@ llm_server_run(llm_server_t *srv)
             if (pending == 0 && !llm_srv_output_pending(srv)) {
                 break;
             }
-            if (left <= 0.0 && pending > 0) {
-                llm_log(LLM_LOG_WARN, "drain timeout: ending %u requests",
-                        pending);
-                llm_sched_abort_all(srv->sched,
-                                    LLM__ERROR_CODE__ERROR_SHUTTING_DOWN,
-                                    "the engine is shutting down (drain "
-                                    "timeout)");
-                llm_srv_abort_preps(srv);
+            if (left <= 0.0 && flush_until == 0.0) {
+                /* also when only unread output is left: a peer that
+                 * does not read must not hold the exit forever */
+                if (pending > 0) {
+                    llm_log(LLM_LOG_WARN, "drain timeout: ending %u "
+                            "requests", pending);
+                    llm_sched_abort_all(srv->sched,
+                                        LLM__ERROR_CODE__ERROR_SHUTTING_DOWN,
+                                        "the engine is shutting down (drain "
+                                        "timeout)");
+                    llm_srv_abort_preps(srv);
+                }
                 flush_until = llm_srv_now() + 1.0;
+                pending = 0;
+            }
+            if (flush_until > 0.0) {
                 pending = 0;
             }
             if (pending == 0 && flush_until > 0.0
@@ -1531,8 +1615,18 @@ llm_server_run(llm_server_t *srv)
 
         for (c = srv->conns; c; c = next) {
             next = c->next;
-            if (!c->dead && (c->wpos < c->wlen || c->closing)) {
-                llm_conn_flush(c);
+            /* write; a reader paused whose peer has read resumes (each
+             * round parses at least one held frame, so this ends) */
+            for (;;) {
+                if (!c->dead && (c->wpos < c->wlen || c->closing)) {
+                    llm_conn_flush(c);
+                }
+                if (c->dead || !c->rpaused
+                    || c->wlen - c->wpos > srv->c.wbuf_high / 2)
+                {
+                    break;
+                }
+                llm_conn_resume(c);
             }
             if (c->dead) {
                 llm_conn_free(c);

@@ -10,8 +10,10 @@
  * comes back to the loop through an eventfd.
  *
  * Backpressure: each connection has a write buffer; while it holds more
- * than wbuf_high bytes the connection's sequences sit out the steps, so a
- * slow reader costs neither memory nor the other streams' progress.
+ * than wbuf_high bytes the connection's sequences sit out the steps and
+ * its input is not read (no more requests parsed) until the buffer is
+ * below half that, so a slow reader costs neither memory nor the other
+ * streams' progress.
  *
  * Lifecycle: SIGTERM or SIGINT starts the drain: the listeners close (the
  * Unix socket file is removed), new requests get ERROR_SHUTTING_DOWN, the
