@@ -13,6 +13,7 @@
  */
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,24 +108,44 @@ llm_tokens_free(llm_tokens_t *t)
     t->cap = 0;
 }
 
+unsigned long  llm_tok_n_copied;
+
 int
-llm_tokens_push(llm_tokens_t *t, int32_t id)
+llm_tokens_reserve(llm_tokens_t *t, size_t want)
 {
     int32_t  *p;
     size_t    cap;
 
-    if (t->n == t->cap) {
-        cap = t->cap ? t->cap * 2 : 64;
-        p = realloc(t->ids, cap * sizeof(*p));
-        if (p == NULL) {
-            return -ENOMEM;
-        }
-        t->ids = p;
-        t->cap = cap;
+    if (want <= t->cap) {
+        return 0;
+    }
+    if (want > SIZE_MAX / 2 / sizeof(*p)) {
+        return -ENOMEM;
+    }
+    cap = t->cap ? t->cap * 2 : 64;
+    if (cap < want) {
+        cap = want;
+    }
+    p = realloc(t->ids, cap * sizeof(*p));
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    __atomic_add_fetch(&llm_tok_n_copied, t->n, __ATOMIC_RELAXED);
+    t->ids = p;
+    t->cap = cap;
+    return 0;
+}
+
+int
+llm_tokens_push(llm_tokens_t *t, int32_t id)
+{
+    if (t->n == t->cap && llm_tokens_reserve(t, t->n + 1) < 0) {
+        return -ENOMEM;
     }
     t->ids[t->n++] = id;
     return 0;
 }
+
 
 static int
 vocab_get_id(const llm_gguf_t *g, const char *key, uint32_t n, int32_t *id,

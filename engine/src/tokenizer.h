@@ -50,6 +50,11 @@ typedef struct {
 
 void llm_tokens_free(llm_tokens_t *t);
 int llm_tokens_push(llm_tokens_t *t, int32_t id);
+/*
+ * Room for at least want ids: 0 or -ENOMEM.  Grows geometrically (at least
+ * doubling), so any sequence of reserves and pushes copies O(n) ids.
+ */
+int llm_tokens_reserve(llm_tokens_t *t, size_t want);
 
 #define LLM_TOK_ADD_SPECIAL    0x01  /* BOS/EOS as the vocabulary asks */
 #define LLM_TOK_PARSE_SPECIAL  0x02  /* match control tokens in the text */

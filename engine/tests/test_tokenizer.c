@@ -10,7 +10,8 @@
  *    tokens join, stop strings spanning several tokens are never emitted,
  *    partial stop prefixes are released when the match fails, invalid
  *    UTF-8 becomes U+FFFD.
- * 3. Special tokens are matched only with LLM_TOK_PARSE_SPECIAL.
+ * 3. Special tokens are matched only with LLM_TOK_PARSE_SPECIAL; big
+ *    inputs (4 MB, 200k fragments) copy O(n) ids growing token arrays.
  * 5. NFC (Qwen's normalizer) against Python's unicodedata on generated
  *    cases (engine/tests/data/vocab/nfc-cases.txt).
  * 4. The hand-written GPT-2 / Llama 3 / Qwen2 / o200k pre-tokenizers split
@@ -988,6 +989,73 @@ test_nfc(void)
            n_cases, n_changed);
 }
 
+/*
+ * Linear work on big inputs: 4 MB of short words, once as one fragment and
+ * once cut into ~200k fragments by a special token every few words.  The
+ * token arrays must grow geometrically: the ids copied by growing them are
+ * at most about twice the ids produced (the old exact-size reserve copied
+ * the whole array for every fragment: quadratic).
+ */
+static void
+test_linear(void)
+{
+    static const char *const words[] = {
+        "a ", "to ", "of ", "it ", "is ", "we ", "go ", "on "
+    };
+    const size_t   total = 4u << 20;
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+    llm_tokens_t   t = { 0 };
+    char           err[256], *buf;
+    size_t         n = 0, i = 0, frags = 0;
+    unsigned long  copied0;
+    int            pass, fail0 = failures;
+
+    if (load_vocab("gpt-2", &g, &v) < 0) {
+        printf("SKIP linear tokenization: no gpt-2 vocabulary\n");
+        return;
+    }
+    buf = malloc(total + 64);
+    if (buf == NULL) {
+        CHECK(0, "out of memory");
+        goto done;
+    }
+    for (pass = 0; pass < 2; pass++) {
+        n = 0;
+        frags = 0;
+        for (i = 0; n < total; i++) {
+            const char *w = words[(i * 7 + i / 3) % 8];
+
+            memcpy(buf + n, w, strlen(w));
+            n += strlen(w);
+            if (pass == 1 && i % 2 == 1) {
+                memcpy(buf + n, "<|endoftext|>", 13);
+                n += 13;
+                frags++;
+            }
+        }
+        t.n = 0;
+        llm_tokens_free(&t);
+        copied0 = llm_tok_n_copied;
+        CHECK(llm_tokenize(v, buf, n, LLM_TOK_PARSE_SPECIAL, &t, err,
+                           sizeof(err)) == 0, "tokenize: %s", err);
+        CHECK(t.n >= i, "%zu bytes gave only %zu tokens", n, t.n);
+        CHECK(llm_tok_n_copied - copied0 <= 3 * t.n, "%s: %lu ids copied "
+              "growing token arrays for %zu tokens",
+              pass ? "fragments" : "one text", llm_tok_n_copied - copied0,
+              t.n);
+    }
+    printf("%s linear tokenization: 4 MB in 1 and in %zu fragments, the "
+           "token array grows geometrically\n",
+           failures == fail0 ? "ok  " : "FAIL", frags + 1);
+    free(buf);
+
+done:
+    llm_tokens_free(&t);
+    llm_vocab_free(v);
+    llm_gguf_close(g);
+}
+
 int
 main(void)
 {
@@ -1001,6 +1069,7 @@ main(void)
         test_vocab(names[i]);
     }
     test_special();
+    test_linear();
     test_bad_vocab();
     test_pre_vs_pcre();
     test_all_pre_sets();
