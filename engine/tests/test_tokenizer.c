@@ -586,6 +586,22 @@ test_special(void)
     CHECK(t.n > 3 && found == 0, "without PARSE_SPECIAL the control token "
           "was matched");
 
+    /* a guard before it: plain text, the guard itself gone */
+    {
+        llm_tokens_t  plain = { 0 };
+        const char   *gt = "a" LLM_TOK_GUARD "<|endoftext|>b<|endoftext|>";
+
+        t.n = 0;
+        llm_tokenize(v, gt, strlen(gt), LLM_TOK_PARSE_SPECIAL
+                     | LLM_TOK_GUARDED, &t, err, sizeof(err));
+        llm_tokenize(v, "a<|endoftext|>b", 15, 0, &plain, err, sizeof(err));
+        CHECK(t.n == plain.n + 1 && t.ids[t.n - 1] == eot
+              && memcmp(t.ids, plain.ids, plain.n * sizeof(int32_t)) == 0,
+              "guarded: %zu tokens, expected the plain %zu and one special",
+              t.n, plain.n);
+        llm_tokens_free(&plain);
+    }
+
     {
         size_t      l;
         const char *p = llm_token_bytes(v, eot, 0, &l);
@@ -596,8 +612,9 @@ test_special(void)
               "control token piece with special");
     }
 
-    printf("%s special tokens: matched only with PARSE_SPECIAL, control "
-           "pieces only when asked\n", failures == fail0 ? "ok  " : "FAIL");
+    printf("%s special tokens: matched only with PARSE_SPECIAL and not "
+           "after a guard, control pieces only when asked\n",
+           failures == fail0 ? "ok  " : "FAIL");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
