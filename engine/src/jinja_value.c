@@ -944,6 +944,14 @@ json_str_into(jj_buf_t *b, const char *s, size_t n, int ascii)
             break;
         }
         ch = (unsigned char) s[run];
+        if (ch >= 0x80 && n - run >= 6
+            && memcmp(s + run, "\xef\xb7\x90\xef\xb7\x91", 6) == 0)
+        {
+            /* the tokenizer's guard (tokenizer.h) passes unescaped */
+            rc |= jj_buf_add(b, s + run, 6);
+            i = run + 6;
+            continue;
+        }
         if (ch >= 0x80) {
             /* ensure_ascii: \uXXXX, astral planes as surrogate pairs */
             k = run;

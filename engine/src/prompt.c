@@ -73,18 +73,97 @@ llm_message_json(const Llm__Message *m)
     return o;
 }
 
-json_t *
-llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
-    const char **param, char *err, size_t errlen)
+/*
+ * A copy of j with every string and object key passed through the guard
+ * (a new reference; a string or scalar that needs no guard is j itself).
+ * NULL on out of memory.  Depth is bounded by jansson's parser (2048).
+ */
+static json_t *
+guard_json(const llm_tok_guard_t *g, json_t *j)
+{
+    json_t      *o, *x;
+    const char  *k;
+    char        *gs;
+    size_t       gn, i;
+    int          rc;
+
+    switch (json_typeof(j)) {
+    case JSON_STRING:
+        rc = llm_tok_guard(g, json_string_value(j), json_string_length(j),
+                           &gs, &gn);
+        if (rc <= 0) {
+            return rc < 0 ? NULL : json_incref(j);
+        }
+        o = json_stringn(gs, gn);
+        free(gs);
+        return o;
+    case JSON_ARRAY:
+        o = json_array();
+        if (o == NULL) {
+            return NULL;
+        }
+        json_array_foreach(j, i, x) {
+            if (json_array_append_new(o, guard_json(g, x)) != 0) {
+                json_decref(o);
+                return NULL;
+            }
+        }
+        return o;
+    case JSON_OBJECT:
+        o = json_object();
+        if (o == NULL) {
+            return NULL;
+        }
+        json_object_foreach(j, k, x) {
+            rc = llm_tok_guard(g, k, strlen(k), &gs, &gn);
+            if (rc < 0
+                || json_object_set_new(o, rc ? gs : k, guard_json(g, x)) != 0)
+            {
+                free(gs);
+                json_decref(o);
+                return NULL;
+            }
+            free(gs);
+        }
+        return o;
+    default:
+        return json_incref(j);
+    }
+}
+
+/* *x = its guarded copy (no-op without a guard).  0 or -ENOMEM. */
+static int
+guard_replace(const llm_tok_guard_t *g, json_t **x)
+{
+    json_t  *y;
+
+    if (g == NULL) {
+        return 0;
+    }
+    y = guard_json(g, *x);
+    json_decref(*x);
+    *x = y;
+    return y ? 0 : -ENOMEM;
+}
+
+/*
+ * The template variables; with a guard, every string that came from the
+ * request (messages, tools, chat_template_kwargs; keys included) carries
+ * the tokenizer's guards.
+ */
+static int
+prompt_vars(const llm_vocab_t *v, const llm_tok_guard_t *guard,
+    const Llm__GenerateRequest *g, json_t **out, const char **param,
+    char *err, size_t errlen)
 {
     json_t       *vars = json_object(), *msgs = json_array(), *x;
     json_error_t  je;
+    int           rc = -EINVAL;
+
+    *out = NULL;
 
     if (vars == NULL || msgs == NULL) {
-        json_decref(vars);
-        json_decref(msgs);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
+        goto nomem;
     }
     for (size_t i = 0; i < g->n_messages; i++) {
         if (g->messages[i]->role[0] == '\0') {
@@ -93,9 +172,10 @@ llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
             goto invalid;
         }
         x = llm_message_json(g->messages[i]);
-        if (x == NULL || json_array_append_new(msgs, x) != 0) {
-            snprintf(err, errlen, "out of memory");
-            goto invalid;
+        if (x == NULL || guard_replace(guard, &x) != 0
+            || json_array_append_new(msgs, x) != 0)
+        {
+            goto nomem;
         }
     }
     json_object_set_new(vars, "messages", msgs);
@@ -109,6 +189,9 @@ llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
             snprintf(err, errlen, "tools: not a JSON array (%s at %d)",
                      x ? "wrong type" : je.text, x ? 0 : je.position);
             goto invalid;
+        }
+        if (guard_replace(guard, &x) != 0) {
+            goto nomem;
         }
         if (json_array_size(x) > 0) {
             json_object_set_new(vars, "tools", x);
@@ -128,40 +211,75 @@ llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
             snprintf(err, errlen, "chat_template_kwargs: not a JSON object");
             goto invalid;
         }
+        if (guard_replace(guard, &x) != 0) {
+            goto nomem;
+        }
         json_object_update(vars, x);
         json_decref(x);
     }
-    return vars;
+    *out = vars;
+    return 0;
+
+nomem:
+    snprintf(err, errlen, "out of memory");
+    rc = -ENOMEM;
 
 invalid:
     json_decref(msgs);
     json_decref(vars);
-    return NULL;
+    return rc;
 }
 
+json_t *
+llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
+    const char **param, char *err, size_t errlen)
+{
+    json_t  *vars;
+
+    prompt_vars(v, NULL, g, &vars, param, err, errlen);
+    return vars;
+}
+
+/*
+ * A completion prompt is the client's own raw text: tokenized as
+ * llama.cpp's server does (special tokens parsed, BOS/EOS as the
+ * vocabulary asks).  A chat is rendered with every request string
+ * guarded, and tokenized so that special tokens come from the template's
+ * markup only.
+ */
 int
 llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     const Llm__GenerateRequest *g, llm_tokens_t *out, const char **param,
     char *err, size_t errlen)
 {
-    json_t *vars;
-    char   *text = NULL;
-    size_t  len = 0;
-    int     rc;
+    llm_tok_guard_t  *guard = NULL;
+    json_t           *vars;
+    const char       *src;
+    char             *text = NULL;
+    size_t            len = 0, srclen;
+    int               rc;
 
     if (g->is_completion) {
         *param = "prompt";
         return llm_tokenize(v, g->prompt, strlen(g->prompt),
-                            LLM_TOK_ADD_SPECIAL, out, err, errlen);
+                            LLM_TOK_ADD_SPECIAL | LLM_TOK_PARSE_SPECIAL, out,
+                            err, errlen);
     }
     *param = "messages";
     if (g->n_messages == 0) {
         snprintf(err, errlen, "messages: at least one message is required");
         return -EINVAL;
     }
-    vars = llm_prompt_vars(v, g, param, err, errlen);
-    if (vars == NULL) {
-        return -EINVAL;
+    src = llm_tmpl_source(tmpl, &srclen);
+    guard = llm_tok_guard_new(v, src, srclen);
+    if (guard == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    rc = prompt_vars(v, guard, g, &vars, param, err, errlen);
+    llm_tok_guard_free(guard);
+    if (rc != 0) {
+        return rc;
     }
     rc = llm_tmpl_render(tmpl, vars, &text, &len, err, errlen);
     json_decref(vars);
@@ -169,7 +287,8 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
         *param = "messages";
         return rc == -EPERM ? -EINVAL : rc;
     }
-    rc = llm_tokenize(v, text, len, LLM_TOK_PARSE_SPECIAL, out, err, errlen);
+    rc = llm_tokenize(v, text, len, LLM_TOK_PARSE_SPECIAL | LLM_TOK_GUARDED,
+                      out, err, errlen);
     free(text);
     return rc;
 }

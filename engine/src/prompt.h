@@ -2,9 +2,13 @@
  * From a Generate request to prompt tokens: chat messages become the
  * template variables (messages, tools, add_generation_prompt, bos_token,
  * eos_token, plus chat_template_kwargs), the model's chat template renders
- * them, and the text is tokenized with special tokens parsed; a legacy
- * completion prompt is tokenized as raw text with BOS/EOS as the
- * vocabulary asks.
+ * them, and the text is tokenized with special tokens parsed in the
+ * template's own markup only: every string from the request (contents,
+ * tool results, arguments, names, tools, kwargs) carries the tokenizer's
+ * guards (tokenizer.h), so "<|im_start|>" typed by a user stays plain
+ * text.  A legacy completion prompt is the client's raw text, tokenized
+ * as llama.cpp's server does: special tokens parsed, BOS/EOS as the
+ * vocabulary asks.  See docs/TEMPLATES.md, "Special tokens".
  */
 
 #ifndef LLM_PROMPT_H

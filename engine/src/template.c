@@ -13,7 +13,9 @@
 #include "template.h"
 
 struct llm_tmpl_s {
-    jj_tmpl_t  t;
+    jj_tmpl_t   t;
+    char       *src;        /* a copy of the source */
+    size_t      len;
 };
 
 /*
@@ -93,6 +95,15 @@ llm_tmpl_compile(llm_tmpl_t **out, const char *src, size_t len, char *err,
         return -ENOMEM;
     }
     t->t.arena.limit = JJ_MAX_MEMORY;
+    t->src = malloc(len + 1);
+    if (t->src == NULL) {
+        free(t);
+        snprintf(err, errlen, "chat template: out of memory");
+        return -ENOMEM;
+    }
+    memcpy(t->src, src, len);
+    t->src[len] = '\0';
+    t->len = len;
     rc = jj_compile(&t->t, src, len, err, errlen);
     if (rc != 0) {
         llm_tmpl_free(t);
@@ -109,7 +120,15 @@ llm_tmpl_free(llm_tmpl_t *t)
         return;
     }
     jj_arena_free(&t->t.arena);
+    free(t->src);
     free(t);
+}
+
+const char *
+llm_tmpl_source(const llm_tmpl_t *t, size_t *len)
+{
+    *len = t->len;
+    return t->src;
 }
 
 int

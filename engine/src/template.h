@@ -56,6 +56,9 @@ int llm_tmpl_render(const llm_tmpl_t *t, json_t *vars, char **out,
 int llm_tmpl_render_at(const llm_tmpl_t *t, json_t *vars, int64_t now,
     char **out, size_t *outlen, char *err, size_t errlen);
 
+/* The source the template was compiled from (for guards: prompt.c). */
+const char *llm_tmpl_source(const llm_tmpl_t *t, size_t *len);
+
 /*
  * The ChatML template used when a model file carries none (Hermes-style
  * tools: <tools></tools> in the system turn, <tool_call> and

@@ -13,6 +13,7 @@
  */
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,20 +108,39 @@ llm_tokens_free(llm_tokens_t *t)
     t->cap = 0;
 }
 
+unsigned long  llm_tok_n_copied;
+
 int
-llm_tokens_push(llm_tokens_t *t, int32_t id)
+llm_tokens_reserve(llm_tokens_t *t, size_t want)
 {
     int32_t  *p;
     size_t    cap;
 
-    if (t->n == t->cap) {
-        cap = t->cap ? t->cap * 2 : 64;
-        p = realloc(t->ids, cap * sizeof(*p));
-        if (p == NULL) {
-            return -ENOMEM;
-        }
-        t->ids = p;
-        t->cap = cap;
+    if (want <= t->cap) {
+        return 0;
+    }
+    if (want > SIZE_MAX / 2 / sizeof(*p)) {
+        return -ENOMEM;
+    }
+    cap = t->cap ? t->cap * 2 : 64;
+    if (cap < want) {
+        cap = want;
+    }
+    p = realloc(t->ids, cap * sizeof(*p));
+    if (p == NULL) {
+        return -ENOMEM;
+    }
+    __atomic_add_fetch(&llm_tok_n_copied, t->n, __ATOMIC_RELAXED);
+    t->ids = p;
+    t->cap = cap;
+    return 0;
+}
+
+int
+llm_tokens_push(llm_tokens_t *t, int32_t id)
+{
+    if (t->n == t->cap && llm_tokens_reserve(t, t->n + 1) < 0) {
+        return -ENOMEM;
     }
     t->ids[t->n++] = id;
     return 0;
@@ -851,6 +871,41 @@ tokenize_fragment(const llm_vocab_t *v, const char *text, size_t len,
 }
 
 /*
+ * Remove the LLM_TOK_GUARD marks of text[0..len): *plain gets the text
+ * without them, *marks the offsets in *plain where one stood (ascending).
+ */
+static int
+strip_guards(const char *text, size_t len, char **plain, size_t *plen,
+    size_t **marks, size_t *n_marks)
+{
+    const char  *p, *end = text + len, *g;
+    char        *o;
+    size_t       n = 0, m = 0;
+
+    *plain = o = malloc(len + 1);
+    *marks = malloc((len / LLM_TOK_GUARD_LEN + 1) * sizeof(size_t));
+    if (o == NULL || *marks == NULL) {
+        return -ENOMEM;
+    }
+    for (p = text; p < end; p = g + LLM_TOK_GUARD_LEN) {
+        g = memmem(p, (size_t) (end - p), LLM_TOK_GUARD, LLM_TOK_GUARD_LEN);
+        if (g == NULL) {
+            g = end;
+        }
+        memcpy(o + n, p, (size_t) (g - p));
+        n += (size_t) (g - p);
+        if (g == end) {
+            break;
+        }
+        (*marks)[m++] = n;
+    }
+    o[n] = '\0';
+    *plen = n;
+    *n_marks = m;
+    return 0;
+}
+
+/*
  * Tokenize text[0..len) into out (appending).  Special tokens in the text
  * are cut out first, the rest goes to the model's tokenizer.
  */
@@ -858,10 +913,21 @@ int
 llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     unsigned flags, llm_tokens_t *out, char *err, size_t errlen)
 {
-    size_t   i, start;
+    size_t   i, start, *marks = NULL, n_marks = 0, next = 0;
+    char    *plain = NULL;
     int32_t  id;
-    int      rc, prev_special = 1;
+    int      rc = 0, prev_special = 1;
     int      parse = (flags & LLM_TOK_PARSE_SPECIAL) != 0;
+
+    if ((flags & LLM_TOK_GUARDED)
+        && memmem(text, len, LLM_TOK_GUARD, LLM_TOK_GUARD_LEN) != NULL)
+    {
+        rc = strip_guards(text, len, &plain, &len, &marks, &n_marks);
+        if (rc < 0) {
+            goto nomem;
+        }
+        text = plain;
+    }
 
     if ((flags & LLM_TOK_ADD_SPECIAL) && v->add_bos && v->bos >= 0) {
         if ((rc = llm_tokens_push(out, v->bos)) < 0) {
@@ -890,11 +956,17 @@ llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
         if (id < 0) {
             continue;
         }
+        while (next < n_marks && marks[next] < i) {
+            next++;
+        }
+        if (next < n_marks && marks[next] == i) {
+            continue;           /* guarded: plain text from here */
+        }
         if (i > start) {
             rc = tokenize_fragment(v, text + start, i - start, prev_special,
                                    out, err, errlen);
             if (rc < 0) {
-                return rc;
+                goto done;
             }
             prev_special = 0;
         }
@@ -910,7 +982,7 @@ llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
         rc = tokenize_fragment(v, text + start, len - start, prev_special,
                                out, err, errlen);
         if (rc < 0) {
-            return rc;
+            goto done;
         }
     }
 
@@ -919,9 +991,127 @@ llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
             goto nomem;
         }
     }
-    return 0;
+    goto done;
 
 nomem:
     ERR("tokenize: out of memory");
+    rc = -ENOMEM;
+
+done:
+    free(plain);
+    free(marks);
     return rc;
+}
+
+/* ---- guards ---- */
+
+struct llm_tok_guard_s {
+    const llm_vocab_t  *v;
+    uint8_t            *on;         /* per v->spec index: 1 = guarded */
+    uint8_t             first[256]; /* some guarded token starts so */
+};
+
+llm_tok_guard_t *
+llm_tok_guard_new(const llm_vocab_t *v, const char *markup, size_t len)
+{
+    llm_tok_guard_t  *g;
+    uint32_t          k, n = v->spec_start[256], c;
+    int32_t           id;
+
+    g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        return NULL;
+    }
+    g->v = v;
+    g->on = calloc(n ? n : 1, 1);
+    if (g->on == NULL) {
+        free(g);
+        return NULL;
+    }
+    for (c = 0; c < 256; c++) {
+        for (k = v->spec_start[c]; k < v->spec_start[c + 1]; k++) {
+            id = v->spec[k];
+            if (v->ttype[id] != LLM_TT_USER_DEFINED
+                || (markup != NULL
+                    && memmem(markup, len, v->text + v->text_off[id],
+                              v->text_len[id]) != NULL))
+            {
+                g->on[k] = 1;
+                g->first[c] = 1;
+            }
+        }
+    }
+    return g;
+}
+
+void
+llm_tok_guard_free(llm_tok_guard_t *g)
+{
+    if (g != NULL) {
+        free(g->on);
+        free(g);
+    }
+}
+
+/*
+ * 1 if a guarded token begins at s[i]: its whole text, or (at the end of
+ * s) a proper prefix of it.
+ */
+static int
+guard_at(const llm_tok_guard_t *g, const char *s, size_t n, size_t i)
+{
+    const llm_vocab_t  *v = g->v;
+    uint8_t             c = (uint8_t) s[i];
+    uint32_t            k;
+    int32_t             id;
+    size_t              tl, left = n - i;
+
+    if (!g->first[c]) {
+        return 0;
+    }
+    for (k = v->spec_start[c]; k < v->spec_start[c + 1]; k++) {
+        if (!g->on[k]) {
+            continue;
+        }
+        id = v->spec[k];
+        tl = v->text_len[id];
+        if (memcmp(s + i, v->text + v->text_off[id], tl < left ? tl : left)
+            == 0)
+        {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+llm_tok_guard(const llm_tok_guard_t *g, const char *s, size_t n, char **out,
+    size_t *outlen)
+{
+    size_t  i, m = 0, o = 0;
+    char   *d;
+
+    *out = NULL;
+    *outlen = 0;
+    for (i = 0; i < n; i++) {
+        m += guard_at(g, s, n, i);
+    }
+    if (m == 0) {
+        return 0;
+    }
+    d = malloc(n + m * LLM_TOK_GUARD_LEN + 1);
+    if (d == NULL) {
+        return -ENOMEM;
+    }
+    for (i = 0; i < n; i++) {
+        if (guard_at(g, s, n, i)) {
+            memcpy(d + o, LLM_TOK_GUARD, LLM_TOK_GUARD_LEN);
+            o += LLM_TOK_GUARD_LEN;
+        }
+        d[o++] = s[i];
+    }
+    d[o] = '\0';
+    *out = d;
+    *outlen = o;
+    return 1;
 }

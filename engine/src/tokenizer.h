@@ -50,13 +50,61 @@ typedef struct {
 
 void llm_tokens_free(llm_tokens_t *t);
 int llm_tokens_push(llm_tokens_t *t, int32_t id);
+/*
+ * Room for at least want ids: 0 or -ENOMEM.  Grows geometrically (at least
+ * doubling), so any sequence of reserves and pushes copies O(n) ids.
+ */
+int llm_tokens_reserve(llm_tokens_t *t, size_t want);
 
 #define LLM_TOK_ADD_SPECIAL    0x01  /* BOS/EOS as the vocabulary asks */
 #define LLM_TOK_PARSE_SPECIAL  0x02  /* match control tokens in the text */
+#define LLM_TOK_GUARDED        0x04  /* the text carries LLM_TOK_GUARD marks */
 
-/* Appends to out.  0 or a negative errno with err set. */
+/*
+ * Appends to out.  0 or a negative errno with err set.
+ *
+ * With LLM_TOK_GUARDED every LLM_TOK_GUARD in the text is removed, and no
+ * special token (control, user-defined or unknown) is matched where one
+ * stood: the text there is tokenized as plain text.
+ */
 int llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     unsigned flags, llm_tokens_t *out, char *err, size_t errlen);
+
+/*
+ * Guards: text that must never yield a special token (a chat request's
+ * message contents, tool results, arguments, names, ...) is marked before
+ * it goes into the rendered prompt, so that tokenizing the whole prompt
+ * with LLM_TOK_PARSE_SPECIAL | LLM_TOK_GUARDED matches special tokens in
+ * the chat template's own markup only.
+ *
+ * The mark is U+FDD0 U+FDD1 (two Unicode noncharacters, valid UTF-8 that
+ * the template renderer passes through unchanged, tojson included).
+ */
+#define LLM_TOK_GUARD      "\xef\xb7\x90\xef\xb7\x91"
+#define LLM_TOK_GUARD_LEN  6
+
+typedef struct llm_tok_guard_s llm_tok_guard_t;
+
+/*
+ * The special tokens to guard against: every control and unknown token,
+ * and the user-defined tokens whose text occurs in markup[0..len) (the
+ * chat template's source: "<think>", "<tool_call>", ...; other
+ * user-defined tokens stay matched in plain text, as Hugging Face and
+ * llama.cpp match them).  NULL on out of memory.
+ */
+llm_tok_guard_t *llm_tok_guard_new(const llm_vocab_t *v, const char *markup,
+    size_t len);
+void llm_tok_guard_free(llm_tok_guard_t *g);
+
+/*
+ * A copy of s[0..n) with LLM_TOK_GUARD before every byte where a guarded
+ * token's text begins, and before a tail of s that begins one (so that
+ * nothing concatenated after s completes a special token begun in s).
+ * 1 with a malloc'd *out (*outlen bytes, NUL-terminated), 0 if s needs no
+ * guard (*out NULL), -ENOMEM.
+ */
+int llm_tok_guard(const llm_tok_guard_t *g, const char *s, size_t n,
+    char **out, size_t *outlen);
 
 /*
  * The bytes a token stands for (byte-level BPE decoded, "▁" turned into a

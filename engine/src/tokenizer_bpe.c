@@ -868,15 +868,15 @@ llm_bpe_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     x.err = err;
     x.errlen = errlen;
 
-    /* about one token per 2-4 bytes: reserve once instead of doubling */
-    want = out->n + len / 3 + 16;
-    if (out->cap < want) {
-        int32_t *ids = realloc(out->ids, want * sizeof(int32_t));
-
-        if (ids != NULL) {
-            out->ids = ids;
-            out->cap = want;
-        }
+    /*
+     * About one token per 2-4 bytes: reserve for the fragment up front.
+     * The reserve grows the array geometrically (never to the exact size),
+     * so a prompt cut into many fragments by special tokens costs linear
+     * copying in all, not a copy of everything so far per fragment.
+     */
+    if (llm_tokens_reserve(out, out->n + len / 3 + 16) < 0) {
+        ERR("tokenize: out of memory");
+        return -ENOMEM;
     }
 
     /* first cache size: about one distinct piece per 16 bytes, 64 .. 4096 */

@@ -94,6 +94,9 @@ struct llm_vocab_s {
 
 uint32_t llm_tok_hash_bytes(const void *p, size_t n);
 
+/* Tests: ids copied by growing token arrays so far (all threads). */
+extern unsigned long  llm_tok_n_copied;
+
 /* llm_tokens_push() with the common case inline */
 static inline int
 llm_tok_push(llm_tokens_t *t, int32_t id)

@@ -10,7 +10,8 @@
  *    tokens join, stop strings spanning several tokens are never emitted,
  *    partial stop prefixes are released when the match fails, invalid
  *    UTF-8 becomes U+FFFD.
- * 3. Special tokens are matched only with LLM_TOK_PARSE_SPECIAL.
+ * 3. Special tokens are matched only with LLM_TOK_PARSE_SPECIAL; big
+ *    inputs (4 MB, 200k fragments) copy O(n) ids growing token arrays.
  * 5. NFC (Qwen's normalizer) against Python's unicodedata on generated
  *    cases (engine/tests/data/vocab/nfc-cases.txt).
  * 4. The hand-written GPT-2 / Llama 3 / Qwen2 / o200k pre-tokenizers split
@@ -585,6 +586,22 @@ test_special(void)
     CHECK(t.n > 3 && found == 0, "without PARSE_SPECIAL the control token "
           "was matched");
 
+    /* a guard before it: plain text, the guard itself gone */
+    {
+        llm_tokens_t  plain = { 0 };
+        const char   *gt = "a" LLM_TOK_GUARD "<|endoftext|>b<|endoftext|>";
+
+        t.n = 0;
+        llm_tokenize(v, gt, strlen(gt), LLM_TOK_PARSE_SPECIAL
+                     | LLM_TOK_GUARDED, &t, err, sizeof(err));
+        llm_tokenize(v, "a<|endoftext|>b", 15, 0, &plain, err, sizeof(err));
+        CHECK(t.n == plain.n + 1 && t.ids[t.n - 1] == eot
+              && memcmp(t.ids, plain.ids, plain.n * sizeof(int32_t)) == 0,
+              "guarded: %zu tokens, expected the plain %zu and one special",
+              t.n, plain.n);
+        llm_tokens_free(&plain);
+    }
+
     {
         size_t      l;
         const char *p = llm_token_bytes(v, eot, 0, &l);
@@ -595,8 +612,9 @@ test_special(void)
               "control token piece with special");
     }
 
-    printf("%s special tokens: matched only with PARSE_SPECIAL, control "
-           "pieces only when asked\n", failures == fail0 ? "ok  " : "FAIL");
+    printf("%s special tokens: matched only with PARSE_SPECIAL and not "
+           "after a guard, control pieces only when asked\n",
+           failures == fail0 ? "ok  " : "FAIL");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -988,6 +1006,73 @@ test_nfc(void)
            n_cases, n_changed);
 }
 
+/*
+ * Linear work on big inputs: 4 MB of short words, once as one fragment and
+ * once cut into ~200k fragments by a special token every few words.  The
+ * token arrays must grow geometrically: the ids copied by growing them are
+ * at most about twice the ids produced (the old exact-size reserve copied
+ * the whole array for every fragment: quadratic).
+ */
+static void
+test_linear(void)
+{
+    static const char *const words[] = {
+        "a ", "to ", "of ", "it ", "is ", "we ", "go ", "on "
+    };
+    const size_t   total = 4u << 20;
+    llm_gguf_t    *g;
+    llm_vocab_t   *v;
+    llm_tokens_t   t = { 0 };
+    char           err[256], *buf;
+    size_t         n = 0, i = 0, frags = 0;
+    unsigned long  copied0;
+    int            pass, fail0 = failures;
+
+    if (load_vocab("gpt-2", &g, &v) < 0) {
+        printf("SKIP linear tokenization: no gpt-2 vocabulary\n");
+        return;
+    }
+    buf = malloc(total + 64);
+    if (buf == NULL) {
+        CHECK(0, "out of memory");
+        goto done;
+    }
+    for (pass = 0; pass < 2; pass++) {
+        n = 0;
+        frags = 0;
+        for (i = 0; n < total; i++) {
+            const char *w = words[(i * 7 + i / 3) % 8];
+
+            memcpy(buf + n, w, strlen(w));
+            n += strlen(w);
+            if (pass == 1 && i % 2 == 1) {
+                memcpy(buf + n, "<|endoftext|>", 13);
+                n += 13;
+                frags++;
+            }
+        }
+        t.n = 0;
+        llm_tokens_free(&t);
+        copied0 = llm_tok_n_copied;
+        CHECK(llm_tokenize(v, buf, n, LLM_TOK_PARSE_SPECIAL, &t, err,
+                           sizeof(err)) == 0, "tokenize: %s", err);
+        CHECK(t.n >= i, "%zu bytes gave only %zu tokens", n, t.n);
+        CHECK(llm_tok_n_copied - copied0 <= 3 * t.n, "%s: %lu ids copied "
+              "growing token arrays for %zu tokens",
+              pass ? "fragments" : "one text", llm_tok_n_copied - copied0,
+              t.n);
+    }
+    printf("%s linear tokenization: 4 MB in 1 and in %zu fragments, the "
+           "token array grows geometrically\n",
+           failures == fail0 ? "ok  " : "FAIL", frags + 1);
+    free(buf);
+
+done:
+    llm_tokens_free(&t);
+    llm_vocab_free(v);
+    llm_gguf_close(g);
+}
+
 int
 main(void)
 {
@@ -1001,6 +1086,7 @@ main(void)
         test_vocab(names[i]);
     }
     test_special();
+    test_linear();
     test_bad_vocab();
     test_pre_vs_pcre();
     test_all_pre_sets();

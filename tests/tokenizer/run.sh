@@ -9,7 +9,9 @@
 #      deepseek-v3.gguf)
 #   3. test_tokenizer checks qwen2.inp/.out and llama-bpe.inp/.out from
 #      $LLM_SHARED/vocab exactly with them
-#   4. compare.mjs: >= 1 MB of mixed text, llm-tokenize --ids-only vs the
+#   4. test_prompt checks with them that special-token text in a chat
+#      request never becomes a special token (docs/TEMPLATES.md)
+#   5. compare.mjs: >= 1 MB of mixed text, llm-tokenize --ids-only vs the
 #      packages' JavaScript tokenizers, identical ids for all four
 # Exits non-zero on any mismatch.
 #
@@ -72,6 +74,19 @@ if [ -f "$LLM_SHARED/vocab/qwen2.inp" ] && [ -f "$LLM_SHARED/vocab/llama-bpe.inp
     fi
 else
     echo "SKIP qwen2/llama-bpe test vectors: not in $LLM_SHARED/vocab"
+fi
+
+# special-token injection with the real Qwen3, Llama 3, gpt-oss and
+# DeepSeek-V3 vocabularies and their chat templates
+if [ -x "$BUILD/tests/test_prompt" ]; then
+    res=$(cd "$REPO" && LLM_TOK_VOCAB_DIR="$OUT" "$BUILD/tests/test_prompt" \
+          | grep -E '^(ok|FAIL|SKIP) +injection, real' || true)
+    echo "$res"
+    if [ "$(echo "$res" | grep -c '^ok ')" != 1 ] \
+       || echo "$res" | grep -q '^SKIP'; then
+        echo "tests/tokenizer: FAIL: injection with the real vocabularies" >&2
+        status=1
+    fi
 fi
 
 node "$HERE/compare.mjs" --tool "$BUILD/bin/llm-tokenize" --vocab "$OUT" \
