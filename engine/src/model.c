@@ -852,6 +852,46 @@ llm_drop_source(llm_model_t *m, const uint8_t *p, size_t len)
                   (off_t) (e - a), POSIX_FADV_DONTNEED);
 }
 
+/* The bytes regrouping the n weights of ws writes. */
+static size_t
+llm_regroup_size(const llm_model_t *m, llm_wt_t **ws, size_t n)
+{
+    size_t    i, bytes = 0;
+    uint32_t  ne;
+
+    for (i = 0; i < n; i++) {
+        const llm_wt_t  *w = ws[i];
+
+        ne = w->ex != NULL ? m->hp.n_expert : 1;
+        if (w->data != NULL
+            && llm_repack_type(w->type, w->n_out) != (llm_type_t) w->type)
+        {
+            bytes += (size_t) ne * w->n_out * w->row_bytes;
+        }
+    }
+    return bytes;
+}
+
+uint64_t
+llm_model_regroup_bytes(const llm_model_t *m, int experts)
+{
+    llm_wt_t  **ws;
+    size_t      n, bytes;
+
+    if (m->repack != NULL) {
+        return 0;                   /* already regrouped */
+    }
+    ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    if (ws == NULL) {
+        return 0;
+    }
+    /* only reads the weights: the cast is for llm_gemm_weights' output */
+    n = llm_gemm_weights((llm_model_t *) m, experts, ws);
+    bytes = llm_regroup_size(m, ws, n);
+    free(ws);
+    return bytes;
+}
+
 /*
  * Regroup the gemm-only weights whose kernels run faster in another
  * layout (llm_repack_type: Q4_0 into Q4_0_R16 with AVX-512) into one
@@ -864,25 +904,19 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     llm_bind_t *b)
 {
     llm_wt_t  **ws;
-    size_t      n, i, bytes = 0, off = 0, one;
+    size_t      n, i, bytes, off = 0, one;
     uint32_t    e, ne;
     int         experts = opts == NULL || opts->expert_cache_mb == 0;
 
+    if (m->repack != NULL) {
+        return 0;                   /* prepared before */
+    }
     ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
     n = llm_gemm_weights(m, experts, ws);
-    for (i = 0; i < n; i++) {
-        llm_wt_t  *w = ws[i];
-
-        ne = w->ex != NULL ? m->hp.n_expert : 1;
-        if (w->data != NULL
-            && llm_repack_type(w->type, w->n_out) != (llm_type_t) w->type)
-        {
-            bytes += (size_t) ne * w->n_out * w->row_bytes;
-        }
-    }
+    bytes = llm_regroup_size(m, ws, n);
     if (bytes == 0) {
         free(ws);
         return 0;
@@ -1062,19 +1096,11 @@ llm_model_load(llm_model_t **out, const char *path,
     }
     m->quant_name = llm_model_quant_guess(m);
 
-    if (opts != NULL && opts->use_mlock) {
-        if (mlock(llm_gguf_map(m->gguf), llm_gguf_file_size(m->gguf)) != 0) {
-            rc = llm_bind_fail(&b, -errno, "mlock of %llu bytes: %s",
-                               (unsigned long long)
-                               llm_gguf_file_size(m->gguf), strerror(errno));
+    if (opts == NULL || !opts->bind_only) {
+        rc = llm_model_prepare(m, opts, err, errlen);
+        if (rc < 0) {
             goto failed;
         }
-    }
-
-    llm_model_prefault(m, opts);
-    rc = llm_model_repack(m, opts, &b);
-    if (rc < 0) {
-        goto failed;
     }
 
     *out = m;
@@ -1083,6 +1109,31 @@ llm_model_load(llm_model_t **out, const char *path,
 failed:
     llm_model_free(m);
     return rc;
+}
+
+int
+llm_model_prepare(llm_model_t *m, const llm_model_opts_t *opts, char *err,
+    size_t errlen)
+{
+    llm_bind_t  b;
+
+    b.m = m;
+    b.path = llm_gguf_path(m->gguf);
+    b.err = err;
+    b.errlen = errlen;
+    if (opts != NULL && opts->use_mlock) {
+        if (mlock(llm_gguf_map(m->gguf), llm_gguf_file_size(m->gguf)) != 0) {
+            return llm_bind_fail(&b, -errno, "mlock of %llu bytes: %s",
+                                 (unsigned long long)
+                                 llm_gguf_file_size(m->gguf),
+                                 strerror(errno));
+        }
+    }
+    llm_model_prefault(m, opts);
+    if (opts != NULL && opts->no_regroup) {
+        return 0;
+    }
+    return llm_model_repack(m, opts, &b);
 }
 
 void
