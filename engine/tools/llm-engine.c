@@ -77,13 +77,55 @@ usage(FILE *f)
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
 "                        template suggests: hermes, minimax-m2, llama3-json,\n"
 "                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
-"  --help                this text\n");
+"  --help                this text\n"
+"\n"
+"Exit codes: 0 drained after SIGTERM/SIGINT, 1 an error (logged), 2 bad\n"
+"usage, 3 the model file was truncated or overwritten in place while\n"
+"mapped (deploy by rename: docs/DEPLOY.md).\n");
 }
 
+/* Exit code when the model file changed under the mapping (DEPLOY.md). */
+#define LLM_EXIT_MODEL_CHANGED  3
+
+typedef struct {
+    llm_ctx_t          *ctx;
+    const llm_gguf_t   *gguf;
+    int                 changed;    /* truncated/overwritten: draining */
+    int                 renamed;    /* logged once */
+} engine_fwd_t;
+
+/*
+ * The scheduler's forward: first check that the model file under the
+ * mapping is the one loaded.  Truncated or overwritten in place, the
+ * mapping may fault (SIGBUS, which llm_gguf_guard turns into a logged
+ * exit) or hold other weights: the step fails with the reason (its
+ * requests get an Error), and the engine drains (SIGTERM to itself) and
+ * exits with LLM_EXIT_MODEL_CHANGED.  Renamed over: the old file stays
+ * mapped and valid; logged once.
+ */
 static int
 fwd(void *ud, const llm_batch_t *b, float *out, char *err, size_t errlen)
 {
-    return llm_forward(ud, b, out, err, errlen);
+    engine_fwd_t  *f = ud;
+    int            rc;
+
+    rc = llm_gguf_check_file(f->gguf, err, errlen);
+    if (rc < 0) {
+        if (!f->changed) {
+            f->changed = 1;
+            llm_log(LLM_LOG_ERROR, "%s; draining, then exiting with code "
+                    "%d", err, LLM_EXIT_MODEL_CHANGED);
+            kill(getpid(), SIGTERM);
+        }
+        return rc;
+    }
+    if (rc == 1 && !f->renamed) {
+        f->renamed = 1;
+        llm_log(LLM_LOG_INFO, "model file %s now names another file (or "
+                "none): serving the one loaded until restarted",
+                llm_gguf_path(f->gguf));
+    }
+    return llm_forward(f->ctx, b, out, err, errlen);
 }
 
 /* A short revision id: SHA-256 of the header and metadata plus size. */
@@ -294,6 +336,7 @@ main(int argc, char **argv)
     llm_xcache_t       *xc = NULL;
     llm_xcache_opts_t   xo;
     llm_xcache_stats_t  xs;
+    engine_fwd_t        ef = { 0 };
     const llm_hparams_t *hp;
     llm_gguf_str_t      ts = { 0 };
     char                err[512] = "", rev[16], fp[32];
@@ -437,6 +480,13 @@ main(int argc, char **argv)
     if (llm_model_load(&m, model_path, &mo, err, sizeof(err)) != 0) {
         llm_log(LLM_LOG_ERROR, "%s", err);
         goto done;
+    }
+    /* a fault on the mapping (file truncated under it): a clear exit */
+    if (llm_gguf_guard(llm_model_gguf(m), "llm-engine",
+                       LLM_EXIT_MODEL_CHANGED) != 0)
+    {
+        llm_log(LLM_LOG_WARN, "no SIGBUS handler for the model's mapping: "
+                "%s", strerror(errno));
     }
     hp = llm_model_hparams(m);
     if (step_tokens == 0) {
@@ -589,8 +639,10 @@ main(int argc, char **argv)
     sc.sched.max_queue = max_queue;
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;
+    ef.ctx = ctx;
+    ef.gguf = llm_model_gguf(m);
     sc.sched.forward = fwd;
-    sc.sched.forward_ud = ctx;
+    sc.sched.forward_ud = &ef;
     sc.sched.model_name = name ? name : hp->name;
     sc.sched.fingerprint = fp;
     sc.vocab = v;
@@ -615,6 +667,9 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "listening on %s%s%s", sock ? sock : "",
             sock && listen_on ? " and " : "", listen_on ? listen_on : "");
     rc = llm_server_run(srv) == 0 ? 0 : 1;
+    if (ef.changed) {
+        rc = LLM_EXIT_MODEL_CHANGED;
+    }
     if (xc != NULL) {
         llm_server_log_expert_stats(srv);
     }
