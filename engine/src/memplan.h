@@ -34,7 +34,7 @@ typedef struct {
 typedef struct {
     uint64_t     cgroup_limit;  /* smallest limit up the tree; 0: none */
     char         cgroup_kind[4];    /* "v2", "v1" or "" (none found) */
-    char         cgroup_dir[512];   /* the directory whose limit counts */
+    char         cgroup_dir[2048];  /* the directory whose limit counts */
     uint64_t     mem_total;     /* MemTotal; 0: unknown */
     uint64_t     mem_available; /* MemAvailable; 0: unknown */
     uint64_t     allowed;       /* the smallest known of the three */

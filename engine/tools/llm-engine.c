@@ -183,7 +183,7 @@ plan_memory(const llm_model_t *m, const llm_ctx_t *ctx, uint64_t kv_bytes,
     llm_mem_need_t        need;
     llm_mem_plan_t        plan;
     uint64_t              allowed, slot = 0, experts = 0;
-    char                  src[768], mode[96], err[512];
+    char                  src[2400], mode[96], err[512];
     const double          mib = 1048576.0;
 
     llm_mem_detect(&lim, NULL);
