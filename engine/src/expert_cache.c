@@ -573,9 +573,11 @@ llm_xc_cmp_u64(const void *a, const void *b)
 
 /*
  * Drop the experts' pages from the mapping and keep read-ahead off them;
- * populate every other tensor (attention, norms, embeddings, router,
- * shared experts), so they are resident from the start rather than
- * faulted in 4 KiB at a time during the first tokens.
+ * populate every other tensor the forward pass reads from the mapping
+ * (attention, norms, embeddings, router, shared experts; not those
+ * regrouped into anonymous memory at load, which would be resident
+ * twice), so they are resident from the start rather than faulted in
+ * 4 KiB at a time during the first tokens.
  */
 static void
 llm_xc_unmap_experts(const llm_model_t *m)
@@ -619,6 +621,9 @@ llm_xc_unmap_experts(const llm_model_t *m)
         off = (uint64_t) ((const uint8_t *) t->data - base);
         if (bsearch(&off, offs, n, sizeof(*offs), llm_xc_cmp_u64) != NULL) {
             continue;               /* an expert tensor, or its expert 0 */
+        }
+        if (llm_model_regrouped(m, off)) {
+            continue;               /* read from its anonymous copy */
         }
         a = off & ~(pg - 1);
         b = (off + t->nbytes + pg - 1) & ~(pg - 1);

@@ -852,6 +852,22 @@ llm_drop_source(llm_model_t *m, const uint8_t *p, size_t len)
                   (off_t) (e - a), POSIX_FADV_DONTNEED);
 }
 
+static int
+llm_cmp_u64(const void *a, const void *b)
+{
+    uint64_t  x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+int
+llm_model_regrouped(const llm_model_t *m, uint64_t file_offset)
+{
+    return m->n_regrouped > 0
+           && bsearch(&file_offset, m->regrouped, m->n_regrouped,
+                      sizeof(*m->regrouped), llm_cmp_u64) != NULL;
+}
+
 /* The bytes regrouping the n weights of ws writes. */
 static size_t
 llm_regroup_size(const llm_model_t *m, llm_wt_t **ws, size_t n)
@@ -903,10 +919,11 @@ static int
 llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     llm_bind_t *b)
 {
-    llm_wt_t  **ws;
-    size_t      n, i, bytes, off = 0, one;
-    uint32_t    e, ne;
-    int         experts = opts == NULL || opts->expert_cache_mb == 0;
+    llm_wt_t       **ws;
+    const uint8_t   *base = llm_gguf_map(m->gguf);
+    size_t           n, i, bytes, off = 0, one;
+    uint32_t         e, ne;
+    int              experts = opts == NULL || opts->expert_cache_mb == 0;
 
     if (m->repack != NULL) {
         return 0;                   /* prepared before */
@@ -931,6 +948,11 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
                              "bytes: %s", bytes, strerror(errno));
     }
     m->repack_bytes = bytes;
+    m->regrouped = malloc(n * sizeof(*m->regrouped));
+    if (m->regrouped == NULL) {
+        free(ws);
+        return llm_bind_fail(b, -ENOMEM, "out of memory");
+    }
     madvise(m->repack, bytes, MADV_HUGEPAGE);
     if (opts != NULL && opts->use_mlock && mlock(m->repack, bytes) != 0) {
         free(ws);
@@ -949,6 +971,8 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
         }
         one = (size_t) w->n_out * w->row_bytes;
         ne = w->ex != NULL ? m->hp.n_expert : 1;
+        m->regrouped[m->n_regrouped++] = (uint64_t)
+            ((w->ex != NULL ? w->ex[0] : w->data) - base);
         for (e = 0; e < ne; e++) {
             const uint8_t  *src = w->ex != NULL ? w->ex[e] : w->data;
 
@@ -966,6 +990,8 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
         w->type = rt;
     }
     free(ws);
+    qsort(m->regrouped, m->n_regrouped, sizeof(*m->regrouped),
+          llm_cmp_u64);
     return 0;
 }
 
@@ -1152,6 +1178,7 @@ llm_model_free(llm_model_t *m)
     if (m->repack != NULL) {
         munmap(m->repack, m->repack_bytes);
     }
+    free(m->regrouped);
     if (m->gguf != NULL) {
         llm_gguf_close(m->gguf);
     }

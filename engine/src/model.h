@@ -196,4 +196,11 @@ typedef struct {
 int llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
     uint32_t expert, llm_expert_slices_t *out);
 
+/*
+ * Nonzero when the tensor whose data starts at this file offset was
+ * regrouped into anonymous memory at load: the forward pass no longer
+ * reads its pages of the mapping.
+ */
+int llm_model_regrouped(const llm_model_t *m, uint64_t file_offset);
+
 #endif /* LLM_MODEL_H */
