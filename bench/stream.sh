@@ -11,8 +11,10 @@
 # Steps: fio sequential and random 1 MiB O_DIRECT reads at queue depth 32
 # on the model file (the disk's own figures); drop the page cache; llm-bench
 # -p 0 -n N -r R --expert-cache-mb (experts / FRAC); drop the page cache;
-# llm-bench --no-prefault in a cgroup (v1 memory controller or v2) limited
-# to the streamed run's peak RSS; the disk bound = random-read bandwidth /
+# llm-bench --no-prefault --no-regroup (the file mapped as it is, as
+# llama.cpp maps it: a regrouped copy is anonymous memory, which the limit
+# would OOM-kill) in a child of this shell's memory cgroup (v1 memory
+# controller or v2) limited to the streamed run's peak RSS; the disk bound = random-read bandwidth /
 # bytes missed per token; and the resident run (whole file in RAM, no
 # I/O), which bounds what streaming can reach on the same CPUs.  Needs root (drop_caches, cgroups) and fio.
 # Prints one table with the settings; the load average is in the header:
@@ -95,15 +97,21 @@ LIMIT=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_rss_
 
 # mmap under a memory limit of the streamed run's peak RSS
 drop
-if [ -d /sys/fs/cgroup/memory ] && [ -w /sys/fs/cgroup/memory ]; then
-    CG=/sys/fs/cgroup/memory/llm-bench-stream.$$
+# a child of our own cgroup: the limit nests inside whatever limits us
+V1=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
+V2=$(awk -F: '$1 == "0" {print $3}' /proc/self/cgroup)
+if [ -d /sys/fs/cgroup/memory ] && [ -w "/sys/fs/cgroup/memory$V1" ]; then
+    CG=/sys/fs/cgroup/memory${V1%/}/llm-bench-stream.$$
     mkdir "$CG"
     echo "$LIMIT" > "$CG/memory.limit_in_bytes"
     CGKIND=v1
-elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then
-    CG=/sys/fs/cgroup/llm-bench-stream.$$
-    mkdir "$CG"
-    echo "$LIMIT" > "$CG/memory.max"
+elif [ -f /sys/fs/cgroup/cgroup.controllers ] \
+     && mkdir "/sys/fs/cgroup${V2%/}/llm-bench-stream.$$" 2>/dev/null; then
+    CG=/sys/fs/cgroup${V2%/}/llm-bench-stream.$$
+    if ! echo "$LIMIT" > "$CG/memory.max"; then
+        echo "bench/stream: no memory controller in $CG" >&2
+        exit 1
+    fi
     CGKIND=v2
 else
     echo "bench/stream: no writable memory cgroup" >&2
@@ -111,7 +119,7 @@ else
 fi
 sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' sh "$CG" \
     "$BIN/llm-bench" -m "$MODEL" -t "$THREADS" -p 0 -n "$NMMAP" -r 1 \
-    --no-prefault --json > "$OUT/mmap.json"
+    --no-prefault --no-regroup --json > "$OUT/mmap.json"
 
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg); memory cgroup $CGKIND, limit $LIMIT bytes"
 echo

@@ -573,9 +573,11 @@ llm_xc_cmp_u64(const void *a, const void *b)
 
 /*
  * Drop the experts' pages from the mapping and keep read-ahead off them;
- * populate every other tensor (attention, norms, embeddings, router,
- * shared experts), so they are resident from the start rather than
- * faulted in 4 KiB at a time during the first tokens.
+ * populate every other tensor the forward pass reads from the mapping
+ * (attention, norms, embeddings, router, shared experts; not those
+ * regrouped into anonymous memory at load, which would be resident
+ * twice), so they are resident from the start rather than faulted in
+ * 4 KiB at a time during the first tokens.
  */
 static void
 llm_xc_unmap_experts(const llm_model_t *m)
@@ -619,6 +621,9 @@ llm_xc_unmap_experts(const llm_model_t *m)
         off = (uint64_t) ((const uint8_t *) t->data - base);
         if (bsearch(&off, offs, n, sizeof(*offs), llm_xc_cmp_u64) != NULL) {
             continue;               /* an expert tensor, or its expert 0 */
+        }
+        if (llm_model_regrouped(m, off)) {
+            continue;               /* read from its anonymous copy */
         }
         a = off & ~(pg - 1);
         b = (off + t->nbytes + pg - 1) & ~(pg - 1);
@@ -840,56 +845,4 @@ void
 llm_xcache_get_stats(const llm_xcache_t *xc, llm_xcache_stats_t *st)
 {
     *st = xc->st;
-}
-
-/* ---- the automatic rule ------------------------------------------------- */
-
-static uint64_t
-llm_xc_read_u64(const char *path)
-{
-    FILE                *f = fopen(path, "r");
-    unsigned long long   v = 0;
-
-    if (f == NULL) {
-        return 0;
-    }
-    if (fscanf(f, "%llu", &v) != 1) {
-        v = 0;                      /* "max" in cgroup v2: no limit */
-    }
-    fclose(f);
-    return (uint64_t) v;
-}
-
-uint64_t
-llm_xcache_auto_mb(uint64_t file_bytes, uint64_t *allowed)
-{
-    FILE                *f;
-    char                 line[256];
-    unsigned long long   kb = 0;
-    uint64_t             avail = 0, lim;
-
-    f = fopen("/proc/meminfo", "r");
-    if (f != NULL) {
-        while (fgets(line, sizeof(line), f)) {
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-                avail = (uint64_t) kb << 10;
-                break;
-            }
-        }
-        fclose(f);
-    }
-    lim = llm_xc_read_u64("/sys/fs/cgroup/memory.max");
-    if (lim == 0) {
-        lim = llm_xc_read_u64("/sys/fs/cgroup/memory/memory.limit_in_bytes");
-    }
-    if (lim > 0 && (avail == 0 || lim < avail)) {
-        avail = lim;
-    }
-    if (allowed != NULL) {
-        *allowed = avail;
-    }
-    if (avail == 0 || file_bytes <= avail / 10 * 9) {
-        return 0;
-    }
-    return (avail / 2) >> 20;
 }

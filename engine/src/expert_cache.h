@@ -71,12 +71,4 @@ void llm_xcache_get_stats(const llm_xcache_t *xc, llm_xcache_stats_t *st);
 int llm_xcache_sizes(const llm_model_t *m, uint64_t *slot_bytes,
     uint64_t *experts_bytes);
 
-/*
- * The automatic rule: the memory this process may use is the smaller of
- * MemAvailable and the cgroup memory limit (v2 memory.max or v1
- * memory.limit_in_bytes); when file_bytes exceeds 90% of it, returns a
- * cache budget in MiB of half that memory, else 0 (map everything).
- */
-uint64_t llm_xcache_auto_mb(uint64_t file_bytes, uint64_t *allowed);
-
 #endif /* LLM_EXPERT_CACHE_H */

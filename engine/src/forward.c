@@ -1347,6 +1347,18 @@ llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
 
 /* ---- context ------------------------------------------------------------ */
 
+size_t
+llm_ctx_buffer_bytes(const llm_ctx_t *c)
+{
+    size_t    bytes = 0;
+    uint32_t  i;
+
+    for (i = 0; i < c->n_maps; i++) {
+        bytes += c->map_len[i];
+    }
+    return bytes;
+}
+
 /*
  * Allocate every buffer for batches of up to max_tokens tokens.  Big
  * buffers are lazily backed anonymous mappings: a context sized for large

@@ -18,12 +18,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -132,6 +134,9 @@ struct llm_gguf_s {
     int                 fd;
     const uint8_t      *map;
     uint64_t            size;
+    dev_t               dev;           /* the file as opened: its identity */
+    ino_t               ino;
+    struct timespec     mtime;
     uint32_t            version;
     uint64_t            alignment;
     uint64_t            data_offset;
@@ -638,6 +643,9 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
         goto fail;
     }
     g->size = (uint64_t) st.st_size;
+    g->dev = st.st_dev;
+    g->ino = st.st_ino;
+    g->mtime = st.st_mtim;
     if (g->size < 24) {
         gg_err(err, errlen, "%s: truncated: %llu bytes, a GGUF header needs "
             "24", path, (unsigned long long) g->size);
@@ -767,6 +775,141 @@ llm_gguf_close(llm_gguf_t *g)
     }
     free(g->path);
     free(g);
+}
+
+/* ---- the file under the mapping ---------------------------------------- */
+
+int
+llm_gguf_check_file(const llm_gguf_t *g, char *err, size_t errlen)
+{
+    struct stat  st;
+
+    if (fstat(g->fd, &st) != 0) {
+        gg_err(err, errlen, "model file %s: fstat: %s", g->path,
+               strerror(errno));
+        return -errno;
+    }
+    if ((uint64_t) st.st_size != g->size
+        || st.st_mtim.tv_sec != g->mtime.tv_sec
+        || st.st_mtim.tv_nsec != g->mtime.tv_nsec)
+    {
+        gg_err(err, errlen, "model file %s was %s while mapped (%llu bytes, "
+               "%llu at load); deploy by rename, see docs/DEPLOY.md",
+               g->path, (uint64_t) st.st_size < g->size ? "truncated"
+               : "overwritten in place", (unsigned long long) st.st_size,
+               (unsigned long long) g->size);
+        return -ESTALE;
+    }
+    if (stat(g->path, &st) != 0 || st.st_dev != g->dev
+        || st.st_ino != g->ino)
+    {
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * The SIGBUS guard: one mapping per process (the engine's model).  The
+ * handler may only use async-signal-safe calls: it formats the log line
+ * by hand into a buffer made at install time.
+ */
+static const uint8_t   *gg_guard_lo, *gg_guard_hi;
+static char             gg_guard_msg[1024];
+static size_t           gg_guard_len;
+static int              gg_guard_code;
+
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" of now into out (24 bytes), signal-safe. */
+static void
+gg_guard_time(char *out)
+{
+    struct timespec  ts;
+    int64_t          d, z, era, doe, yoe, y, doy, mp, day, mon, sec;
+    char             tmp[32];
+    int              i, v[7], w[7] = { 4, 2, 2, 2, 2, 2, 3 };
+    const char      *sep = "--T::.Z";
+    char            *o = out;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    sec = ts.tv_sec % 86400;
+    d = ts.tv_sec / 86400;
+    /* days to civil date (H. Hinnant's algorithm) */
+    z = d + 719468;
+    era = (z >= 0 ? z : z - 146096) / 146097;
+    doe = z - era * 146097;
+    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    y = yoe + era * 400;
+    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    mp = (5 * doy + 2) / 153;
+    day = doy - (153 * mp + 2) / 5 + 1;
+    mon = mp < 10 ? mp + 3 : mp - 9;
+    y += mon <= 2;
+    v[0] = (int) y;
+    v[1] = (int) mon;
+    v[2] = (int) day;
+    v[3] = (int) (sec / 3600);
+    v[4] = (int) (sec / 60 % 60);
+    v[5] = (int) (sec % 60);
+    v[6] = (int) (ts.tv_nsec / 1000000);
+    for (i = 0; i < 7; i++) {
+        int  n = w[i], x = v[i];
+
+        tmp[n] = '\0';
+        while (n-- > 0) {
+            tmp[n] = (char) ('0' + x % 10);
+            x /= 10;
+        }
+        memcpy(o, tmp, (size_t) w[i]);
+        o += w[i];
+        *o++ = sep[i];
+    }
+}
+
+static void
+gg_guard_handler(int sig, siginfo_t *si, void *uctx)
+{
+    const uint8_t  *a = si->si_addr;
+    char            t[32];
+
+    (void) uctx;
+    if (a >= gg_guard_lo && a < gg_guard_hi) {
+        gg_guard_time(t);
+        if (write(STDERR_FILENO, t, 24) < 0
+            || write(STDERR_FILENO, gg_guard_msg, gg_guard_len) < 0)
+        {
+            /* nothing else to do: exiting anyway */
+        }
+        _exit(gg_guard_code);
+    }
+    /* not the model's mapping: the default action (a core dump) */
+    signal(sig, SIG_DFL);
+}
+
+int
+llm_gguf_guard(const llm_gguf_t *g, const char *prog, int exit_code)
+{
+    struct sigaction  sa;
+    int               n;
+
+    n = snprintf(gg_guard_msg, sizeof(gg_guard_msg), " [error] %s: model "
+                 "file %s was truncated or overwritten while mapped (SIGBUS "
+                 "reading it); deploy by rename, see docs/DEPLOY.md; exiting "
+                 "with code %d\n", prog, g->path, exit_code);
+    if (n < 0) {
+        return -EINVAL;
+    }
+    gg_guard_len = (size_t) n < sizeof(gg_guard_msg) ? (size_t) n
+                   : sizeof(gg_guard_msg) - 1;
+    gg_guard_lo = g->map;
+    gg_guard_hi = g->map + g->size;
+    gg_guard_code = exit_code;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = gg_guard_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGBUS, &sa, NULL) != 0) {
+        return -errno;
+    }
+    return 0;
 }
 
 const char *

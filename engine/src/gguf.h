@@ -87,6 +87,24 @@ uint64_t llm_gguf_data_offset(const llm_gguf_t *g);  /* file offset */
 int llm_gguf_fd(const llm_gguf_t *g);             /* kept open, O_RDONLY */
 uint64_t llm_gguf_alignment(const llm_gguf_t *g); /* general.alignment */
 
+/*
+ * Whether the file under the mapping is still the one opened: -ESTALE
+ * with err saying so when the open file's size or mtime changed
+ * (truncated or overwritten in place: the mapping may fault with SIGBUS
+ * or hold other bytes); 1 when the path now names another file or none
+ * (renamed over or removed: the mapping stays valid); 0 when unchanged;
+ * -errno when fstat fails.
+ */
+int llm_gguf_check_file(const llm_gguf_t *g, char *err, size_t errlen);
+/*
+ * Install a SIGBUS handler for the mapping of g (one per process): a
+ * fault inside it writes one log line to stderr ("model file ... was
+ * truncated or overwritten while mapped ...", prefixed by the time and
+ * "[error] prog:") and _exit()s with exit_code; a fault elsewhere keeps
+ * the default action.  g must outlive the handler.  Returns 0 or -errno.
+ */
+int llm_gguf_guard(const llm_gguf_t *g, const char *prog, int exit_code);
+
 /* Names for messages and dumps: "Q4_K", "u32"; "?" if unknown. */
 const char *llm_gguf_type_name(uint32_t type);
 const char *llm_gguf_vtype_name(uint32_t vtype);

@@ -852,6 +852,62 @@ llm_drop_source(llm_model_t *m, const uint8_t *p, size_t len)
                   (off_t) (e - a), POSIX_FADV_DONTNEED);
 }
 
+static int
+llm_cmp_u64(const void *a, const void *b)
+{
+    uint64_t  x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+
+    return x < y ? -1 : x > y;
+}
+
+int
+llm_model_regrouped(const llm_model_t *m, uint64_t file_offset)
+{
+    return m->n_regrouped > 0
+           && bsearch(&file_offset, m->regrouped, m->n_regrouped,
+                      sizeof(*m->regrouped), llm_cmp_u64) != NULL;
+}
+
+/* The bytes regrouping the n weights of ws writes. */
+static size_t
+llm_regroup_size(const llm_model_t *m, llm_wt_t **ws, size_t n)
+{
+    size_t    i, bytes = 0;
+    uint32_t  ne;
+
+    for (i = 0; i < n; i++) {
+        const llm_wt_t  *w = ws[i];
+
+        ne = w->ex != NULL ? m->hp.n_expert : 1;
+        if (w->data != NULL
+            && llm_repack_type(w->type, w->n_out) != (llm_type_t) w->type)
+        {
+            bytes += (size_t) ne * w->n_out * w->row_bytes;
+        }
+    }
+    return bytes;
+}
+
+uint64_t
+llm_model_regroup_bytes(const llm_model_t *m, int experts)
+{
+    llm_wt_t  **ws;
+    size_t      n, bytes;
+
+    if (m->repack != NULL) {
+        return 0;                   /* already regrouped */
+    }
+    ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    if (ws == NULL) {
+        return 0;
+    }
+    /* only reads the weights: the cast is for llm_gemm_weights' output */
+    n = llm_gemm_weights((llm_model_t *) m, experts, ws);
+    bytes = llm_regroup_size(m, ws, n);
+    free(ws);
+    return bytes;
+}
+
 /*
  * Regroup the gemm-only weights whose kernels run faster in another
  * layout (llm_repack_type: Q4_0 into Q4_0_R16 with AVX-512) into one
@@ -863,26 +919,21 @@ static int
 llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     llm_bind_t *b)
 {
-    llm_wt_t  **ws;
-    size_t      n, i, bytes = 0, off = 0, one;
-    uint32_t    e, ne;
-    int         experts = opts == NULL || opts->expert_cache_mb == 0;
+    llm_wt_t       **ws;
+    const uint8_t   *base = llm_gguf_map(m->gguf);
+    size_t           n, i, bytes, off = 0, one;
+    uint32_t         e, ne;
+    int              experts = opts == NULL || opts->expert_cache_mb == 0;
 
+    if (m->repack != NULL) {
+        return 0;                   /* prepared before */
+    }
     ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
     n = llm_gemm_weights(m, experts, ws);
-    for (i = 0; i < n; i++) {
-        llm_wt_t  *w = ws[i];
-
-        ne = w->ex != NULL ? m->hp.n_expert : 1;
-        if (w->data != NULL
-            && llm_repack_type(w->type, w->n_out) != (llm_type_t) w->type)
-        {
-            bytes += (size_t) ne * w->n_out * w->row_bytes;
-        }
-    }
+    bytes = llm_regroup_size(m, ws, n);
     if (bytes == 0) {
         free(ws);
         return 0;
@@ -897,6 +948,11 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
                              "bytes: %s", bytes, strerror(errno));
     }
     m->repack_bytes = bytes;
+    m->regrouped = malloc(n * sizeof(*m->regrouped));
+    if (m->regrouped == NULL) {
+        free(ws);
+        return llm_bind_fail(b, -ENOMEM, "out of memory");
+    }
     madvise(m->repack, bytes, MADV_HUGEPAGE);
     if (opts != NULL && opts->use_mlock && mlock(m->repack, bytes) != 0) {
         free(ws);
@@ -915,6 +971,8 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
         }
         one = (size_t) w->n_out * w->row_bytes;
         ne = w->ex != NULL ? m->hp.n_expert : 1;
+        m->regrouped[m->n_regrouped++] = (uint64_t)
+            ((w->ex != NULL ? w->ex[0] : w->data) - base);
         for (e = 0; e < ne; e++) {
             const uint8_t  *src = w->ex != NULL ? w->ex[e] : w->data;
 
@@ -932,6 +990,8 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
         w->type = rt;
     }
     free(ws);
+    qsort(m->regrouped, m->n_regrouped, sizeof(*m->regrouped),
+          llm_cmp_u64);
     return 0;
 }
 
@@ -1062,19 +1122,11 @@ llm_model_load(llm_model_t **out, const char *path,
     }
     m->quant_name = llm_model_quant_guess(m);
 
-    if (opts != NULL && opts->use_mlock) {
-        if (mlock(llm_gguf_map(m->gguf), llm_gguf_file_size(m->gguf)) != 0) {
-            rc = llm_bind_fail(&b, -errno, "mlock of %llu bytes: %s",
-                               (unsigned long long)
-                               llm_gguf_file_size(m->gguf), strerror(errno));
+    if (opts == NULL || !opts->bind_only) {
+        rc = llm_model_prepare(m, opts, err, errlen);
+        if (rc < 0) {
             goto failed;
         }
-    }
-
-    llm_model_prefault(m, opts);
-    rc = llm_model_repack(m, opts, &b);
-    if (rc < 0) {
-        goto failed;
     }
 
     *out = m;
@@ -1083,6 +1135,31 @@ llm_model_load(llm_model_t **out, const char *path,
 failed:
     llm_model_free(m);
     return rc;
+}
+
+int
+llm_model_prepare(llm_model_t *m, const llm_model_opts_t *opts, char *err,
+    size_t errlen)
+{
+    llm_bind_t  b;
+
+    b.m = m;
+    b.path = llm_gguf_path(m->gguf);
+    b.err = err;
+    b.errlen = errlen;
+    if (opts != NULL && opts->use_mlock) {
+        if (mlock(llm_gguf_map(m->gguf), llm_gguf_file_size(m->gguf)) != 0) {
+            return llm_bind_fail(&b, -errno, "mlock of %llu bytes: %s",
+                                 (unsigned long long)
+                                 llm_gguf_file_size(m->gguf),
+                                 strerror(errno));
+        }
+    }
+    llm_model_prefault(m, opts);
+    if (opts != NULL && opts->no_regroup) {
+        return 0;
+    }
+    return llm_model_repack(m, opts, &b);
 }
 
 void
@@ -1101,6 +1178,7 @@ llm_model_free(llm_model_t *m)
     if (m->repack != NULL) {
         munmap(m->repack, m->repack_bytes);
     }
+    free(m->regrouped);
     if (m->gguf != NULL) {
         llm_gguf_close(m->gguf);
     }

@@ -71,16 +71,28 @@ typedef struct {
     int          use_mlock;
     uint64_t     expert_cache_mb;  /* 0: all experts from the mapping */
     int          no_prefault;      /* 1: leave pages to fault in on use */
+    int          no_regroup;       /* 1: no anonymous regrouped copy */
+    int          bind_only;        /* 1: llm_model_prepare() comes later */
 } llm_model_opts_t;
 
 /*
- * Load and bind a model.  Unless opts says otherwise (no_prefault, or an
- * expert cache for models bigger than RAM), a file that fits in 3/4 of
- * physical memory has its page tables populated at load (MADV_POPULATE_
- * READ), so the first tokens do not pay page faults; opts may be NULL.
+ * Load and bind a model, then llm_model_prepare() it unless
+ * opts->bind_only (opts may be NULL).
  */
 int llm_model_load(llm_model_t **out, const char *path,
     const llm_model_opts_t *opts, char *err, size_t errlen);
+/*
+ * Make a bound model ready to run, once: mlock the mapping (use_mlock);
+ * unless no_prefault or an expert cache, populate the page tables of a
+ * file that fits in 3/4 of physical memory (MADV_POPULATE_READ), so the
+ * first tokens do not pay page faults; unless no_regroup, regroup the
+ * weights whose kernels want another layout into anonymous memory
+ * (llm_model_regroup_bytes; the experts too when expert_cache_mb is 0).
+ */
+int llm_model_prepare(llm_model_t *m, const llm_model_opts_t *opts,
+    char *err, size_t errlen);
+/* The anonymous bytes regrouping writes, with or without the experts. */
+uint64_t llm_model_regroup_bytes(const llm_model_t *m, int experts);
 void llm_model_free(llm_model_t *m);
 const llm_hparams_t *llm_model_hparams(const llm_model_t *m);
 const llm_gguf_t *llm_model_gguf(const llm_model_t *m);
@@ -126,6 +138,8 @@ typedef struct llm_ctx_s llm_ctx_t;
 int llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     uint32_t n_threads, uint32_t max_tokens, char *err, size_t errlen);
 void llm_ctx_free(llm_ctx_t *c);
+/* The bytes of the context's buffers (lazily backed: at most resident). */
+size_t llm_ctx_buffer_bytes(const llm_ctx_t *c);
 
 /*
  * Evaluate a batch.  Within one sequence, tokens must come in increasing
@@ -181,5 +195,12 @@ typedef struct {
 
 int llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
     uint32_t expert, llm_expert_slices_t *out);
+
+/*
+ * Nonzero when the tensor whose data starts at this file offset was
+ * regrouped into anonymous memory at load: the forward pass no longer
+ * reads its pages of the mapping.
+ */
+int llm_model_regrouped(const llm_model_t *m, uint64_t file_offset);
 
 #endif /* LLM_MODEL_H */

@@ -66,6 +66,8 @@ struct llm_model_s {
     /* Weights regrouped at load (llm_repack_rows), anonymous memory */
     uint8_t         *repack;
     size_t           repack_bytes;
+    uint64_t        *regrouped;    /* their tensors' file offsets, sorted */
+    size_t           n_regrouped;
 
     /* Storage owned by the model: expert pointer tables, converted vectors */
     void           **owned;

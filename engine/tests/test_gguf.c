@@ -20,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -776,6 +779,131 @@ test_shared_dir(const char *sub, int models)
     group_fail = 0;
 }
 
+/* Write n bytes of b to path; 0 or -1. */
+static int
+put_file(const char *path, const uint8_t *b, size_t n)
+{
+    FILE  *f = fopen(path, "wb");
+    int    rc;
+
+    if (f == NULL) {
+        return -1;
+    }
+    rc = fwrite(b, 1, n, f) == n ? 0 : -1;
+    return fclose(f) == 0 ? rc : -1;
+}
+
+/*
+ * The file under the mapping (issue 30 item 9): renamed over, the
+ * mapping stays valid and check says 1; overwritten in place or truncated,
+ * check says -ESTALE with the reason; a fault on the truncated mapping
+ * with the guard installed exits with the given code and one log line,
+ * not SIGBUS.
+ */
+static void
+test_model_file(void)
+{
+    char                path[128], tmp[128], log[128], err[512], buf[1024];
+    uint8_t            *b;
+    size_t              n;
+    llm_gguf_t         *g = NULL, *g2 = NULL;
+    const uint8_t      *map;
+    struct timespec     old[2];
+    int                 fd, st, rc;
+    pid_t               pid;
+    FILE               *f;
+
+    b = slurp(REF_FILE, &n);
+    CHECK(b != NULL, "%s", REF_FILE);
+    if (b == NULL) {
+        group_end("model file changes");
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/live.gguf", tmpdir);
+    snprintf(tmp, sizeof(tmp), "%s/live.gguf.new", tmpdir);
+    snprintf(log, sizeof(log), "%s/guard.log", tmpdir);
+    CHECK(put_file(path, b, n) == 0, "write %s", path);
+    CHECK(llm_gguf_open(&g, path, err, sizeof(err)) == 0, "open: %s", err);
+    if (g == NULL) {
+        free(b);
+        group_end("model file changes");
+        return;
+    }
+    map = llm_gguf_map(g);
+    CHECK(llm_gguf_check_file(g, err, sizeof(err)) == 0, "unchanged");
+
+    /* deploy by rename: the old mapping stays, check reports it */
+    CHECK(put_file(tmp, b, n) == 0 && rename(tmp, path) == 0, "rename");
+    CHECK(llm_gguf_check_file(g, err, sizeof(err)) == 1, "renamed over");
+    CHECK(map[n - 1] == b[n - 1] && memcmp(map, b, 64) == 0,
+          "old mapping still reads the old bytes");
+    unlink(path);
+    CHECK(llm_gguf_check_file(g, err, sizeof(err)) == 1, "removed");
+    llm_gguf_close(g);
+
+    /* overwritten in place (same size, one byte, a new mtime) */
+    CHECK(put_file(path, b, n) == 0, "write %s", path);
+    clock_gettime(CLOCK_REALTIME, &old[0]);
+    old[0].tv_sec -= 3600;
+    old[1] = old[0];
+    CHECK(utimensat(AT_FDCWD, path, old, 0) == 0, "utimensat");
+    CHECK(llm_gguf_open(&g2, path, err, sizeof(err)) == 0, "open: %s", err);
+    fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, b + n - 1, 1, (off_t) n - 1) == 1,
+          "pwrite");
+    if (fd >= 0) {
+        close(fd);
+    }
+    rc = g2 ? llm_gguf_check_file(g2, err, sizeof(err)) : 0;
+    CHECK(rc == -ESTALE && strstr(err, "was overwritten in place while "
+                                  "mapped") && strstr(err, "DEPLOY.md"),
+          "overwritten: %d %s", rc, err);
+
+    /* truncated */
+    CHECK(truncate(path, (off_t) n / 2) == 0, "truncate");
+    rc = g2 ? llm_gguf_check_file(g2, err, sizeof(err)) : 0;
+    CHECK(rc == -ESTALE && strstr(err, "was truncated while mapped"),
+          "truncated: %d %s", rc, err);
+    llm_gguf_close(g2);
+
+    /* a fault on the truncated mapping: a logged exit with the code */
+    CHECK(put_file(path, b, n) == 0, "write %s", path);
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) {
+        llm_gguf_t *c = NULL;
+
+        fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, STDERR_FILENO) < 0
+            || llm_gguf_open(&c, path, err, sizeof(err)) != 0
+            || llm_gguf_guard(c, "test_gguf", 3) != 0
+            || truncate(path, 0) != 0)
+        {
+            _exit(99);
+        }
+        map = llm_gguf_map(c);
+        _exit(map[n - 1] == 0x5a ? 98 : 97);     /* faults first */
+    }
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "fork/wait");
+    CHECK(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 3,
+          "guarded fault: exit %d, signal %d", WIFEXITED(st)
+          ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    f = fopen(log, "r");
+    buf[0] = '\0';
+    if (f != NULL) {
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+    }
+    CHECK(strstr(buf, "Z [error] test_gguf: model file ")
+          && strstr(buf, "was truncated or overwritten while mapped")
+          && strstr(buf, "exiting with code 3\n"), "log line: '%s'", buf);
+    CHECK(strlen(buf) > 24 && buf[4] == '-' && buf[10] == 'T'
+          && buf[23] == 'Z', "timestamp: '%.30s'", buf);
+    free(b);
+    group_end("model file changes");
+}
+
 int
 main(void)
 {
@@ -792,6 +920,7 @@ main(void)
     test_writer_errors();
     test_bad_input();
     test_fuzz();
+    test_model_file();
     test_shared_dir("reference", 1);
     test_shared_dir("vocab", 0);
 

@@ -40,11 +40,13 @@ usage(FILE *f)
     fprintf(f,
         "usage: llm-bench -m FILE [-t THREADS] [-p N_PROMPT] [-n N_GEN]\n"
         "                 [-r REPS] [-b BATCH] [--kv-type f32|f16] [--no-prefault]\n"
-        "                 [--json] [--expert-cache-mb M]\n"
+        "                 [--json] [--expert-cache-mb M] [--no-regroup]\n"
         "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
         "  -n  decode steps (128)         -r  repetitions (default 3)\n"
         "  -b  sequences decoded together, one token each per step (1)\n"
         "  --no-prefault  let weight pages fault in on first use\n"
+        "  --no-regroup   keep the weights in the file's layout (no\n"
+        "                 anonymous copy: pure mmap, as llama.cpp runs)\n"
         "  --expert-cache-mb M  stream experts from disk into M MiB of RAM\n"
         "                 (docs/STREAMING.md); adds the cache's counters\n"
         "Prefill: one batch of -p tokens.  Decode: -n steps with the KV\n"
@@ -252,6 +254,7 @@ main(int argc, char **argv)
         { "kv-type", required_argument, NULL, 'k' },
         { "json", no_argument, NULL, 'J' },
         { "no-prefault", no_argument, NULL, 'F' },
+        { "no-regroup", no_argument, NULL, 'G' },
         { "expert-cache-mb", required_argument, NULL, 'X' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -292,6 +295,7 @@ main(int argc, char **argv)
         case 'b': nb = atoi(optarg); break;
         case 'J': json = 1; break;
         case 'F': mopts.no_prefault = 1; break;
+        case 'G': mopts.no_regroup = 1; break;
         case 'X': xmb = strtoull(optarg, NULL, 10); break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) {

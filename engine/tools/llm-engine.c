@@ -19,6 +19,7 @@
 
 #include "expert_cache.h"
 #include "gguf.h"
+#include "memplan.h"
 #include "model.h"
 #include "prompt.h"
 #include "quant.h"
@@ -64,21 +65,68 @@ usage(FILE *f)
 "                        pause and its requests are no longer read, for a\n"
 "                        slow reader (default 1024)\n"
 "  --expert-cache-mb M   stream experts from disk (io_uring) into M MiB\n"
-"                        of RAM; 0: map the whole file.  Default: 0,\n"
-"                        or half the allowed memory when the file is\n"
-"                        over 90%% of it (docs/STREAMING.md)\n"
+"                        of RAM; 0: map the whole file.  Default: chosen\n"
+"                        at start from the memory allowed (the cgroup's\n"
+"                        limit, MemAvailable) and logged: resident,\n"
+"                        streamed with the cache that fits, or resident\n"
+"                        without regrouping (docs/STREAMING.md)\n"
+"  --memory-limit-mb M   plan for M MiB instead of the detected limit\n"
+"  --no-regroup          keep the weights in the file's layout (no\n"
+"                        anonymous copy; pages stay reclaimable)\n"
 "  --mlock               lock the weights in RAM\n"
 "  --log-level L         error, warn, info (default) or debug\n"
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
 "                        template suggests: hermes, minimax-m2, llama3-json,\n"
 "                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
-"  --help                this text\n");
+"  --help                this text\n"
+"\n"
+"Exit codes: 0 drained after SIGTERM/SIGINT, 1 an error (logged), 2 bad\n"
+"usage, 3 the model file was truncated or overwritten in place while\n"
+"mapped (deploy by rename: docs/DEPLOY.md).\n");
 }
 
+/* Exit code when the model file changed under the mapping (DEPLOY.md). */
+#define LLM_EXIT_MODEL_CHANGED  3
+
+typedef struct {
+    llm_ctx_t          *ctx;
+    const llm_gguf_t   *gguf;
+    int                 changed;    /* truncated/overwritten: draining */
+    int                 renamed;    /* logged once */
+} engine_fwd_t;
+
+/*
+ * The scheduler's forward: first check that the model file under the
+ * mapping is the one loaded.  Truncated or overwritten in place, the
+ * mapping may fault (SIGBUS, which llm_gguf_guard turns into a logged
+ * exit) or hold other weights: the step fails with the reason (its
+ * requests get an Error), and the engine drains (SIGTERM to itself) and
+ * exits with LLM_EXIT_MODEL_CHANGED.  Renamed over: the old file stays
+ * mapped and valid; logged once.
+ */
 static int
 fwd(void *ud, const llm_batch_t *b, float *out, char *err, size_t errlen)
 {
-    return llm_forward(ud, b, out, err, errlen);
+    engine_fwd_t  *f = ud;
+    int            rc;
+
+    rc = llm_gguf_check_file(f->gguf, err, errlen);
+    if (rc < 0) {
+        if (!f->changed) {
+            f->changed = 1;
+            llm_log(LLM_LOG_ERROR, "%s; draining, then exiting with code "
+                    "%d", err, LLM_EXIT_MODEL_CHANGED);
+            kill(getpid(), SIGTERM);
+        }
+        return rc;
+    }
+    if (rc == 1 && !f->renamed) {
+        f->renamed = 1;
+        llm_log(LLM_LOG_INFO, "model file %s now names another file (or "
+                "none): serving the one loaded until restarted",
+                llm_gguf_path(f->gguf));
+    }
+    return llm_forward(f->ctx, b, out, err, errlen);
 }
 
 /* A short revision id: SHA-256 of the header and metadata plus size. */
@@ -115,6 +163,116 @@ now_s(void)
     return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
+#define LLM_MEM_MARGIN  (64ull << 20)   /* vocabulary, server, libc */
+
+/*
+ * Choose how to hold the model (memplan.h) and set mo's expert cache,
+ * regrouping and prefault accordingly: the user's --expert-cache-mb or
+ * --no-regroup when given (a warning when over the budget), else the
+ * plan for the memory allowed (--memory-limit-mb MiB when nonzero, else
+ * the cgroup's and the machine's).  Logs one line with the numbers.
+ * Returns 0, or -1 with the error logged when not even the KV cache and
+ * buffers fit.
+ */
+static int
+plan_memory(const llm_model_t *m, const llm_ctx_t *ctx, uint64_t kv_bytes,
+    uint32_t expert_mb, int no_regroup, uint32_t limit_mb,
+    llm_model_opts_t *mo)
+{
+    const llm_hparams_t  *hp = llm_model_hparams(m);
+    llm_mem_limits_t      lim;
+    llm_mem_need_t        need;
+    llm_mem_plan_t        plan;
+    uint64_t              allowed, slot = 0, experts = 0;
+    char                  src[2400], mode[96], err[512];
+    const double          mib = 1048576.0;
+
+    llm_mem_detect(&lim, NULL);
+    allowed = limit_mb ? (uint64_t) limit_mb << 20 : lim.allowed;
+
+    memset(&need, 0, sizeof(need));
+    need.file_bytes = llm_gguf_file_size(llm_model_gguf(m));
+    if (hp->n_expert > 0 && llm_xcache_sizes(m, &slot, &experts) == 0) {
+        need.experts_bytes = experts;
+        need.slot_bytes = slot;
+        need.n_expert = hp->n_expert;
+        need.n_expert_used = hp->n_expert_used;
+    }
+    need.n_layer = hp->n_layer;
+    need.regroup_bytes = llm_model_regroup_bytes(m, 1);
+    need.regroup_rest_bytes = llm_model_regroup_bytes(m, 0);
+    need.kv_bytes = kv_bytes;
+    need.buffer_bytes = llm_ctx_buffer_bytes(ctx);
+    need.other_bytes = LLM_MEM_MARGIN;
+
+    if (llm_mem_plan(&need, allowed, &plan, err, sizeof(err)) != 0
+        && expert_mb == UINT32_MAX && !no_regroup)
+    {
+        llm_log(LLM_LOG_ERROR, "%s", err);
+        return -1;
+    }
+    if (expert_mb != UINT32_MAX || no_regroup) {
+        /* the user's choice, with what it needs */
+        plan.mode = expert_mb != UINT32_MAX && expert_mb > 0
+                    && hp->n_expert > 0 ? LLM_MEM_STREAMED
+                    : no_regroup ? LLM_MEM_NO_REGROUP : LLM_MEM_RESIDENT;
+        plan.cache_mb = plan.mode == LLM_MEM_STREAMED ? expert_mb : 0;
+        plan.budget = allowed / 10 * 9;
+        plan.anon_bytes = need.kv_bytes + need.buffer_bytes
+                          + need.other_bytes;
+        plan.total_bytes = plan.anon_bytes + need.file_bytes;
+        if (plan.mode == LLM_MEM_STREAMED) {
+            plan.anon_bytes += (plan.cache_mb << 20)
+                               + (no_regroup ? 0 : need.regroup_rest_bytes);
+            plan.total_bytes += (plan.cache_mb << 20) - need.experts_bytes;
+        } else if (plan.mode == LLM_MEM_RESIDENT) {
+            plan.anon_bytes += need.regroup_bytes;
+        }
+    }
+
+    if (lim.cgroup_kind[0]) {
+        snprintf(src, sizeof(src), "cgroup %s limit %.1f MiB at %s",
+                 lim.cgroup_kind, (double) lim.cgroup_limit / mib,
+                 lim.cgroup_dir);
+    } else {
+        snprintf(src, sizeof(src), "no cgroup limit");
+    }
+    snprintf(mode, sizeof(mode), "%s", llm_mem_mode_name(plan.mode));
+    if (plan.mode == LLM_MEM_STREAMED) {
+        snprintf(mode, sizeof(mode), "streamed experts, cache %llu MiB "
+                 "(%.0f%% of the experts)", (unsigned long long) plan.cache_mb,
+                 100.0 * (double) (plan.cache_mb << 20)
+                 / (double) need.experts_bytes);
+    }
+    llm_log(allowed && plan.anon_bytes > plan.budget ? LLM_LOG_WARN
+            : LLM_LOG_INFO,
+            "memory: %s%s; allowed %.1f MiB%s (%s, MemTotal %.0f MiB, "
+            "MemAvailable %.0f MiB), budget 90%% %.1f MiB; needs: file "
+            "%.1f MiB (experts %.1f MiB), regrouped copy %.1f MiB (%.1f "
+            "MiB without experts), KV %.1f MiB, buffers %.1f MiB, margin "
+            "%.0f MiB; planned %.1f MiB anonymous, %.1f MiB in all",
+            mode, expert_mb != UINT32_MAX || no_regroup
+            ? " (by --expert-cache-mb/--no-regroup)" : "",
+            (double) allowed / mib, limit_mb ? " (--memory-limit-mb)" : "",
+            src, (double) lim.mem_total / mib,
+            (double) lim.mem_available / mib, (double) plan.budget / mib,
+            (double) need.file_bytes / mib,
+            (double) need.experts_bytes / mib,
+            (double) need.regroup_bytes / mib,
+            (double) need.regroup_rest_bytes / mib,
+            (double) need.kv_bytes / mib, (double) need.buffer_bytes / mib,
+            (double) need.other_bytes / mib,
+            (double) plan.anon_bytes / mib, (double) plan.total_bytes / mib);
+
+    mo->expert_cache_mb = plan.mode == LLM_MEM_STREAMED ? plan.cache_mb
+                          : expert_mb != UINT32_MAX ? expert_mb : 0;
+    mo->no_regroup = plan.mode == LLM_MEM_NO_REGROUP || no_regroup;
+    if (plan.mode == LLM_MEM_NO_REGROUP) {
+        mo->no_prefault = 1;
+    }
+    return 0;
+}
+
 static int
 parse_u32(const char *opt, const char *s, uint32_t min, uint32_t *v)
 {
@@ -139,7 +297,7 @@ main(int argc, char **argv)
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
         O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
-        O_HELP
+        O_MEMLIMIT, O_NOREGROUP, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -153,6 +311,8 @@ main(int argc, char **argv)
         { "mlock", 0, 0, O_MLOCK }, { "log-level", 1, 0, O_LOG },
         { "write-buffer-kb", 1, 0, O_WBUF },
         { "tool-format", 1, 0, O_TOOLFMT },
+        { "memory-limit-mb", 1, 0, O_MEMLIMIT },
+        { "no-regroup", 0, 0, O_NOREGROUP },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char         *model_path = NULL, *sock = NULL, *listen_on = NULL;
@@ -161,6 +321,8 @@ main(int argc, char **argv)
     uint32_t            block_tokens = 16, step_tokens = 0;
     uint32_t            max_queue = 256, max_frame = 16u << 20;
     uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
+    uint32_t            limit_mb = 0;
+    int                 no_regroup = 0;
     size_t              n_aliases = 0, block_bytes;
     double              drain = 30.0, t0;
     llm_type_t          kv_type = LLM_TYPE_F16;
@@ -175,8 +337,7 @@ main(int argc, char **argv)
     llm_xcache_t       *xc = NULL;
     llm_xcache_opts_t   xo;
     llm_xcache_stats_t  xs;
-    struct stat         fst;
-    uint64_t            allowed = 0;
+    engine_fwd_t        ef = { 0 };
     const llm_hparams_t *hp;
     llm_gguf_str_t      ts = { 0 };
     char                err[512] = "", rev[16], fp[32];
@@ -261,6 +422,12 @@ main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_MEMLIMIT:
+            if (parse_u32("--memory-limit-mb", optarg, 1, &limit_mb)) {
+                return 2;
+            }
+            break;
+        case O_NOREGROUP: no_regroup = 1; break;
         case O_MLOCK: mo.use_mlock = 1; break;
         case O_LOG:
             lvl = llm_log_parse_level(optarg);
@@ -306,23 +473,21 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "starting: model %s, %u threads, max batch %u",
             model_path, threads, max_batch);
     t0 = now_s();
-    if (expert_mb == UINT32_MAX) {
-        expert_mb = 0;
-        if (stat(model_path, &fst) == 0) {
-            expert_mb = (uint32_t) llm_xcache_auto_mb((uint64_t) fst.st_size,
-                                                      &allowed);
-        }
-        if (expert_mb > 0) {
-            llm_log(LLM_LOG_INFO, "the file (%.1f MiB) is over 90%% of the "
-                    "memory allowed (%.1f MiB): streaming experts with a "
-                    "%u MiB cache", (double) fst.st_size / 1048576.0,
-                    (double) allowed / 1048576.0, expert_mb);
-        }
-    }
-    mo.expert_cache_mb = expert_mb;
+    /*
+     * Bind only: nothing big is written until plan_memory() has chosen
+     * how the model fits (the KV cache and buffers are lazily backed).
+     */
+    mo.bind_only = 1;
     if (llm_model_load(&m, model_path, &mo, err, sizeof(err)) != 0) {
         llm_log(LLM_LOG_ERROR, "%s", err);
         goto done;
+    }
+    /* a fault on the mapping (file truncated under it): a clear exit */
+    if (llm_gguf_guard(llm_model_gguf(m), "llm-engine",
+                       LLM_EXIT_MODEL_CHANGED) != 0)
+    {
+        llm_log(LLM_LOG_WARN, "no SIGBUS handler for the model's mapping: "
+                "%s", strerror(errno));
     }
     hp = llm_model_hparams(m);
     if (step_tokens == 0) {
@@ -380,6 +545,17 @@ main(int argc, char **argv)
         llm_log(LLM_LOG_ERROR, "%s", err);
         goto done;
     }
+
+    if (plan_memory(m, ctx, (uint64_t) n_blocks * block_bytes, expert_mb,
+                    no_regroup, limit_mb, &mo) != 0)
+    {
+        goto done;
+    }
+    if (llm_model_prepare(m, &mo, err, sizeof(err)) != 0) {
+        llm_log(LLM_LOG_ERROR, "%s", err);
+        goto done;
+    }
+    expert_mb = (uint32_t) mo.expert_cache_mb;
 
     if (expert_mb > 0 && hp->n_expert > 0) {
         memset(&xo, 0, sizeof(xo));
@@ -464,8 +640,10 @@ main(int argc, char **argv)
     sc.sched.max_queue = max_queue;
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;
+    ef.ctx = ctx;
+    ef.gguf = llm_model_gguf(m);
     sc.sched.forward = fwd;
-    sc.sched.forward_ud = ctx;
+    sc.sched.forward_ud = &ef;
     sc.sched.model_name = name ? name : hp->name;
     sc.sched.fingerprint = fp;
     sc.vocab = v;
@@ -490,6 +668,9 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "listening on %s%s%s", sock ? sock : "",
             sock && listen_on ? " and " : "", listen_on ? listen_on : "");
     rc = llm_server_run(srv) == 0 ? 0 : 1;
+    if (ef.changed) {
+        rc = LLM_EXIT_MODEL_CHANGED;
+    }
     if (xc != NULL) {
         llm_server_log_expert_stats(srv);
     }
