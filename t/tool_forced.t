@@ -15,16 +15,10 @@ use lib 't/lib';
 use Test::More;
 use LlmTest;
 use LlmKeys;
+use LlmNpm;
 
 my $client = LlmTest->repo . '/tests/client';
-plan skip_all => 'node and npm are needed (./build.sh test installs them)'
-    unless system('command -v node >/dev/null && command -v npm >/dev/null')
-           == 0;
-unless (-d "$client/node_modules/ajv" && -d "$client/node_modules/openai") {
-    system("cd $client && npm ci --no-audit --no-fund --prefer-offline "
-           . ">/dev/null") == 0
-        or BAIL_OUT('npm ci in tests/client failed');
-}
+LlmNpm::need('tests/client', 'openai', 'ajv');
 
 my $t = LlmTest->new;
 my ($key, $line) = LlmKeys::new_key('tools', rpm => 100000,

@@ -12,18 +12,11 @@ use lib 't/lib';
 use Test::More;
 use LlmTest;
 use LlmKeys;
+use LlmNpm;
 
 my $t = LlmTest->new;
 my $client = $t->repo . '/tests/client';
-plan skip_all => 'node and npm are needed'
-    unless system('command -v node >/dev/null && command -v npm >/dev/null')
-           == 0;
-if (!-d "$client/node_modules/ajv" || !-d "$client/node_modules/openai"
-    || -M "$client/package-lock.json" < -M "$client/node_modules")
-{
-    system("cd '$client' && npm ci --no-audit --no-fund --prefer-offline "
-           . ">/dev/null") == 0 or BAIL_OUT('npm ci failed');
-}
+LlmNpm::need('tests/client', 'openai', 'ajv');
 
 my ($key, $line) = LlmKeys::new_key('tools', rpm => 1000);
 LlmKeys::write_keys($t, $line);
