@@ -7,6 +7,9 @@
 #   ./build.sh run          build, start llm-engine + nginx on 127.0.0.1:8080
 #   ./build.sh bench NAME   run bench/NAME.sh (core, serve, gateway, ...)
 #   ./build.sh asan         build with -fsanitize=address,undefined, run tests
+#   ./build.sh fuzz [TARGET] [SECONDS]
+#                           build the libFuzzer targets (fuzz/, clang) and
+#                           run each (or TARGET) for SECONDS (default 60)
 #   ./build.sh cross        cross-build the engine for aarch64 and run its
 #                           tests under qemu-aarch64 (part of `test`)
 #   ./build.sh train-demo   retrain the bundled demo model (about an hour)
@@ -190,6 +193,8 @@ run_tests() {
         fails+=("prove")
     fi
 
+    fuzz_smoke || fails+=("fuzz")
+
     for t in tests/tokenizer/run.sh tests/client/run.sh; do
         [ -x "$REPO/$t" ] || continue
         say "$t"
@@ -303,6 +308,29 @@ cmd_asan() {
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=0}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
     run_tests "$dir"
+}
+
+
+# The fuzz targets (fuzz/README.md): clang's libFuzzer with ASan+UBSan,
+# built into build/fuzz whatever the build dir of the tests.
+
+PKGS_FUZZ=(clang libclang-rt-14-dev)
+
+build_fuzz() {
+    ensure_packages "${PKGS_BUILD[@]}" "${PKGS_FUZZ[@]}"
+    say "fuzz targets (clang, -fsanitize=fuzzer,address,undefined)"
+    make -s -C "$REPO/fuzz" BUILD="$BUILD/fuzz" JOBS="$JOBS" all
+}
+
+# `./build.sh test`: each target for 3 s on its corpus
+fuzz_smoke() {
+    say "fuzz smoke run (each target 3 s on its corpus)"
+    build_fuzz && bash "$REPO/fuzz/run.sh" "$BUILD/fuzz" all 3
+}
+
+cmd_fuzz() {
+    build_fuzz
+    bash "$REPO/fuzz/run.sh" "$BUILD/fuzz" "${1:-all}" "${2:-60}"
 }
 
 
@@ -426,9 +454,10 @@ test) cmd_test ;;
 run) cmd_run ;;
 bench) shift; cmd_bench "$@" ;;
 asan) cmd_asan ;;
+fuzz) shift; cmd_fuzz "$@" ;;
 cross) cmd_cross ;;
 train-demo) shift; cmd_train_demo "$@" ;;
 clean) rm -rf "$BUILD" ;;
--h|--help|help) sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//' ;;
-*) die "unknown command '$1' (build, test, run, bench NAME, asan, cross, clean)" ;;
+-h|--help|help) sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//' ;;
+*) die "unknown command '$1' (build, test, run, bench NAME, asan, fuzz, cross, clean)" ;;
 esac
