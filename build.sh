@@ -66,8 +66,13 @@ ensure_packages() {
     missing=("${m[@]}")
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" -ne 0 ]; then
+        local arch=""
+        if printf '%s\n' "${missing[@]}" | grep -q ':arm64$' \
+           && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+            arch="sudo dpkg --add-architecture arm64 && sudo apt-get update && "
+        fi
         die "missing Debian packages: ${missing[*]}
-run as root, or install them first: sudo apt-get install ${missing[*]}"
+run as root, or install them first: ${arch}sudo apt-get install ${missing[*]}"
     fi
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive

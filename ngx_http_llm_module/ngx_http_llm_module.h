@@ -305,6 +305,7 @@ typedef struct {
     unsigned                       inflight:1;
     unsigned                       client_gone:1;   /* Cancel sent */
     unsigned                       backpressure:1;  /* overloaded/draining */
+    unsigned                       hb_due:1;        /* Ping sent: start */
 
     /* an engine error before the first byte, for the final answer */
     ngx_uint_t                     err_status;

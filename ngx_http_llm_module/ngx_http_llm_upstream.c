@@ -61,8 +61,8 @@ static void ngx_http_llm_kick(ngx_http_request_t *r);
 static void ngx_http_llm_rd_check_broken(ngx_http_request_t *r);
 static void ngx_http_llm_client_gone(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
-static ngx_int_t ngx_http_llm_send_cancel(ngx_http_request_t *r,
-    ngx_connection_t *c);
+static ngx_int_t ngx_http_llm_send_control(ngx_http_request_t *r,
+    ngx_connection_t *c, Llm__Request__KindCase kind);
 static void ngx_http_llm_gone_event(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
 
@@ -224,6 +224,20 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     ctx->next_upstream = conf->next_upstream;
 
+    if (ctx->stream && llcf->sse_heartbeat) {
+
+        /*
+         * Before the first token the heartbeat pings the engine, and the
+         * response (headers, a keep-alive comment) starts at its Pong: an
+         * engine that dies before then is still failed over.
+         */
+
+        ctx->heartbeat.handler = ngx_http_llm_heartbeat_handler;
+        ctx->heartbeat.data = r;
+        ctx->heartbeat.log = r->connection->log;
+        ngx_add_timer(&ctx->heartbeat, llcf->sse_heartbeat);
+    }
+
     ngx_http_upstream_init(r);
 
     if (r->upstream && r->upstream->cleanup) {
@@ -327,6 +341,7 @@ ngx_http_llm_reinit_request(ngx_http_request_t *r)
     ctx->got_token = 0;
     ctx->ttft = 0;
     ctx->backpressure = 0;
+    ctx->hb_due = 0;
     r->upstream->conf->next_upstream = ctx->next_upstream;
 
     /* a JSON answer collected in part from the failed engine starts over */
@@ -563,21 +578,35 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     switch (ev->kind_case) {
 
     case LLM__EVENT__KIND_QUEUED:
-        if (ctx->stream && llcf->sse_heartbeat) {
-            return ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, -1, 1);
-        }
-
         return NGX_AGAIN;
 
     case LLM__EVENT__KIND_STARTED:
         ctx->prompt_tokens = ev->started->prompt_tokens;
         ctx->cached_tokens = ev->started->cached_tokens;
+        return NGX_AGAIN;
 
-        if (ctx->stream && llcf->sse_heartbeat) {
-            return ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, -1, 1);
+    case LLM__EVENT__KIND_PONG:
+        if (!ctx->stream || !llcf->sse_heartbeat || !ctx->hb_due) {
+            return NGX_AGAIN;
         }
 
-        return NGX_AGAIN;
+        /* the first heartbeat: the stream starts with a comment */
+
+        rc = ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, -1, 1);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        for (ll = &u->out_bufs; *ll; ll = &(*ll)->next) { /* void */ }
+
+        if (ngx_http_llm_sse_raw(r, &ll, (u_char *) ": keep-alive\n\n",
+                                 sizeof(": keep-alive\n\n") - 1, 1)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return NGX_OK;
 
     case LLM__EVENT__KIND_DELTA:
     case LLM__EVENT__KIND_TOOL_CALL:
@@ -1057,6 +1086,7 @@ ngx_http_llm_stream_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     switch (ev->kind_case) {
 
     case LLM__EVENT__KIND_QUEUED:
+    case LLM__EVENT__KIND_PONG:
         return NGX_OK;
 
     case LLM__EVENT__KIND_STARTED:
@@ -1258,7 +1288,25 @@ ngx_http_llm_heartbeat_handler(ngx_event_t *ev)
     ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
 
-    if (u == NULL || ctx->got_token || ctx->done || u->cleanup == NULL) {
+    if (u == NULL || ctx->got_token || ctx->done || u->cleanup == NULL
+        || ctx->client_gone)
+    {
+        return;
+    }
+
+    if (!u->header_sent) {
+
+        /* no response yet: ask the engine, its Pong starts it */
+
+        if (!ctx->header_done && u->peer.connection && u->request_body_sent
+            && ngx_http_llm_send_control(r, u->peer.connection,
+                                         LLM__REQUEST__KIND_PING)
+               == NGX_OK)
+        {
+            ctx->hb_due = 1;
+        }
+
+        ngx_add_timer(ev, llcf->sse_heartbeat);
         return;
     }
 
@@ -1414,7 +1462,8 @@ ngx_http_llm_client_gone(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     if (!ctx->done && u->cleanup && u->peer.connection
         && u->request_body_sent
-        && ngx_http_llm_send_cancel(r, u->peer.connection) == NGX_OK)
+        && ngx_http_llm_send_control(r, u->peer.connection,
+                                     LLM__REQUEST__KIND_CANCEL) == NGX_OK)
     {
         ngx_log_error(NGX_LOG_INFO, c->log, 0,
                       "llm: client closed the connection, cancelling the "
@@ -1464,19 +1513,32 @@ ngx_http_llm_client_gone(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 }
 
 
-/* Writes a Cancel frame (6 bytes) to the engine connection, or fails. */
+/*
+ * Writes a Cancel or Ping frame (6 bytes) on the engine connection of a
+ * running Generate, or fails.  The request frame went out whole before
+ * (request_body_sent) and the engine always reads, so the socket buffer
+ * takes them at once; a partial write can only close the connection.
+ */
 
 static ngx_int_t
-ngx_http_llm_send_cancel(ngx_http_request_t *r, ngx_connection_t *c)
+ngx_http_llm_send_control(ngx_http_request_t *r, ngx_connection_t *c,
+    Llm__Request__KindCase kind)
 {
     u_char              buf[16];
     size_t              len;
     ssize_t             n;
     Llm__Request        req = LLM__REQUEST__INIT;
+    Llm__PingRequest    ping = LLM__PING_REQUEST__INIT;
     Llm__CancelRequest  cancel = LLM__CANCEL_REQUEST__INIT;
 
-    req.kind_case = LLM__REQUEST__KIND_CANCEL;
-    req.cancel = &cancel;
+    req.kind_case = kind;
+
+    if (kind == LLM__REQUEST__KIND_PING) {
+        req.ping = &ping;
+
+    } else {
+        req.cancel = &cancel;
+    }
 
     len = llm__request__get_packed_size(&req);
     if (len + 4 > sizeof(buf)) {
@@ -1493,7 +1555,9 @@ ngx_http_llm_send_cancel(ngx_http_request_t *r, ngx_connection_t *c)
 
     if (n != (ssize_t) (len + 4)) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "llm: could not send Cancel to the engine (%z)", n);
+                      "llm: could not send %s to the engine (%z)",
+                      kind == LLM__REQUEST__KIND_PING ? "Ping" : "Cancel",
+                      n);
 
         if (n > 0) {
             /* a partial frame: the connection can only be closed */

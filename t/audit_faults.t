@@ -7,6 +7,8 @@
 #  3. llm_read_timeout bounds the gap between engine frames, not the whole
 #     JSON answer; after the first token nothing is generated again on
 #     another engine (the error is the answer), and the log says "error".
+# 13. llm_sse_heartbeat does not start the response at Queued: an engine
+#     that dies while the request waits is still failed over.
 #  4. "overloaded" is back-pressure: it does not count toward max_fails
 #     (no "no live upstreams" 502 after a burst), "overloaded" alone in
 #     llm_next_upstream decides failover, and the 503 has Retry-After.
@@ -31,6 +33,8 @@ $fe{ok} = FakeEngine->start("$d/ok.sock", mode => 'ok',
                             count_file => "$d/ok.count");
 $fe{over1} = FakeEngine->start("$d/over1.sock", mode => 'overloaded');
 $fe{over2} = FakeEngine->start("$d/over2.sock", mode => 'overloaded');
+$fe{qdie} = FakeEngine->start("$d/qdie.sock", mode => 'queued_die',
+                              delay => 0.1);
 
 my $user = $> == 0 ? 'user root;' : '';
 
@@ -52,6 +56,11 @@ $t->start_nginx(<<"EOF", main => $user);
         server unix:$d/over1.sock max_fails=1 fail_timeout=30s;
         server unix:$d/ok.sock backup;
     }
+    upstream u_qdie_then_ok {
+        server unix:$d/qdie.sock;
+        server unix:$d/ok.sock backup;
+    }
+    llm_model qdie upstream=u_qdie_then_ok;
     llm_model drip upstream=u_drip;
     llm_model slowdrip upstream=u_slowdrip;
     llm_model stall upstream=u_stall_then_ok;
@@ -65,6 +74,7 @@ $t->start_nginx(<<"EOF", main => $user);
             llm_api on;
             llm_next_upstream error timeout overloaded;
         }
+        location /hb/v1/ { llm_api on; llm_sse_heartbeat 300ms; }
         location /v1/ { llm_api on; }
     }
 EOF
@@ -125,6 +135,20 @@ sub chat { { model => $_[0], messages => [ { role => 'user', content => 'hi' } ]
        '"overloaded" without invalid_frame in llm_next_upstream fails over');
     $r = $t->post('/v1/chat/completions', chat('over_ok'));
     is($r->{status}, 200, 'the overloaded peer was not marked failed');
+}
+
+# 13. with heartbeats, an engine that dies while the request waits in its
+# queue is failed over: the response starts at the first heartbeat, not
+# at Queued
+
+{
+    my $s = $t->open_stream('/hb/v1/chat/completions',
+                            chat('qdie', { stream => JSON::PP::true }));
+    my ($st, $h, $body) = $t->read_response($s, 30);
+    my @ev = LlmTest::sse_events($body);
+    is($st, 200, 'heartbeat, engine dies while queued: 200');
+    is($ev[-1], '[DONE]', 'heartbeat, engine dies while queued: failed over, [DONE]');
+    ok(!grep({ ref && $_->{error} } @ev), 'heartbeat, engine dies while queued: no error event');
 }
 
 $t->stop_nginx;

@@ -917,6 +917,19 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
         llm__request__free_unpacked(rq, NULL);
         return;
     }
+    if (rq->kind_case == LLM__REQUEST__KIND_PING) {
+        /* alive while its prompt is prepared, queued or running */
+        if (c->req != NULL || c->prep != NULL) {
+            Llm__Event  ev = LLM__EVENT__INIT;
+            Llm__Pong   pong = LLM__PONG__INIT;
+
+            ev.kind_case = LLM__EVENT__KIND_PONG;
+            ev.pong = &pong;
+            llm_conn_send(c, &ev);
+        }
+        llm__request__free_unpacked(rq, NULL);
+        return;
+    }
     if (c->req != NULL || c->prep != NULL) {
         if (c->req != NULL) {
             llm_sched_cancel(c->srv->sched, c->req);

@@ -19,7 +19,8 @@ package FakeEngine;
 # rest), overloaded_slow (Error OVERLOADED after `delay` seconds),
 # badtext (invalid UTF-8 in a delta, a token's bytes and the model name,
 # a fingerprint with a quote and a field of its own), baderror (an Error
-# whose message is invalid UTF-8).
+# whose message is invalid UTF-8), queued_die (Queued, then the engine
+# dies after `delay` seconds).  While it waits, a fake answers Ping.
 # Each connection counts its Generate requests into `count_file`, if set.
 #
 # Core Perl only; protobuf is written by hand (varints and
@@ -94,6 +95,31 @@ sub ev_done_fp {
                                 . field_bytes(5, $fp)));
 }
 
+sub ev_pong { frame(field_bytes(10, '')) }
+
+# Sleeps secs while answering Ping with Pong (the gateway pings while it
+# waits for a first token); returns early, false, if the peer closed.
+sub wait_pinged {
+    my ($c, $secs) = @_;
+    my $end = Time::HiRes::time() + $secs;
+    my $buf = '';
+    while ((my $left = $end - Time::HiRes::time()) > 0) {
+        my $rin = '';
+        vec($rin, fileno($c), 1) = 1;
+        next unless select(my $rout = $rin, undef, undef, $left);
+        my $n = sysread($c, $buf, 4096, length $buf);
+        return 0 unless $n;
+        while (length $buf >= 4) {
+            my $len = unpack('N', $buf);
+            last if length $buf < 4 + $len;
+            my $req = substr($buf, 4, $len);
+            substr($buf, 0, 4 + $len, '');
+            syswrite($c, ev_pong()) if substr($req, 0, 1) eq "\x32";
+        }
+    }
+    return 1;
+}
+
 sub ev_info {
     my ($model) = @_;
     return frame(field_bytes(7, field_bytes(1, $model) . field_bytes(5, 'fake0')
@@ -153,6 +179,7 @@ sub serve {
             next;
         }
         next if substr($req, 0, 1) eq "\x2a";    # Cancel: nothing runs
+        next if substr($req, 0, 1) eq "\x32";    # Ping: nothing runs
         if ($o{count_file} && open(my $cf, '>>', $o{count_file})) {
             print $cf "$mode\n";
             close $cf;
@@ -186,7 +213,7 @@ sub serve {
             syswrite($c, ev_queued(3) . ev_error(4, 'queue is full'));
         } elsif ($mode eq 'slow') {
             syswrite($c, ev_started(5));
-            sleep($o{delay} // 1);
+            wait_pinged($c, $o{delay} // 1) or return;
             syswrite($c, ev_delta('late') . ev_done(1, 5, 1));
         } elsif ($mode eq 'drip') {
             syswrite($c, ev_started(5));
@@ -202,6 +229,10 @@ sub serve {
         } elsif ($mode eq 'overloaded_slow') {
             sleep($o{delay} // 0.3);
             syswrite($c, ev_queued(3) . ev_error(4, 'queue is full'));
+        } elsif ($mode eq 'queued_die') {
+            syswrite($c, ev_queued(2));
+            wait_pinged($c, $o{delay} // 0.1);
+            return;
         } elsif ($mode eq 'badtext') {
             syswrite($c, ev_started(5) . ev_delta("ok \xff\xfe \xc3")
                          . ev_delta_lp("a\xc3", "a\xc3")

@@ -20,7 +20,7 @@ use IO::Socket::UNIX;
 use Time::HiRes qw(time);
 
 my @KINDS = (undef, qw(queued started delta tool_call done error info
-                       tokenize detokenize));
+                       tokenize detokenize pong));
 my @CODES = qw(none context_length_exceeded invalid_request model_not_found
                overloaded internal bad_frame shutting_down cancelled);
 
@@ -32,6 +32,7 @@ sub open_conn {
 # Request bodies.
 sub cancel_body { LlmEngine::pb_bytes(5, '') }
 sub info_body { LlmEngine::pb_bytes(2, '') }
+sub ping_body { LlmEngine::pb_bytes(6, '') }
 
 sub frame { pack('N', length $_[0]) . $_[0] }
 
