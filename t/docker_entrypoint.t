@@ -35,6 +35,9 @@ my %env = (
     LLM_MODULE => "$LlmTest::BUILD/modules/ngx_http_llm_module.so",
     LLM_LISTEN => '127.0.0.1:' . $t->port,
     LLM_KEYS_SECRET => "$d/secrets/llm-keys",
+    # ./build.sh asan: the sanitizer runtime for the module in the distro
+    # nginx (as LlmTest does), here for the whole entry point
+    $ENV{LLM_NGINX_PRELOAD} ? (LD_PRELOAD => $ENV{LLM_NGINX_PRELOAD}) : (),
 );
 my $n = 0;
 

@@ -99,7 +99,10 @@ sub ensure {
         return ('ok', undef);
     }
 
-    my ($verdict, $why) = _verdict($dir, $log, $rc);
+    my ($verdict, $why) = $rc == 0
+        ? ('fail', "npm ci in $dir succeeded but one of @modules is not in "
+           . "node_modules: package.json should list it")
+        : _verdict($dir, $log, $rc);
     if (open my $fh, '>', "$base.failed.tmp") {
         print $fh "$run\n$verdict\n$why\n";
         close $fh;
