@@ -571,7 +571,9 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
 
         level = (ngx_uint_t) (ln->tok_level / NGX_HTTP_LLM_UNIT);
 
-        if (level < left) {
+        /* an explicit max_tokens waited for its room: only the quota cuts */
+
+        if (!explicit && level < left) {
             left = level;
         }
     }

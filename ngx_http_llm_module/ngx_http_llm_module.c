@@ -725,12 +725,8 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     } else {
         window = ngx_http_llm_window(r, ctx);
-        output = NGX_HTTP_LLM_UNBOUNDED;
-
-        if (window) {
-            output = ctx->n * (window > ctx->prompt_est
-                               ? window - ctx->prompt_est : 1);
-        }
+        output = ctx->n * (window > ctx->prompt_est
+                           ? window - ctx->prompt_est : 1);
     }
 
     rc = ngx_http_llm_limit_admit(r, ctx->key, ctx->prompt_est, output,
@@ -768,10 +764,16 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
 
 /*
- * The largest context window the engines of the request's model reported
- * (0: none probed yet).  A stale or missing answer starts a probe, so
- * the next request knows.
+ * The largest context window the engines of the request's model reported.
+ * A stale or missing answer starts a probe, so the next request knows;
+ * until one came (the first requests of a worker, every engine down), the
+ * largest window any engine reported, else NGX_HTTP_LLM_WINDOW: a guess,
+ * but not "all the key has left", which would keep every concurrent
+ * request of the key out until the first one ends.
  */
+
+#define NGX_HTTP_LLM_WINDOW  8192
+
 
 static ngx_uint_t
 ngx_http_llm_window(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
@@ -810,7 +812,13 @@ ngx_http_llm_window(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
         }
     }
 
-    return window;
+    for (i = 0; window == 0 && i < mcf->backends.nelts; i++) {
+        if (be[i].context_length > window) {
+            window = be[i].context_length;
+        }
+    }
+
+    return window ? window : NGX_HTTP_LLM_WINDOW;
 }
 
 

@@ -58,6 +58,7 @@ static void ngx_http_llm_finalize_request(ngx_http_request_t *r,
 static void ngx_http_llm_heartbeat_handler(ngx_event_t *ev);
 static void ngx_http_llm_flush_handler(ngx_event_t *ev);
 static void ngx_http_llm_kick(ngx_http_request_t *r);
+static void ngx_http_llm_no_retry(ngx_http_request_t *r);
 static void ngx_http_llm_rd_check_broken(ngx_http_request_t *r);
 static void ngx_http_llm_client_gone(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
@@ -238,13 +239,40 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
         ngx_add_timer(&ctx->heartbeat, llcf->sse_heartbeat);
     }
 
-    ngx_http_upstream_init(r);
+    /*
+     * Set before ngx_http_upstream_init(), which may finalize (and free)
+     * the request at once (no live upstream, connection refused): r is
+     * not touched after it.  With ignore_client_abort the upstream leaves
+     * the handler alone, and its finalization resets it.  A client EOF
+     * that already arrived is looked at on the next event loop turn.
+     */
 
-    if (r->upstream && r->upstream->cleanup) {
-        r->read_event_handler = ngx_http_llm_rd_check_broken;
+    r->read_event_handler = ngx_http_llm_rd_check_broken;
+
+    if (r->connection->read->ready) {
+        ngx_post_event(r->connection->read, &ngx_posted_events);
     }
 
+    ngx_http_upstream_init(r);
+
     return NGX_OK;
+}
+
+
+/*
+ * From the first token on (or once the client is gone) the work is not
+ * idempotent: this request's copy of llm_next_upstream is emptied, so
+ * neither the upstream's next-upstream (including its extra try on a
+ * cached keepalive connection) nor its status test can start a second
+ * generation.  reinit_request, which only runs before that, restores it.
+ */
+
+static void
+ngx_http_llm_no_retry(ngx_http_request_t *r)
+{
+    if (r->upstream && r->upstream->conf) {
+        r->upstream->conf->next_upstream = 0;
+    }
 }
 
 
@@ -630,6 +658,7 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         if (ev->kind_case != LLM__EVENT__KIND_DONE && !ctx->got_token) {
             ctx->got_token = 1;
             ctx->ttft = ngx_current_msec - ctx->start;
+            ngx_http_llm_no_retry(r);
         }
 
         if (ngx_http_llm_collect(r, ctx, ev) != NGX_OK) {
@@ -746,6 +775,11 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
      * the answer (and what ran is billed), never a second generation.
      */
 
+    if (mask == NGX_HTTP_UPSTREAM_FT_HTTP_503) {
+        /* released without counting a failure, retried or not */
+        ctx->backpressure = 1;
+    }
+
     if (mask && !ctx->got_token && (ctx->next_upstream & mask)
         && !(ctx->next_upstream & NGX_HTTP_UPSTREAM_FT_OFF))
     {
@@ -765,7 +799,6 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
              * reinit_request restores it.
              */
 
-            ctx->backpressure = 1;
             u->conf->next_upstream |= NGX_HTTP_UPSTREAM_FT_INVALID_HEADER;
         }
 
@@ -1099,6 +1132,7 @@ ngx_http_llm_stream_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         if (!ctx->got_token) {
             ctx->got_token = 1;
             ctx->ttft = ngx_current_msec - ctx->start;
+            ngx_http_llm_no_retry(r);
 
             if (ctx->heartbeat.timer_set) {
                 ngx_del_timer(&ctx->heartbeat);
@@ -1378,7 +1412,7 @@ ngx_http_llm_rd_check_broken(ngx_http_request_t *r)
     ev = c->read;
     ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
 
-    if (ctx == NULL || r->upstream == NULL) {
+    if (ctx == NULL || r->upstream == NULL || r->upstream->cleanup == NULL) {
         return;
     }
 
@@ -1471,6 +1505,7 @@ ngx_http_llm_client_gone(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
         ctx->client_gone = 1;
         ngx_http_llm_terminal(r, ctx);
+        ngx_http_llm_no_retry(r);
 
         if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
             /* keep going: the engine's answer ends the request */
@@ -1486,6 +1521,23 @@ ngx_http_llm_client_gone(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
         if (c->write->timer_set) {
             ngx_del_timer(c->write);
         }
+
+        if (u->header_sent) {
+
+            /*
+             * A slow client may have left the read buffer full (it is
+             * emptied only once the client took its data): input_filter
+             * consumed every byte in it, so it starts over, and the engine
+             * connection is read again, its answer bounded by
+             * llm_read_timeout.
+             */
+
+            u->buffer.pos = u->buffer.start;
+            u->buffer.last = u->buffer.start;
+            ngx_post_event(u->peer.connection->read, &ngx_posted_events);
+        }
+
+        ngx_add_timer(u->peer.connection->read, u->conf->read_timeout);
 
         return;
     }
