@@ -891,9 +891,9 @@ llm_gguf_guard(const llm_gguf_t *g, const char *prog, int exit_code)
     int               n;
 
     n = snprintf(gg_guard_msg, sizeof(gg_guard_msg), " [error] %s: model "
-                 "file %s was truncated or overwritten while mapped (SIGBUS "
-                 "reading it); deploy by rename, see docs/DEPLOY.md; exiting "
-                 "with code %d\n", prog, g->path, exit_code);
+                 "file %s was truncated or overwritten while mapped, or a "
+                 "read of it failed (SIGBUS); deploy by rename, see "
+                 "docs/DEPLOY.md; exiting with code %d\n", prog, g->path, exit_code);
     if (n < 0) {
         return -EINVAL;
     }
