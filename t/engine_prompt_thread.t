@@ -158,4 +158,14 @@ my $st = LlmEngine::wait_stats($t, $sock, sub {
 is($st->{requests_cancelled}, 3, 'two cancelled during preparation, '
    . 'one running');
 is($st->{kv_blocks_free}, $st->{kv_blocks_total}, 'no blocks leaked');
+
+# SIGTERM while a huge prompt is prepared: it is answered (or refused, if
+# the signal came first), then the engine exits 0
+my $d = LlmFrames::open_conn($sock);
+LlmFrames::put($d, $big);
+kill 'TERM', $t->engine_pid('a');
+$e = LlmFrames::read_event($d, 30);
+like($e && $e->{code}, qr/^(?:context_length_exceeded|shutting_down)$/,
+     'SIGTERM while a prompt is prepared: the request is answered');
+is($t->stop_engine('a'), 0, 'and the engine exits 0');
 $t->done;
