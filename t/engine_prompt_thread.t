@@ -16,7 +16,9 @@ use LlmEngine;
 use LlmFrames;
 
 my $t = LlmTest->new;
-my $sock = $t->start_engine('a', model => LlmEngine::model($t));
+# a long context: the stream must outlast both preparations
+my $sock = $t->start_engine('a', model => LlmEngine::model($t),
+                            args => ['--ctx', '16384']);
 
 # frames from a non-blocking socket, as they come
 sub pump {
@@ -53,7 +55,7 @@ ok(ntok(@sev) >= 5, 'the stream runs');
 my $h = LlmFrames::open_conn($sock);
 $h->blocking(0);
 my $frame = LlmFrames::frame($big);
-my ($off, $sent_at, $hbuf, @hev) = (0, undef, '');
+my ($off, $sent_at, $h_at, $hbuf, @hev) = (0, undef, undef, '');
 my $rsel = IO::Select->new($s, $h);
 my $wsel = IO::Select->new($h);
 while (!@hev) {
@@ -66,15 +68,16 @@ while (!@hev) {
         $off += $n if $n;
         $sent_at = ntok(@sev) if $off == length $frame;
     }
-    for my $fh (@{ $r // [] }) {
+    for my $fh (sort { ($a == $s) <=> ($b == $s) } @{ $r // [] }) {
         if ($fh == $s) {
             pump($s, \$sbuf, \@sev) or last;
         } else {
+            $h_at //= ntok(@sev);
             pump($h, \$hbuf, \@hev) or last;
         }
     }
 }
-my $during = defined $sent_at ? ntok(@sev) - $sent_at : -1;
+my $during = defined $sent_at && defined $h_at ? $h_at - $sent_at : -1;
 is($hev[0] && $hev[0]{kind}, 'error', 'the huge prompt is answered');
 is($hev[0] && $hev[0]{code}, 'context_length_exceeded',
    'once tokenized (context length exceeded)');
@@ -82,6 +85,48 @@ ok($during >= 20, "the running stream got $during tokens while the huge "
    . "prompt was prepared");
 diag("stream tokens while the huge prompt was prepared: $during; its "
      . "answer: " . substr($hev[0]{message} // '', 0, 100));
+
+# a Tokenize of 3 MB text, pipelined with an Info and a small Tokenize:
+# the stream goes on meanwhile, and the answers come in order
+my $text = join(' ', map { "t$_" } 1 .. 400_000);
+my $tk = LlmFrames::frame(LlmEngine::pb_bytes(3, LlmEngine::pb_bytes(1,
+                                                                  $text)))
+       . LlmFrames::frame(LlmFrames::info_body())
+       . LlmFrames::frame(LlmEngine::pb_bytes(3, LlmEngine::pb_bytes(1,
+                                                                  'hi')));
+my ($tbuf, @tev) = ('');
+$h = LlmFrames::open_conn($sock);
+$h->blocking(0);
+($off, $sent_at) = (0, undef);
+$rsel = IO::Select->new($s, $h);
+$wsel = IO::Select->new($h);
+while (@tev < 3) {
+    my ($r, $w) = IO::Select->select($rsel, $off < length $tk ? $wsel : undef,
+                                     undef, 30);
+    last unless $r || $w;
+    for my $fh (@{ $w // [] }) {
+        my $n = syswrite($h, $tk, 262144, $off);
+        $off += $n if $n;
+        $sent_at = ntok(@sev) if $off == length $tk;
+    }
+    # the big connection first: its first bytes end the count (the
+    # Tokenize answer is megabytes; the stream's tokens read after those
+    # first bytes may have come after it)
+    for my $fh (sort { ($a == $s) <=> ($b == $s) } @{ $r // [] }) {
+        if ($fh == $s) {
+            pump($s, \$sbuf, \@sev) or last;
+        } else {
+            $during = ntok(@sev) - ($sent_at // 0)
+                if length $tbuf == 0 && !@tev;
+            pump($h, \$tbuf, \@tev) or last;
+        }
+    }
+}
+is(join(',', map { $_->{kind} } @tev), 'tokenize,info,tokenize',
+   'pipelined Tokenize, Info, Tokenize: answered in order');
+ok($during >= 20, "the running stream got $during tokens while 3 MB were "
+   . "tokenized");
+close $h;
 
 # close and Cancel while the prompt is prepared
 my $k = LlmFrames::open_conn($sock);
@@ -113,4 +158,14 @@ my $st = LlmEngine::wait_stats($t, $sock, sub {
 is($st->{requests_cancelled}, 3, 'two cancelled during preparation, '
    . 'one running');
 is($st->{kv_blocks_free}, $st->{kv_blocks_total}, 'no blocks leaked');
+
+# SIGTERM while a huge prompt is prepared: it is answered (or refused, if
+# the signal came first), then the engine exits 0
+my $d = LlmFrames::open_conn($sock);
+LlmFrames::put($d, $big);
+kill 'TERM', $t->engine_pid('a');
+$e = LlmFrames::read_event($d, 30);
+like($e && $e->{code}, qr/^(?:context_length_exceeded|shutting_down)$/,
+     'SIGTERM while a prompt is prepared: the request is answered');
+is($t->stop_engine('a'), 0, 'and the engine exits 0');
 $t->done;

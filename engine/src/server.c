@@ -10,8 +10,9 @@
  * Prompt preparation (chat template render, tokenization) runs on one
  * worker thread, never on the loop that feeds the running streams: a
  * multi-megabyte prompt would otherwise stall every stream for as long as
- * it takes.  The loop hands a job (the decoded GenerateRequest) to the
- * worker's FIFO; the worker puts the result on the done list and writes
+ * it takes.  Tokenize requests go the same way (and their connection's
+ * reader waits for the answer, so replies stay in order).  The loop hands
+ * a job (the decoded Request) to the worker's FIFO; the worker puts the result on the done list and writes
  * the eventfd; the loop then submits it to the scheduler.  Only the loop
  * touches connections and job->conn: a connection that ends (or Cancels)
  * while its job is out sets job->conn to NULL and the result is dropped
@@ -55,11 +56,11 @@
 typedef struct llm_conn_s  llm_conn_t;
 typedef struct llm_prep_s  llm_prep_t;
 
-/* A Generate whose prompt the worker prepares. */
+/* A Generate whose prompt the worker prepares, or a Tokenize. */
 struct llm_prep_s {
     llm_prep_t     *next;          /* on the worker's FIFO or done list */
     llm_conn_t     *conn;          /* loop only; NULL: the result is dropped */
-    Llm__Request   *rq;            /* owned; rq->generate is the request */
+    Llm__Request   *rq;            /* owned; generate or tokenize */
     atomic_int      dropped;       /* set by the loop: skip the work */
     int             rc;            /* llm_prompt_build's */
     llm_tokens_t    toks;
@@ -308,6 +309,14 @@ llm_conn_over(const llm_conn_t *c)
     return c->wlen - c->wpos > c->srv->c.wbuf_high;
 }
 
+/* c's Tokenize is on the worker: its next requests wait for the answer. */
+static int
+llm_conn_tok_wait(const llm_conn_t *c)
+{
+    return c->prep != NULL
+           && c->prep->rq->kind_case == LLM__REQUEST__KIND_TOKENIZE;
+}
+
 /* Write what can be written now. */
 static void
 llm_conn_flush(llm_conn_t *c)
@@ -349,7 +358,7 @@ llm_conn_kill(llm_conn_t *c, const char *why)
     if (c->dead) {
         return;
     }
-    if (c->req != NULL || c->prep != NULL) {
+    if (c->req != NULL || (c->prep != NULL && !llm_conn_tok_wait(c))) {
         llm_log(LLM_LOG_INFO, "request %s cancelled: %s", c->req_id,
                 why ? why : "connection closed");
     }
@@ -357,8 +366,10 @@ llm_conn_kill(llm_conn_t *c, const char *why)
         llm_sched_cancel(c->srv->sched, c->req);
         c->req = NULL;
     } else if (c->prep != NULL) {
+        if (!llm_conn_tok_wait(c)) {
+            llm_sched_count_cancelled(c->srv->sched);
+        }
         llm_prep_drop(c);
-        llm_sched_count_cancelled(c->srv->sched);
     } else if (why) {
         llm_log(LLM_LOG_DEBUG, "connection %llu closed: %s",
                 (unsigned long long) c->id, why);
@@ -493,6 +504,14 @@ llm_prep_main(void *arg)
 
         if (atomic_load(&j->dropped)) {
             j->rc = -ECANCELED;
+        } else if (j->rq->kind_case == LLM__REQUEST__KIND_TOKENIZE) {
+            const Llm__TokenizeRequest *t = j->rq->tokenize;
+
+            j->rc = llm_tokenize(srv->c.vocab, t->text, strlen(t->text),
+                                 (t->add_special ? LLM_TOK_ADD_SPECIAL : 0)
+                                 | (t->parse_special ? LLM_TOK_PARSE_SPECIAL
+                                                     : 0),
+                                 &j->toks, j->err, sizeof(j->err));
         } else {
             double t0 = llm_srv_now();
 
@@ -573,6 +592,29 @@ llm_srv_prepared(llm_conn_t *c, llm_prep_t *j)
     }
 }
 
+/* c's Tokenize is done: the answer; its reader resumes (the sweep). */
+static void
+llm_srv_tokenized(llm_conn_t *c, llm_prep_t *j)
+{
+    Llm__Event              ev = LLM__EVENT__INIT;
+    Llm__TokenizeResponse   tr = LLM__TOKENIZE_RESPONSE__INIT;
+
+    if (j->rc != 0) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, "text",
+                       "%s", j->err[0] ? j->err : strerror(-j->rc));
+        c->closing |= c->srv->draining;
+        return;
+    }
+    tr.n_tokens = j->toks.n;
+    tr.tokens = j->toks.ids;
+    ev.kind_case = LLM__EVENT__KIND_TOKENIZE;
+    ev.tokenize = &tr;
+    llm_conn_send(c, &ev);
+    if (c->srv->draining) {
+        c->closing = 1;
+    }
+}
+
 /* The eventfd fired: take the finished jobs, in the order they ended. */
 static void
 llm_prep_results(llm_server_t *srv)
@@ -595,7 +637,11 @@ llm_prep_results(llm_server_t *srv)
         if (j->conn != NULL) {
             srv->n_prep--;
             j->conn->prep = NULL;
-            llm_srv_prepared(j->conn, j);
+            if (j->rq->kind_case == LLM__REQUEST__KIND_TOKENIZE) {
+                llm_srv_tokenized(j->conn, j);
+            } else {
+                llm_srv_prepared(j->conn, j);
+            }
         }
         llm_prep_free(j);
     }
@@ -767,35 +813,17 @@ llm_srv_info(llm_conn_t *c)
     llm_conn_send(c, &ev);
 }
 
-static void
-llm_srv_tokenize(llm_conn_t *c, const Llm__TokenizeRequest *t)
+/* Tokenize: on the worker (a long text would stall the streams).
+ * Returns 1 when the job took rq. */
+static int
+llm_srv_tokenize(llm_conn_t *c, Llm__Request *rq)
 {
-    Llm__Event              ev = LLM__EVENT__INIT;
-    Llm__TokenizeResponse   tr = LLM__TOKENIZE_RESPONSE__INIT;
-    llm_tokens_t            toks = { 0 };
-    char                    err[256] = "";
-    unsigned                flags = 0;
-    int                     rc;
-
-    if (t->add_special) {
-        flags |= LLM_TOK_ADD_SPECIAL;
+    if (llm_prep_submit(c, rq) != 0) {
+        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+                       "out of memory");
+        return 0;
     }
-    if (t->parse_special) {
-        flags |= LLM_TOK_PARSE_SPECIAL;
-    }
-    rc = llm_tokenize(c->srv->c.vocab, t->text, strlen(t->text), flags,
-                      &toks, err, sizeof(err));
-    if (rc != 0) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, "text",
-                       "%s", err[0] ? err : strerror(-rc));
-    } else {
-        tr.n_tokens = toks.n;
-        tr.tokens = toks.ids;
-        ev.kind_case = LLM__EVENT__KIND_TOKENIZE;
-        ev.tokenize = &tr;
-        llm_conn_send(c, &ev);
-    }
-    llm_tokens_free(&toks);
+    return 1;
 }
 
 static void
@@ -866,7 +894,7 @@ llm_srv_detokenize(llm_conn_t *c, const Llm__DetokenizeRequest *t)
 static void
 llm_srv_cancel(llm_conn_t *c)
 {
-    if (c->prep != NULL) {
+    if (c->prep != NULL && !llm_conn_tok_wait(c)) {
         Llm__Event  ev = LLM__EVENT__INIT;
         Llm__Error  e = LLM__ERROR__INIT;
         Llm__Usage  u = LLM__USAGE__INIT;
@@ -955,7 +983,9 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
         llm_srv_info(c);
         break;
     case LLM__REQUEST__KIND_TOKENIZE:
-        llm_srv_tokenize(c, rq->tokenize);
+        if (llm_srv_tokenize(c, rq)) {
+            return;     /* the job owns rq */
+        }
         break;
     case LLM__REQUEST__KIND_DETOKENIZE:
         llm_srv_detokenize(c, rq->detokenize);
@@ -970,15 +1000,15 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
 }
 
 /*
- * c's output is over the limit: keep the n bytes at p (what is left of one
- * recv, at most 64 KiB) and stop reading until the peer has read its
- * replies (llm_conn_resume).  Without this a client pipelining requests it
+ * c's output is over the limit (or its Tokenize is on the worker): keep
+ * the n bytes at p (what is left of one recv, at most 64 KiB) and stop
+ * reading until the peer has read its replies (llm_conn_resume).  Without this a client pipelining requests it
  * never reads the answers to would grow the buffer without bound.
  */
 static void
 llm_conn_hold(llm_conn_t *c, const uint8_t *p, size_t n)
 {
-    uint8_t *b = malloc(n);
+    uint8_t *b = malloc(n ? n : 1);
 
     if (b == NULL) {
         llm_conn_kill(c, "out of memory for held input");
@@ -1024,7 +1054,9 @@ llm_conn_input(llm_conn_t *c, const uint8_t *p, size_t n)
     uint32_t max = c->srv->c.max_frame, k;
 
     while (n > 0 && !c->dead && !c->closing) {
-        if (c->body == NULL && c->hdr_n == 0 && llm_conn_over(c)) {
+        if (c->body == NULL && c->hdr_n == 0
+            && (llm_conn_over(c) || llm_conn_tok_wait(c)))
+        {
             llm_conn_hold(c, p, n);
             return;
         }
@@ -1101,6 +1133,12 @@ llm_conn_readable(llm_conn_t *c)
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        }
+        if (n == 0 && llm_conn_tok_wait(c)) {
+            /* half-closed after a Tokenize: answer it first (recv gives
+             * the EOF again once the reader resumes) */
+            llm_conn_hold(c, buf, 0);
             return;
         }
         /* EOF or error: the peer is gone; a request running is cancelled */
@@ -1634,7 +1672,7 @@ llm_server_run(llm_server_t *srv)
                 if (!c->dead && (c->wpos < c->wlen || c->closing)) {
                     llm_conn_flush(c);
                 }
-                if (c->dead || !c->rpaused
+                if (c->dead || !c->rpaused || llm_conn_tok_wait(c)
                     || c->wlen - c->wpos > srv->c.wbuf_high / 2)
                 {
                     break;
