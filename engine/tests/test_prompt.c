@@ -374,7 +374,7 @@ check_injection(const char *what, const llm_tmpl_t *t, const llm_vocab_t *v,
     size_t         len = 0, n_data, c_old, c_new, i, dn = 0, pl;
     const char    *param, *p;
     llm_tokens_t   old = { 0 }, now = { 0 };
-    int            rc;
+    int            rc, full = 0;
 
     x = malloc(strlen(sp) + 5);
     mark = malloc(strlen(sp) + 5);
@@ -385,8 +385,8 @@ check_injection(const char *what, const llm_tmpl_t *t, const llm_vocab_t *v,
     for (int benign = 0; benign < 4; benign++) {
         int simple = benign >= 2;
 
-        if (simple && f != 0 && f != 2 && f != 7 && f != 8) {
-            break;
+        if (simple && (full || (f != 0 && f != 2 && f != 7 && f != 8))) {
+            break;              /* the full conversation did render */
         }
         sprintf(x, benign % 2 ? "qz zq" : "qz%szq", sp);
         strcpy(mark, x);
@@ -405,6 +405,7 @@ check_injection(const char *what, const llm_tmpl_t *t, const llm_vocab_t *v,
         rc = llm_prompt_build(t, v, &r.g, &now, &param, err, sizeof(err));
         req_free(&r);
         st->renders++;
+        full |= !simple;
         if (rc != 0) {
             CHECK(0, "%s, %s, %s: the guarded prompt fails: %s", what,
                   field_name[f], sp, err);
