@@ -907,11 +907,39 @@ test_guard_edges(void)
               "expected '%s'", i, dec, cases[i].text);
         llm_tmpl_free(t);
     }
-    printf("%s guard edges: split over two strings, before the template's "
-           "own token, tojson ascii, case mapping, kwargs\n",
-           failures == fail0 ? "ok  " : "FAIL");
-    llm_tokens_free(&toks);
     llm_vocab_free(v);
+
+    /* a control token that begins inside a UTF-8 character: the guard
+     * goes before the character (the text stays valid UTF-8) */
+    {
+        static const char *const odd[] = { "\xa9x" };
+        llm_tmpl_t  *tc = NULL;
+
+        v = synth_vocab(odd, 1, 3);
+        if (v == NULL || llm_tmpl_compile(&tc, llm_tmpl_chatml,
+                                          strlen(llm_tmpl_chatml), err,
+                                          sizeof(err)) != 0)
+        {
+            CHECK(0, "setup failed");
+        } else {
+            m[0].content = "a\xc2\xa9x";
+            g.n_messages = 1;
+            g.chat_template_kwargs_json = "";
+            toks.n = 0;
+            CHECK(llm_prompt_build(tc, v, &g, &toks, &param, err,
+                                   sizeof(err)) == 0, "mid-character: %s",
+                  err);
+            CHECK(count_id(&toks, llm_vocab_find(v, "\xa9x", 2)) == 0,
+                  "a token beginning inside a character matched");
+        }
+        llm_tmpl_free(tc);
+        llm_vocab_free(v);
+    }
+
+    printf("%s guard edges: split over two strings, before the template's "
+           "own token, tojson ascii, case mapping, kwargs, inside a "
+           "character\n", failures == fail0 ? "ok  " : "FAIL");
+    llm_tokens_free(&toks);
 }
 
 int
