@@ -905,9 +905,28 @@ strip_guards(const char *text, size_t len, char **plain, size_t *plen,
     return 0;
 }
 
+/* 1 if text[i] is in the UTF-8 character that starts at text[p]. */
+static int
+same_char(const char *text, size_t p, size_t i)
+{
+    size_t  j;
+
+    if (i - p > 3) {
+        return 0;
+    }
+    for (j = p + 1; j <= i; j++) {
+        if (((uint8_t) text[j] & 0xc0) != 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /*
  * Tokenize text[0..len) into out (appending).  Special tokens in the text
- * are cut out first, the rest goes to the model's tokenizer.
+ * are cut out first, the rest goes to the model's tokenizer.  A guard
+ * stands before a character: it stops special tokens starting at any of
+ * the character's bytes.
  */
 int
 llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
@@ -956,10 +975,12 @@ llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
         if (id < 0) {
             continue;
         }
-        while (next < n_marks && marks[next] < i) {
+        while (next + 1 < n_marks && marks[next + 1] <= i) {
             next++;
         }
-        if (next < n_marks && marks[next] == i) {
+        if (next < n_marks && marks[next] <= i
+            && same_char(text, marks[next], i))
+        {
             continue;           /* guarded: plain text from here */
         }
         if (i > start) {
@@ -1084,17 +1105,41 @@ guard_at(const llm_tok_guard_t *g, const char *s, size_t n, size_t i)
     return 0;
 }
 
+/*
+ * The length of the character at s[i] (the byte and the continuation bytes
+ * after it, at most 4), and in *guard whether a guarded token begins at
+ * any of its bytes: guards go before whole characters, so that the text
+ * stays valid UTF-8 even for a token that begins inside one.
+ */
+static size_t
+guard_char(const llm_tok_guard_t *g, const char *s, size_t n, size_t i,
+    int *guard)
+{
+    size_t  k = 1;
+
+    while (i + k < n && k < 4 && ((uint8_t) s[i + k] & 0xc0) == 0x80) {
+        k++;
+    }
+    *guard = 0;
+    for (size_t j = i; j < i + k && !*guard; j++) {
+        *guard = guard_at(g, s, n, j);
+    }
+    return k;
+}
+
 int
 llm_tok_guard(const llm_tok_guard_t *g, const char *s, size_t n, char **out,
     size_t *outlen)
 {
-    size_t  i, m = 0, o = 0;
+    size_t  i, k, m = 0, o = 0;
     char   *d;
+    int     gd;
 
     *out = NULL;
     *outlen = 0;
-    for (i = 0; i < n; i++) {
-        m += guard_at(g, s, n, i);
+    for (i = 0; i < n; i += k) {
+        k = guard_char(g, s, n, i, &gd);
+        m += gd;
     }
     if (m == 0) {
         return 0;
@@ -1103,12 +1148,14 @@ llm_tok_guard(const llm_tok_guard_t *g, const char *s, size_t n, char **out,
     if (d == NULL) {
         return -ENOMEM;
     }
-    for (i = 0; i < n; i++) {
-        if (guard_at(g, s, n, i)) {
+    for (i = 0; i < n; i += k) {
+        k = guard_char(g, s, n, i, &gd);
+        if (gd) {
             memcpy(d + o, LLM_TOK_GUARD, LLM_TOK_GUARD_LEN);
             o += LLM_TOK_GUARD_LEN;
         }
-        d[o++] = s[i];
+        memcpy(d + o, s + i, k);
+        o += k;
     }
     d[o] = '\0';
     *out = d;

@@ -64,8 +64,8 @@ int llm_tokens_reserve(llm_tokens_t *t, size_t want);
  * Appends to out.  0 or a negative errno with err set.
  *
  * With LLM_TOK_GUARDED every LLM_TOK_GUARD in the text is removed, and no
- * special token (control, user-defined or unknown) is matched where one
- * stood: the text there is tokenized as plain text.
+ * special token (control, user-defined or unknown) is matched starting in
+ * the character that follows it: that text is tokenized as plain text.
  */
 int llm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     unsigned flags, llm_tokens_t *out, char *err, size_t errlen);
@@ -97,9 +97,10 @@ llm_tok_guard_t *llm_tok_guard_new(const llm_vocab_t *v, const char *markup,
 void llm_tok_guard_free(llm_tok_guard_t *g);
 
 /*
- * A copy of s[0..n) with LLM_TOK_GUARD before every byte where a guarded
- * token's text begins, and before a tail of s that begins one (so that
- * nothing concatenated after s completes a special token begun in s).
+ * A copy of s[0..n) with LLM_TOK_GUARD before every character where (at
+ * any of its bytes) a guarded token's text begins, and before a tail of s
+ * that begins one (so that nothing concatenated after s completes a
+ * special token begun in s).
  * 1 with a malloc'd *out (*outlen bytes, NUL-terminated), 0 if s needs no
  * guard (*out NULL), -ENOMEM.
  */

@@ -374,7 +374,7 @@ check_injection(const char *what, const llm_tmpl_t *t, const llm_vocab_t *v,
     size_t         len = 0, n_data, c_old, c_new, i, dn = 0, pl;
     const char    *param, *p;
     llm_tokens_t   old = { 0 }, now = { 0 };
-    int            rc;
+    int            rc, full = 0;
 
     x = malloc(strlen(sp) + 5);
     mark = malloc(strlen(sp) + 5);
@@ -385,8 +385,8 @@ check_injection(const char *what, const llm_tmpl_t *t, const llm_vocab_t *v,
     for (int benign = 0; benign < 4; benign++) {
         int simple = benign >= 2;
 
-        if (simple && f != 0 && f != 2 && f != 7 && f != 8) {
-            break;
+        if (simple && (full || (f != 0 && f != 2 && f != 7 && f != 8))) {
+            break;              /* the full conversation did render */
         }
         sprintf(x, benign % 2 ? "qz zq" : "qz%szq", sp);
         strcpy(mark, x);
@@ -405,6 +405,7 @@ check_injection(const char *what, const llm_tmpl_t *t, const llm_vocab_t *v,
         rc = llm_prompt_build(t, v, &r.g, &now, &param, err, sizeof(err));
         req_free(&r);
         st->renders++;
+        full |= !simple;
         if (rc != 0) {
             CHECK(0, "%s, %s, %s: the guarded prompt fails: %s", what,
                   field_name[f], sp, err);
@@ -906,11 +907,39 @@ test_guard_edges(void)
               "expected '%s'", i, dec, cases[i].text);
         llm_tmpl_free(t);
     }
-    printf("%s guard edges: split over two strings, before the template's "
-           "own token, tojson ascii, case mapping, kwargs\n",
-           failures == fail0 ? "ok  " : "FAIL");
-    llm_tokens_free(&toks);
     llm_vocab_free(v);
+
+    /* a control token that begins inside a UTF-8 character: the guard
+     * goes before the character (the text stays valid UTF-8) */
+    {
+        static const char *const odd[] = { "\xa9x" };
+        llm_tmpl_t  *tc = NULL;
+
+        v = synth_vocab(odd, 1, 3);
+        if (v == NULL || llm_tmpl_compile(&tc, llm_tmpl_chatml,
+                                          strlen(llm_tmpl_chatml), err,
+                                          sizeof(err)) != 0)
+        {
+            CHECK(0, "setup failed");
+        } else {
+            m[0].content = "a\xc2\xa9x";
+            g.n_messages = 1;
+            g.chat_template_kwargs_json = "";
+            toks.n = 0;
+            CHECK(llm_prompt_build(tc, v, &g, &toks, &param, err,
+                                   sizeof(err)) == 0, "mid-character: %s",
+                  err);
+            CHECK(count_id(&toks, llm_vocab_find(v, "\xa9x", 2)) == 0,
+                  "a token beginning inside a character matched");
+        }
+        llm_tmpl_free(tc);
+        llm_vocab_free(v);
+    }
+
+    printf("%s guard edges: split over two strings, before the template's "
+           "own token, tojson ascii, case mapping, kwargs, inside a "
+           "character\n", failures == fail0 ? "ok  " : "FAIL");
+    llm_tokens_free(&toks);
 }
 
 int
