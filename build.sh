@@ -206,7 +206,7 @@ run_tests() {
         skips+=("${t%% *}")
     done < <(grep -E '^t/[^ ]+ \.+ skipped: ' "$dir/prove.log" || true)
 
-    fuzz_smoke || fails+=("fuzz")
+    (fuzz_smoke) || fails+=("fuzz")
 
     for t in tests/tokenizer/run.sh tests/client/run.sh; do
         [ -x "$REPO/$t" ] || continue

@@ -2,7 +2,7 @@
 #
 # Runs the fuzz targets built in BUILD_DIR/bin, one at a time, each for
 # SECONDS on its corpus, and prints one line per target: executions,
-# coverage (cov: edges, ft: features), corpus size, crashes.
+# coverage (cov: edges, ft: features), corpus (inputs/bytes), crashes.
 #
 #   fuzz/run.sh BUILD_DIR [TARGET|all] [SECONDS]
 #
@@ -33,7 +33,7 @@ if [ -n "${FUZZ_SKIP_KNOWN:-}" ]; then
 fi
 
 mkdir -p "$BUILD/logs" "$BUILD/crashes"
-printf '%-15s %10s %8s %8s %7s %7s %s\n' target execs exec/s cov ft \
+printf '%-15s %10s %8s %7s %7s %12s %s\n' target execs exec/s cov ft \
     corpus result
 fails=0
 for t in "${TARGETS[@]}"; do
@@ -54,14 +54,14 @@ for t in "${TARGETS[@]}"; do
     last=$(grep -E '^#[0-9]+' "$log" | tail -1)
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
-    corp=$(find "$work" -type f | wc -l)
+    corp=$(sed -n 's/.* corp: \([0-9]*\/[0-9]*[A-Za-z]*\).*/\1/p' <<<"$last")
     if [ $rc -eq 0 ]; then
         result=ok
     else
         result="FAILED (exit $rc, see $log)"
         fails=1
     fi
-    printf '%-15s %10s %8s %8s %7s %7s %s\n' "$t" "${execs:-?}" \
+    printf '%-15s %10s %8s %7s %7s %12s %s\n' "$t" "${execs:-?}" \
         "${speed:-?}" "${cov:-?}" "${ft:-?}" "$corp" "$result"
 done
 exit $fails
