@@ -144,6 +144,7 @@ ngx_http_llm_get_number(ngx_http_llm_check_t *ck, json_t *root,
     const char *name, double min, double max, double *out,
     ngx_uint_t *present)
 {
+    char     got[64];
     json_t  *j;
     double   v;
 
@@ -160,18 +161,28 @@ ngx_http_llm_get_number(ngx_http_llm_check_t *ck, json_t *root,
 
     v = json_number_value(j);
 
-    if (v < min) {
-        return ngx_http_llm_bad(ck, "decimal_below_min_value", name,
-                                "Invalid '%s': decimal below minimum value. "
-                                "Expected a value >= %.1f, but got %.4f "
-                                "instead.", name, min, v);
-    }
+    if (v < min || v > max) {
 
-    if (v > max) {
+        /*
+         * nginx's %f goes through an int64: a value past 9.2e18 (JSON
+         * allows 5.5e28) would be undefined behaviour and print wrong,
+         * so the client's value is printed by libc.
+         */
+
+        (void) snprintf(got, sizeof(got), (v > -1e15 && v < 1e15)
+                        ? "%.4f" : "%g", v);
+
+        if (v < min) {
+            return ngx_http_llm_bad(ck, "decimal_below_min_value", name,
+                                    "Invalid '%s': decimal below minimum "
+                                    "value. Expected a value >= %.1f, but "
+                                    "got %s instead.", name, min, got);
+        }
+
         return ngx_http_llm_bad(ck, "decimal_above_max_value", name,
                                 "Invalid '%s': decimal above maximum value. "
-                                "Expected a value <= %.1f, but got %.4f "
-                                "instead.", name, max, v);
+                                "Expected a value <= %.1f, but got %s "
+                                "instead.", name, max, got);
     }
 
     *out = v;

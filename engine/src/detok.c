@@ -259,7 +259,8 @@ settle(llm_detok_t *d, int final)
 {
     size_t  i, k, best = (size_t) -1, hold = 0, h;
 
-    for (k = 0; k < d->n_stops; k++) {
+    for (k = 0; k < d->n_stops && d->txt_n > 0; k++) {
+        /* no text yet: memmem's arguments must not be NULL */
         const char *m = memmem(d->txt, d->txt_n, d->stops[k],
                                d->stop_len[k]);
 
