@@ -362,6 +362,14 @@ function report(dir) {
   console.log(`5xx or error finish: ${failed.length} (expected, in flight on the killed engine: ${expected.length};`
     + ` unexpected: ${unexpected.length}); clients saw ${clErr.length} errors (unexpected ${clErrUnexpected.length})`);
   check(!unexpected.length && !clErrUnexpected.length, 'unexpected 5xx or errors');
+  // tokens billed on a 5xx that tried more than one engine came from an
+  // attempt before the last: the request was tried again after the
+  // engine had produced tokens, which docs/GATEWAY.md rules out
+  const retried = log.filter((x) => x.ups.length >= 2 && x.status >= 500 && x.completion > 0);
+  console.log(`tried again after tokens were produced (5xx, several attempts, tokens billed): ${retried.length}`
+    + (retried.length ? ` (${retried.map((x) => `${x.id}: ${x.completion} tokens, ${x.ups.length} attempts`).join('; ')};`
+      + ' a defect, reproduced by t/soak_retry_cached.t)' : ''));
+  check(!retried.length, 'requests tried again after tokens were produced');
   console.log(`cancelled by the client: ${lCan} requests, billed ${sum(log.filter(isCan), C)} completion tokens`);
   if (noEngine.length) console.log(`requests that reached no engine: ${noEngine.length}`);
   if (usageDiff.length) console.log(`client usage != access log: ${usageDiff.length}, e.g. ${usageDiff.slice(0, 3).map((c) => c.id).join(' ')}`);
