@@ -48,8 +48,10 @@ for f in "$MOD" "$BUILD/bin/llm-engine" "$BUILD/bin/llm-client" \
     [ -e "$f" ] || { echo "bench/soak: $f is missing (./build.sh first)" >&2; exit 1; }
 done
 command -v node >/dev/null || { echo "bench/soak: node is needed" >&2; exit 1; }
-[ "$DURATION" -ge $(( WARMUP + 20 )) ] \
-    || { echo "bench/soak: DURATION must be at least WARMUP + 20 s" >&2; exit 1; }
+# the kill comes half-way, after the warm-up; the restarted engine's RSS
+# is read WARMUP seconds after it, before the end
+[ "$DURATION" -ge $(( 2 * WARMUP + 10 )) ] \
+    || { echo "bench/soak: DURATION must be at least 2 x WARMUP + 10 s" >&2; exit 1; }
 
 D=$(mktemp -d "${TMPDIR:-/tmp}/llm-soak-XXXXXX")
 APID= BPID= LPID=
