@@ -108,7 +108,9 @@ warm_engine() {   # socket
     local i j pids=()
     for i in $(seq 1 8); do
         for j in 1 2 3 4; do
-            "$BUILD/bin/llm-client" --socket "$1" "{\"messages\":[{\"role\":\"user\",\"content\":\"warm up $i $j\"}],\"max_tokens\":1000,\"ignore_eos\":true}" >/dev/null
+            "$BUILD/bin/llm-client" --socket "$1" \
+                "{\"messages\":[{\"role\":\"user\",\"content\":\"warm up $i $j\"}],
+                  \"max_tokens\":1000,\"ignore_eos\":true}" >/dev/null
         done &
         pids+=($!)
     done
