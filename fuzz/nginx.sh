@@ -26,7 +26,10 @@ upstream=${upstream%%-*}
 
 fetch() {
     local tarball
-    tarball=$(ls "$APT"/src/nginx_"$upstream".orig.tar.* 2>/dev/null | head -1)
+    # (|| true: no tarball yet is an empty answer, not an error under
+    # set -e -o pipefail)
+    tarball=$(ls "$APT"/src/nginx_"$upstream".orig.tar.* 2>/dev/null \
+              | head -1 || true)
     if [ -z "$tarball" ]; then
         mkdir -p "$APT/sources.list.d" "$APT/lists/partial" "$APT/src"
         local f
@@ -50,7 +53,7 @@ fetch() {
         (cd "$APT/src" && apt-get "${opts[@]}" source --download-only \
             "nginx=$version" >/dev/null 2>&1 || true)
         tarball=$(ls "$APT"/src/nginx_"$upstream".orig.tar.* 2>/dev/null \
-                  | head -1)
+                  | head -1 || true)
         [ -n "$tarball" ] || { echo "nginx.sh: no nginx $upstream source" >&2;
                                exit 1; }
     fi
