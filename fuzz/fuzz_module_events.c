@@ -16,9 +16,8 @@
  * 61); bit 4 feeds the bytes to the Info probe's reader instead.  The
  * rest is what the engine sends.
  *
- * Checks: every SSE event's data and every body is valid JSON (and valid
- * UTF-8 with FUZZ_STRICT_UTF8=1); a stream ends with [DONE] after Done,
- * or with an error event.
+ * Checks: every SSE event's data and every body is valid JSON and valid
+ * UTF-8; a stream ends with [DONE] after Done, or with an error event.
  */
 
 #include "../ngx_http_llm_module/ngx_http_llm_upstream.c"
@@ -43,40 +42,12 @@ static const char *bodies[4] = {
 
 static const size_t chunks[4] = { (size_t) -1, 1, 3, 61 };
 
-/*
- * FUZZ_SKIP_KNOWN=1 makes the inputs that hit a defect already reported
- * and not yet fixed harmless, so a long run can look past it:
- *   issue 30 item 10: Done.system_fingerprint is written into the JSON
- *   without escaping (its quotes, backslashes and control bytes become
- *   '_' here).
- * Remove each entry when its fix lands.
- */
-static int  skip_known;
-
-static void
-fuzz_skip_known(Llm__Event *ev)
-{
-    char *p;
-
-    if (!skip_known || ev->kind_case != LLM__EVENT__KIND_DONE
-        || ev->done->system_fingerprint == NULL)
-    {
-        return;
-    }
-    for (p = ev->done->system_fingerprint; *p; p++) {
-        if (*p == '"' || *p == '\\' || (unsigned char) *p < 0x20) {
-            *p = '_';
-        }
-    }
-}
-
 int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void) argc;
     (void) argv;
     ngx_fuzz_init();
-    skip_known = getenv("FUZZ_SKIP_KNOWN") != NULL;
     return 0;
 }
 
@@ -251,7 +222,6 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 ended = 1;
                 break;
             }
-            fuzz_skip_known(ev);
             if (ev->kind_case == LLM__EVENT__KIND_ERROR
                 && (!stream || !started))
             {

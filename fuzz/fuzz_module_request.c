@@ -11,7 +11,7 @@
  *
  * Checks: the encoded frame is one length-prefixed llm.Request that
  * decodes, with the model and prompt or messages of the body; every
- * error body is valid JSON (and valid UTF-8 with FUZZ_STRICT_UTF8=1).
+ * error body is valid JSON and valid UTF-8.
  */
 
 #include "ngx_fuzz.h"

@@ -48,7 +48,7 @@ ngx_fuzz_init(void)
 
     ngx_http_llm_module.ctx_index = 1;
     ngx_fuzz_llcf.max_frame = 1 << 20;
-    ngx_fuzz_strict_utf8 = getenv("FUZZ_STRICT_UTF8") != NULL;
+    ngx_fuzz_strict_utf8 = getenv("FUZZ_LAX_UTF8") == NULL;
 }
 
 /*
@@ -96,9 +96,9 @@ ngx_fuzz_request(void)
 }
 
 /*
- * Aborts unless s is one JSON value.  Bytes >= 0x80 are taken as
- * letters unless FUZZ_STRICT_UTF8 is set, when they must form valid
- * UTF-8 too (issue 30 item 10: every body valid JSON and valid UTF-8).
+ * Aborts unless s is one JSON value in valid UTF-8 (issue 30 item 10:
+ * every body valid JSON and valid UTF-8).  With FUZZ_LAX_UTF8 set, bytes
+ * >= 0x80 are taken as letters: JSON syntax alone.
  */
 static void
 ngx_fuzz_check_json(const char *what, const u_char *s, size_t len)

@@ -6,6 +6,7 @@
 #
 #   fuzz/run.sh BUILD_DIR [TARGET|all] [SECONDS]
 #
+# The reproducers in fuzz/crashes/TARGET-* run first and must pass.
 # Each target starts from the committed seeds (fuzz/corpus/TARGET) and
 # what earlier runs found (BUILD_DIR/corpus/TARGET, kept between runs);
 # the committed corpus is never written.  A crash, leak, UBSan report or
@@ -44,6 +45,14 @@ for t in "${TARGETS[@]}"; do
     dict=()
     [ -f "$FUZZ/dict/$t.dict" ] && dict=(-dict="$FUZZ/dict/$t.dict")
     log=$BUILD/logs/$t.log
+    # the reproducers of defects found (and fixed) first: each runs clean
+    repro=("$FUZZ/crashes/$t"-*)
+    if [ -e "${repro[0]}" ] && ! "$bin" "${repro[@]}" >"$log" 2>&1; then
+        printf '%-15s a reproducer in fuzz/crashes fails again, see %s\n' \
+            "$t" "$log"
+        fails=1
+        continue
+    fi
     nice -n 10 "$bin" -max_total_time="$SECS" -timeout=30 \
         -rss_limit_mb=2560 -malloc_limit_mb=1024 -print_final_stats=1 \
         -artifact_prefix="$BUILD/crashes/$t-" "${dict[@]}" \
