@@ -104,7 +104,7 @@ if ($pid == 0) {
     require POSIX;
     POSIX::_exit(0);    # no DESTROY of the harness in the child
 }
-my $r = $t->post('/v1/chat/completions', { %$long, n => 4 });
+my $r = $t->post('/v1/chat/completions', { %$long, n => 8 });
 waitpid($pid, 0);
 ok($r->{status} >= 500, "JSON answer, engine killed: $r->{status}");
 ok($r->{json}{error}, 'JSON answer, engine killed: an OpenAI error body');
