@@ -60,7 +60,8 @@ int
 LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     static const char   *aliases[] = { "alias-a" };
-    static char          sock[64];
+    static char          sock[108];     /* sun_path */
+    const char          *tmp;
     llm_server_conf_t    conf;
     llm_vocab_t         *v;
     llm_tmpl_t          *t;
@@ -82,7 +83,12 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     /* the real server, listening on a socket nobody connects to; the
      * connections below have no socket (fd -1) */
     memset(&conf, 0, sizeof(conf));
-    snprintf(sock, sizeof(sock), "/tmp/fuzz-engine-%d.sock", (int) getpid());
+    tmp = getenv("TMPDIR");
+    if (tmp == NULL || tmp[0] == '\0' || strlen(tmp) > 64) {
+        tmp = "/tmp";           /* a socket path must stay short */
+    }
+    snprintf(sock, sizeof(sock), "%s/fuzz-engine-%d.sock", tmp,
+             (int) getpid());
     conf.socket_path = sock;
     conf.max_frame = 1u << 20;
     conf.vocab = v;
