@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "model/gguf.h"
+#include "text/tokenizer.h"
 
 #ifndef FUZZ_REPO
 #define FUZZ_REPO "."

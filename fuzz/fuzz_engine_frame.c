@@ -3,7 +3,7 @@
  * llm.Request decoder and every request kind's handling (Generate through
  * prompt building on the prompt worker thread, chat template, tokenizer,
  * sampling options, constrained decoding and tool-call hooks; Info,
- * Tokenize, Detokenize, Cancel), exactly as engine/src/server.c runs
+ * Tokenize, Detokenize, Cancel), exactly as engine/src/serve/server.c runs
  * them: this file includes server.c, so its static functions are called
  * as they are, on a server made by llm_server_create and a connection
  * with no socket.  The scheduler is the real one over a fake forward pass (the
@@ -15,7 +15,7 @@
  * as an llm.Event, and no request is left in the scheduler.
  */
 
-#include "../engine/src/server.c"
+#include "../engine/src/serve/server.c"
 
 #include <poll.h>
 

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
-#include "model.h"
-#include "template.h"
+#include "model/model.h"
+#include "template/template.h"
 
 static int  mfd = -1;
 static char mpath[64];

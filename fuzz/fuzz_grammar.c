@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "grammar.h"
+#include "decode/grammar.h"
 
 #define MAX_FED   4096
 #define WALK      256

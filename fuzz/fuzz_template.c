@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "template.h"
+#include "template/template.h"
 
 #define MAX_CONVS 32
 

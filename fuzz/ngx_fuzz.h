@@ -96,7 +96,7 @@ ngx_fuzz_request(void)
 }
 
 /*
- * Aborts unless s is one JSON value in valid UTF-8 (issue 30 item 10:
+ * Aborts unless s is one JSON value in valid UTF-8 (the gateway's rule:
  * every body valid JSON and valid UTF-8).  With FUZZ_LAX_UTF8 set, bytes
  * >= 0x80 are taken as letters: JSON syntax alone.
  */

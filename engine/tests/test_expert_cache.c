@@ -1,5 +1,5 @@
 /*
- * The io_uring expert cache (issue 7): logits with experts streamed into a
+ * The io_uring expert cache (docs/STREAMING.md): logits with experts streamed into a
  * cache smaller than the experts are bitwise those of the resident run, on
  * the MoE reference models and on a generated model ten times larger than
  * its 6-slot cache (prefill then decode steps, so slots are evicted and
@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "expert_cache.h"
-#include "gguf.h"
+#include "model/expert_cache.h"
+#include "model/gguf.h"
 #include "mkmodel.h"
-#include "model.h"
+#include "model/model.h"
 
 #define N_PRE   12
 #define N_DEC   10

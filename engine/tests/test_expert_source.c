@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 
 #define N_TOK 24
 

@@ -16,9 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "mkmodel.h"
-#include "model.h"
+#include "model/model.h"
 
 #define N_TOK   20
 
@@ -252,7 +252,7 @@ compare_file(const char *label, uint32_t type, const char *path,
 
 
 /*
- * The bundled demo model (models/demo/demo-q8_0.gguf, issue 9), when it is
+ * The bundled demo model (models/demo/demo-q8_0.gguf), when it is
  * there: a trained model, whose logits are peaked, unlike mkmodel's random
  * ones.  The ids are spread over its whole vocabulary.
  */
@@ -290,7 +290,7 @@ check_demo(void)
                       ids[i]);
     }
     snprintf(ref, sizeof(ref), "%s/demo.f64.f32", g_dir);
-    (void) compare_file("demo model (issue 9)", LLM_TYPE_Q8_0, path, ids,
+    (void) compare_file("demo model", LLM_TYPE_Q8_0, path, ids,
                         ids_s, ref, &got, &nv);
     free(got);
     unlink(ref);

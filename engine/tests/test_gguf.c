@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "model/gguf.h"
+#include "kernels/quant.h"
 
 #define REF_FILE "engine/tests/data/gguf/ref-llama-dense-q4_0.gguf"
 
@@ -794,7 +794,7 @@ put_file(const char *path, const uint8_t *b, size_t n)
 }
 
 /*
- * The file under the mapping (issue 30 item 9): renamed over, the
+ * The file under the mapping (docs/RELIABILITY.md): renamed over, the
  * mapping stays valid and check says 1; overwritten in place or truncated,
  * check says -ESTALE with the reason; a fault on the truncated mapping
  * with the guard installed exits with the given code and one log line,

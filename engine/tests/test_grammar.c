@@ -13,11 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "grammar.h"
-#include "hooks.h"
-#include "sample.h"
-#include "tokenizer.h"
+#include "model/gguf.h"
+#include "decode/grammar.h"
+#include "decode/hooks.h"
+#include "decode/sample.h"
+#include "text/tokenizer.h"
 
 static int failures;
 static int checks;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kvalloc.h"
+#include "serve/kvalloc.h"
 
 static int failures;
 

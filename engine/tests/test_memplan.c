@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "memplan.h"
+#include "serve/memplan.h"
 
 static int   failures;
 static char  dir[256];

@@ -22,9 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "mkmodel.h"
-#include "quant.h"
+#include "kernels/quant.h"
 #include "quantize.h"
 #include "vocabgen.h"
 

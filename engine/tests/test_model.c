@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "model.h"
+#include "model/gguf.h"
+#include "model/model.h"
 
 #define SRC "engine/tests/data/reference/ref-qwen3moe-q4_0.gguf"
 

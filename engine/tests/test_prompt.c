@@ -31,11 +31,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "prompt.h"
-#include "template.h"
-#include "tokenizer.h"
-#include "tokenizer_int.h"      /* llm_bpe_byte_cp, llm_tok_n_copied */
+#include "model/gguf.h"
+#include "serve/prompt.h"
+#include "template/template.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_int.h"      /* llm_bpe_byte_cp, llm_tok_n_copied */
 
 static int  failures;
 

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn.h"
-#include "gguf.h"
-#include "quant.h"
+#include "kernels/attn.h"
+#include "model/gguf.h"
+#include "kernels/quant.h"
 
 static int  failures;
 

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model.h"
+#include "model/model.h"
 
 #define N_PROMPT    48
 #define N_GREEDY    16
@@ -362,9 +362,9 @@ check_model(const char *dir, const ref_entry_t *e)
 
     if (llm_model_load(&m, path, NULL, err, sizeof(err)) < 0) {
         /*
-         * A tensor type the engine does not run yet (issue 32 adds the
-         * rest) is listed, not failed: the refusal must be the named
-         * one, any other load error of a reference file fails.
+         * A tensor type the engine does not run yet (docs/MODELS.md
+         * lists those it does) is listed, not failed: the refusal must be
+         * the named one, any other load error of a reference file fails.
          */
         if (strstr(err, "which this engine does not support") != NULL) {
             printf("%-24s TODO type not supported yet: %s\n", e->name, err);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sample.h"
+#include "decode/sample.h"
 
 static int failures;
 

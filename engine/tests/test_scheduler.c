@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "scheduler.h"
-#include "tokenizer.h"
+#include "model/gguf.h"
+#include "serve/scheduler.h"
+#include "text/tokenizer.h"
 
 static int failures;
 

@@ -26,7 +26,7 @@
 
 #include <jansson.h>
 
-#include "template.h"
+#include "template/template.h"
 
 #define DATA        "engine/tests/data/templates"
 #define FIXED_NOW   1768473000      /* 2026-01-15 10:30:00 UTC */

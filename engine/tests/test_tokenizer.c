@@ -28,9 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
-#include "tokenizer_int.h"      /* pcre_only, llm_bpe_set_pre: cross-check */
+#include "model/gguf.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_int.h"      /* pcre_only, llm_bpe_set_pre: cross-check */
 
 static int  failures;
 

@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 
-#include "sample.h"
-#include "toolcall.h"
+#include "decode/sample.h"
+#include "decode/toolcall.h"
 
 static int failures;
 

@@ -23,12 +23,12 @@
 
 #include <jansson.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "mkmodel.h"
-#include "sample.h"
-#include "tokenizer.h"
-#include "toolcall.h"
-#include "toolhooks.h"
+#include "decode/sample.h"
+#include "text/tokenizer.h"
+#include "decode/toolcall.h"
+#include "decode/toolhooks.h"
 
 static int failures;
 

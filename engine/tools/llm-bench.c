@@ -16,8 +16,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "expert_cache.h"
-#include "model.h"
+#include "model/expert_cache.h"
+#include "model/model.h"
 
 typedef struct {
     llm_ctx_t      *c;

@@ -17,16 +17,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "expert_cache.h"
-#include "gguf.h"
-#include "memplan.h"
-#include "model.h"
-#include "prompt.h"
-#include "quant.h"
-#include "server.h"
-#include "template.h"
-#include "tokenizer.h"
-#include "toolcall.h"
+#include "model/expert_cache.h"
+#include "model/gguf.h"
+#include "serve/memplan.h"
+#include "model/model.h"
+#include "serve/prompt.h"
+#include "kernels/quant.h"
+#include "serve/server.h"
+#include "template/template.h"
+#include "text/tokenizer.h"
+#include "decode/toolcall.h"
 
 #define LLM_MAX_ALIASES  32
 
@@ -572,7 +572,11 @@ main(int argc, char **argv)
                 (double) xs.experts_bytes / 1048576.0,
                 100.0 * (double) xs.n_slots * (double) xs.slot_bytes
                 / (double) xs.experts_bytes,
-                xs.direct ? "O_DIRECT" : "buffered (O_DIRECT refused)");
+                xs.direct ? "O_DIRECT" : "buffered (page cache)");
+        if (!xs.direct && xs.buffered_why[0]) {
+            llm_log(LLM_LOG_WARN, "expert cache: %s; reading through the "
+                    "page cache", xs.buffered_why);
+        }
     } else if (expert_mb > 0) {
         llm_log(LLM_LOG_WARN, "--expert-cache-mb %u: the model has no "
                 "experts; mapping the whole file", expert_mb);

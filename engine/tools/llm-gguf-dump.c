@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 static void
 usage(FILE *f)

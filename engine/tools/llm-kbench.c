@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quant.h"
+#include "kernels/quant.h"
 
 typedef struct {
     llm_type_t          type;

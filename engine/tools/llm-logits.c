@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 
 static void
 usage(FILE *f)

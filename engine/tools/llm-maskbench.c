@@ -22,9 +22,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
-#include "grammar.h"
-#include "tokenizer.h"
+#include "model/gguf.h"
+#include "decode/grammar.h"
+#include "text/tokenizer.h"
 
 static double
 now_us(void)

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "mkmodel.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 static void
 usage(FILE *f)

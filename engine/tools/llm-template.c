@@ -19,8 +19,8 @@
 
 #include <jansson.h>
 
-#include "gguf.h"
-#include "template.h"
+#include "model/gguf.h"
+#include "template/template.h"
 
 static void
 usage(FILE *f)

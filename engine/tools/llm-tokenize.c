@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "model/gguf.h"
+#include "text/tokenizer.h"
 
 static void
 usage(FILE *f)

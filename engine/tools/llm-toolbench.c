@@ -21,10 +21,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "gguf.h"
-#include "hooks.h"
-#include "tokenizer.h"
-#include "toolcall.h"
+#include "model/gguf.h"
+#include "decode/hooks.h"
+#include "text/tokenizer.h"
+#include "decode/toolcall.h"
 
 static const char default_tools[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"record\", "

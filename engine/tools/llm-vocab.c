@@ -24,7 +24,7 @@
 
 #include <jansson.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 #define TT_NORMAL        1
 #define TT_CONTROL       3

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write engine/src/tokenizer_unicode.c: the Unicode properties the
+"""Write engine/src/text/tokenizer_unicode.c: the Unicode properties the
 hand-written pre-tokenizers need (\\p{L}, \\p{N}, and \\s as PCRE2 defines it
 with PCRE2_UCP: the Z categories plus PCRE2's horizontal and vertical space
 lists), as sorted (first code point, flags) runs.
@@ -9,7 +9,7 @@ links (Debian 12: Python 3.11 and PCRE2 10.42 are both Unicode 14.0.0);
 test_tokenizer cross-checks the hand-written splitters against PCRE2 on
 random text from all planes, so a mismatch shows up there.
 
-    python3 tests/tokenizer/gen_unicode.py > engine/src/tokenizer_unicode.c
+    python3 tests/tokenizer/gen_unicode.py > engine/src/text/tokenizer_unicode.c
 """
 import sys
 import unicodedata

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "attn.h"
+#include "kernels/attn.h"
 #include "model_impl.h"
 
 #define LLM_ACT_KINDS     3         /* F32, Q8_0, Q8_K */

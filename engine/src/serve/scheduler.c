@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "kvalloc.h"
-#include "sample.h"
+#include "decode/sample.h"
 #include "scheduler.h"
 
 #define LLM_SCHED_MAX_N     16

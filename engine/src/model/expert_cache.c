@@ -26,7 +26,6 @@
 #include <unistd.h>
 
 #include "expert_cache.h"
-#include "server.h"
 
 #define LLM_XC_ALIGN   4096u
 #define LLM_XC_CHUNK   (256u << 10)
@@ -70,6 +69,7 @@ struct llm_xcache_s {
     char                  path[512];
     int                   fd;
     int                   direct;
+    char                  buffered_why[768];
     struct io_uring       ring;
     int                   ring_ok;
     uint32_t              qd;
@@ -634,7 +634,8 @@ llm_xc_unmap_experts(const llm_model_t *m)
     free(offs);
 }
 
-/* O_DIRECT if a first aligned read works, else buffered (logged). */
+/* O_DIRECT if a first aligned read works, else buffered (the reason in
+ * xc->buffered_why, for the caller to log). */
 static int
 llm_xc_open(llm_xcache_t *xc, int no_direct, char *err, size_t errlen)
 {
@@ -647,16 +648,16 @@ llm_xc_open(llm_xcache_t *xc, int no_direct, char *err, size_t errlen)
                        == 0)
         {
             if (pread(fd, probe, LLM_XC_ALIGN, 0) < 0) {
-                llm_log(LLM_LOG_WARN, "expert cache: O_DIRECT read of %s "
-                        "refused (%s); reading through the page cache",
-                        xc->path, strerror(errno));
+                snprintf(xc->buffered_why, sizeof(xc->buffered_why),
+                         "O_DIRECT read of %s refused: %s", xc->path,
+                         strerror(errno));
                 close(fd);
                 fd = -1;
             }
         } else if (fd < 0) {
-            llm_log(LLM_LOG_WARN, "expert cache: O_DIRECT open of %s "
-                    "refused (%s); reading through the page cache",
-                    xc->path, strerror(errno));
+            snprintf(xc->buffered_why, sizeof(xc->buffered_why),
+                     "O_DIRECT open of %s refused: %s", xc->path,
+                     strerror(errno));
         }
         free(probe);
     }
@@ -799,6 +800,7 @@ llm_xcache_create(llm_xcache_t **out, const llm_model_t *m,
     xc->st.slot_bytes = slot_bytes;
     xc->st.experts_bytes = experts_bytes;
     xc->st.direct = xc->direct;
+    xc->st.buffered_why = xc->buffered_why;
     xc->src.ud = xc;
     xc->src.acquire = llm_xc_acquire;
     xc->src.release = llm_xc_release;

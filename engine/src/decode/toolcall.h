@@ -1,5 +1,5 @@
 /*
- * Tool-call parsing per model family (issue 8): incremental parsers that
+ * Tool-call parsing per model family: incremental parsers that
  * turn the model's own tool-call syntax into OpenAI tool_calls.
  *
  * A parser is fed the detokenized text in pieces of any size, down to one
@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "scheduler.h"
+#include "seq_hooks.h"
 
 typedef enum {
     LLM_TOOLFMT_NONE = 0,

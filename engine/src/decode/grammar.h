@@ -1,7 +1,7 @@
 /*
  * Constrained decoding: an incremental byte-level JSON automaton driven by
  * a compiled JSON Schema, and a per-vocabulary token index that turns an
- * automaton state into a logits mask (issue 8; docs/CONSTRAINED.md).
+ * automaton state into a logits mask (docs/CONSTRAINED.md).
  *
  * Three objects, three lifetimes:
  *
@@ -40,7 +40,7 @@
 
 #include <jansson.h>
 
-#include "tokenizer.h"
+#include "text/tokenizer.h"
 
 #define LLM_GRAMMAR_WS_MAX       2     /* consecutive whitespace bytes */
 #define LLM_GRAMMAR_MAX_DEPTH    32    /* nesting of objects and arrays */

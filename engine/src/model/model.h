@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "gguf.h"
-#include "quant.h"
+#include "kernels/quant.h"
 
 typedef enum {
     LLM_ARCH_LLAMA = 0,
@@ -152,7 +152,8 @@ int llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
     size_t errlen);
 
 /*
- * Experts from somewhere other than the mapping (streamed experts, issue 7).
+ * Experts from somewhere other than the mapping (streamed experts,
+ * docs/STREAMING.md).
  *
  * In each MoE layer, after routing, the forward pass calls acquire() once
  * with the distinct experts the batch needs (ascending ids); the source

@@ -152,7 +152,7 @@ size_t llm_pre_o200k(const uint8_t *s, size_t n, size_t i);
 int llm_spm_tokenize(const llm_vocab_t *v, const char *text, size_t len,
     int add_prefix, llm_tokens_t *out, char *err, size_t errlen);
 
-/* UTF-8 helpers (tokenizer.c) */
+/* UTF-8 helpers (tokens.c) */
 size_t llm_utf8_len(uint8_t lead);
 size_t llm_utf8_put(char *dst, uint32_t cp);
 /*

@@ -1,7 +1,7 @@
 /*
  * The expert cache: experts streamed from the model file with io_uring
  * into a fixed pool of RAM slots, for models bigger than the memory they
- * may use (issue 7, docs/STREAMING.md).
+ * may use (docs/STREAMING.md).
  *
  * A slot holds one (layer, expert): the 4 KiB-aligned windows of the file
  * around its gate, up and down slices, read with O_DIRECT (buffered when
@@ -39,6 +39,8 @@ typedef struct {
     uint64_t     slot_bytes;
     uint64_t     experts_bytes; /* all experts' slices in the file */
     int          direct;        /* reads are O_DIRECT */
+    const char  *buffered_why;  /* when not: O_DIRECT's refusal ("" if
+                                   opts.no_direct asked for it) */
     uint64_t     hits;          /* acquired and already resident */
     uint64_t     misses;        /* acquired and not resident or in flight */
     uint64_t     prefetch_hits; /* acquired while a prefetch read it */

@@ -31,8 +31,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "model/gguf.h"
+#include "kernels/quant.h"
 #include "quantize.h"
 #include "mkmodel.h"
 

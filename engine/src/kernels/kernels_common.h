@@ -147,11 +147,13 @@ typedef struct {
     llm_quant_fn    quantize_act[LLM_TYPE_COUNT];
 } llm_kernels_t;
 
-/* Each SIMD file overwrites the entries it implements (leaves others). */
 /* The transposed tiles keep their prepared columns within this many bytes
  * (five sixths of the L1 data cache, set with the SIMD level). */
 extern int64_t  llm_pre_bytes;
 
+/* The scalar table (quant.c); each SIMD file then overwrites the entries
+ * it implements and leaves the others. */
+void llm_kernels_init_scalar(llm_kernels_t *k);
 void llm_kernels_init_avx2(llm_kernels_t *k);
 void llm_kernels_init_avx512(llm_kernels_t *k);
 void llm_kernels_init_neon(llm_kernels_t *k);

@@ -17,8 +17,8 @@
 #include <stddef.h>
 
 #include "llm.pb-c.h"
-#include "template.h"
-#include "tokenizer.h"
+#include "template/template.h"
+#include "text/tokenizer.h"
 
 /*
  * Build the prompt of g into out.  Returns 0, or a negative errno with a

@@ -1,7 +1,7 @@
 /*
  * The memory plan: how much memory this process may use (the cgroup's
  * limit, v2 or v1, and the machine's), and how to hold a model within it
- * (issue 30 item 12, docs/STREAMING.md "Choosing at start").
+ * (docs/STREAMING.md "Choosing at start").
  *
  * Anonymous memory cannot be reclaimed without swap: a process whose
  * anonymous copies (weights regrouped at load, KV cache, buffers, expert

@@ -13,8 +13,9 @@
 #include <stdint.h>
 
 #include "grammar.h"
-#include "scheduler.h"
-#include "tokenizer.h"
+#include "llm.pb-c.h"
+#include "seq_hooks.h"
+#include "text/tokenizer.h"
 
 typedef struct {
     const llm_vocab_t  *vocab;

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "model.h"
-#include "threadpool.h"
+#include "base/threadpool.h"
 
 /*
  * One weight matrix: n_out rows of n_in values of a ggml type, pointing

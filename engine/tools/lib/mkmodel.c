@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "mkmodel.h"
-#include "quant.h"
+#include "kernels/quant.h"
 #include "vocabgen.h"
 
 #define MK_SLAB_BYTES   (32u << 20)

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 typedef struct llm_vocab_s llm_vocab_t;
 

@@ -24,8 +24,9 @@
 #include <stdint.h>
 
 #include "llm.pb-c.h"
-#include "model.h"
-#include "tokenizer.h"
+#include "decode/seq_hooks.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
 
 typedef struct llm_sched_s llm_sched_t;
 typedef struct llm_sreq_s llm_sreq_t;
@@ -36,34 +37,6 @@ typedef void (*llm_sched_emit_pt)(void *owner, const Llm__Event *ev);
 typedef int (*llm_sched_ready_pt)(void *owner);
 typedef int (*llm_sched_forward_pt)(void *ud, const llm_batch_t *b,
     float *out, char *err, size_t errlen);
-
-/*
- * Hooks for constrained decoding and tool-call parsing (issue 8), one set
- * per sequence, made by conf.hooks_make at admission when set:
- *
- *   mask:   before sampling; set logits of forbidden tokens to -INFINITY.
- *   accept: after sampling, with the chosen token.
- *   text:   every piece of emit-safe detokenized text (final = 1 once at
- *           the end with len 0); the hook passes plain content on through
- *           out->content() and tool calls through out->tool_call().  It
- *           returns the number of tool calls seen so far (> 0 makes the
- *           finish reason tool_calls) or a negative errno.
- */
-typedef struct {
-    void  (*content)(void *sink, const char *s, size_t len);
-    void  (*tool_call)(void *sink, uint32_t call_index, const char *id,
-              const char *name, const char *args, size_t args_len);
-    void   *sink;
-} llm_text_out_t;
-
-typedef struct {
-    int   (*mask)(void *ud, float *logits, uint32_t n_vocab);
-    int   (*accept)(void *ud, int32_t token);
-    int   (*text)(void *ud, const char *s, size_t len, int final,
-              const llm_text_out_t *out);
-    void  (*free)(void *ud);
-    void   *ud;
-} llm_seq_hooks_t;
 
 /* 0 with *out filled (or left zeroed: no hooks), or a negative errno. */
 typedef int (*llm_sched_hooks_pt)(void *ctx, const Llm__GenerateRequest *g,

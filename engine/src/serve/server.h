@@ -27,23 +27,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "expert_cache.h"
+#include "base/log.h"
+#include "model/expert_cache.h"
 #include "scheduler.h"
-#include "template.h"
-#include "tokenizer.h"
-
-/* Logging: one line per event to stderr, with a UTC timestamp and level. */
-typedef enum {
-    LLM_LOG_ERROR = 0,
-    LLM_LOG_WARN,
-    LLM_LOG_INFO,
-    LLM_LOG_DEBUG
-} llm_log_level_t;
-
-void llm_log_set_level(llm_log_level_t l);
-int llm_log_parse_level(const char *s);     /* -1 if unknown */
-void llm_log(llm_log_level_t l, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+#include "template/template.h"
+#include "text/tokenizer.h"
 
 typedef struct {
     const char          *socket_path;   /* NULL: no Unix socket */

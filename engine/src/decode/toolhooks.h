@@ -1,5 +1,5 @@
 /*
- * The tool-call hooks of a sequence (issue 8, docs/TOOLS.md): the text
+ * The tool-call hooks of a sequence (docs/TOOLS.md): the text
  * hook runs the family's parser (toolcall.h) so calls leave as
  * ToolCallDelta events; the mask and accept hooks run the tool grammar
  * (hermes, llama3-json, mistral, deepseek-v3, minimax-m2): once the

@@ -1,0 +1,327 @@
+/*
+ * Run-time kernel dispatch: picks the best SIMD level this CPU runs (cpuid,
+ * or the auxiliary vector's HWCAP bits on aarch64; LLM_SIMD overrides),
+ * fills the kernel table from the scalar one (quant.c) and the ISA files
+ * (kernels_avx2.c, kernels_avx512.c, kernels_neon.c), and serves the entry
+ * points of quant.h that go through it.
+ */
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#include <asm/hwcap.h>
+#endif
+
+#include "quant.h"
+#include "kernels_common.h"
+
+
+/* ---- dispatch ------------------------------------------------------- */
+
+static llm_kernels_t    llm_ref;        /* scalar */
+static llm_kernels_t    llm_k;          /* in use */
+static llm_simd_t       llm_level;
+static llm_simd_t       llm_best;
+static pthread_once_t   llm_once = PTHREAD_ONCE_INIT;
+static int              llm_ready;      /* tables filled (acquire/release) */
+
+
+/* The hot entry points check this flag instead of calling pthread_once. */
+static inline void
+llm_ensure(void)
+{
+    if (!__atomic_load_n(&llm_ready, __ATOMIC_ACQUIRE)) {
+        llm_simd_init();
+    }
+}
+
+
+static void
+llm_kernels_for(llm_kernels_t *k, llm_simd_t s)
+{
+    llm_kernels_init_scalar(k);
+#if defined(__x86_64__)
+    if (s == LLM_SIMD_AVX2 || s == LLM_SIMD_AVX512) {
+        llm_kernels_init_avx2(k);
+    }
+    if (s == LLM_SIMD_AVX512) {
+        llm_kernels_init_avx512(k);
+    }
+#elif defined(__aarch64__)
+    if (s == LLM_SIMD_NEON) {
+        llm_kernels_init_neon(k);
+    }
+#else
+    (void) s;
+#endif
+}
+
+
+/* The best level this CPU runs (the build has every level of its ISA). */
+static llm_simd_t
+llm_simd_detect(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+          && __builtin_cpu_supports("f16c")
+          && __builtin_cpu_supports("bmi2")))
+    {
+        return LLM_SIMD_SCALAR;
+    }
+    if (__builtin_cpu_supports("avx512f")
+        && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vl")
+        && __builtin_cpu_supports("avx512dq")
+        && __builtin_cpu_supports("avx512vnni")
+        && __builtin_cpu_supports("avx512bf16"))
+    {
+        return LLM_SIMD_AVX512;
+    }
+    return LLM_SIMD_AVX2;
+#elif defined(__aarch64__)
+    /* Advanced SIMD is architectural; the kernels also use SDOT (ARMv8.2
+     * dot product: Neoverse N1 / Graviton2 and later) and fp16 vector
+     * conversions */
+    unsigned long  hw = getauxval(AT_HWCAP);
+
+    if ((hw & HWCAP_ASIMD) && (hw & HWCAP_ASIMDDP) && (hw & HWCAP_FP)) {
+        return LLM_SIMD_NEON;
+    }
+    return LLM_SIMD_SCALAR;
+#else
+    return LLM_SIMD_SCALAR;
+#endif
+}
+
+
+int
+llm_simd_supported(llm_simd_t s)
+{
+    llm_simd_init();
+    switch (s) {
+    case LLM_SIMD_SCALAR:
+        return 1;
+    case LLM_SIMD_AVX2:
+        return llm_best == LLM_SIMD_AVX2 || llm_best == LLM_SIMD_AVX512;
+    case LLM_SIMD_AVX512:
+    case LLM_SIMD_NEON:
+        return llm_best == s;
+    default:
+        return 0;
+    }
+}
+
+
+static void
+llm_simd_once(void)
+{
+    const char  *env;
+    llm_simd_t   want;
+    long         l1;
+
+    /* Prepared columns beyond the L1 run the tiles at half speed
+     * (llm-kbench -c 8 -n 8192: 85 against 190 GMAC/s at n = 2048);
+     * five sixths of it ran ahead of two thirds (docs/BENCHMARKS.md). */
+    l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+    if (l1 >= 16384 && l1 <= 1048576) {
+        llm_pre_bytes = l1 / 6 * 5;
+    }
+
+    llm_best = llm_simd_detect();
+    want = llm_best;
+    env = getenv("LLM_SIMD");
+    if (env != NULL && *env != '\0') {
+        for (want = LLM_SIMD_SCALAR; want < LLM_SIMD_COUNT; want++) {
+            if (strcmp(env, llm_simd_name(want)) == 0) {
+                break;
+            }
+        }
+        if (want == LLM_SIMD_COUNT) {
+            fprintf(stderr, "LLM_SIMD=%s: expected scalar, avx2, avx512 or"
+                    " neon; using %s\n", env, llm_simd_name(llm_best));
+            want = llm_best;
+        } else if (want != LLM_SIMD_SCALAR
+                   && !(want == llm_best
+                        || (want == LLM_SIMD_AVX2
+                            && llm_best == LLM_SIMD_AVX512)))
+        {
+            fprintf(stderr, "LLM_SIMD=%s: this CPU or build does not run"
+                    " it; using %s\n", env, llm_simd_name(llm_best));
+            want = llm_best;
+        }
+    }
+
+    llm_kernels_init_scalar(&llm_ref);
+    llm_kernels_for(&llm_k, want);
+    llm_level = want;
+    __atomic_store_n(&llm_ready, 1, __ATOMIC_RELEASE);
+}
+
+
+void
+llm_simd_init(void)
+{
+    pthread_once(&llm_once, llm_simd_once);
+}
+
+
+llm_simd_t
+llm_simd_level(void)
+{
+    llm_simd_init();
+    return llm_level;
+}
+
+
+llm_simd_t
+llm_simd_best(void)
+{
+    llm_simd_init();
+    return llm_best;
+}
+
+
+const char *
+llm_simd_name(llm_simd_t s)
+{
+    switch (s) {
+    case LLM_SIMD_SCALAR:
+        return "scalar";
+    case LLM_SIMD_AVX2:
+        return "avx2";
+    case LLM_SIMD_AVX512:
+        return "avx512";
+    case LLM_SIMD_NEON:
+        return "neon";
+    default:
+        break;
+    }
+    return "?";
+}
+
+
+/* Not thread-safe against concurrent kernel calls: for tests and tools,
+ * before any worker runs. */
+int
+llm_simd_force(llm_simd_t s)
+{
+    llm_simd_init();
+
+    if ((int) s < 0 || s >= LLM_SIMD_COUNT || !llm_simd_supported(s)) {
+        return -EINVAL;
+    }
+
+    llm_kernels_for(&llm_k, s);
+    llm_level = s;
+    return 0;
+}
+
+
+void
+llm_quantize_act(llm_type_t act, const float *src, void *dst, int64_t n)
+{
+    llm_ensure();
+    llm_k.quantize_act[act](src, dst, n);
+}
+
+
+void
+llm_quantize_act_ref(llm_type_t act, const float *src, void *dst,
+    int64_t n)
+{
+    llm_ensure();
+    llm_ref.quantize_act[act](src, dst, n);
+}
+
+
+llm_type_t
+llm_repack_type(llm_type_t t, int64_t nr)
+{
+    llm_ensure();
+    /* only the AVX-512 kernel runs ahead of the plain Q4_0 kernels; the
+     * scalar one is the reference */
+    if (t == LLM_TYPE_Q4_0 && nr > 0 && nr % 16 == 0
+        && llm_level == LLM_SIMD_AVX512)
+    {
+        return LLM_TYPE_Q4_0_R16;
+    }
+    return t;
+}
+
+
+void
+llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
+    void *dst)
+{
+    const int64_t  nb = n / LLM_QK;
+    const size_t   rb = llm_row_bytes(t, n);
+
+    if (llm_repack_type(t, nr) != LLM_TYPE_Q4_0_R16) {
+        memcpy(dst, src, (size_t) nr * rb);
+        return;
+    }
+    for (int64_t g = 0; g < nr / 16; g++) {
+        llm_block_q4_0x16  *o = (void *) ((char *) dst + g * 16 * rb);
+
+        for (int64_t b = 0; b < nb; b++, o++) {
+            for (int r = 0; r < 16; r++) {
+                const llm_block_q4_0  *q = (const llm_block_q4_0 *)
+                    ((const char *) src + (g * 16 + r) * rb) + b;
+
+                o->d[r] = q->d;
+                for (int i = 0; i < 4; i++) {
+                    memcpy(&o->qs[i][4 * r], q->qs + 4 * i, 4);
+                }
+            }
+        }
+    }
+}
+
+
+void
+llm_vec_dot(llm_type_t t, int64_t n, float *s, const void *w, const void *x)
+{
+    llm_ensure();
+    llm_k.vec_dot[t](n, s, w, x);
+}
+
+
+void
+llm_vec_dot_ref(llm_type_t t, int64_t n, float *s, const void *w,
+    const void *x)
+{
+    llm_ensure();
+    llm_ref.vec_dot[t](n, s, w, x);
+}
+
+
+void
+llm_gemm(llm_type_t t, int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t w_stride, const void *x, size_t x_stride, float *y, size_t ldy)
+{
+    llm_vec_dot_fn  dot;
+
+    llm_ensure();
+
+    if (llm_k.gemm[t] != NULL) {
+        llm_k.gemm[t](n, nr, nc, w, w_stride, x, x_stride, y, ldy);
+        return;
+    }
+
+    /* float weights: row outer, so a weight row stays in L1 while every
+     * column passes over it */
+    dot = llm_k.vec_dot[t];
+    for (int64_t r = 0; r < nr; r++) {
+        const char  *wr = (const char *) w + r * w_stride;
+
+        for (int64_t c = 0; c < nc; c++) {
+            dot(n, &y[c * ldy + r], wr, (const char *) x + c * x_stride);
+        }
+    }
+}
