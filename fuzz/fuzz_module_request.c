@@ -1,6 +1,6 @@
 /*
  * The module's request JSON parser and validator
- * (ngx_http_llm_parse_request in ngx_http_llm_openai.c) called as a
+ * (ngx_http_llm_parse_request in ngx_http_llm_request.c) called as a
  * function on a fake request (ngx_fuzz.h), then what follows it in the
  * module: a valid request is encoded as the engine frame
  * (ngx_http_llm_encode), a refused one becomes the OpenAI error body

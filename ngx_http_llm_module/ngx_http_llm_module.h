@@ -4,7 +4,7 @@
  *
  *   ngx_http_llm_module.c    directives, routes, request/response JSON
  *   ngx_http_llm_upstream.c  the engine protocol over ngx_http_upstream_t
- *   ngx_http_llm_openai.c    OpenAI request validation, bodies, SSE chunks
+ *   ngx_http_llm_request.c   OpenAI request validation, the engine frame
  *   ngx_http_llm_keys.c      API keys (ngx_http_llm_keys_module)
  *   ngx_http_llm_limit.c     per-key limits in a shared zone
  *   ngx_http_llm_metrics.c   usage counters, Prometheus text
@@ -364,30 +364,42 @@ ngx_int_t ngx_http_llm_frame(ngx_http_llm_ctx_t *ctx, u_char **pos,
 ngx_int_t ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
     ngx_http_upstream_srv_conf_t *uscf);
 
-/* ngx_http_llm_openai.c */
-ngx_chain_t *ngx_http_llm_chain_buf(ngx_http_request_t *r, size_t size);
+/* ngx_http_llm_request.c */
 ngx_int_t ngx_http_llm_parse_request(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, u_char *body, size_t len,
     ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_chain_t **out);
-ngx_int_t ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
-    const u_char *data, size_t len);
-size_t ngx_http_llm_json_escape_len(const u_char *s, size_t len);
+void ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err);
+
+/* ngx_http_llm_json.c */
+size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);
 void ngx_http_llm_utf8_cpystrn(u_char *dst, const u_char *src, size_t size);
+size_t ngx_http_llm_json_escape_len(const u_char *s, size_t len);
+u_char *ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len);
 ngx_int_t ngx_http_llm_json_str(ngx_pool_t *pool, ngx_str_t *out,
     const u_char *s, size_t len);
-u_char *ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len);
-ngx_int_t ngx_http_llm_sse_event(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);
-ngx_int_t ngx_http_llm_sse_raw(ngx_http_request_t *r, ngx_chain_t ***ll,
-    u_char *data, size_t len, ngx_uint_t flush);
+ngx_int_t ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
+    const u_char *data, size_t len);
+
+/* ngx_http_llm_response.c */
+ngx_http_llm_choice_t *ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx,
+    ngx_uint_t index);
+const char *ngx_http_llm_finish_name(Llm__FinishReason f);
+json_t *ngx_http_llm_chat_logprobs(Llm__Delta *d);
+ngx_int_t ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_choice_t *ch, Llm__Delta *d);
 ngx_int_t ngx_http_llm_collect(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
 ngx_int_t ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_str_t *body);
-void ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err);
 
+/* ngx_http_llm_sse.c */
+ngx_chain_t *ngx_http_llm_chain_buf(ngx_http_request_t *r, size_t size);
+ngx_int_t ngx_http_llm_sse_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);
+ngx_int_t ngx_http_llm_sse_raw(ngx_http_request_t *r, ngx_chain_t ***ll,
+    u_char *data, size_t len, ngx_uint_t flush);
 
 extern ngx_module_t  ngx_http_llm_module;
 extern ngx_module_t  ngx_http_llm_keys_module;

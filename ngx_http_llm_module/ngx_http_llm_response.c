@@ -1,0 +1,575 @@
+
+/*
+ * ngx_http_llm_module: the non-streaming answer.  Engine events collected
+ * per choice (text, reasoning, tool calls, logprobs), then the whole
+ * chat.completion or text_completion body written by hand, as OpenAI
+ * does.  The logprobs objects (jansson) are shared with the SSE chunks.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_llm_module.h"
+
+
+static json_t *ngx_http_llm_text_json(const u_char *s, size_t len);
+static json_t *ngx_http_llm_bytes_json(ProtobufCBinaryData *b);
+
+
+ngx_http_llm_choice_t *
+ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t index)
+{
+    if (index >= ctx->n) {
+        ngx_log_error(NGX_LOG_WARN, ctx->request->connection->log, 0,
+                      "llm: engine sent choice %ui of %ui", index, ctx->n);
+        return NULL;
+    }
+
+    return &ctx->choices[index];
+}
+
+
+const char *
+ngx_http_llm_finish_name(Llm__FinishReason f)
+{
+    switch (f) {
+    case LLM__FINISH_REASON__FINISH_LENGTH:
+        return "length";
+    case LLM__FINISH_REASON__FINISH_TOOL_CALLS:
+        return "tool_calls";
+    case LLM__FINISH_REASON__FINISH_CONTENT_FILTER:
+        return "content_filter";
+    default:
+        return "stop";
+    }
+}
+
+
+/* A JSON string of possibly partial UTF-8 bytes (invalid ones: U+FFFD). */
+
+static json_t *
+ngx_http_llm_text_json(const u_char *s, size_t len)
+{
+    u_char  *buf, *d;
+    size_t   i, n;
+    json_t  *j;
+
+    j = json_stringn((const char *) s, len);
+    if (j) {
+        return j;
+    }
+
+    buf = malloc(len * 3 + 1);
+    if (buf == NULL) {
+        return NULL;
+    }
+
+    d = buf;
+
+    for (i = 0; i < len; i += n) {
+        n = ngx_http_llm_utf8_seq(s + i, len - i);
+
+        if (n == 0) {
+            /* ASCII is a sequence of its own: only bad bytes end here */
+            *d++ = 0xef; *d++ = 0xbf; *d++ = 0xbd;
+            n = 1;
+            continue;
+        }
+
+        d = ngx_cpymem(d, s + i, n);
+    }
+
+    j = json_stringn((const char *) buf, d - buf);
+    free(buf);
+
+    return j;
+}
+
+
+static json_t *
+ngx_http_llm_bytes_json(ProtobufCBinaryData *b)
+{
+    size_t   i;
+    json_t  *a;
+
+    a = json_array();
+
+    for (i = 0; a && i < b->len; i++) {
+        json_array_append_new(a, json_integer(b->data[i]));
+    }
+
+    return a;
+}
+
+
+/* {"content":[{"token","logprob","bytes","top_logprobs"}],"refusal":null} */
+
+json_t *
+ngx_http_llm_chat_logprobs(Llm__Delta *d)
+{
+    size_t            i, k;
+    json_t           *content, *top, *item;
+    Llm__TokenLogprob *tl;
+    Llm__TopLogprob   *tp;
+
+    content = json_array();
+    if (content == NULL) {
+        return NULL;
+    }
+
+    for (i = 0; i < d->n_logprobs; i++) {
+        tl = d->logprobs[i];
+
+        top = json_array();
+
+        for (k = 0; top && k < tl->n_top; k++) {
+            tp = tl->top[k];
+            json_array_append_new(top,
+                json_pack("{s:o,s:f,s:o}",
+                          "token", ngx_http_llm_text_json(tp->text.data,
+                                                          tp->text.len),
+                          "logprob", (double) tp->logprob,
+                          "bytes", ngx_http_llm_bytes_json(&tp->text)));
+        }
+
+        item = json_pack("{s:o,s:f,s:o,s:o}",
+                         "token", ngx_http_llm_text_json(tl->text.data,
+                                                         tl->text.len),
+                         "logprob", (double) tl->logprob,
+                         "bytes", ngx_http_llm_bytes_json(&tl->text),
+                         "top_logprobs", top ? top : json_array());
+        json_array_append_new(content, item);
+    }
+
+    return json_pack("{s:o,s:n}", "content", content, "refusal");
+}
+
+
+/*
+ * Legacy completions logprobs, appended to ch->logprobs:
+ * {"tokens","token_logprobs","top_logprobs","text_offset"}.
+ */
+
+ngx_int_t
+ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_choice_t *ch, Llm__Delta *d)
+{
+    size_t              i, k;
+    json_t             *lp, *top;
+    Llm__TokenLogprob  *tl;
+
+    if (!ch->offset_set) {
+        ch->offset_set = 1;
+
+        /* with echo the text starts with the prompt: offsets count it */
+
+        if (ctx->echo && ctx->gen && ctx->gen->prompt) {
+            ch->text_offset = ngx_strlen(ctx->gen->prompt);
+        }
+    }
+
+    if (ch->logprobs == NULL) {
+        ch->logprobs = json_pack("{s:[],s:[],s:[],s:[]}", "tokens",
+                                 "token_logprobs", "top_logprobs",
+                                 "text_offset");
+        if (ch->logprobs == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    lp = ch->logprobs;
+
+    for (i = 0; i < d->n_logprobs; i++) {
+        tl = d->logprobs[i];
+
+        json_array_append_new(json_object_get(lp, "tokens"),
+                              ngx_http_llm_text_json(tl->text.data,
+                                                     tl->text.len));
+        json_array_append_new(json_object_get(lp, "token_logprobs"),
+                              json_real(tl->logprob));
+
+        top = json_object();
+
+        for (k = 0; top && k < tl->n_top; k++) {
+            json_t  *s = ngx_http_llm_text_json(tl->top[k]->text.data,
+                                                tl->top[k]->text.len);
+            if (s) {
+                json_object_set_new(top, json_string_value(s),
+                                    json_real(tl->top[k]->logprob));
+                json_decref(s);
+            }
+        }
+
+        json_array_append_new(json_object_get(lp, "top_logprobs"),
+                              top ? top : json_null());
+        json_array_append_new(json_object_get(lp, "text_offset"),
+                              json_integer(ch->text_offset));
+
+        ch->text_offset += tl->text.len;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Non-stream: accumulates one event into the choices. */
+
+ngx_int_t
+ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Event *ev)
+{
+    json_t                 *lj, *a, *v;
+    size_t                  i;
+    ngx_uint_t              k;
+    Llm__Delta             *d;
+    Llm__ToolCallDelta     *t;
+    ngx_http_llm_call_t    *call;
+    ngx_http_llm_choice_t  *ch;
+
+    switch (ev->kind_case) {
+
+    case LLM__EVENT__KIND_DELTA:
+        d = ev->delta;
+        ctx->streamed_tokens += d->n_tokens;
+
+        ch = ngx_http_llm_choice(ctx, d->index);
+        if (ch == NULL) {
+            return NGX_OK;
+        }
+
+        if (ngx_http_llm_sbuf_add(r->pool, &ch->content, (u_char *) d->text,
+                                  ngx_strlen(d->text))
+            != NGX_OK
+            || ngx_http_llm_sbuf_add(r->pool, &ch->reasoning,
+                                     (u_char *) d->reasoning,
+                                     ngx_strlen(d->reasoning))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (d->n_logprobs == 0) {
+            return NGX_OK;
+        }
+
+        if (ctx->route == NGX_HTTP_LLM_ROUTE_COMPLETION) {
+            if (ctx->completion_logprobs >= 0) {
+                return ngx_http_llm_completion_logprobs(ctx, ch, d);
+            }
+
+            return NGX_OK;
+        }
+
+        if (!ctx->logprobs) {
+            return NGX_OK;
+        }
+
+        lj = ngx_http_llm_chat_logprobs(d);
+        if (lj == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ch->logprobs == NULL) {
+            ch->logprobs = lj;
+            return NGX_OK;
+        }
+
+        a = json_object_get(ch->logprobs, "content");
+
+        json_array_foreach(json_object_get(lj, "content"), i, v) {
+            json_array_append(a, v);
+        }
+
+        json_decref(lj);
+
+        return NGX_OK;
+
+    case LLM__EVENT__KIND_TOOL_CALL:
+        t = ev->tool_call;
+
+        ch = ngx_http_llm_choice(ctx, t->index);
+        if (ch == NULL) {
+            return NGX_OK;
+        }
+
+        if (t->call_index > 1024) {
+            return NGX_OK;
+        }
+
+        while (ch->calls.nelts <= t->call_index) {
+            call = ngx_array_push(&ch->calls);
+            if (call == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memzero(call, sizeof(ngx_http_llm_call_t));
+        }
+
+        call = (ngx_http_llm_call_t *) ch->calls.elts + t->call_index;
+
+        if (t->id[0] && call->id.len == 0
+            && ngx_http_llm_sbuf_add(r->pool, &call->id, (u_char *) t->id,
+                                     ngx_strlen(t->id))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (t->name[0] && call->name.len == 0
+            && ngx_http_llm_sbuf_add(r->pool, &call->name, (u_char *) t->name,
+                                     ngx_strlen(t->name))
+               != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return ngx_http_llm_sbuf_add(r->pool, &call->arguments,
+                                     (u_char *) t->arguments,
+                                     ngx_strlen(t->arguments));
+
+    case LLM__EVENT__KIND_DONE:
+
+        if (ev->done->usage) {
+            ctx->prompt_tokens = ev->done->usage->prompt_tokens;
+            ctx->completion_tokens = ev->done->usage->completion_tokens;
+            ctx->cached_tokens = ev->done->usage->cached_tokens;
+        }
+
+        if (ev->done->system_fingerprint[0]) {
+            if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint,
+                                      (u_char *) ev->done->system_fingerprint,
+                                      ngx_strlen(ev->done->system_fingerprint))
+                != NGX_OK)
+            {
+                return NGX_ERROR;
+            }
+        }
+
+        for (k = 0; k < ctx->n; k++) {
+            ctx->choices[k].finish = LLM__FINISH_REASON__FINISH_STOP;
+        }
+
+        for (i = 0; i < ev->done->n_choices; i++) {
+            if (ev->done->choices[i]->index < ctx->n) {
+                ctx->choices[ev->done->choices[i]->index].finish =
+                                           ev->done->choices[i]->finish_reason;
+            }
+        }
+
+        ctx->finish_reason.data = (u_char *)
+                             ngx_http_llm_finish_name(ctx->choices[0].finish);
+        ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
+        ctx->done = 1;
+
+        return NGX_OK;
+
+    default:
+        return NGX_OK;
+    }
+}
+
+
+/*
+ * Non-stream: the whole chat.completion / text_completion body, written
+ * by hand like the SSE chunks (jansson's dump was half of the gateway's
+ * CPU per request); only logprobs, already JSON objects, are dumped.
+ */
+
+#define ngx_http_llm_esc_len(sb)                                              \
+    ngx_http_llm_json_escape_len((sb)->data, (sb)->len)
+
+
+ngx_int_t
+ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_str_t *body)
+{
+    u_char                 *p;
+    char                  **lp;
+    size_t                  size;
+    ngx_uint_t              i, k, chat;
+    ngx_http_llm_call_t    *call;
+    ngx_http_llm_choice_t  *ch;
+
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    lp = ngx_pcalloc(r->pool, ctx->n * sizeof(char *));
+    if (lp == NULL) {
+        return NGX_ERROR;
+    }
+
+    size = 512 + ctx->id_len + ctx->fingerprint.len
+           + ngx_http_llm_json_escape_len(ctx->model_name.data,
+                                          ctx->model_name.len);
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        size += 256 + 96 + ngx_http_llm_esc_len(&ch->content)
+                + ngx_http_llm_esc_len(&ch->reasoning);
+
+        if (ch->logprobs) {
+            lp[i] = json_dumps(ch->logprobs, JSON_COMPACT);
+            json_decref(ch->logprobs);
+            ch->logprobs = NULL;
+
+            if (lp[i] == NULL) {
+                goto failed;
+            }
+
+            size += ngx_strlen(lp[i]);
+        }
+
+        call = ch->calls.elts;
+
+        for (k = 0; k < ch->calls.nelts; k++) {
+            size += 128 + ngx_http_llm_esc_len(&call[k].id)
+                    + ngx_http_llm_esc_len(&call[k].name)
+                    + ngx_http_llm_esc_len(&call[k].arguments);
+        }
+    }
+
+    p = ngx_pnalloc(r->pool, size);
+    if (p == NULL) {
+        goto failed;
+    }
+
+    body->data = p;
+
+    p = ngx_sprintf(p, "{\"id\":\"%*s\",\"object\":\"%s\",\"created\":%T,"
+                    "\"model\":\"", ctx->id_len, ctx->id,
+                    chat ? "chat.completion" : "text_completion",
+                    ctx->created);
+    p = ngx_http_llm_json_escape(p, ctx->model_name.data,
+                                 ctx->model_name.len);
+
+    if (ctx->fingerprint.len) {
+        p = ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\",\"choices\":[",
+                        &ctx->fingerprint);
+
+    } else {
+        p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
+                       sizeof("\",\"system_fingerprint\":null,\"choices\":[")
+                       - 1);
+    }
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        if (i) {
+            *p++ = ',';
+        }
+
+        if (!chat) {
+            p = ngx_cpymem(p, "{\"text\":\"", sizeof("{\"text\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, ch->content.data,
+                                         ch->content.len);
+            p = ngx_sprintf(p, "\",\"index\":%ui,\"logprobs\":", i);
+            goto logprobs;
+        }
+
+        p = ngx_sprintf(p, "{\"index\":%ui,\"message\":{\"role\":"
+                        "\"assistant\",\"content\":", i);
+
+        if (ch->content.len || ch->calls.nelts == 0) {
+            *p++ = '"';
+            p = ngx_http_llm_json_escape(p, ch->content.data,
+                                         ch->content.len);
+            *p++ = '"';
+
+        } else {
+            p = ngx_cpymem(p, "null", 4);
+        }
+
+        p = ngx_cpymem(p, ",\"refusal\":null", sizeof(",\"refusal\":null") - 1);
+
+        if (ch->reasoning.len) {
+            p = ngx_cpymem(p, ",\"reasoning_content\":\"",
+                           sizeof(",\"reasoning_content\":\"") - 1);
+            p = ngx_http_llm_json_escape(p, ch->reasoning.data,
+                                         ch->reasoning.len);
+            *p++ = '"';
+        }
+
+        if (ch->calls.nelts) {
+            p = ngx_cpymem(p, ",\"tool_calls\":[",
+                           sizeof(",\"tool_calls\":[") - 1);
+            call = ch->calls.elts;
+
+            for (k = 0; k < ch->calls.nelts; k++) {
+                p = ngx_cpymem(p, k ? ",{\"id\":\"" : "{\"id\":\"",
+                               k ? sizeof(",{\"id\":\"") - 1
+                                 : sizeof("{\"id\":\"") - 1);
+                p = ngx_http_llm_json_escape(p, call[k].id.data,
+                                             call[k].id.len);
+                p = ngx_cpymem(p, "\",\"type\":\"function\",\"function\":"
+                               "{\"name\":\"", sizeof("\",\"type\":"
+                               "\"function\",\"function\":{\"name\":\"") - 1);
+                p = ngx_http_llm_json_escape(p, call[k].name.data,
+                                             call[k].name.len);
+                p = ngx_cpymem(p, "\",\"arguments\":\"",
+                               sizeof("\",\"arguments\":\"") - 1);
+                p = ngx_http_llm_json_escape(p, call[k].arguments.data,
+                                             call[k].arguments.len);
+                p = ngx_cpymem(p, "\"}}", 3);
+            }
+
+            *p++ = ']';
+        }
+
+        p = ngx_cpymem(p, "},\"logprobs\":", sizeof("},\"logprobs\":") - 1);
+
+    logprobs:
+
+        if (lp[i]) {
+            p = ngx_cpymem(p, lp[i], ngx_strlen(lp[i]));
+
+        } else if (chat && ctx->logprobs) {
+            /* asked for, but no token came: the first one was the end */
+            p = ngx_cpymem(p, "{\"content\":[],\"refusal\":null}",
+                           sizeof("{\"content\":[],\"refusal\":null}") - 1);
+
+        } else if (!chat && ctx->completion_logprobs >= 0) {
+            p = ngx_cpymem(p, "{\"tokens\":[],\"token_logprobs\":[],"
+                           "\"top_logprobs\":[],\"text_offset\":[]}",
+                           sizeof("{\"tokens\":[],\"token_logprobs\":[],"
+                                  "\"top_logprobs\":[],\"text_offset\":[]}")
+                           - 1);
+
+        } else {
+            p = ngx_cpymem(p, "null", 4);
+        }
+
+        p = ngx_sprintf(p, ",\"finish_reason\":\"%s\"}",
+                        ngx_http_llm_finish_name(ch->finish));
+    }
+
+    p = ngx_sprintf(p, "],\"usage\":{\"prompt_tokens\":%ui,"
+                    "\"completion_tokens\":%ui,\"total_tokens\":%ui,"
+                    "\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}\n",
+                    ctx->prompt_tokens, ctx->completion_tokens,
+                    ctx->prompt_tokens + ctx->completion_tokens,
+                    ctx->cached_tokens);
+
+    body->len = p - body->data;
+
+    for (i = 0; i < ctx->n; i++) {
+        free(lp[i]);
+    }
+
+    return NGX_OK;
+
+failed:
+
+    for (i = 0; i < ctx->n; i++) {
+        free(lp[i]);
+
+        if (ctx->choices[i].logprobs) {
+            json_decref(ctx->choices[i].logprobs);
+            ctx->choices[i].logprobs = NULL;
+        }
+    }
+
+    return NGX_ERROR;
+}
