@@ -5,8 +5,9 @@
  * ngx_http_llm_sse_event), the non-streaming body (ngx_http_llm_collect,
  * ngx_http_llm_body), the error mapping (ngx_http_llm_map_error,
  * ngx_http_llm_error_json), and the Info probe's reader.  This file
- * includes ngx_http_llm_upstream.c for its static functions; the rest of
- * the module and nginx's core are linked as built.
+ * includes ngx_http_llm_upstream.c and ngx_http_llm_backend.c for their
+ * static functions; the rest of the module and nginx's core are linked as
+ * built.
  *
  * Input: byte 0 bits 0-1 pick the client request (a fixed body, parsed
  * by the real parser: chat streaming with usage and logprobs, chat
@@ -21,6 +22,7 @@
  */
 
 #include "../ngx_http_llm_module/ngx_http_llm_upstream.c"
+#include "../ngx_http_llm_module/ngx_http_llm_backend.c"
 
 #include "ngx_fuzz.h"
 

@@ -30,11 +30,12 @@ $(BIN)/fuzz_module_request: fuzz_module_request.c ngx_fuzz.h nginx
 	@$(CC) $(NGX_CFLAGS) -fsanitize=fuzzer $(SAN) $(NGX_INCS) -o $@ $< \
 	    $(NGX_OBJS) $(LLM_OBJS) $(NGX_LIBS)
 
-# includes ngx_http_llm_upstream.c: its object stays out
+# includes ngx_http_llm_upstream.c and _backend.c: their objects stay out
 $(BIN)/fuzz_module_events: fuzz_module_events.c ngx_fuzz.h nginx
 	@mkdir -p $(@D)
 	@echo "  CC+LD $(@F)"
 	@$(CC) $(NGX_CFLAGS) -fsanitize=fuzzer $(SAN) $(NGX_INCS) -o $@ $< \
 	    $(NGX_OBJS) \
-	    $(filter-out $(LLM_OBJDIR)/ngx_http_llm_upstream.o, $(LLM_OBJS)) \
+	    $(filter-out $(LLM_OBJDIR)/ngx_http_llm_upstream.o \
+	                 $(LLM_OBJDIR)/ngx_http_llm_backend.o, $(LLM_OBJS)) \
 	    $(NGX_LIBS)

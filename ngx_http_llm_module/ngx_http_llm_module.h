@@ -344,25 +344,40 @@ typedef struct {
 } ngx_http_llm_ctx_t;
 
 
-/* ngx_http_llm_module.c */
+/* ngx_http_llm_handler.c */
+ngx_int_t ngx_http_llm_handler(ngx_http_request_t *r);
 ngx_http_llm_ctx_t *ngx_http_llm_get_ctx(ngx_http_request_t *r);
 ngx_http_llm_model_t *ngx_http_llm_find_model(ngx_http_llm_main_conf_t *mcf,
     ngx_str_t *name);
 void ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_uint_t status);
-ngx_int_t ngx_http_llm_retry_after(ngx_http_request_t *r);
+
+/* ngx_http_llm_info.c */
+ngx_int_t ngx_http_llm_info_route(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
+
+/* ngx_http_llm_error.c */
 u_char *ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
     size_t *len);
+void ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err);
+ngx_int_t ngx_http_llm_retry_after(ngx_http_request_t *r);
+ngx_int_t ngx_http_llm_error_filter_init(ngx_conf_t *cf);
+
+/* ngx_http_llm_backend.c */
+ngx_int_t ngx_http_llm_add_backends(ngx_conf_t *cf,
+    ngx_http_llm_main_conf_t *mcf, ngx_http_upstream_srv_conf_t *uscf,
+    ngx_uint_t *first, ngx_uint_t *n);
+ngx_int_t ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log);
+
+/* ngx_http_llm_balancer.c */
+ngx_int_t ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
+    ngx_http_upstream_srv_conf_t *uscf);
 
 /* ngx_http_llm_upstream.c */
 ngx_int_t ngx_http_llm_upstream_start(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
-ngx_int_t ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log);
 ngx_int_t ngx_http_llm_frame(ngx_http_llm_ctx_t *ctx, u_char **pos,
     u_char *last, size_t max, u_char **frame, size_t *len);
-
-ngx_int_t ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
-    ngx_http_upstream_srv_conf_t *uscf);
 
 /* ngx_http_llm_request.c */
 ngx_int_t ngx_http_llm_parse_request(ngx_http_request_t *r,
@@ -370,7 +385,6 @@ ngx_int_t ngx_http_llm_parse_request(ngx_http_request_t *r,
     ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_chain_t **out);
-void ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err);
 
 /* ngx_http_llm_json.c */
 size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);

@@ -1,0 +1,333 @@
+
+/*
+ * ngx_http_llm_module: the engines behind the module.  Registration (one
+ * backend per engine address of every upstream{} a model or llm_pass
+ * names, at configuration time) and the Info probe: one short connection
+ * per address, outside of any request, keeping what the InfoResponse says
+ * (model, state, context window, fingerprint, limits) for /v1/models,
+ * /healthz, admission and validation.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_llm_module.h"
+
+
+static void ngx_http_llm_probe_write(ngx_event_t *wev);
+static void ngx_http_llm_probe_read(ngx_event_t *rev);
+static void ngx_http_llm_probe_done(ngx_http_llm_backend_t *be,
+    const char *error);
+
+
+/* Adds one backend per engine address of uscf (reusing known ones). */
+
+ngx_int_t
+ngx_http_llm_add_backends(ngx_conf_t *cf, ngx_http_llm_main_conf_t *mcf,
+    ngx_http_upstream_srv_conf_t *uscf, ngx_uint_t *first, ngx_uint_t *n)
+{
+    ngx_uint_t                   i, j;
+    ngx_http_llm_backend_t      *be;
+    ngx_http_upstream_server_t  *us;
+
+    *first = 0;
+    *n = 0;
+
+    if (uscf == NULL) {
+        return NGX_OK;
+    }
+
+    be = mcf->backends.elts;
+
+    for (i = 0; i < mcf->backends.nelts; i++) {
+        if (be[i].upstream == uscf) {
+            *first = i;
+
+            for (j = i; j < mcf->backends.nelts && be[j].upstream == uscf;
+                 j++)
+            {
+                (*n)++;
+            }
+
+            return NGX_OK;
+        }
+    }
+
+    *first = mcf->backends.nelts;
+
+    if (uscf->servers == NULL) {
+        return NGX_OK;
+    }
+
+    us = uscf->servers->elts;
+
+    for (i = 0; i < uscf->servers->nelts; i++) {
+        for (j = 0; j < us[i].naddrs; j++) {
+            be = ngx_array_push(&mcf->backends);
+            if (be == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memzero(be, sizeof(ngx_http_llm_backend_t));
+
+            be->name = us[i].addrs[j].name;
+            be->addr = &us[i].addrs[j];
+            be->upstream = uscf;
+            be->timeout = 1000;
+
+            (*n)++;
+        }
+    }
+
+    (void) cf;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The Info probe: one short connection to one engine address, sending an
+ * InfoRequest and keeping what the InfoResponse says in be.  Runs
+ * detached from requests (they poll be->busy).
+ */
+
+ngx_int_t
+ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log)
+{
+    ngx_int_t          rc;
+    ngx_connection_t  *c;
+
+    if (be->busy) {
+        return NGX_AGAIN;
+    }
+
+    if (be->buf == NULL) {
+        be->size = 65536;
+        be->buf = ngx_alloc(be->size, ngx_cycle->log);
+        if (be->buf == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    ngx_memzero(&be->pc, sizeof(ngx_peer_connection_t));
+
+    be->pc.sockaddr = be->addr->sockaddr;
+    be->pc.socklen = be->addr->socklen;
+    be->pc.name = &be->name;
+    be->pc.get = ngx_event_get_peer;
+    be->pc.log = ngx_cycle->log;
+    be->pc.log_error = NGX_ERROR_ERR;
+    be->pc.tries = 1;
+    be->len = 0;
+    be->sent = 0;
+
+    (void) log;
+
+    rc = ngx_event_connect_peer(&be->pc);
+
+    if (rc == NGX_ERROR || rc == NGX_BUSY || rc == NGX_DECLINED) {
+        if (be->pc.connection) {
+            ngx_close_connection(be->pc.connection);
+            be->pc.connection = NULL;
+        }
+
+        be->up = 0;
+        be->checked = ngx_current_msec;
+        ngx_cpystrn(be->error, (u_char *) "connect failed",
+                    sizeof(be->error));
+        return NGX_DECLINED;
+    }
+
+    be->busy = 1;
+
+    c = be->pc.connection;
+    c->data = be;
+    c->read->handler = ngx_http_llm_probe_read;
+    c->write->handler = ngx_http_llm_probe_write;
+
+    ngx_add_timer(c->read, be->timeout);
+
+    if (rc == NGX_OK) {
+        ngx_http_llm_probe_write(c->write);
+    }
+
+    return NGX_AGAIN;
+}
+
+
+static void
+ngx_http_llm_probe_write(ngx_event_t *wev)
+{
+    /* Request{info{}}: field 2, length 0, framed */
+    static u_char  req[] = { 0, 0, 0, 2, 0x12, 0x00 };
+
+    ssize_t                  n;
+    ngx_connection_t        *c;
+    ngx_http_llm_backend_t  *be;
+
+    c = wev->data;
+    be = c->data;
+
+    if (be->sent) {
+        return;
+    }
+
+    n = c->send(c, req, sizeof(req));
+
+    if (n == NGX_AGAIN) {
+        if (ngx_handle_write_event(wev, 0) != NGX_OK) {
+            ngx_http_llm_probe_done(be, "send failed");
+        }
+        return;
+    }
+
+    if (n != (ssize_t) sizeof(req)) {
+        ngx_http_llm_probe_done(be, "send failed");
+        return;
+    }
+
+    be->sent = 1;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        ngx_http_llm_probe_done(be, "read failed");
+    }
+}
+
+
+static void
+ngx_http_llm_probe_read(ngx_event_t *rev)
+{
+    size_t                   len, got;
+    ssize_t                  n;
+    ngx_connection_t        *c;
+    Llm__Event              *ev;
+    Llm__InfoResponse       *info;
+    ngx_http_llm_backend_t  *be;
+
+    c = rev->data;
+    be = c->data;
+
+    if (rev->timedout) {
+        ngx_http_llm_probe_done(be, "timed out");
+        return;
+    }
+
+    got = be->len;
+
+    for ( ;; ) {
+        n = c->recv(c, be->buf + got, be->size - got);
+
+        if (n == NGX_AGAIN) {
+            be->len = got;
+
+            if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+                ngx_http_llm_probe_done(be, "read failed");
+            }
+            return;
+        }
+
+        if (n == 0 || n == NGX_ERROR) {
+            ngx_http_llm_probe_done(be, "connection closed");
+            return;
+        }
+
+        got += n;
+
+        if (got < 4) {
+            continue;
+        }
+
+        len = ((size_t) be->buf[0] << 24) | ((size_t) be->buf[1] << 16)
+              | ((size_t) be->buf[2] << 8) | (size_t) be->buf[3];
+
+        if (len > be->size - 4) {
+            ngx_http_llm_probe_done(be, "info frame too large");
+            return;
+        }
+
+        if (got >= len + 4) {
+            break;
+        }
+
+        if (got == be->size) {
+            ngx_http_llm_probe_done(be, "info frame too large");
+            return;
+        }
+    }
+
+    ev = llm__event__unpack(NULL, len, be->buf + 4);
+
+    if (ev == NULL || ev->kind_case != LLM__EVENT__KIND_INFO) {
+        if (ev && ev->kind_case == LLM__EVENT__KIND_ERROR) {
+            ngx_cpystrn(be->error, (u_char *) ev->error->message,
+                        sizeof(be->error));
+            llm__event__free_unpacked(ev, NULL);
+            ngx_http_llm_probe_done(be, (char *) be->error);
+            return;
+        }
+
+        if (ev) {
+            llm__event__free_unpacked(ev, NULL);
+        }
+
+        ngx_http_llm_probe_done(be, "invalid info answer");
+        return;
+    }
+
+    info = ev->info;
+
+    ngx_http_llm_utf8_cpystrn(be->model, (u_char *) info->model,
+                              sizeof(be->model));
+    ngx_http_llm_utf8_cpystrn(be->revision, (u_char *) info->revision,
+                              sizeof(be->revision));
+    ngx_http_llm_utf8_cpystrn(be->load_state, (u_char *) info->load_state,
+                              sizeof(be->load_state));
+    ngx_http_llm_utf8_cpystrn(be->quantization, (u_char *) info->quantization,
+                              sizeof(be->quantization));
+    ngx_http_llm_utf8_cpystrn(be->architecture, (u_char *) info->architecture,
+                              sizeof(be->architecture));
+    be->queue_depth = info->queue_depth;
+    be->context_length = info->context_length;
+    be->created = info->created;
+
+    if (info->stats) {
+        be->requests_total = info->stats->requests_total;
+        be->requests_running = info->stats->requests_running;
+        be->requests_queued = info->stats->requests_queued;
+        be->requests_cancelled = info->stats->requests_cancelled;
+    }
+
+    llm__event__free_unpacked(ev, NULL);
+
+    ngx_http_llm_probe_done(be, NULL);
+}
+
+
+static void
+ngx_http_llm_probe_done(ngx_http_llm_backend_t *be, const char *error)
+{
+    if (be->pc.connection) {
+        ngx_close_connection(be->pc.connection);
+        be->pc.connection = NULL;
+    }
+
+    be->busy = 0;
+    be->checked = ngx_current_msec;
+
+    if (error) {
+        be->up = 0;
+
+        if ((u_char *) error != be->error) {
+            ngx_cpystrn(be->error, (u_char *) error, sizeof(be->error));
+        }
+
+        ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                      "llm: info probe of %V: %s", &be->name, error);
+        return;
+    }
+
+    be->up = (ngx_strcmp(be->load_state, "draining") != 0);
+    be->error[0] = '\0';
+}

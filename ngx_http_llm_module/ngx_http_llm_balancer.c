@@ -1,0 +1,253 @@
+
+/*
+ * ngx_http_llm_module: failover across models, as a balancer wrapper.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_llm_module.h"
+
+
+static ngx_int_t ngx_http_llm_peer_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us);
+static ngx_int_t ngx_http_llm_peer_get(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t state);
+static ngx_int_t ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx);
+
+
+/*
+ * ngx_http_llm_wrap_peer_init() replaces the peer
+ * init of an upstream{} used by this module (at configuration time, once)
+ * so that each request of ours gets its get/free wrapped: when a model's
+ * servers are exhausted (no live peer, or the last try failed) the next
+ * model of the chain takes over before nginx gives up.
+ */
+
+ngx_int_t
+ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
+    ngx_http_upstream_srv_conf_t *uscf)
+{
+    ngx_uint_t                 i;
+    ngx_http_llm_peer_init_t  *pi;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    if (uscf == NULL || uscf->peer.init == ngx_http_llm_peer_init) {
+        return NGX_OK;
+    }
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_llm_module);
+
+    pi = mcf->inits.elts;
+    for (i = 0; i < mcf->inits.nelts; i++) {
+        if (pi[i].upstream == uscf) {
+            return NGX_OK;
+        }
+    }
+
+    if (uscf->peer.init == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "llm: upstream \"%V\" has no balancer",
+                           &uscf->host);
+        return NGX_ERROR;
+    }
+
+    pi = ngx_array_push(&mcf->inits);
+    if (pi == NULL) {
+        return NGX_ERROR;
+    }
+
+    pi->upstream = uscf;
+    pi->init = uscf->peer.init;
+
+    uscf->peer.init = ngx_http_llm_peer_init;
+
+    return NGX_OK;
+}
+
+
+static ngx_http_upstream_init_peer_pt
+ngx_http_llm_orig_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_uint_t                 i;
+    ngx_http_llm_peer_init_t  *pi;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    pi = mcf->inits.elts;
+    for (i = 0; i < mcf->inits.nelts; i++) {
+        if (pi[i].upstream == us) {
+            return pi[i].init;
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_int_t
+ngx_http_llm_peer_init(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_int_t                        rc;
+    ngx_http_upstream_t             *u;
+    ngx_http_llm_ctx_t              *ctx;
+    ngx_http_upstream_init_peer_pt   init;
+
+    init = ngx_http_llm_orig_init(r, us);
+    if (init == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = init(r, us);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    u = r->upstream;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+
+    if (ctx == NULL || u == NULL || u->input_filter_ctx != ctx) {
+        /* not one of ours: the upstream{} is shared with another module */
+        return NGX_OK;
+    }
+
+    ctx->inner_get = u->peer.get;
+    ctx->inner_free = u->peer.free;
+    ctx->inner_data = u->peer.data;
+
+    u->peer.get = ngx_http_llm_peer_get;
+    u->peer.free = ngx_http_llm_peer_free;
+    u->peer.data = ctx;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_peer_get(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    ngx_int_t  rc;
+
+    ctx->backpressure = 0;
+
+    for ( ;; ) {
+        rc = ctx->inner_get(pc, ctx->inner_data);
+
+        if (rc != NGX_BUSY || ctx->header_done
+            || ctx->chain_pos + 1 >= ctx->chain.nelts)
+        {
+            return rc;
+        }
+
+        ngx_log_error(NGX_LOG_WARN, pc->log, 0,
+                      "llm: no live engine for model \"%V\"",
+                      &ctx->model_name);
+
+        if (ngx_http_llm_next_model(ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+}
+
+
+static void
+ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t state)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    ngx_uint_t  inner;
+
+    /* an engine that said "overloaded" is busy, not down (max_fails) */
+
+    inner = state;
+
+    if (ctx->backpressure && (state & NGX_PEER_FAILED)) {
+        inner = NGX_PEER_NEXT;
+    }
+
+    ctx->inner_free(pc, ctx->inner_data, inner);
+
+    if (ctx->got_token || ctx->client_gone) {
+
+        /*
+         * Tokens were produced (a timeout or a lost connection after
+         * them), or nobody waits for the answer: never generate again.
+         */
+
+        pc->tries = 0;
+        return;
+    }
+
+    if (pc->tries == 0 && (state & NGX_PEER_FAILED) && !ctx->header_done
+        && ctx->chain_pos + 1 < ctx->chain.nelts)
+    {
+        if (ngx_http_llm_next_model(ctx) != NGX_OK) {
+            pc->tries = 0;
+        }
+    }
+}
+
+
+/*
+ * Moves the request to the next model of its chain: that model's
+ * upstream balancer takes the peer, and the request is encoded again
+ * with the model's name.
+ */
+
+static ngx_int_t
+ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
+{
+    ngx_http_request_t              *r;
+    ngx_http_upstream_t             *u;
+    ngx_http_llm_model_t            *m, **chain;
+    ngx_http_upstream_init_peer_pt   init;
+
+    r = ctx->request;
+    u = r->upstream;
+
+    chain = ctx->chain.elts;
+    m = chain[++ctx->chain_pos];
+
+    ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                  "llm: model \"%V\" failed, falling back to \"%V\"",
+                  &ctx->model_name, &m->name);
+
+    /* the round-robin init reuses a non-NULL peer.data as its own */
+    u->peer.data = NULL;
+
+    init = ngx_http_llm_orig_init(r, m->upstream);
+    if (init == NULL || init(r, m->upstream) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ctx->inner_get = u->peer.get;
+    ctx->inner_free = u->peer.free;
+    ctx->inner_data = u->peer.data;
+
+    u->peer.get = ngx_http_llm_peer_get;
+    u->peer.free = ngx_http_llm_peer_free;
+    u->peer.data = ctx;
+
+    if (u->conf->next_upstream_tries
+        && u->peer.tries > u->conf->next_upstream_tries)
+    {
+        u->peer.tries = u->conf->next_upstream_tries;
+    }
+
+    ctx->model = m;
+    ctx->model_name = m->name;
+    ctx->head.len = 0;
+    ctx->fallbacks++;
+
+    return ngx_http_llm_encode(r, ctx, &u->request_bufs);
+}
