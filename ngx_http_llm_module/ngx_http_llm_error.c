@@ -191,6 +191,14 @@ ngx_http_llm_send_errorf(ngx_http_request_t *r, ngx_uint_t status,
 ngx_int_t
 ngx_http_llm_retry_after(ngx_http_request_t *r)
 {
+    return ngx_http_llm_header_out(r, "Retry-After", (u_char *) "1", 1);
+}
+
+
+ngx_int_t
+ngx_http_llm_header_out(ngx_http_request_t *r, const char *name,
+    u_char *value, size_t len)
+{
     ngx_table_elt_t  *h;
 
     h = ngx_list_push(&r->headers_out.headers);
@@ -199,8 +207,10 @@ ngx_http_llm_retry_after(ngx_http_request_t *r)
     }
 
     h->hash = 1;
-    ngx_str_set(&h->key, "Retry-After");
-    ngx_str_set(&h->value, "1");
+    h->key.data = (u_char *) name;
+    h->key.len = ngx_strlen(name);
+    h->value.data = value;
+    h->value.len = len;
     h->lowcase_key = NULL;
 
 #if (nginx_version >= 1023000)
@@ -208,6 +218,106 @@ ngx_http_llm_retry_after(ngx_http_request_t *r)
 #endif
 
     return NGX_OK;
+}
+
+
+/*
+ * The refusals of keys and limits (contract in ngx_http_llm_module.h):
+ * OpenAI's codes and message texts; a 429 carries the x-ratelimit-*
+ * headers, and Retry-After (whole seconds, at least 1) when waiting
+ * helps; for an exhausted quota it does not, and "x-should-retry: false"
+ * tells the OpenAI SDKs not to retry.
+ */
+
+ngx_int_t
+ngx_http_llm_send_denial(ngx_http_request_t *r, ngx_http_llm_decision_t *d,
+    ngx_http_llm_ticket_t *t)
+{
+    u_char      *p, dur[NGX_INT_T_LEN + 16];
+    size_t       len;
+    ngx_uint_t   secs;
+
+    switch (d->verdict) {
+
+    case NGX_HTTP_LLM_DENY_NO_KEY:
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
+                   "invalid_request_error", NULL, NULL,
+                   "You didn't provide an API key. You need to provide "
+                   "your API key in an Authorization header using Bearer "
+                   "auth (i.e. Authorization: Bearer YOUR_KEY), or in an "
+                   "x-api-key header.");
+
+    case NGX_HTTP_LLM_DENY_BAD_KEY:
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
+                   "invalid_request_error", "invalid_api_key", NULL,
+                   "Incorrect API key provided: %s. You can find your API "
+                   "key with the administrator of this gateway.",
+                   d->masked);
+
+    case NGX_HTTP_LLM_DENY_ZONE_FULL:
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                   "server_error", NULL, NULL,
+                   "The gateway cannot track more API keys right now; "
+                   "please retry.");
+
+    default:
+        break;
+    }
+
+    if (ngx_http_llm_limit_headers(r, t) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (d->verdict == NGX_HTTP_LLM_DENY_QUOTA) {
+
+        if (ngx_http_llm_header_out(r, "x-should-retry", (u_char *) "false",
+                                    5)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                   "insufficient_quota", "insufficient_quota", NULL,
+                   "You exceeded your current quota, please check your "
+                   "plan and billing details. (key \"%V\": quota %uL "
+                   "tokens)", &d->key->name, d->key->quota);
+    }
+
+    secs = (d->wait + 999) / 1000;
+
+    if (secs == 0) {
+        secs = 1;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = ngx_sprintf(p, "%ui", secs) - p;
+
+    if (ngx_http_llm_header_out(r, "Retry-After", p, len) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = ngx_http_llm_format_duration(dur, d->wait ? d->wait : 1);
+    dur[len] = '\0';
+
+    if (d->verdict == NGX_HTTP_LLM_DENY_REQUESTS) {
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                   "requests", "rate_limit_exceeded", NULL,
+                   "Rate limit reached for key \"%V\" on requests per min "
+                   "(RPM): Limit %ui, Used %ui, Requested %ui. Please try "
+                   "again in %s.", &d->key->name, d->key->rpm, d->used,
+                   d->requested, dur);
+    }
+
+    return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
+               "tokens", "rate_limit_exceeded", NULL,
+               "Rate limit reached for key \"%V\" on tokens per min (TPM): "
+               "Limit %ui, Used %ui, Requested %ui. Please try again in %s.",
+               &d->key->name, d->key->tpm, d->used, d->requested, dur);
 }
 
 

@@ -21,7 +21,7 @@ static void ngx_http_llm_cleanup(void *data);
 static void ngx_http_llm_pool_cleanup(void *data);
 static void ngx_http_llm_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_admit(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx);
+    ngx_http_llm_ctx_t *ctx, ngx_int_t *sent);
 static ngx_uint_t ngx_http_llm_window(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
 static ngx_int_t ngx_http_llm_read_body(ngx_http_request_t *r,
@@ -230,6 +230,7 @@ ngx_http_llm_handler(ngx_http_request_t *r)
     ngx_uint_t                 allowed;
     ngx_table_elt_t           *h;
     ngx_http_llm_ctx_t        *ctx;
+    ngx_http_llm_decision_t    d;
     ngx_http_llm_loc_conf_t   *llcf;
     ngx_http_core_loc_conf_t  *clcf;
 
@@ -325,13 +326,16 @@ ngx_http_llm_handler(ngx_http_request_t *r)
         goto not_allowed_get;
     }
 
-    rc = ngx_http_llm_auth(r, &ctx->key);
+    rc = ngx_http_llm_auth(r, &ctx->key, &d);
 
     if (rc == NGX_DECLINED) {
         ctx->key = NULL;
 
     } else if (rc != NGX_OK) {
-        return rc;
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+
+    } else if (d.verdict != NGX_HTTP_LLM_ALLOW) {
+        return ngx_http_llm_send_denial(r, &d, NULL);
     }
 
     if (allowed != NGX_HTTP_POST) {
@@ -444,12 +448,9 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
         return;
     }
 
-    if (ctx->key) {
-        rc = ngx_http_llm_admit(r, ctx);
-        if (rc != NGX_OK) {
-            ngx_http_finalize_request(r, rc);
-            return;
-        }
+    if (ctx->key && ngx_http_llm_admit(r, ctx, &rc) != NGX_OK) {
+        ngx_http_finalize_request(r, rc);
+        return;
     }
 
     rc = ngx_http_llm_upstream_start(r, ctx);
@@ -466,14 +467,17 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
  * (from the engines' Info) minus the prompt; when the key has less left,
  * the request's max_tokens becomes what it has left, so a key overruns
  * its quota by no more than one prompt estimate (docs/KEYS.md).
+ * NGX_OK: admitted; otherwise the refusal was sent (NGX_DONE) or could
+ * not be decided (NGX_ERROR), and *sent is what to finalize with.
  */
 
 static ngx_int_t
-ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_int_t *sent)
 {
-    ngx_int_t      rc;
-    ngx_uint_t     window, output, per;
-    Llm__Sampling  *s;
+    ngx_uint_t                window, output, per;
+    Llm__Sampling            *s;
+    ngx_http_llm_decision_t   d;
 
     if (ctx->max_tokens) {
         output = ctx->n * ctx->max_tokens;
@@ -484,10 +488,17 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
                            ? window - ctx->prompt_est : 1);
     }
 
-    rc = ngx_http_llm_limit_admit(r, ctx->key, ctx->prompt_est, output,
-                                  ctx->max_tokens != 0, &ctx->ticket);
-    if (rc != NGX_OK) {
-        return rc;
+    if (ngx_http_llm_limit_admit(r, ctx->key, ctx->prompt_est, output,
+                                 ctx->max_tokens != 0, &ctx->ticket, &d)
+        != NGX_OK)
+    {
+        *sent = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
+    }
+
+    if (d.verdict != NGX_HTTP_LLM_ALLOW) {
+        *sent = ngx_http_llm_send_denial(r, &d, &ctx->ticket);
+        return NGX_DONE;
     }
 
     ctx->ticket_set = 1;

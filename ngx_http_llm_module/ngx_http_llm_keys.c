@@ -127,23 +127,23 @@ ngx_module_t  ngx_http_llm_keys_module = {
 /*
  * Authenticates r (contract in ngx_http_llm_module.h).  The presented key
  * is hashed with SHA-256 and only the digest is looked up; on failure the
- * error log gets a line without any part of the key, and the client the
- * 401 OpenAI sends, with the key masked down to its public prefix.
+ * error log gets a line without any part of the key, and the verdict
+ * (the 401 OpenAI sends) keeps the key masked down to its public prefix.
  */
 
 ngx_int_t
-ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
+ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key,
+    ngx_http_llm_decision_t *d)
 {
     u_char                         *p, *last, hash[EVP_MAX_MD_SIZE];
-    u_char                          masked[16];
     size_t                          len;
-    ngx_int_t                       rc;
     unsigned int                    n;
     ngx_str_t                       presented;
     ngx_http_llm_keys_ctx_t        *ctx;
     ngx_http_llm_keys_loc_conf_t   *klcf;
 
     *key = NULL;
+    ngx_memzero(d, sizeof(ngx_http_llm_decision_t));
 
     klcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_keys_module);
 
@@ -157,14 +157,8 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
 
         ngx_http_llm_keys_record_401(r);
 
-        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
-                   "invalid_request_error", NULL, NULL,
-                   "You didn't provide an API key. You need to provide "
-                   "your API key in an Authorization header using Bearer "
-                   "auth (i.e. Authorization: Bearer YOUR_KEY), or in an "
-                   "x-api-key header.");
-
-        return ngx_http_llm_keys_sent(rc);
+        d->verdict = NGX_HTTP_LLM_DENY_NO_KEY;
+        return NGX_OK;
     }
 
     if (EVP_Digest(presented.data, presented.len, hash, &n, EVP_sha256(),
@@ -173,7 +167,7 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
     {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
                       "llm: EVP_Digest(SHA-256) failed");
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
     if (ngx_http_llm_keys_find(klcf->keyset, hash, key) != NGX_OK) {
@@ -189,7 +183,7 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
          * log, so only a public prefix ("sk-", "sk-llm-") is shown
          */
 
-        p = masked;
+        p = d->masked;
 
         if (presented.len > 3
             && ngx_strncmp(presented.data, "sk-", 3) == 0)
@@ -204,18 +198,15 @@ ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key)
         p = ngx_cpymem(p, "****", 4);
         *p = '\0';
 
-        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
-                   "invalid_request_error", "invalid_api_key", NULL,
-                   "Incorrect API key provided: %s. You can find your API "
-                   "key with the administrator of this gateway.", masked);
-
-        return ngx_http_llm_keys_sent(rc);
+        d->verdict = NGX_HTTP_LLM_DENY_BAD_KEY;
+        *key = NULL;
+        return NGX_OK;
     }
 
     ctx = ngx_http_llm_keys_get_ctx(r);
     if (ctx == NULL) {
         *key = NULL;
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
     ctx->key = *key;

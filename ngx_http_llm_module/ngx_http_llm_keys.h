@@ -157,20 +157,6 @@ typedef struct {
 } ngx_http_llm_keys_ctx_t;
 
 
-/*
- * The value to return after ngx_http_llm_send_error[f]() sent an error:
- * its own, except that NGX_OK becomes NGX_AGAIN, which
- * ngx_http_finalize_request() treats alike but which a caller cannot take
- * for "authenticated" or "admitted".
- */
-
-static ngx_inline ngx_int_t
-ngx_http_llm_keys_sent(ngx_int_t rc)
-{
-    return (rc == NGX_OK) ? NGX_AGAIN : rc;
-}
-
-
 /* ngx_http_llm_keys.c */
 ngx_http_llm_keys_ctx_t *ngx_http_llm_keys_get_ctx(ngx_http_request_t *r);
 
@@ -182,7 +168,6 @@ ngx_http_llm_key_t *ngx_http_llm_request_key(ngx_http_request_t *r);
 
 /* ngx_http_llm_limit.c */
 char *ngx_http_llm_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-size_t ngx_http_llm_format_duration(u_char *buf, ngx_msec_t ms);
 
 /* ngx_http_llm_metrics.c */
 ngx_int_t ngx_http_llm_metrics_handler(ngx_http_request_t *r);

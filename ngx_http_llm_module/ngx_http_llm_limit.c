@@ -40,18 +40,6 @@ static ngx_msec_t ngx_http_llm_limit_wait(int64_t level, int64_t need,
     ngx_uint_t rate);
 static void ngx_http_llm_limit_fill(ngx_http_llm_ticket_t *t,
     ngx_http_llm_limit_node_t *lnode, ngx_http_llm_key_t *key);
-static ngx_int_t ngx_http_llm_limit_reject(ngx_http_request_t *r,
-    ngx_http_llm_ticket_t *t, ngx_uint_t what, ngx_msec_t wait,
-    ngx_uint_t used, ngx_uint_t requested);
-static ngx_int_t ngx_http_llm_limit_header(ngx_http_request_t *r,
-    const char *name, u_char *value, size_t len);
-
-
-enum {
-    NGX_HTTP_LLM_REJECT_REQUESTS = 0,
-    NGX_HTTP_LLM_REJECT_TOKENS,
-    NGX_HTTP_LLM_REJECT_QUOTA
-};
 
 
 /*
@@ -460,20 +448,19 @@ ngx_http_llm_limit_fill(ngx_http_llm_ticket_t *t,
 ngx_int_t
 ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
     ngx_uint_t prompt, ngx_uint_t output, ngx_uint_t explicit,
-    ngx_http_llm_ticket_t *t)
+    ngx_http_llm_ticket_t *t, ngx_http_llm_decision_t *d)
 {
     int64_t                        need;
-    ngx_int_t                      rc;
-    ngx_uint_t                     reserve, what, used, requested, left,
-                                   level, allowed;
-    ngx_msec_t                     wait;
+    ngx_uint_t                     reserve, left, level, allowed;
     ngx_http_llm_zone_t           *zone;
     ngx_http_llm_keys_ctx_t       *ctx;
     ngx_http_llm_limit_node_t     *ln;
     ngx_http_llm_keys_loc_conf_t  *klcf;
 
     ngx_memzero(t, sizeof(ngx_http_llm_ticket_t));
+    ngx_memzero(d, sizeof(ngx_http_llm_decision_t));
     t->key = key;
+    d->key = key;
 
     klcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_keys_module);
 
@@ -483,7 +470,7 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
 
     ctx = ngx_http_llm_keys_get_ctx(r);
     if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NGX_ERROR;
     }
 
     ctx->ticket = t;
@@ -503,21 +490,14 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
                       "refused", &zone->name, &key->name);
 
         t->key = NULL;
+        d->verdict = NGX_HTTP_LLM_DENY_ZONE_FULL;
 
-        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                   "server_error", NULL, NULL,
-                   "The gateway cannot track more API keys right now; "
-                   "please retry.");
-
-        return ngx_http_llm_keys_sent(rc);
+        return NGX_OK;
     }
 
     ngx_http_llm_limit_refill(ln, key);
 
-    wait = 0;
-    used = 0;
-    requested = 0;
-    what = NGX_HTTP_LLM_REJECT_QUOTA;
+    d->verdict = NGX_HTTP_LLM_DENY_QUOTA;
 
     /* left: what the key may still spend now, over every limit it has */
 
@@ -532,13 +512,14 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
     }
 
     if (key->rpm && ln->req_level < NGX_HTTP_LLM_UNIT) {
-        what = NGX_HTTP_LLM_REJECT_REQUESTS;
-        wait = ngx_http_llm_limit_wait(ln->req_level, NGX_HTTP_LLM_UNIT,
-                                       key->rpm);
-        used = key->rpm - (ln->req_level > 0
-                           ? (ngx_uint_t) (ln->req_level / NGX_HTTP_LLM_UNIT)
-                           : 0);
-        requested = 1;
+        d->verdict = NGX_HTTP_LLM_DENY_REQUESTS;
+        d->wait = ngx_http_llm_limit_wait(ln->req_level, NGX_HTTP_LLM_UNIT,
+                                          key->rpm);
+        d->used = key->rpm - (ln->req_level > 0
+                              ? (ngx_uint_t) (ln->req_level
+                                              / NGX_HTTP_LLM_UNIT)
+                              : 0);
+        d->requested = 1;
         goto reject;
     }
 
@@ -559,13 +540,13 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
         need = (int64_t) reserve * NGX_HTTP_LLM_UNIT;
 
         if (ln->tok_level < need) {
-            what = NGX_HTTP_LLM_REJECT_TOKENS;
-            wait = ngx_http_llm_limit_wait(ln->tok_level, need, key->tpm);
-            used = key->tpm - (ln->tok_level > 0
-                               ? (ngx_uint_t) (ln->tok_level
-                                               / NGX_HTTP_LLM_UNIT)
-                               : 0);
-            requested = reserve;
+            d->verdict = NGX_HTTP_LLM_DENY_TOKENS;
+            d->wait = ngx_http_llm_limit_wait(ln->tok_level, need, key->tpm);
+            d->used = key->tpm - (ln->tok_level > 0
+                                  ? (ngx_uint_t) (ln->tok_level
+                                                  / NGX_HTTP_LLM_UNIT)
+                                  : 0);
+            d->requested = reserve;
             goto reject;
         }
 
@@ -609,6 +590,7 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
 
     ln->quota_used += reserve;
     ln->requests++;
+    d->verdict = NGX_HTTP_LLM_ALLOW;
 
     ngx_http_llm_limit_fill(t, ln, key);
 
@@ -635,93 +617,13 @@ reject:
     ctx->rate_limited = 1;
     t->settled = 1;
 
-    return ngx_http_llm_limit_reject(r, t, what, wait, used, requested);
-}
-
-
-/*
- * Sends the 429: OpenAI's codes and message texts, the x-ratelimit-*
- * headers, and Retry-After (whole seconds, at least 1) when waiting
- * helps; for an exhausted quota it does not, and "x-should-retry: false"
- * tells the OpenAI SDKs not to retry.
- */
-
-static ngx_int_t
-ngx_http_llm_limit_reject(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
-    ngx_uint_t what, ngx_msec_t wait, ngx_uint_t used, ngx_uint_t requested)
-{
-    u_char     *p, dur[NGX_INT_T_LEN + 16];
-    size_t      len;
-    ngx_int_t   rc;
-    ngx_uint_t  secs;
-
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "llm: key \"%V\" rate limited: %s",
-                  &t->key->name,
-                  what == NGX_HTTP_LLM_REJECT_QUOTA ? "quota"
-                  : what == NGX_HTTP_LLM_REJECT_REQUESTS ? "requests/min"
+                  "llm: key \"%V\" rate limited: %s", &key->name,
+                  d->verdict == NGX_HTTP_LLM_DENY_QUOTA ? "quota"
+                  : d->verdict == NGX_HTTP_LLM_DENY_REQUESTS ? "requests/min"
                   : "tokens/min");
 
-    if (ngx_http_llm_limit_headers(r, t) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (what == NGX_HTTP_LLM_REJECT_QUOTA) {
-
-        if (ngx_http_llm_limit_header(r, "x-should-retry",
-                                      (u_char *) "false", 5)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
-                   "insufficient_quota", "insufficient_quota", NULL,
-                   "You exceeded your current quota, please check your "
-                   "plan and billing details. (key \"%V\": quota %uL "
-                   "tokens)", &t->key->name, t->key->quota);
-
-        return ngx_http_llm_keys_sent(rc);
-    }
-
-    secs = (wait + 999) / 1000;
-
-    if (secs == 0) {
-        secs = 1;
-    }
-
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    len = ngx_sprintf(p, "%ui", secs) - p;
-
-    if (ngx_http_llm_limit_header(r, "Retry-After", p, len) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    len = ngx_http_llm_format_duration(dur, wait ? wait : 1);
-    dur[len] = '\0';
-
-    if (what == NGX_HTTP_LLM_REJECT_REQUESTS) {
-        rc = ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
-                   "requests", "rate_limit_exceeded", NULL,
-                   "Rate limit reached for key \"%V\" on requests per min "
-                   "(RPM): Limit %ui, Used %ui, Requested %ui. Please try "
-                   "again in %s.", &t->key->name, t->key->rpm, used,
-                   requested, dur);
-
-        return ngx_http_llm_keys_sent(rc);
-    }
-
-    rc = ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
-               "tokens", "rate_limit_exceeded", NULL,
-               "Rate limit reached for key \"%V\" on tokens per min (TPM): "
-               "Limit %ui, Used %ui, Requested %ui. Please try again in %s.",
-               &t->key->name, t->key->tpm, used, requested, dur);
-
-    return ngx_http_llm_keys_sent(rc);
+    return NGX_OK;
 }
 
 
@@ -840,9 +742,9 @@ ngx_http_llm_limit_headers(ngx_http_request_t *r, ngx_http_llm_ticket_t *t)
     }
 
     if (t->limit_requests) {
-        if (ngx_http_llm_limit_header(r, "x-ratelimit-limit-requests", p,
-                                      ngx_sprintf(p, "%ui", t->limit_requests)
-                                      - p)
+        if (ngx_http_llm_header_out(r, "x-ratelimit-limit-requests", p,
+                                    ngx_sprintf(p, "%ui", t->limit_requests)
+                                    - p)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -850,10 +752,10 @@ ngx_http_llm_limit_headers(ngx_http_request_t *r, ngx_http_llm_ticket_t *t)
 
         p += NGX_INT_T_LEN + 16;
 
-        if (ngx_http_llm_limit_header(r, "x-ratelimit-remaining-requests", p,
-                                      ngx_sprintf(p, "%ui",
-                                                  t->remaining_requests)
-                                      - p)
+        if (ngx_http_llm_header_out(r, "x-ratelimit-remaining-requests", p,
+                                    ngx_sprintf(p, "%ui",
+                                                t->remaining_requests)
+                                    - p)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -861,9 +763,9 @@ ngx_http_llm_limit_headers(ngx_http_request_t *r, ngx_http_llm_ticket_t *t)
 
         p += NGX_INT_T_LEN + 16;
 
-        if (ngx_http_llm_limit_header(r, "x-ratelimit-reset-requests", p,
-                                      ngx_http_llm_format_duration(p,
-                                                  t->reset_requests))
+        if (ngx_http_llm_header_out(r, "x-ratelimit-reset-requests", p,
+                                    ngx_http_llm_format_duration(p,
+                                                t->reset_requests))
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -873,9 +775,9 @@ ngx_http_llm_limit_headers(ngx_http_request_t *r, ngx_http_llm_ticket_t *t)
     }
 
     if (t->limit_tokens) {
-        if (ngx_http_llm_limit_header(r, "x-ratelimit-limit-tokens", p,
-                                      ngx_sprintf(p, "%ui", t->limit_tokens)
-                                      - p)
+        if (ngx_http_llm_header_out(r, "x-ratelimit-limit-tokens", p,
+                                    ngx_sprintf(p, "%ui", t->limit_tokens)
+                                    - p)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -883,10 +785,10 @@ ngx_http_llm_limit_headers(ngx_http_request_t *r, ngx_http_llm_ticket_t *t)
 
         p += NGX_INT_T_LEN + 16;
 
-        if (ngx_http_llm_limit_header(r, "x-ratelimit-remaining-tokens", p,
-                                      ngx_sprintf(p, "%ui",
-                                                  t->remaining_tokens)
-                                      - p)
+        if (ngx_http_llm_header_out(r, "x-ratelimit-remaining-tokens", p,
+                                    ngx_sprintf(p, "%ui",
+                                                t->remaining_tokens)
+                                    - p)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -894,40 +796,14 @@ ngx_http_llm_limit_headers(ngx_http_request_t *r, ngx_http_llm_ticket_t *t)
 
         p += NGX_INT_T_LEN + 16;
 
-        if (ngx_http_llm_limit_header(r, "x-ratelimit-reset-tokens", p,
-                                      ngx_http_llm_format_duration(p,
-                                                  t->reset_tokens))
+        if (ngx_http_llm_header_out(r, "x-ratelimit-reset-tokens", p,
+                                    ngx_http_llm_format_duration(p,
+                                                t->reset_tokens))
             != NGX_OK)
         {
             return NGX_ERROR;
         }
     }
-
-    return NGX_OK;
-}
-
-
-static ngx_int_t
-ngx_http_llm_limit_header(ngx_http_request_t *r, const char *name,
-    u_char *value, size_t len)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) name;
-    h->key.len = ngx_strlen(name);
-    h->value.data = value;
-    h->value.len = len;
-    h->lowcase_key = NULL;
-
-#if (nginx_version >= 1023000)
-    h->next = NULL;
-#endif
 
     return NGX_OK;
 }

@@ -45,10 +45,44 @@ ngx_int_t ngx_http_llm_send_errorf(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, const char *param,
     const char *fmt, ...);
 
+/* Adds one response header; value must live as long as the request. */
+ngx_int_t ngx_http_llm_header_out(ngx_http_request_t *r, const char *name,
+    u_char *value, size_t len);
+
+
+/*
+ * What keys and limits decide about a request: allowed, or which refusal
+ * with the values its message names.  ngx_http_llm_auth() and
+ * ngx_http_llm_limit_admit() only decide; the caller sends the refusal
+ * with ngx_http_llm_send_denial() (ngx_http_llm_error.c).
+ */
+
+typedef enum {
+    NGX_HTTP_LLM_ALLOW = 0,
+    NGX_HTTP_LLM_DENY_NO_KEY,      /* 401: no key presented */
+    NGX_HTTP_LLM_DENY_BAD_KEY,     /* 401 invalid_api_key, masked */
+    NGX_HTTP_LLM_DENY_ZONE_FULL,   /* 503: the zone cannot track the key */
+    NGX_HTTP_LLM_DENY_QUOTA,       /* 429 insufficient_quota */
+    NGX_HTTP_LLM_DENY_REQUESTS,    /* 429 rate_limit_exceeded, requests */
+    NGX_HTTP_LLM_DENY_TOKENS       /* 429 rate_limit_exceeded, tokens */
+} ngx_http_llm_verdict_e;
+
+
+typedef struct ngx_http_llm_key_s  ngx_http_llm_key_t;
+
+typedef struct {
+    ngx_http_llm_verdict_e      verdict;
+    ngx_http_llm_key_t         *key;       /* the key refused */
+    ngx_msec_t                  wait;      /* until the request fits */
+    ngx_uint_t                  used;      /* of the limit, per minute */
+    ngx_uint_t                  requested;
+    u_char                      masked[16];  /* a bad key, as shown */
+} ngx_http_llm_decision_t;
+
 
 /* API keys (ngx_http_llm_keys.c). */
 
-typedef struct {
+struct ngx_http_llm_key_s {
     ngx_str_t                   name;      /* the key's name, for logs */
     u_char                      hash[32];  /* SHA-256 of the key */
     ngx_uint_t                  rpm;       /* requests/min, 0: unlimited */
@@ -56,17 +90,18 @@ typedef struct {
     uint64_t                    quota;     /* total tokens, 0: none */
     ngx_array_t                *models;    /* of ngx_str_t; NULL: all */
     ngx_uint_t                  index;     /* position in the keys file */
-} ngx_http_llm_key_t;
+};
 
 
 /*
  * Authenticates r from "Authorization: Bearer <key>" or "x-api-key".
- * Returns NGX_OK with *key set, NGX_DECLINED when no llm_keys is
- * configured for the location (open access, *key = NULL), or an error
- * already sent with ngx_http_llm_send_error() (401), whose return value
- * is passed back.
+ * Returns NGX_OK with d->verdict NGX_HTTP_LLM_ALLOW and *key set, or a
+ * 401 verdict (no key, unknown key) for the caller to send; NGX_DECLINED
+ * when no llm_keys is configured for the location (open access,
+ * *key = NULL); NGX_ERROR on an internal failure.
  */
-ngx_int_t ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key);
+ngx_int_t ngx_http_llm_auth(ngx_http_request_t *r, ngx_http_llm_key_t **key,
+    ngx_http_llm_decision_t *d);
 
 /* 1 if the key may use the model (by its configured name), else 0. */
 ngx_uint_t ngx_http_llm_key_allows(ngx_http_llm_key_t *key, ngx_str_t *model);
@@ -99,16 +134,18 @@ typedef struct {
  * client set max_tokens.  The output is capped at what the key has left
  * (quota, and the tokens/min bucket unless an explicit max_tokens fits
  * in it, which waits for it instead): t->out_cap is then the tokens the
- * request may generate, else 0.  NGX_OK: admitted, t filled, settle
- * later.  Otherwise a 429 has been sent (rate_limit_exceeded with type
- * requests or tokens, or insufficient_quota) with Retry-After, and its
- * return value is returned.
+ * request may generate, else 0.  NGX_OK with d->verdict
+ * NGX_HTTP_LLM_ALLOW: admitted, t filled, settle later.  NGX_OK with a
+ * refusal (a 429 for quota, requests/min or tokens/min, with t filled for
+ * the x-ratelimit-* headers; a 503 when the zone is full): the caller
+ * sends it.  NGX_ERROR on an internal failure.
  */
 #define NGX_HTTP_LLM_UNBOUNDED  ((ngx_uint_t) 0x7fffffff)
 
 ngx_int_t ngx_http_llm_limit_admit(ngx_http_request_t *r,
     ngx_http_llm_key_t *key, ngx_uint_t prompt, ngx_uint_t output,
-    ngx_uint_t explicit, ngx_http_llm_ticket_t *t);
+    ngx_uint_t explicit, ngx_http_llm_ticket_t *t,
+    ngx_http_llm_decision_t *d);
 
 /* Replaces the reservation with the tokens actually used.  Idempotent. */
 void ngx_http_llm_limit_settle(ngx_http_request_t *r,
@@ -117,6 +154,17 @@ void ngx_http_llm_limit_settle(ngx_http_request_t *r,
 /* Adds the six x-ratelimit-* response headers from t. */
 ngx_int_t ngx_http_llm_limit_headers(ngx_http_request_t *r,
     ngx_http_llm_ticket_t *t);
+
+/* ms as Go's time.Duration prints it; buf holds NGX_INT_T_LEN + 16. */
+size_t ngx_http_llm_format_duration(u_char *buf, ngx_msec_t ms);
+
+/*
+ * Sends the refusal d (the 401, 429 or 503 with OpenAI's codes and
+ * texts, and for a 429 the x-ratelimit-* headers of t, Retry-After or
+ * x-should-retry): returns what the handler should return.
+ */
+ngx_int_t ngx_http_llm_send_denial(ngx_http_request_t *r,
+    ngx_http_llm_decision_t *d, ngx_http_llm_ticket_t *t);
 
 
 /* Metrics (ngx_http_llm_metrics.c). */
