@@ -16,21 +16,69 @@
 #include "ngx_http_llm_module.h"
 
 
+static ngx_int_t ngx_http_llm_add_backends(ngx_http_llm_main_conf_t *mcf,
+    ngx_http_upstream_srv_conf_t *uscf);
 static void ngx_http_llm_probe_write(ngx_event_t *wev);
 static void ngx_http_llm_probe_read(ngx_event_t *rev);
 static void ngx_http_llm_probe_done(ngx_http_llm_backend_t *be,
     const char *error);
 
 
-/* Adds one backend per engine address of uscf (reusing known ones). */
+/*
+ * Registers every engine address the configuration names, once, after
+ * the whole http{} block is read (so every upstream{} is complete): one
+ * backend per address of each model's upstream and of each llm_pass
+ * upstream, consecutive per upstream{}, and wraps the balancer of each of
+ * those upstreams for model failover (ngx_http_llm_balancer.c).
+ */
 
 ngx_int_t
-ngx_http_llm_add_backends(ngx_conf_t *cf, ngx_http_llm_main_conf_t *mcf,
+ngx_http_llm_register_backends(ngx_conf_t *cf, ngx_http_llm_main_conf_t *mcf)
+{
+    ngx_uint_t                      i;
+    ngx_http_llm_model_t           *m;
+    ngx_http_upstream_srv_conf_t  **pass;
+
+    m = mcf->models.elts;
+
+    for (i = 0; i < mcf->models.nelts; i++) {
+        if (ngx_http_llm_add_backends(mcf, m[i].upstream) != NGX_OK
+            || ngx_http_llm_wrap_peer_init(cf, m[i].upstream) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        (void) ngx_http_llm_backends_find(mcf, m[i].upstream,
+                                          &m[i].first_backend,
+                                          &m[i].nbackends);
+    }
+
+    pass = mcf->passes.elts;
+
+    for (i = 0; i < mcf->passes.nelts; i++) {
+        if (ngx_http_llm_add_backends(mcf, pass[i]) != NGX_OK
+            || ngx_http_llm_wrap_peer_init(cf, pass[i]) != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The backends of uscf: NGX_OK with their range in mcf->backends (empty
+ * for no upstream, or one without addresses), NGX_DECLINED when uscf was
+ * never registered.
+ */
+
+ngx_int_t
+ngx_http_llm_backends_find(ngx_http_llm_main_conf_t *mcf,
     ngx_http_upstream_srv_conf_t *uscf, ngx_uint_t *first, ngx_uint_t *n)
 {
-    ngx_uint_t                   i, j;
-    ngx_http_llm_backend_t      *be;
-    ngx_http_upstream_server_t  *us;
+    ngx_uint_t               i, j;
+    ngx_http_llm_backend_t  *be;
 
     *first = 0;
     *n = 0;
@@ -55,7 +103,41 @@ ngx_http_llm_add_backends(ngx_conf_t *cf, ngx_http_llm_main_conf_t *mcf,
         }
     }
 
-    *first = mcf->backends.nelts;
+    for (i = 0; i < mcf->registered.nelts; i++) {
+        if (((ngx_http_upstream_srv_conf_t **) mcf->registered.elts)[i]
+            == uscf)
+        {
+            return NGX_OK;
+        }
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* Adds one backend per engine address of uscf, unless known. */
+
+static ngx_int_t
+ngx_http_llm_add_backends(ngx_http_llm_main_conf_t *mcf,
+    ngx_http_upstream_srv_conf_t *uscf)
+{
+    ngx_uint_t                      i, j, first, n;
+    ngx_http_llm_backend_t         *be;
+    ngx_http_upstream_server_t     *us;
+    ngx_http_upstream_srv_conf_t  **reg;
+
+    if (uscf == NULL
+        || ngx_http_llm_backends_find(mcf, uscf, &first, &n) == NGX_OK)
+    {
+        return NGX_OK;
+    }
+
+    reg = ngx_array_push(&mcf->registered);
+    if (reg == NULL) {
+        return NGX_ERROR;
+    }
+
+    *reg = uscf;
 
     if (uscf->servers == NULL) {
         return NGX_OK;
@@ -76,12 +158,8 @@ ngx_http_llm_add_backends(ngx_conf_t *cf, ngx_http_llm_main_conf_t *mcf,
             be->addr = &us[i].addrs[j];
             be->upstream = uscf;
             be->timeout = 1000;
-
-            (*n)++;
         }
     }
-
-    (void) cf;
 
     return NGX_OK;
 }

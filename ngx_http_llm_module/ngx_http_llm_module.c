@@ -390,7 +390,13 @@ ngx_http_llm_create_main_conf(ngx_conf_t *cf)
 
     if (ngx_array_init(&mcf->inits, cf->pool, 4,
                        sizeof(ngx_http_llm_peer_init_t))
-        != NGX_OK)
+        != NGX_OK
+        || ngx_array_init(&mcf->passes, cf->pool, 4,
+                          sizeof(ngx_http_upstream_srv_conf_t *))
+           != NGX_OK
+        || ngx_array_init(&mcf->registered, cf->pool, 4,
+                          sizeof(ngx_http_upstream_srv_conf_t *))
+           != NGX_OK)
     {
         return NULL;
     }
@@ -403,8 +409,9 @@ ngx_http_llm_create_main_conf(ngx_conf_t *cf)
 
 /*
  * Runs after the whole http{} block is read, so upstream{} blocks named
- * by llm_model are known: resolves fallback names and lists every engine
- * address for the Info probes.
+ * by llm_model and llm_pass are known: resolves fallback names and
+ * registers every engine address (ngx_http_llm_register_backends), before
+ * any location is merged.
  */
 
 static char *
@@ -445,17 +452,10 @@ ngx_http_llm_init_main_conf(ngx_conf_t *cf, void *conf)
 
             *pm = fb;
         }
+    }
 
-        if (ngx_http_llm_add_backends(cf, mcf, m[i].upstream,
-                                      &m[i].first_backend, &m[i].nbackends)
-            != NGX_OK)
-        {
-            return NGX_CONF_ERROR;
-        }
-
-        if (ngx_http_llm_wrap_peer_init(cf, m[i].upstream) != NGX_OK) {
-            return NGX_CONF_ERROR;
-        }
+    if (ngx_http_llm_register_backends(cf, mcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
     }
 
     return NGX_CONF_OK;
@@ -602,19 +602,10 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         return NGX_CONF_ERROR;
     }
 
-    if (ngx_http_llm_add_backends(cf, mcf, conf->upstream.upstream,
-                                  &conf->backend, &conf->nbackends)
-        != NGX_OK)
-    {
-        return NGX_CONF_ERROR;
-    }
+    /* registered by ngx_http_llm_init_main_conf(), which ran before */
 
-    if ((conf->api == 1 || conf->health == 1)
-        && ngx_http_llm_wrap_peer_init(cf, conf->upstream.upstream)
-           != NGX_OK)
-    {
-        return NGX_CONF_ERROR;
-    }
+    (void) ngx_http_llm_backends_find(mcf, conf->upstream.upstream,
+                                      &conf->backend, &conf->nbackends);
 
     return NGX_CONF_OK;
 }
@@ -625,8 +616,10 @@ ngx_http_llm_pass(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_llm_loc_conf_t *llcf = conf;
 
-    ngx_str_t  *value;
-    ngx_url_t   u;
+    ngx_str_t                       *value;
+    ngx_url_t                        u;
+    ngx_http_llm_main_conf_t        *mcf;
+    ngx_http_upstream_srv_conf_t   **pass;
 
     if (llcf->upstream.upstream) {
         return "is duplicate";
@@ -643,6 +636,17 @@ ngx_http_llm_pass(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (llcf->upstream.upstream == NULL) {
         return NGX_CONF_ERROR;
     }
+
+    /* its engines are registered with the models' (init_main_conf) */
+
+    mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_llm_module);
+
+    pass = ngx_array_push(&mcf->passes);
+    if (pass == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    *pass = llcf->upstream.upstream;
 
     return NGX_CONF_OK;
 }

@@ -261,6 +261,8 @@ typedef struct {
     ngx_array_t                    models;     /* of ngx_http_llm_model_t */
     ngx_array_t                    inits;      /* of ngx_http_llm_peer_init_t */
     ngx_array_t                    backends;   /* of ngx_http_llm_backend_t */
+    ngx_array_t                    passes;     /* llm_pass upstreams */
+    ngx_array_t                    registered; /* upstreams with backends */
     ngx_msec_t                     info_cache;
 } ngx_http_llm_main_conf_t;
 
@@ -412,9 +414,10 @@ ngx_int_t ngx_http_llm_retry_after(ngx_http_request_t *r);
 ngx_int_t ngx_http_llm_error_filter_init(ngx_conf_t *cf);
 
 /* ngx_http_llm_backend.c */
-ngx_int_t ngx_http_llm_add_backends(ngx_conf_t *cf,
-    ngx_http_llm_main_conf_t *mcf, ngx_http_upstream_srv_conf_t *uscf,
-    ngx_uint_t *first, ngx_uint_t *n);
+ngx_int_t ngx_http_llm_register_backends(ngx_conf_t *cf,
+    ngx_http_llm_main_conf_t *mcf);
+ngx_int_t ngx_http_llm_backends_find(ngx_http_llm_main_conf_t *mcf,
+    ngx_http_upstream_srv_conf_t *uscf, ngx_uint_t *first, ngx_uint_t *n);
 ngx_int_t ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log);
 
 /* ngx_http_llm_balancer.c */
