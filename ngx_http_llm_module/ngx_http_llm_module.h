@@ -280,6 +280,10 @@ typedef struct {
 } ngx_http_llm_loc_conf_t;
 
 
+/* The length of a string literal. */
+#define ngx_http_llm_len(s)  (sizeof(s) - 1)
+
+
 /* A growable byte string in r->pool. */
 typedef struct {
     u_char                        *data;

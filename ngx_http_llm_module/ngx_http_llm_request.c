@@ -18,13 +18,50 @@
 #include "ngx_http_llm_module.h"
 
 
-#define NGX_HTTP_LLM_MAX_N       128
-#define NGX_HTTP_LLM_MAX_STOP    4
+/* The OpenAI API's own limits (an engine may have stricter ones). */
 
+#define NGX_HTTP_LLM_API_MAX_N              128
+#define NGX_HTTP_LLM_API_MAX_STOP           4
+#define NGX_HTTP_LLM_API_MAX_TOP_LOGPROBS   20
+#define NGX_HTTP_LLM_API_MAX_LOGPROBS       5     /* legacy completions */
+
+#define NGX_HTTP_LLM_MAX_TOKENS             (1 << 24)
+
+
+/* The scalar fields of a request, as checked (ngx_http_llm_fields[]). */
+
+typedef struct {
+    ngx_uint_t                 echo;
+    json_int_t                 best_of;
+    ngx_uint_t                 stream;
+    double                     temperature;
+    double                     top_p;
+    double                     presence_penalty;
+    double                     frequency_penalty;
+    json_int_t                 top_k;
+    double                     min_p;
+    double                     repetition_penalty;
+    ngx_uint_t                 ignore_eos;
+    json_int_t                 n;
+    json_int_t                 max_tokens;
+    json_int_t                 max_completion_tokens;  /* 0: absent */
+    json_int_t                 seed;
+    ngx_uint_t                 has_seed;
+    ngx_uint_t                 logprobs;               /* chat */
+    json_int_t                 top_logprobs;           /* -1: absent */
+    json_int_t                 completion_logprobs;    /* -1: absent */
+    ngx_uint_t                 parallel_tool_calls;
+} ngx_http_llm_params_t;
+
+
+/* What every check needs: where the error goes, what is being filled. */
 
 typedef struct {
     ngx_http_request_t        *request;
     ngx_http_llm_error_t      *err;
+    ngx_http_llm_ctx_t        *ctx;
+    json_t                    *root;
+    ngx_http_llm_params_t     *params;
 } ngx_http_llm_check_t;
 
 
@@ -39,6 +76,33 @@ static ngx_int_t ngx_http_llm_get_int(ngx_http_llm_check_t *ck,
     json_int_t *out, ngx_uint_t *present);
 static ngx_int_t ngx_http_llm_get_bool(ngx_http_llm_check_t *ck,
     json_t *root, const char *name, ngx_uint_t *out, ngx_uint_t *present);
+static ngx_int_t ngx_http_llm_new_request(ngx_http_llm_check_t *ck);
+static ngx_int_t ngx_http_llm_walk_fields(ngx_http_llm_check_t *ck,
+    json_t *root);
+static void ngx_http_llm_apply_params(ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_params_t *p);
+static ngx_int_t ngx_http_llm_field_model(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_messages(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_suffix(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_stream_options(ngx_http_llm_check_t *ck,
+    json_t *opts);
+static ngx_int_t ngx_http_llm_check_top_logprobs(ngx_http_llm_check_t *ck,
+    json_t *unused);
+static ngx_int_t ngx_http_llm_field_stop(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_logit_bias(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_tools(ngx_http_llm_check_t *ck,
+    json_t *tools);
+static ngx_int_t ngx_http_llm_field_response_format(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck,
+    json_t *j);
 static ngx_int_t ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
     ngx_http_llm_ctx_t *ctx, json_t *msgs);
 static ngx_int_t ngx_http_llm_parse_content(ngx_http_llm_check_t *ck,
@@ -244,6 +308,152 @@ ngx_http_llm_get_bool(ngx_http_llm_check_t *ck, json_t *root,
 
 
 /*
+ * The top-level fields of a request, checked in this order (the first
+ * bad one is the error reported).  Scalar fields (boolean, integer,
+ * decimal, string) are checked by one loop and land in
+ * ngx_http_llm_params_t at their offset, the default when absent;
+ * structured fields have their own functions.  routes: the routes a
+ * field belongs to (a field of the other route is ignored, like any
+ * unknown field).
+ */
+
+typedef enum {
+    NGX_HTTP_LLM_FIELD_BOOL = 0,
+    NGX_HTTP_LLM_FIELD_INT,
+    NGX_HTTP_LLM_FIELD_NUMBER,
+    NGX_HTTP_LLM_FIELD_STRING,   /* type checked only */
+    NGX_HTTP_LLM_FIELD_SPECIAL
+} ngx_http_llm_field_kind_e;
+
+
+typedef ngx_int_t (*ngx_http_llm_field_pt)(ngx_http_llm_check_t *ck,
+    json_t *j);
+
+typedef struct {
+    const char                 *name;
+    ngx_http_llm_field_kind_e   kind;
+    ngx_uint_t                  routes;
+    json_int_t                  imin;      /* INT */
+    json_int_t                  imax;
+    double                      dmin;      /* NUMBER */
+    double                      dmax;
+    double                      dflt;      /* when absent or null */
+    size_t                      offset;    /* in ngx_http_llm_params_t */
+    size_t                      present;   /* its flag there, 0: none */
+    ngx_http_llm_field_pt       handler;   /* SPECIAL; else a check after */
+} ngx_http_llm_field_t;
+
+
+#define NGX_HTTP_LLM_CHAT_ONLY   NGX_HTTP_LLM_ROUTE_CHAT
+#define NGX_HTTP_LLM_LEGACY      NGX_HTTP_LLM_ROUTE_COMPLETION
+#define NGX_HTTP_LLM_ANY         (NGX_HTTP_LLM_ROUTE_CHAT                    \
+                                  |NGX_HTTP_LLM_ROUTE_COMPLETION)
+
+#define ngx_http_llm_param(f)    offsetof(ngx_http_llm_params_t, f)
+
+#define ngx_http_llm_bool_field(name, routes, dflt, f)                        \
+    { name, NGX_HTTP_LLM_FIELD_BOOL, routes, 0, 0, 0, 0, dflt,               \
+      ngx_http_llm_param(f), 0, NULL }
+
+#define ngx_http_llm_int_field(name, routes, min, max, dflt, f)               \
+    { name, NGX_HTTP_LLM_FIELD_INT, routes, min, max, 0, 0, dflt,            \
+      ngx_http_llm_param(f), 0, NULL }
+
+#define ngx_http_llm_number_field(name, routes, min, max, dflt, f)            \
+    { name, NGX_HTTP_LLM_FIELD_NUMBER, routes, 0, 0, min, max, dflt,         \
+      ngx_http_llm_param(f), 0, NULL }
+
+#define ngx_http_llm_special_field(name, routes, handler)                     \
+    { name, NGX_HTTP_LLM_FIELD_SPECIAL, routes, 0, 0, 0, 0, 0, 0, 0,         \
+      handler }
+
+
+static ngx_http_llm_field_t  ngx_http_llm_fields[] = {
+
+    ngx_http_llm_special_field("model", NGX_HTTP_LLM_ANY,
+                               ngx_http_llm_field_model),
+    ngx_http_llm_special_field("messages", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_messages),
+    ngx_http_llm_special_field("prompt", NGX_HTTP_LLM_LEGACY,
+                               ngx_http_llm_field_prompt),
+    ngx_http_llm_special_field("suffix", NGX_HTTP_LLM_LEGACY,
+                               ngx_http_llm_field_suffix),
+    ngx_http_llm_bool_field("echo", NGX_HTTP_LLM_LEGACY, 0, echo),
+    ngx_http_llm_int_field("best_of", NGX_HTTP_LLM_LEGACY, 1, 1, 1, best_of),
+
+    ngx_http_llm_bool_field("stream", NGX_HTTP_LLM_ANY, 0, stream),
+    ngx_http_llm_special_field("stream_options", NGX_HTTP_LLM_ANY,
+                               ngx_http_llm_field_stream_options),
+
+    /* sampling */
+
+    ngx_http_llm_number_field("temperature", NGX_HTTP_LLM_ANY, 0, 2, 1,
+                              temperature),
+    ngx_http_llm_number_field("top_p", NGX_HTTP_LLM_ANY, 0, 1, 1, top_p),
+    ngx_http_llm_number_field("presence_penalty", NGX_HTTP_LLM_ANY, -2, 2, 0,
+                              presence_penalty),
+    ngx_http_llm_number_field("frequency_penalty", NGX_HTTP_LLM_ANY, -2, 2,
+                              0, frequency_penalty),
+
+    /* vendor extras with the same meaning as in llama.cpp and vLLM */
+
+    ngx_http_llm_int_field("top_k", NGX_HTTP_LLM_ANY, 0, 1000000, 0, top_k),
+    ngx_http_llm_number_field("min_p", NGX_HTTP_LLM_ANY, 0, 1, 0, min_p),
+    ngx_http_llm_number_field("repetition_penalty", NGX_HTTP_LLM_ANY, 0, 10,
+                              0, repetition_penalty),
+    ngx_http_llm_bool_field("ignore_eos", NGX_HTTP_LLM_ANY, 0, ignore_eos),
+
+    ngx_http_llm_int_field("n", NGX_HTTP_LLM_ANY, 1, NGX_HTTP_LLM_API_MAX_N,
+                           1, n),
+    ngx_http_llm_int_field("max_tokens", NGX_HTTP_LLM_CHAT_ONLY, 1,
+                           NGX_HTTP_LLM_MAX_TOKENS, 0, max_tokens),
+    ngx_http_llm_int_field("max_tokens", NGX_HTTP_LLM_LEGACY, 1,
+                           NGX_HTTP_LLM_MAX_TOKENS, 16, max_tokens),
+    ngx_http_llm_int_field("max_completion_tokens", NGX_HTTP_LLM_CHAT_ONLY,
+                           1, NGX_HTTP_LLM_MAX_TOKENS, 0,
+                           max_completion_tokens),
+
+    { "seed", NGX_HTTP_LLM_FIELD_INT, NGX_HTTP_LLM_ANY, INT64_MIN, INT64_MAX,
+      0, 0, 0, ngx_http_llm_param(seed), ngx_http_llm_param(has_seed),
+      NULL },
+
+    /* logprobs: a flag and a count in chat, a count in completions */
+
+    ngx_http_llm_bool_field("logprobs", NGX_HTTP_LLM_CHAT_ONLY, 0, logprobs),
+
+    { "top_logprobs", NGX_HTTP_LLM_FIELD_INT, NGX_HTTP_LLM_CHAT_ONLY, 0,
+      NGX_HTTP_LLM_API_MAX_TOP_LOGPROBS, 0, 0, -1,
+      ngx_http_llm_param(top_logprobs), 0, ngx_http_llm_check_top_logprobs },
+
+    ngx_http_llm_int_field("logprobs", NGX_HTTP_LLM_LEGACY, 0,
+                           NGX_HTTP_LLM_API_MAX_LOGPROBS, -1,
+                           completion_logprobs),
+
+    ngx_http_llm_special_field("stop", NGX_HTTP_LLM_ANY,
+                               ngx_http_llm_field_stop),
+    ngx_http_llm_special_field("logit_bias", NGX_HTTP_LLM_ANY,
+                               ngx_http_llm_field_logit_bias),
+
+    { "user", NGX_HTTP_LLM_FIELD_STRING, NGX_HTTP_LLM_ANY, 0, 0, 0, 0, 0, 0,
+      0, NULL },
+
+    /* tools (with tool_choice), parallel_tool_calls, structured output */
+
+    ngx_http_llm_special_field("tools", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_tools),
+    ngx_http_llm_bool_field("parallel_tool_calls", NGX_HTTP_LLM_CHAT_ONLY, 1,
+                            parallel_tool_calls),
+    ngx_http_llm_special_field("response_format", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_response_format),
+    ngx_http_llm_special_field("chat_template_kwargs",
+                               NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_template_kwargs),
+
+    { NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL }
+};
+
+
+/*
  * Parses and validates the body of a chat or legacy completion request
  * into ctx (the GenerateRequest in ctx->gen, the response options).
  * NGX_OK; NGX_DECLINED with err filled (400); NGX_ERROR on no memory.
@@ -253,22 +463,21 @@ ngx_int_t
 ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     u_char *body, size_t len, ngx_http_llm_error_t *err)
 {
-    u_char                 *p;
-    json_t                 *root, *j, *opts;
-    double                  d;
+    json_t                 *root;
     ngx_int_t               rc;
-    ngx_uint_t              i, present, flag, chat;
-    json_int_t              v;
+    ngx_uint_t              i;
     json_error_t            jerr;
     ngx_pool_cleanup_t     *cln;
-    Llm__Sampling          *s;
-    Llm__GenerateRequest   *gen;
     ngx_http_llm_check_t    ck;
+    ngx_http_llm_params_t   params;
+
+    ngx_memzero(&params, sizeof(ngx_http_llm_params_t));
 
     ck.request = r;
     ck.err = err;
-
-    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+    ck.ctx = ctx;
+    ck.root = NULL;
+    ck.params = &params;
 
     root = json_loadb((const char *) body, len, 0, &jerr);
     if (root == NULL) {
@@ -287,6 +496,7 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     cln->handler = ngx_http_llm_json_cleanup;
     cln->data = root;
+    ck.root = root;
 
     if (!json_is_object(root)) {
         return ngx_http_llm_bad(&ck, NULL, NULL,
@@ -294,461 +504,16 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                                 "not %s.", ngx_http_llm_type_name(root));
     }
 
-    gen = ngx_palloc(r->pool, sizeof(Llm__GenerateRequest));
-    s = ngx_palloc(r->pool, sizeof(Llm__Sampling));
-    if (gen == NULL || s == NULL) {
+    if (ngx_http_llm_new_request(&ck) != NGX_OK) {
         return NGX_ERROR;
     }
 
-    llm__generate_request__init(gen);
-    llm__sampling__init(s);
-    gen->sampling = s;
-    ctx->gen = gen;
-
-    /* the response id */
-
-    p = ngx_cpymem(ctx->id, chat ? "chatcmpl-" : "cmpl-",
-                   chat ? sizeof("chatcmpl-") - 1 : sizeof("cmpl-") - 1);
-    for (i = 0; i < 24; i++) {
-        *p++ = ngx_http_llm_alnum[ngx_random() % 62];
-    }
-    *p = '\0';
-    ctx->id_len = p - ctx->id;
-    gen->request_id = (char *) ctx->id;
-
-    if (ctx->key) {
-        gen->key_id = ngx_http_llm_pstrdup(r->pool,
-                                           (char *) ctx->key->name.data,
-                                           ctx->key->name.len);
-        if (gen->key_id == NULL) {
-            return NGX_ERROR;
-        }
-    }
-
-    /* model */
-
-    j = json_object_get(root, "model");
-    if (j == NULL || json_is_null(j)) {
-        return ngx_http_llm_bad(&ck, "missing_required_parameter", "model",
-                                "you must provide a model parameter");
-    }
-
-    if (!json_is_string(j)) {
-        return ngx_http_llm_bad_type(&ck, "model", "a string", j);
-    }
-
-    if (json_string_length(j) == 0) {
-        return ngx_http_llm_bad(&ck, "missing_required_parameter", "model",
-                                "you must provide a model parameter");
-    }
-
-    ctx->requested.data = (u_char *) json_string_value(j);
-    ctx->requested.len = json_string_length(j);
-    gen->model = (char *) ctx->requested.data;
-
-    /* messages or prompt */
-
-    if (chat) {
-        j = json_object_get(root, "messages");
-        if (j == NULL) {
-            return ngx_http_llm_bad(&ck, "missing_required_parameter",
-                                    "messages", "Missing required parameter: "
-                                    "'messages'.");
-        }
-
-        rc = ngx_http_llm_parse_messages(&ck, ctx, j);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-    } else {
-        gen->is_completion = 1;
-
-        j = json_object_get(root, "prompt");
-        if (j == NULL || json_is_null(j)) {
-            return ngx_http_llm_bad(&ck, "missing_required_parameter",
-                                    "prompt", "Missing required parameter: "
-                                    "'prompt'.");
-        }
-
-        if (json_is_array(j)) {
-            if (json_array_size(j) != 1) {
-                return ngx_http_llm_bad(&ck, "unsupported_value", "prompt",
-                                        "Only one prompt per request is "
-                                        "supported; got an array of %uz.",
-                                        json_array_size(j));
-            }
-
-            j = json_array_get(j, 0);
-
-            if (!json_is_string(j)) {
-                return ngx_http_llm_bad(&ck, "unsupported_value", "prompt",
-                                        "Invalid 'prompt[0]': only text "
-                                        "prompts are supported, not %s.",
-                                        ngx_http_llm_type_name(j));
-            }
-        }
-
-        if (!json_is_string(j)) {
-            return ngx_http_llm_bad_type(&ck, "prompt", "a string", j);
-        }
-
-        gen->prompt = (char *) json_string_value(j);
-
-        j = json_object_get(root, "suffix");
-        if (j && !json_is_null(j)) {
-            return ngx_http_llm_bad(&ck, "unsupported_parameter", "suffix",
-                                    "Unsupported parameter: 'suffix' is not "
-                                    "supported by this server.");
-        }
-
-        rc = ngx_http_llm_get_bool(&ck, root, "echo", &flag, &present);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        gen->echo = present && flag;
-        ctx->echo = gen->echo;
-
-        rc = ngx_http_llm_get_int(&ck, root, "best_of", 1, 1, &v, &present);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-    }
-
-    /* stream, stream_options */
-
-    rc = ngx_http_llm_get_bool(&ck, root, "stream", &flag, &present);
+    rc = ngx_http_llm_walk_fields(&ck, root);
     if (rc != NGX_OK) {
         return rc;
     }
 
-    ctx->stream = present && flag;
-    gen->stream = ctx->stream;
-
-    opts = json_object_get(root, "stream_options");
-    if (opts && !json_is_null(opts)) {
-        if (!ctx->stream) {
-            return ngx_http_llm_bad(&ck, "invalid_value", "stream_options",
-                                    "The 'stream_options' parameter is only "
-                                    "allowed when 'stream' is enabled.");
-        }
-
-        if (!json_is_object(opts)) {
-            return ngx_http_llm_bad_type(&ck, "stream_options", "an object",
-                                         opts);
-        }
-
-        j = json_object_get(opts, "include_usage");
-        if (j && !json_is_null(j)) {
-            if (!json_is_boolean(j)) {
-                return ngx_http_llm_bad_type(&ck,
-                                             "stream_options.include_usage",
-                                             "a boolean", j);
-            }
-
-            ctx->include_usage = json_is_true(j);
-        }
-    }
-
-    /* sampling */
-
-    s->temperature = 1.0f;
-
-    rc = ngx_http_llm_get_number(&ck, root, "temperature", 0, 2, &d,
-                                 &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    if (present) {
-        s->temperature = (float) d;
-    }
-
-    rc = ngx_http_llm_get_number(&ck, root, "top_p", 0, 1, &d, &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    s->top_p = present ? (float) d : 1.0f;
-
-    rc = ngx_http_llm_get_number(&ck, root, "presence_penalty", -2, 2, &d,
-                                 &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    s->presence_penalty = present ? (float) d : 0;
-
-    rc = ngx_http_llm_get_number(&ck, root, "frequency_penalty", -2, 2, &d,
-                                 &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    s->frequency_penalty = present ? (float) d : 0;
-
-    /* vendor extras with the same meaning as in llama.cpp and vLLM */
-
-    rc = ngx_http_llm_get_int(&ck, root, "top_k", 0, 1000000, &v, &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    s->top_k = present ? (int32_t) v : 0;
-
-    rc = ngx_http_llm_get_number(&ck, root, "min_p", 0, 1, &d, &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    s->min_p = present ? (float) d : 0;
-
-    rc = ngx_http_llm_get_number(&ck, root, "repetition_penalty", 0, 10, &d,
-                                 &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    s->repetition_penalty = present ? (float) d : 0;
-
-    rc = ngx_http_llm_get_bool(&ck, root, "ignore_eos", &flag, &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    s->ignore_eos = present && flag;
-
-    rc = ngx_http_llm_get_int(&ck, root, "n", 1, NGX_HTTP_LLM_MAX_N, &v,
-                              &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    ctx->n = present ? (ngx_uint_t) v : 1;
-    s->n = ctx->n;
-
-    rc = ngx_http_llm_get_int(&ck, root, "max_tokens", 1, 1 << 24, &v,
-                              &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    ctx->max_tokens = present ? (ngx_uint_t) v : (chat ? 0 : 16);
-
-    if (chat) {
-        rc = ngx_http_llm_get_int(&ck, root, "max_completion_tokens", 1,
-                                  1 << 24, &v, &present);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        if (present) {
-            ctx->max_tokens = (ngx_uint_t) v;
-        }
-    }
-
-    s->max_tokens = (uint32_t) ctx->max_tokens;
-
-    rc = ngx_http_llm_get_int(&ck, root, "seed", INT64_MIN, INT64_MAX, &v,
-                              &present);
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    if (present) {
-        s->has_seed = 1;
-        s->seed = (uint64_t) v;
-    }
-
-    /* logprobs */
-
-    if (chat) {
-        rc = ngx_http_llm_get_bool(&ck, root, "logprobs", &flag, &present);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        ctx->logprobs = present && flag;
-        s->logprobs = ctx->logprobs;
-
-        rc = ngx_http_llm_get_int(&ck, root, "top_logprobs", 0, 20, &v,
-                                  &present);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        if (present) {
-            if (!ctx->logprobs) {
-                return ngx_http_llm_bad(&ck, "invalid_value", "top_logprobs",
-                                        "Invalid value for 'top_logprobs': "
-                                        "'logprobs' must be set to true to "
-                                        "use it.");
-            }
-
-            s->top_logprobs = (uint32_t) v;
-        }
-
-    } else {
-        rc = ngx_http_llm_get_int(&ck, root, "logprobs", 0, 5, &v, &present);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        if (present) {
-            ctx->completion_logprobs = (ngx_int_t) v;
-            s->logprobs = 1;
-            s->top_logprobs = (uint32_t) v;
-        }
-    }
-
-    /* stop, logit_bias, user */
-
-    rc = ngx_http_llm_parse_stop(&ck, s, json_object_get(root, "stop"));
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    rc = ngx_http_llm_parse_logit_bias(&ck, s,
-                                       json_object_get(root, "logit_bias"));
-    if (rc != NGX_OK) {
-        return rc;
-    }
-
-    j = json_object_get(root, "user");
-    if (j && !json_is_null(j) && !json_is_string(j)) {
-        return ngx_http_llm_bad_type(&ck, "user", "a string", j);
-    }
-
-    if (chat) {
-
-        /* tools, tool_choice, parallel_tool_calls */
-
-        rc = ngx_http_llm_parse_tools(&ck, root);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        j = json_object_get(root, "tools");
-        if (j && json_array_size(j)) {
-            gen->tools_json = ngx_http_llm_dump(r->pool, j);
-            if (gen->tools_json == NULL) {
-                return NGX_ERROR;
-            }
-        }
-
-        j = json_object_get(root, "tool_choice");
-        if (j && !json_is_null(j)) {
-            if (json_is_string(j)) {
-                gen->tool_choice_json = (char *) json_string_value(j);
-
-            } else {
-                gen->tool_choice_json = ngx_http_llm_dump(r->pool, j);
-                if (gen->tool_choice_json == NULL) {
-                    return NGX_ERROR;
-                }
-            }
-        }
-
-        gen->parallel_tool_calls = 1;
-
-        rc = ngx_http_llm_get_bool(&ck, root, "parallel_tool_calls", &flag,
-                                   &present);
-        if (rc != NGX_OK) {
-            return rc;
-        }
-
-        if (present) {
-            gen->parallel_tool_calls = flag;
-        }
-
-        /* response_format */
-
-        j = json_object_get(root, "response_format");
-        if (j && !json_is_null(j)) {
-            json_t      *t, *js;
-            const char  *type;
-
-            if (!json_is_object(j)) {
-                return ngx_http_llm_bad_type(&ck, "response_format",
-                                             "an object", j);
-            }
-
-            t = json_object_get(j, "type");
-            if (t == NULL) {
-                return ngx_http_llm_bad(&ck, "missing_required_parameter",
-                                        "response_format.type",
-                                        "Missing required parameter: "
-                                        "'response_format.type'.");
-            }
-
-            if (!json_is_string(t)) {
-                return ngx_http_llm_bad_type(&ck, "response_format.type",
-                                             "a string", t);
-            }
-
-            type = json_string_value(t);
-
-            if (ngx_strcmp(type, "json_schema") == 0) {
-                js = json_object_get(j, "json_schema");
-
-                if (js == NULL || !json_is_object(js)) {
-                    return ngx_http_llm_bad(&ck, js ? "invalid_type"
-                                            : "missing_required_parameter",
-                                            "response_format.json_schema",
-                                            "Invalid 'response_format."
-                                            "json_schema': expected an "
-                                            "object with 'name' and "
-                                            "'schema'.");
-                }
-
-                t = json_object_get(js, "name");
-                if (t == NULL || !json_is_string(t)) {
-                    return ngx_http_llm_bad(&ck, "missing_required_parameter",
-                                            "response_format.json_schema.name",
-                                            "Missing required parameter: "
-                                            "'response_format.json_schema."
-                                            "name'.");
-                }
-
-                t = json_object_get(js, "schema");
-                if (t && !json_is_object(t)) {
-                    return ngx_http_llm_bad_type(&ck,
-                                      "response_format.json_schema.schema",
-                                      "an object", t);
-                }
-
-            } else if (ngx_strcmp(type, "json_object") != 0
-                       && ngx_strcmp(type, "text") != 0)
-            {
-                return ngx_http_llm_bad(&ck, "invalid_value",
-                                        "response_format.type",
-                                        "Invalid value: '%s'. Supported "
-                                        "values are: 'text', 'json_object' "
-                                        "and 'json_schema'.", type);
-            }
-
-            if (ngx_strcmp(type, "text") != 0) {
-                gen->response_format_json = ngx_http_llm_dump(r->pool, j);
-                if (gen->response_format_json == NULL) {
-                    return NGX_ERROR;
-                }
-            }
-        }
-
-        j = json_object_get(root, "chat_template_kwargs");
-        if (j && !json_is_null(j)) {
-            if (!json_is_object(j)) {
-                return ngx_http_llm_bad_type(&ck, "chat_template_kwargs",
-                                             "an object", j);
-            }
-
-            gen->chat_template_kwargs_json = ngx_http_llm_dump(r->pool, j);
-            if (gen->chat_template_kwargs_json == NULL) {
-                return NGX_ERROR;
-            }
-        }
-    }
+    ngx_http_llm_apply_params(ctx, &params);
 
     /* per-choice state */
 
@@ -774,6 +539,482 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
      */
 
     ctx->prompt_est = len / 4;
+
+    return NGX_OK;
+}
+
+
+/* The GenerateRequest with its Sampling, the response id, the key. */
+
+static ngx_int_t
+ngx_http_llm_new_request(ngx_http_llm_check_t *ck)
+{
+    u_char                *p;
+    ngx_uint_t             i, chat;
+    Llm__Sampling         *s;
+    ngx_http_request_t    *r;
+    ngx_http_llm_ctx_t    *ctx;
+    Llm__GenerateRequest  *gen;
+
+    r = ck->request;
+    ctx = ck->ctx;
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    gen = ngx_palloc(r->pool, sizeof(Llm__GenerateRequest));
+    s = ngx_palloc(r->pool, sizeof(Llm__Sampling));
+    if (gen == NULL || s == NULL) {
+        return NGX_ERROR;
+    }
+
+    llm__generate_request__init(gen);
+    llm__sampling__init(s);
+    gen->sampling = s;
+    gen->is_completion = !chat;
+    ctx->gen = gen;
+
+    p = ngx_cpymem(ctx->id, chat ? "chatcmpl-" : "cmpl-",
+                   chat ? sizeof("chatcmpl-") - 1 : sizeof("cmpl-") - 1);
+    for (i = 0; i < 24; i++) {
+        *p++ = ngx_http_llm_alnum[ngx_random() % 62];
+    }
+    *p = '\0';
+    ctx->id_len = p - ctx->id;
+    gen->request_id = (char *) ctx->id;
+
+    if (ctx->key) {
+        gen->key_id = ngx_http_llm_pstrdup(r->pool,
+                                           (char *) ctx->key->name.data,
+                                           ctx->key->name.len);
+        if (gen->key_id == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* Checks the fields of ngx_http_llm_fields[] in their order. */
+
+static ngx_int_t
+ngx_http_llm_walk_fields(ngx_http_llm_check_t *ck, json_t *root)
+{
+    u_char                *base;
+    double                 d;
+    json_t                *j;
+    ngx_int_t              rc;
+    ngx_uint_t             flag, present;
+    json_int_t             v;
+    ngx_http_llm_field_t  *f;
+
+    base = (u_char *) ck->params;
+
+    for (f = ngx_http_llm_fields; f->name; f++) {
+
+        if (!(f->routes & ck->ctx->route)) {
+            continue;
+        }
+
+        present = 0;
+
+        switch (f->kind) {
+
+        case NGX_HTTP_LLM_FIELD_BOOL:
+            rc = ngx_http_llm_get_bool(ck, root, f->name, &flag, &present);
+            *(ngx_uint_t *) (base + f->offset) = present ? flag
+                                                 : (ngx_uint_t) f->dflt;
+            break;
+
+        case NGX_HTTP_LLM_FIELD_INT:
+            rc = ngx_http_llm_get_int(ck, root, f->name, f->imin, f->imax,
+                                      &v, &present);
+            *(json_int_t *) (base + f->offset) = present ? v
+                                                 : (json_int_t) f->dflt;
+            break;
+
+        case NGX_HTTP_LLM_FIELD_NUMBER:
+            rc = ngx_http_llm_get_number(ck, root, f->name, f->dmin, f->dmax,
+                                         &d, &present);
+            *(double *) (base + f->offset) = present ? d : f->dflt;
+            break;
+
+        case NGX_HTTP_LLM_FIELD_STRING:
+            j = json_object_get(root, f->name);
+            rc = (j && !json_is_null(j) && !json_is_string(j))
+                 ? ngx_http_llm_bad_type(ck, f->name, "a string", j)
+                 : NGX_OK;
+            break;
+
+        default: /* NGX_HTTP_LLM_FIELD_SPECIAL */
+            rc = f->handler(ck, json_object_get(root, f->name));
+            break;
+        }
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        if (present && f->present) {
+            *(ngx_uint_t *) (base + f->present) = 1;
+        }
+
+        if (present && f->kind != NGX_HTTP_LLM_FIELD_SPECIAL && f->handler) {
+            rc = f->handler(ck, NULL);
+            if (rc != NGX_OK) {
+                return rc;
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* The checked scalar fields into the GenerateRequest and ctx. */
+
+static void
+ngx_http_llm_apply_params(ngx_http_llm_ctx_t *ctx, ngx_http_llm_params_t *p)
+{
+    Llm__Sampling         *s;
+    Llm__GenerateRequest  *gen;
+
+    gen = ctx->gen;
+    s = gen->sampling;
+
+    gen->echo = p->echo;
+    ctx->echo = p->echo;
+    ctx->stream = p->stream;
+    gen->stream = p->stream;
+
+    s->temperature = (float) p->temperature;
+    s->top_p = (float) p->top_p;
+    s->presence_penalty = (float) p->presence_penalty;
+    s->frequency_penalty = (float) p->frequency_penalty;
+    s->top_k = (int32_t) p->top_k;
+    s->min_p = (float) p->min_p;
+    s->repetition_penalty = (float) p->repetition_penalty;
+    s->ignore_eos = p->ignore_eos;
+
+    ctx->n = (ngx_uint_t) p->n;
+    s->n = ctx->n;
+
+    ctx->max_tokens = (ngx_uint_t) (p->max_completion_tokens
+                                    ? p->max_completion_tokens
+                                    : p->max_tokens);
+    s->max_tokens = (uint32_t) ctx->max_tokens;
+
+    if (p->has_seed) {
+        s->has_seed = 1;
+        s->seed = (uint64_t) p->seed;
+    }
+
+    if (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT) {
+        ctx->logprobs = p->logprobs;
+        s->logprobs = ctx->logprobs;
+
+        if (p->top_logprobs >= 0) {
+            s->top_logprobs = (uint32_t) p->top_logprobs;
+        }
+
+        gen->parallel_tool_calls = p->parallel_tool_calls;
+
+    } else if (p->completion_logprobs >= 0) {
+        ctx->completion_logprobs = (ngx_int_t) p->completion_logprobs;
+        s->logprobs = 1;
+        s->top_logprobs = (uint32_t) p->completion_logprobs;
+    }
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_model(ngx_http_llm_check_t *ck, json_t *j)
+{
+    ngx_http_llm_ctx_t  *ctx;
+
+    ctx = ck->ctx;
+
+    if (j == NULL || json_is_null(j)) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter", "model",
+                                "you must provide a model parameter");
+    }
+
+    if (!json_is_string(j)) {
+        return ngx_http_llm_bad_type(ck, "model", "a string", j);
+    }
+
+    if (json_string_length(j) == 0) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter", "model",
+                                "you must provide a model parameter");
+    }
+
+    ctx->requested.data = (u_char *) json_string_value(j);
+    ctx->requested.len = json_string_length(j);
+    ctx->gen->model = (char *) ctx->requested.data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_messages(ngx_http_llm_check_t *ck, json_t *j)
+{
+    if (j == NULL) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                "messages", "Missing required parameter: "
+                                "'messages'.");
+    }
+
+    return ngx_http_llm_parse_messages(ck, ck->ctx, j);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck, json_t *j)
+{
+    if (j == NULL || json_is_null(j)) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                "prompt", "Missing required parameter: "
+                                "'prompt'.");
+    }
+
+    if (json_is_array(j)) {
+        if (json_array_size(j) != 1) {
+            return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
+                                    "Only one prompt per request is "
+                                    "supported; got an array of %uz.",
+                                    json_array_size(j));
+        }
+
+        j = json_array_get(j, 0);
+
+        if (!json_is_string(j)) {
+            return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
+                                    "Invalid 'prompt[0]': only text "
+                                    "prompts are supported, not %s.",
+                                    ngx_http_llm_type_name(j));
+        }
+    }
+
+    if (!json_is_string(j)) {
+        return ngx_http_llm_bad_type(ck, "prompt", "a string", j);
+    }
+
+    ck->ctx->gen->prompt = (char *) json_string_value(j);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_suffix(ngx_http_llm_check_t *ck, json_t *j)
+{
+    if (j && !json_is_null(j)) {
+        return ngx_http_llm_bad(ck, "unsupported_parameter", "suffix",
+                                "Unsupported parameter: 'suffix' is not "
+                                "supported by this server.");
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_stream_options(ngx_http_llm_check_t *ck, json_t *opts)
+{
+    json_t  *j;
+
+    if (opts == NULL || json_is_null(opts)) {
+        return NGX_OK;
+    }
+
+    if (!ck->params->stream) {
+        return ngx_http_llm_bad(ck, "invalid_value", "stream_options",
+                                "The 'stream_options' parameter is only "
+                                "allowed when 'stream' is enabled.");
+    }
+
+    if (!json_is_object(opts)) {
+        return ngx_http_llm_bad_type(ck, "stream_options", "an object",
+                                     opts);
+    }
+
+    j = json_object_get(opts, "include_usage");
+    if (j && !json_is_null(j)) {
+        if (!json_is_boolean(j)) {
+            return ngx_http_llm_bad_type(ck, "stream_options.include_usage",
+                                         "a boolean", j);
+        }
+
+        ck->ctx->include_usage = json_is_true(j);
+    }
+
+    return NGX_OK;
+}
+
+
+/* After a top_logprobs that is present: chat needs logprobs with it. */
+
+static ngx_int_t
+ngx_http_llm_check_top_logprobs(ngx_http_llm_check_t *ck, json_t *unused)
+{
+    if (!ck->params->logprobs) {
+        return ngx_http_llm_bad(ck, "invalid_value", "top_logprobs",
+                                "Invalid value for 'top_logprobs': "
+                                "'logprobs' must be set to true to use it.");
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_stop(ngx_http_llm_check_t *ck, json_t *j)
+{
+    return ngx_http_llm_parse_stop(ck, ck->ctx->gen->sampling, j);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_logit_bias(ngx_http_llm_check_t *ck, json_t *j)
+{
+    return ngx_http_llm_parse_logit_bias(ck, ck->ctx->gen->sampling, j);
+}
+
+
+/* tools and tool_choice, checked, then passed on as JSON text. */
+
+static ngx_int_t
+ngx_http_llm_field_tools(ngx_http_llm_check_t *ck, json_t *tools)
+{
+    json_t                *j;
+    ngx_int_t              rc;
+    Llm__GenerateRequest  *gen;
+
+    gen = ck->ctx->gen;
+
+    rc = ngx_http_llm_parse_tools(ck, ck->root);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (tools && json_array_size(tools)) {
+        gen->tools_json = ngx_http_llm_dump(ck->request->pool, tools);
+        if (gen->tools_json == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    j = json_object_get(ck->root, "tool_choice");
+    if (j && !json_is_null(j)) {
+        if (json_is_string(j)) {
+            gen->tool_choice_json = (char *) json_string_value(j);
+
+        } else {
+            gen->tool_choice_json = ngx_http_llm_dump(ck->request->pool, j);
+            if (gen->tool_choice_json == NULL) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_response_format(ngx_http_llm_check_t *ck, json_t *j)
+{
+    json_t      *t, *js;
+    const char  *type;
+
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(j)) {
+        return ngx_http_llm_bad_type(ck, "response_format", "an object", j);
+    }
+
+    t = json_object_get(j, "type");
+    if (t == NULL) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                "response_format.type",
+                                "Missing required parameter: "
+                                "'response_format.type'.");
+    }
+
+    if (!json_is_string(t)) {
+        return ngx_http_llm_bad_type(ck, "response_format.type", "a string",
+                                     t);
+    }
+
+    type = json_string_value(t);
+
+    if (ngx_strcmp(type, "json_schema") == 0) {
+        js = json_object_get(j, "json_schema");
+
+        if (js == NULL || !json_is_object(js)) {
+            return ngx_http_llm_bad(ck, js ? "invalid_type"
+                                    : "missing_required_parameter",
+                                    "response_format.json_schema",
+                                    "Invalid 'response_format.json_schema': "
+                                    "expected an object with 'name' and "
+                                    "'schema'.");
+        }
+
+        t = json_object_get(js, "name");
+        if (t == NULL || !json_is_string(t)) {
+            return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                    "response_format.json_schema.name",
+                                    "Missing required parameter: "
+                                    "'response_format.json_schema.name'.");
+        }
+
+        t = json_object_get(js, "schema");
+        if (t && !json_is_object(t)) {
+            return ngx_http_llm_bad_type(ck,
+                                         "response_format.json_schema.schema",
+                                         "an object", t);
+        }
+
+    } else if (ngx_strcmp(type, "json_object") != 0
+               && ngx_strcmp(type, "text") != 0)
+    {
+        return ngx_http_llm_bad(ck, "invalid_value", "response_format.type",
+                                "Invalid value: '%s'. Supported values are: "
+                                "'text', 'json_object' and 'json_schema'.",
+                                type);
+    }
+
+    if (ngx_strcmp(type, "text") != 0) {
+        ck->ctx->gen->response_format_json =
+                                    ngx_http_llm_dump(ck->request->pool, j);
+        if (ck->ctx->gen->response_format_json == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck, json_t *j)
+{
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(j)) {
+        return ngx_http_llm_bad_type(ck, "chat_template_kwargs", "an object",
+                                     j);
+    }
+
+    ck->ctx->gen->chat_template_kwargs_json =
+                                    ngx_http_llm_dump(ck->request->pool, j);
+    if (ck->ctx->gen->chat_template_kwargs_json == NULL) {
+        return NGX_ERROR;
+    }
 
     return NGX_OK;
 }
@@ -1404,11 +1645,12 @@ ngx_http_llm_parse_stop(ngx_http_llm_check_t *ck, Llm__Sampling *s,
 
     n = json_array_size(stop);
 
-    if (n > NGX_HTTP_LLM_MAX_STOP) {
+    if (n > NGX_HTTP_LLM_API_MAX_STOP) {
         return ngx_http_llm_bad(ck, "array_above_max_length", "stop",
                                 "Invalid 'stop': array too long. Expected an "
-                                "array with maximum length 4, but got an "
-                                "array with length %ui instead.", n);
+                                "array with maximum length %ui, but got an "
+                                "array with length %ui instead.",
+                                (ngx_uint_t) NGX_HTTP_LLM_API_MAX_STOP, n);
     }
 
     s->stop = ngx_palloc(ck->request->pool, (n + 1) * sizeof(char *));

@@ -16,7 +16,19 @@
 
 static size_t ngx_http_llm_head_len(ngx_http_llm_ctx_t *ctx);
 static u_char *ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p);
+static size_t ngx_http_llm_tail_len(ngx_http_llm_ctx_t *ctx);
 static u_char *ngx_http_llm_tail(ngx_http_llm_ctx_t *ctx, u_char *p);
+static ngx_int_t ngx_http_llm_sse_put(ngx_http_request_t *r,
+    ngx_chain_t ***ll, ngx_chain_t *cl, u_char *p, size_t size,
+    ngx_uint_t flush);
+static char *ngx_http_llm_sse_logprobs(ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_choice_t *ch, Llm__Delta *d, ngx_int_t *rc);
+static ngx_int_t ngx_http_llm_sse_delta(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Delta *d, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_llm_sse_tool_call(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__ToolCallDelta *t, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_llm_sse_done(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Done *done, ngx_chain_t ***ll);
 static ngx_int_t ngx_http_llm_sse_usage(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_chain_t ***ll);
 static ngx_int_t ngx_http_llm_sse_error(ngx_http_request_t *r,
@@ -102,17 +114,31 @@ ngx_http_llm_sse_raw(ngx_http_request_t *r, ngx_chain_t ***ll, u_char *data,
 }
 
 
-/* The fixed start of a chunk: data: {"id":...,"choices":[ */
+/*
+ * The fixed start of a chunk, data: {"id":...,"choices":[ and its
+ * length: exact once written (it is kept), else an upper bound (the
+ * "created" digits).
+ */
 
 static size_t
 ngx_http_llm_head_len(ngx_http_llm_ctx_t *ctx)
 {
-    return sizeof("data: {\"id\":\"\",\"object\":\"chat.completion.chunk\","
-                  "\"created\":,\"model\":\"\",\"system_fingerprint\":,"
-                  "\"choices\":[") + ctx->id_len + NGX_TIME_T_LEN
+    if (ctx->head.len) {
+        return ctx->head.len;
+    }
+
+    return ngx_http_llm_len("data: {\"id\":\"\",\"object\":\"\",\"created\":,"
+                            "\"model\":\"\",\"system_fingerprint\":,"
+                            "\"choices\":[")
+           + ctx->id_len
+           + (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
+              ? ngx_http_llm_len("chat.completion.chunk")
+              : ngx_http_llm_len("text_completion"))
+           + NGX_TIME_T_LEN
            + ngx_http_llm_json_escape_len(ctx->model_name.data,
                                           ctx->model_name.len)
-           + ctx->fingerprint.len + 8;
+           + (ctx->fingerprint.len ? ctx->fingerprint.len + 2
+                                   : ngx_http_llm_len("null"));
 }
 
 
@@ -142,8 +168,8 @@ ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p)
 
     } else {
         p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
-                       sizeof("\",\"system_fingerprint\":null,\"choices\":[")
-                       - 1);
+                       ngx_http_llm_len("\",\"system_fingerprint\":null,"
+                                        "\"choices\":["));
     }
 
     /* the same for every chunk of the stream: keep it */
@@ -159,15 +185,52 @@ ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p)
 }
 
 
+/* The end of a chunk: ]} (and "usage":null when the usage chunk comes). */
+
+static size_t
+ngx_http_llm_tail_len(ngx_http_llm_ctx_t *ctx)
+{
+    return ctx->include_usage ? ngx_http_llm_len("],\"usage\":null}\n\n")
+                              : ngx_http_llm_len("]}\n\n");
+}
+
+
 static u_char *
 ngx_http_llm_tail(ngx_http_llm_ctx_t *ctx, u_char *p)
 {
     if (ctx->include_usage) {
         return ngx_cpymem(p, "],\"usage\":null}\n\n",
-                          sizeof("],\"usage\":null}\n\n") - 1);
+                          ngx_http_llm_len("],\"usage\":null}\n\n"));
     }
 
-    return ngx_cpymem(p, "]}\n\n", sizeof("]}\n\n") - 1);
+    return ngx_cpymem(p, "]}\n\n", ngx_http_llm_len("]}\n\n"));
+}
+
+
+/*
+ * Appends the chunk cl, written up to p, to *ll.  Its size was computed
+ * from its parts before writing: more is a bug in that computation, kept
+ * from reaching the client.
+ */
+
+static ngx_int_t
+ngx_http_llm_sse_put(ngx_http_request_t *r, ngx_chain_t ***ll,
+    ngx_chain_t *cl, u_char *p, size_t size, ngx_uint_t flush)
+{
+    if ((size_t) (p - cl->buf->last) > size) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "llm: an SSE chunk of %uz bytes overran its size %uz",
+                      (size_t) (p - cl->buf->last), size);
+        return NGX_ERROR;
+    }
+
+    cl->buf->last = p;
+    cl->buf->flush = flush;
+
+    **ll = cl;
+    *ll = &cl->next;
+
+    return NGX_OK;
 }
 
 
@@ -183,22 +246,6 @@ ngx_int_t
 ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Event *ev, ngx_chain_t ***ll)
 {
-    u_char                   *p;
-    char                     *lp;
-    size_t                    size, lplen;
-    json_t                   *lj;
-    ngx_uint_t                i, chat, flush;
-    ngx_chain_t              *cl;
-    Llm__Delta               *d;
-    Llm__ToolCallDelta       *t;
-    Llm__ChoiceEnd           *ce;
-    ngx_http_llm_choice_t    *ch;
-    ngx_http_llm_loc_conf_t  *llcf;
-
-    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
-    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
-    flush = (llcf->sse_flush_interval == 0);
-
     if (ev == NULL) {
         return ngx_http_llm_sse_error(r, ctx, NULL, ll);
     }
@@ -206,236 +253,13 @@ ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     switch (ev->kind_case) {
 
     case LLM__EVENT__KIND_DELTA:
-        d = ev->delta;
-
-        ch = ngx_http_llm_choice(ctx, d->index);
-        if (ch == NULL) {
-            return NGX_OK;
-        }
-
-        lp = NULL;
-        lplen = 0;
-
-        if (d->n_logprobs && (ctx->logprobs || ctx->completion_logprobs >= 0))
-        {
-            if (chat) {
-                lj = ngx_http_llm_chat_logprobs(d);
-
-            } else {
-                ch->logprobs = NULL;
-                if (ngx_http_llm_completion_logprobs(ctx, ch, d) != NGX_OK) {
-                    return NGX_ERROR;
-                }
-                lj = ch->logprobs;
-                ch->logprobs = NULL;
-            }
-
-            if (lj) {
-                lp = json_dumps(lj, JSON_COMPACT);
-                json_decref(lj);
-                lplen = lp ? ngx_strlen(lp) : 0;
-            }
-        }
-
-        size = ngx_http_llm_head_len(ctx) + 160 + lplen
-               + ngx_http_llm_json_escape_len((u_char *) d->text,
-                                              ngx_strlen(d->text))
-               + ngx_http_llm_json_escape_len((u_char *) d->reasoning,
-                                              ngx_strlen(d->reasoning));
-
-        cl = ngx_http_llm_chain_buf(r, size);
-        if (cl == NULL) {
-            free(lp);
-            return NGX_ERROR;
-        }
-
-        p = ngx_http_llm_head(ctx, cl->buf->last);
-
-        if (chat) {
-            p = ngx_sprintf(p, "{\"index\":%uD,\"delta\":{", d->index);
-
-            if (!ch->role_sent) {
-                ch->role_sent = 1;
-                p = ngx_cpymem(p, "\"role\":\"assistant\",",
-                               sizeof("\"role\":\"assistant\",") - 1);
-            }
-
-            if (d->reasoning[0]) {
-                p = ngx_cpymem(p, "\"reasoning_content\":\"",
-                               sizeof("\"reasoning_content\":\"") - 1);
-                p = ngx_http_llm_json_escape(p, (u_char *) d->reasoning,
-                                             ngx_strlen(d->reasoning));
-                *p++ = '"';
-                *p++ = ',';
-            }
-
-            p = ngx_cpymem(p, "\"content\":\"", sizeof("\"content\":\"") - 1);
-            p = ngx_http_llm_json_escape(p, (u_char *) d->text,
-                                         ngx_strlen(d->text));
-            p = ngx_cpymem(p, "\"},\"logprobs\":",
-                           sizeof("\"},\"logprobs\":") - 1);
-
-        } else {
-            p = ngx_cpymem(p, "{\"text\":\"", sizeof("{\"text\":\"") - 1);
-            p = ngx_http_llm_json_escape(p, (u_char *) d->text,
-                                         ngx_strlen(d->text));
-            p = ngx_sprintf(p, "\",\"index\":%uD,\"logprobs\":", d->index);
-        }
-
-        if (lp) {
-            p = ngx_cpymem(p, lp, lplen);
-            free(lp);
-
-        } else {
-            p = ngx_cpymem(p, "null", 4);
-        }
-
-        p = ngx_cpymem(p, ",\"finish_reason\":null}",
-                       sizeof(",\"finish_reason\":null}") - 1);
-        p = ngx_http_llm_tail(ctx, p);
-
-        cl->buf->last = p;
-        cl->buf->flush = flush;
-
-        **ll = cl;
-        *ll = &cl->next;
-
-        return NGX_OK;
+        return ngx_http_llm_sse_delta(r, ctx, ev->delta, ll);
 
     case LLM__EVENT__KIND_TOOL_CALL:
-        t = ev->tool_call;
-
-        ch = ngx_http_llm_choice(ctx, t->index);
-        if (ch == NULL || !chat) {
-            return NGX_OK;
-        }
-
-        size = ngx_http_llm_head_len(ctx) + 256
-               + ngx_http_llm_json_escape_len((u_char *) t->id,
-                                              ngx_strlen(t->id))
-               + ngx_http_llm_json_escape_len((u_char *) t->name,
-                                              ngx_strlen(t->name))
-               + ngx_http_llm_json_escape_len((u_char *) t->arguments,
-                                              ngx_strlen(t->arguments));
-
-        cl = ngx_http_llm_chain_buf(r, size);
-        if (cl == NULL) {
-            return NGX_ERROR;
-        }
-
-        p = ngx_http_llm_head(ctx, cl->buf->last);
-        p = ngx_sprintf(p, "{\"index\":%uD,\"delta\":{", t->index);
-
-        if (!ch->role_sent) {
-            ch->role_sent = 1;
-            p = ngx_cpymem(p, "\"role\":\"assistant\",\"content\":null,",
-                     sizeof("\"role\":\"assistant\",\"content\":null,") - 1);
-        }
-
-        p = ngx_sprintf(p, "\"tool_calls\":[{\"index\":%uD,", t->call_index);
-
-        if (t->id[0] || t->name[0]) {
-            p = ngx_cpymem(p, "\"id\":\"", sizeof("\"id\":\"") - 1);
-            p = ngx_http_llm_json_escape(p, (u_char *) t->id,
-                                         ngx_strlen(t->id));
-            p = ngx_cpymem(p, "\",\"type\":\"function\",\"function\":"
-                           "{\"name\":\"", sizeof("\",\"type\":\"function\","
-                           "\"function\":{\"name\":\"") - 1);
-            p = ngx_http_llm_json_escape(p, (u_char *) t->name,
-                                         ngx_strlen(t->name));
-            p = ngx_cpymem(p, "\",", 2);
-
-        } else {
-            p = ngx_cpymem(p, "\"function\":{", sizeof("\"function\":{") - 1);
-        }
-
-        p = ngx_cpymem(p, "\"arguments\":\"", sizeof("\"arguments\":\"") - 1);
-        p = ngx_http_llm_json_escape(p, (u_char *) t->arguments,
-                                     ngx_strlen(t->arguments));
-        p = ngx_cpymem(p, "\"}}]},\"logprobs\":null,\"finish_reason\":null}",
-                       sizeof("\"}}]},\"logprobs\":null,"
-                              "\"finish_reason\":null}") - 1);
-        p = ngx_http_llm_tail(ctx, p);
-
-        cl->buf->last = p;
-        cl->buf->flush = flush;
-
-        **ll = cl;
-        *ll = &cl->next;
-
-        return NGX_OK;
+        return ngx_http_llm_sse_tool_call(r, ctx, ev->tool_call, ll);
 
     case LLM__EVENT__KIND_DONE:
-
-        if (ev->done->system_fingerprint[0] && ctx->fingerprint.len == 0) {
-            ctx->head.len = 0;
-            if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint,
-                                      (u_char *) ev->done->system_fingerprint,
-                                      ngx_strlen(ev->done->system_fingerprint))
-                != NGX_OK)
-            {
-                return NGX_ERROR;
-            }
-        }
-
-        for (i = 0; i < ctx->n; i++) {
-            ctx->choices[i].finish = LLM__FINISH_REASON__FINISH_STOP;
-        }
-
-        for (i = 0; i < ev->done->n_choices; i++) {
-            ce = ev->done->choices[i];
-            if (ce->index < ctx->n) {
-                ctx->choices[ce->index].finish = ce->finish_reason;
-            }
-        }
-
-        ctx->finish_reason.data = (u_char *)
-                             ngx_http_llm_finish_name(ctx->choices[0].finish);
-        ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
-
-        size = ctx->n * (ngx_http_llm_head_len(ctx) + 128) + 512;
-
-        cl = ngx_http_llm_chain_buf(r, size);
-        if (cl == NULL) {
-            return NGX_ERROR;
-        }
-
-        p = cl->buf->last;
-
-        for (i = 0; i < ctx->n; i++) {
-            p = ngx_http_llm_head(ctx, p);
-
-            if (chat) {
-                p = ngx_sprintf(p, "{\"index\":%ui,\"delta\":{%s},"
-                                "\"logprobs\":null,\"finish_reason\":\"%s\"}",
-                                i, ctx->choices[i].role_sent ? ""
-                                : "\"role\":\"assistant\",\"content\":\"\"",
-                                ngx_http_llm_finish_name(
-                                    ctx->choices[i].finish));
-
-            } else {
-                p = ngx_sprintf(p, "{\"text\":\"\",\"index\":%ui,"
-                                "\"logprobs\":null,\"finish_reason\":\"%s\"}",
-                                i, ngx_http_llm_finish_name(
-                                       ctx->choices[i].finish));
-            }
-
-            p = ngx_http_llm_tail(ctx, p);
-        }
-
-        cl->buf->last = p;
-
-        **ll = cl;
-        *ll = &cl->next;
-
-        if (ctx->include_usage
-            && ngx_http_llm_sse_usage(r, ctx, ll) != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        return ngx_http_llm_sse_raw(r, ll, (u_char *) "data: [DONE]\n\n",
-                                    sizeof("data: [DONE]\n\n") - 1, 1);
+        return ngx_http_llm_sse_done(r, ctx, ev->done, ll);
 
     case LLM__EVENT__KIND_ERROR:
         return ngx_http_llm_sse_error(r, ctx, ev->error, ll);
@@ -446,14 +270,356 @@ ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 }
 
 
+/* The logprobs of a delta as JSON text (malloc), NULL if none asked. */
+
+static char *
+ngx_http_llm_sse_logprobs(ngx_http_llm_ctx_t *ctx, ngx_http_llm_choice_t *ch,
+    Llm__Delta *d, ngx_int_t *rc)
+{
+    char    *lp;
+    json_t  *lj;
+
+    *rc = NGX_OK;
+
+    if (d->n_logprobs == 0
+        || !(ctx->logprobs || ctx->completion_logprobs >= 0))
+    {
+        return NULL;
+    }
+
+    if (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT) {
+        lj = ngx_http_llm_chat_logprobs(d);
+
+    } else {
+        ch->logprobs = NULL;
+        if (ngx_http_llm_completion_logprobs(ctx, ch, d) != NGX_OK) {
+            *rc = NGX_ERROR;
+            return NULL;
+        }
+        lj = ch->logprobs;
+        ch->logprobs = NULL;
+    }
+
+    if (lj == NULL) {
+        return NULL;
+    }
+
+    lp = json_dumps(lj, JSON_COMPACT);
+    json_decref(lj);
+
+    return lp;
+}
+
+
+/* A text delta: {"index","delta":{"role"?,"reasoning_content"?,"content"}} */
+
+static ngx_int_t
+ngx_http_llm_sse_delta(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Delta *d, ngx_chain_t ***ll)
+{
+    u_char                   *p;
+    char                     *lp;
+    size_t                    size, lplen, text, reasoning;
+    ngx_int_t                 rc;
+    ngx_uint_t                chat, role;
+    ngx_chain_t              *cl;
+    ngx_http_llm_choice_t    *ch;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    ch = ngx_http_llm_choice(ctx, d->index);
+    if (ch == NULL) {
+        return NGX_OK;
+    }
+
+    lp = ngx_http_llm_sse_logprobs(ctx, ch, d, &rc);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    lplen = lp ? ngx_strlen(lp) : ngx_http_llm_len("null");
+    text = ngx_strlen(d->text);
+    reasoning = ngx_strlen(d->reasoning);
+    role = chat && !ch->role_sent;
+
+    size = ngx_http_llm_head_len(ctx)
+           + ngx_http_llm_json_escape_len((u_char *) d->text, text)
+           + lplen
+           + ngx_http_llm_len(",\"finish_reason\":null}")
+           + ngx_http_llm_tail_len(ctx);
+
+    if (chat) {
+        size += ngx_http_llm_len("{\"index\":,\"delta\":{\"content\":\""
+                                 "\"},\"logprobs\":")
+                + NGX_INT32_LEN
+                + (role ? ngx_http_llm_len("\"role\":\"assistant\",") : 0)
+                + (reasoning
+                   ? ngx_http_llm_len("\"reasoning_content\":\"\",")
+                     + ngx_http_llm_json_escape_len((u_char *) d->reasoning,
+                                                    reasoning)
+                   : 0);
+
+    } else {
+        size += ngx_http_llm_len("{\"text\":\"\",\"index\":,\"logprobs\":")
+                + NGX_INT32_LEN;
+    }
+
+    cl = ngx_http_llm_chain_buf(r, size);
+    if (cl == NULL) {
+        free(lp);
+        return NGX_ERROR;
+    }
+
+    p = ngx_http_llm_head(ctx, cl->buf->last);
+
+    if (chat) {
+        p = ngx_sprintf(p, "{\"index\":%uD,\"delta\":{", d->index);
+
+        if (role) {
+            ch->role_sent = 1;
+            p = ngx_cpymem(p, "\"role\":\"assistant\",",
+                           ngx_http_llm_len("\"role\":\"assistant\","));
+        }
+
+        if (reasoning) {
+            p = ngx_cpymem(p, "\"reasoning_content\":\"",
+                           ngx_http_llm_len("\"reasoning_content\":\""));
+            p = ngx_http_llm_json_escape(p, (u_char *) d->reasoning,
+                                         reasoning);
+            *p++ = '"';
+            *p++ = ',';
+        }
+
+        p = ngx_cpymem(p, "\"content\":\"", ngx_http_llm_len("\"content\":\""));
+        p = ngx_http_llm_json_escape(p, (u_char *) d->text, text);
+        p = ngx_cpymem(p, "\"},\"logprobs\":",
+                       ngx_http_llm_len("\"},\"logprobs\":"));
+
+    } else {
+        p = ngx_cpymem(p, "{\"text\":\"", ngx_http_llm_len("{\"text\":\""));
+        p = ngx_http_llm_json_escape(p, (u_char *) d->text, text);
+        p = ngx_sprintf(p, "\",\"index\":%uD,\"logprobs\":", d->index);
+    }
+
+    if (lp) {
+        p = ngx_cpymem(p, lp, lplen);
+        free(lp);
+
+    } else {
+        p = ngx_cpymem(p, "null", ngx_http_llm_len("null"));
+    }
+
+    p = ngx_cpymem(p, ",\"finish_reason\":null}",
+                   ngx_http_llm_len(",\"finish_reason\":null}"));
+    p = ngx_http_llm_tail(ctx, p);
+
+    return ngx_http_llm_sse_put(r, ll, cl, p, size,
+                                llcf->sse_flush_interval == 0);
+}
+
+
+/* A tool call delta: the id and name once, then pieces of arguments. */
+
+static ngx_int_t
+ngx_http_llm_sse_tool_call(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__ToolCallDelta *t, ngx_chain_t ***ll)
+{
+    u_char                   *p;
+    size_t                    size, id, name, args;
+    ngx_uint_t                role, first;
+    ngx_chain_t              *cl;
+    ngx_http_llm_choice_t    *ch;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    ch = ngx_http_llm_choice(ctx, t->index);
+    if (ch == NULL || ctx->route != NGX_HTTP_LLM_ROUTE_CHAT) {
+        return NGX_OK;
+    }
+
+    id = ngx_strlen(t->id);
+    name = ngx_strlen(t->name);
+    args = ngx_strlen(t->arguments);
+    role = !ch->role_sent;
+    first = (id || name);
+
+    size = ngx_http_llm_head_len(ctx)
+           + ngx_http_llm_len("{\"index\":,\"delta\":{\"tool_calls\":"
+                              "[{\"index\":,\"arguments\":\"\"}}]},"
+                              "\"logprobs\":null,\"finish_reason\":null}")
+           + 2 * NGX_INT32_LEN
+           + (role ? ngx_http_llm_len("\"role\":\"assistant\","
+                                      "\"content\":null,")
+                   : 0)
+           + (first ? ngx_http_llm_len("\"id\":\"\",\"type\":\"function\","
+                                       "\"function\":{\"name\":\"\",")
+                      + ngx_http_llm_json_escape_len((u_char *) t->id, id)
+                      + ngx_http_llm_json_escape_len((u_char *) t->name,
+                                                     name)
+                    : ngx_http_llm_len("\"function\":{"))
+           + ngx_http_llm_json_escape_len((u_char *) t->arguments, args)
+           + ngx_http_llm_tail_len(ctx);
+
+    cl = ngx_http_llm_chain_buf(r, size);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_http_llm_head(ctx, cl->buf->last);
+    p = ngx_sprintf(p, "{\"index\":%uD,\"delta\":{", t->index);
+
+    if (role) {
+        ch->role_sent = 1;
+        p = ngx_cpymem(p, "\"role\":\"assistant\",\"content\":null,",
+                       ngx_http_llm_len("\"role\":\"assistant\","
+                                        "\"content\":null,"));
+    }
+
+    p = ngx_sprintf(p, "\"tool_calls\":[{\"index\":%uD,", t->call_index);
+
+    if (first) {
+        p = ngx_cpymem(p, "\"id\":\"", ngx_http_llm_len("\"id\":\""));
+        p = ngx_http_llm_json_escape(p, (u_char *) t->id, id);
+        p = ngx_cpymem(p, "\",\"type\":\"function\",\"function\":"
+                       "{\"name\":\"",
+                       ngx_http_llm_len("\",\"type\":\"function\","
+                                        "\"function\":{\"name\":\""));
+        p = ngx_http_llm_json_escape(p, (u_char *) t->name, name);
+        p = ngx_cpymem(p, "\",", 2);
+
+    } else {
+        p = ngx_cpymem(p, "\"function\":{", ngx_http_llm_len("\"function\":{"));
+    }
+
+    p = ngx_cpymem(p, "\"arguments\":\"", ngx_http_llm_len("\"arguments\":\""));
+    p = ngx_http_llm_json_escape(p, (u_char *) t->arguments, args);
+    p = ngx_cpymem(p, "\"}}]},\"logprobs\":null,\"finish_reason\":null}",
+                   ngx_http_llm_len("\"}}]},\"logprobs\":null,"
+                                    "\"finish_reason\":null}"));
+    p = ngx_http_llm_tail(ctx, p);
+
+    return ngx_http_llm_sse_put(r, ll, cl, p, size,
+                                llcf->sse_flush_interval == 0);
+}
+
+
+/*
+ * Done: the finish reasons (one chunk per choice, in one buffer), the
+ * usage chunk when asked, and [DONE].
+ */
+
+static ngx_int_t
+ngx_http_llm_sse_done(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Done *done, ngx_chain_t ***ll)
+{
+    u_char          *p;
+    size_t           size, each;
+    ngx_uint_t       i, chat;
+    ngx_chain_t     *cl;
+    Llm__ChoiceEnd  *ce;
+
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    if (done->system_fingerprint[0] && ctx->fingerprint.len == 0) {
+        ctx->head.len = 0;
+        if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint,
+                                  (u_char *) done->system_fingerprint,
+                                  ngx_strlen(done->system_fingerprint))
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    for (i = 0; i < ctx->n; i++) {
+        ctx->choices[i].finish = LLM__FINISH_REASON__FINISH_STOP;
+    }
+
+    for (i = 0; i < done->n_choices; i++) {
+        ce = done->choices[i];
+        if (ce->index < ctx->n) {
+            ctx->choices[ce->index].finish = ce->finish_reason;
+        }
+    }
+
+    ctx->finish_reason.data = (u_char *)
+                             ngx_http_llm_finish_name(ctx->choices[0].finish);
+    ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
+
+    /* per choice: the longest finish reason, the role when none went */
+
+    each = ngx_http_llm_head_len(ctx) + ngx_http_llm_tail_len(ctx)
+           + NGX_INT_T_LEN + ngx_http_llm_len("content_filter")
+           + (chat ? ngx_http_llm_len("{\"index\":,\"delta\":{"
+                                      "\"role\":\"assistant\","
+                                      "\"content\":\"\"},\"logprobs\":null,"
+                                      "\"finish_reason\":\"\"}")
+                   : ngx_http_llm_len("{\"text\":\"\",\"index\":,"
+                                      "\"logprobs\":null,"
+                                      "\"finish_reason\":\"\"}"));
+    size = ctx->n * each;
+
+    cl = ngx_http_llm_chain_buf(r, size);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = cl->buf->last;
+
+    for (i = 0; i < ctx->n; i++) {
+        p = ngx_http_llm_head(ctx, p);
+
+        if (chat) {
+            p = ngx_sprintf(p, "{\"index\":%ui,\"delta\":{%s},"
+                            "\"logprobs\":null,\"finish_reason\":\"%s\"}",
+                            i, ctx->choices[i].role_sent ? ""
+                            : "\"role\":\"assistant\",\"content\":\"\"",
+                            ngx_http_llm_finish_name(ctx->choices[i].finish));
+
+        } else {
+            p = ngx_sprintf(p, "{\"text\":\"\",\"index\":%ui,"
+                            "\"logprobs\":null,\"finish_reason\":\"%s\"}",
+                            i,
+                            ngx_http_llm_finish_name(ctx->choices[i].finish));
+        }
+
+        p = ngx_http_llm_tail(ctx, p);
+    }
+
+    if (ngx_http_llm_sse_put(r, ll, cl, p, size, 0) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->include_usage
+        && ngx_http_llm_sse_usage(r, ctx, ll) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_llm_sse_raw(r, ll, (u_char *) "data: [DONE]\n\n",
+                                ngx_http_llm_len("data: [DONE]\n\n"), 1);
+}
+
+
 static ngx_int_t
 ngx_http_llm_sse_usage(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_chain_t ***ll)
 {
     u_char       *p;
+    size_t        size;
     ngx_chain_t  *cl;
 
-    cl = ngx_http_llm_chain_buf(r, ngx_http_llm_head_len(ctx) + 256);
+    size = ngx_http_llm_head_len(ctx)
+           + ngx_http_llm_len("],\"usage\":{\"prompt_tokens\":,"
+                              "\"completion_tokens\":,\"total_tokens\":,"
+                              "\"prompt_tokens_details\":"
+                              "{\"cached_tokens\":}}}\n\n")
+           + 4 * NGX_INT_T_LEN;
+
+    cl = ngx_http_llm_chain_buf(r, size);
     if (cl == NULL) {
         return NGX_ERROR;
     }
@@ -466,12 +632,7 @@ ngx_http_llm_sse_usage(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                     ctx->prompt_tokens + ctx->completion_tokens,
                     ctx->cached_tokens);
 
-    cl->buf->last = p;
-
-    **ll = cl;
-    *ll = &cl->next;
-
-    return NGX_OK;
+    return ngx_http_llm_sse_put(r, ll, cl, p, size, 0);
 }
 
 
@@ -479,8 +640,8 @@ static ngx_int_t
 ngx_http_llm_sse_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Error *e, ngx_chain_t ***ll)
 {
-    u_char                *body;
-    size_t                 len;
+    u_char                *p, *body;
+    size_t                 len, size;
     ngx_chain_t           *cl;
     ngx_http_llm_error_t   err;
 
@@ -507,19 +668,18 @@ ngx_http_llm_sse_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    cl = ngx_http_llm_chain_buf(r, len + 16);
+    /* error_json ends with "\n"; an SSE event ends with an empty line */
+
+    size = ngx_http_llm_len("data: ") + len - 1 + ngx_http_llm_len("\n\n");
+
+    cl = ngx_http_llm_chain_buf(r, size);
     if (cl == NULL) {
         return NGX_ERROR;
     }
 
-    /* error_json ends with "\n"; an SSE event ends with an empty line */
-    cl->buf->last = ngx_cpymem(cl->buf->last, "data: ", 6);
-    cl->buf->last = ngx_cpymem(cl->buf->last, body, len - 1);
-    cl->buf->last = ngx_cpymem(cl->buf->last, "\n\n", 2);
-    cl->buf->flush = 1;
+    p = ngx_cpymem(cl->buf->last, "data: ", ngx_http_llm_len("data: "));
+    p = ngx_cpymem(p, body, len - 1);
+    p = ngx_cpymem(p, "\n\n", 2);
 
-    **ll = cl;
-    *ll = &cl->next;
-
-    return NGX_OK;
+    return ngx_http_llm_sse_put(r, ll, cl, p, size, 1);
 }
