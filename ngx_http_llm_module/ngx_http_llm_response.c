@@ -15,6 +15,9 @@
 
 
 static json_t *ngx_http_llm_text_json(const u_char *s, size_t len);
+static size_t ngx_http_llm_body_len(ngx_http_llm_ctx_t *ctx, char **lp);
+static u_char *ngx_http_llm_body_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t i,
+    char *lp, u_char *p);
 static json_t *ngx_http_llm_bytes_json(ProtobufCBinaryData *b);
 
 
@@ -380,6 +383,11 @@ ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 #define ngx_http_llm_esc_len(sb)                                              \
     ngx_http_llm_json_escape_len((sb)->data, (sb)->len)
 
+#define NGX_HTTP_LLM_NO_CHAT_LOGPROBS  "{\"content\":[],\"refusal\":null}"
+#define NGX_HTTP_LLM_NO_TEXT_LOGPROBS                                         \
+    "{\"tokens\":[],\"token_logprobs\":[],\"top_logprobs\":[],"               \
+    "\"text_offset\":[]}"
+
 
 ngx_int_t
 ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
@@ -388,26 +396,16 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     u_char                 *p;
     char                  **lp;
     size_t                  size;
-    ngx_uint_t              i, k, chat;
-    ngx_http_llm_call_t    *call;
+    ngx_uint_t              i;
     ngx_http_llm_choice_t  *ch;
-
-    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
 
     lp = ngx_pcalloc(r->pool, ctx->n * sizeof(char *));
     if (lp == NULL) {
         return NGX_ERROR;
     }
 
-    size = 512 + ctx->id_len + ctx->fingerprint.len
-           + ngx_http_llm_json_escape_len(ctx->model_name.data,
-                                          ctx->model_name.len);
-
     for (i = 0; i < ctx->n; i++) {
         ch = &ctx->choices[i];
-
-        size += 256 + 96 + ngx_http_llm_esc_len(&ch->content)
-                + ngx_http_llm_esc_len(&ch->reasoning);
 
         if (ch->logprobs) {
             lp[i] = json_dumps(ch->logprobs, JSON_COMPACT);
@@ -417,18 +415,10 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
             if (lp[i] == NULL) {
                 goto failed;
             }
-
-            size += ngx_strlen(lp[i]);
-        }
-
-        call = ch->calls.elts;
-
-        for (k = 0; k < ch->calls.nelts; k++) {
-            size += 128 + ngx_http_llm_esc_len(&call[k].id)
-                    + ngx_http_llm_esc_len(&call[k].name)
-                    + ngx_http_llm_esc_len(&call[k].arguments);
         }
     }
+
+    size = ngx_http_llm_body_len(ctx, lp);
 
     p = ngx_pnalloc(r->pool, size);
     if (p == NULL) {
@@ -439,7 +429,8 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     p = ngx_sprintf(p, "{\"id\":\"%*s\",\"object\":\"%s\",\"created\":%T,"
                     "\"model\":\"", ctx->id_len, ctx->id,
-                    chat ? "chat.completion" : "text_completion",
+                    ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
+                    ? "chat.completion" : "text_completion",
                     ctx->created);
     p = ngx_http_llm_json_escape(p, ctx->model_name.data,
                                  ctx->model_name.len);
@@ -450,99 +441,16 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     } else {
         p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
-                       sizeof("\",\"system_fingerprint\":null,\"choices\":[")
-                       - 1);
+                       ngx_http_llm_len("\",\"system_fingerprint\":null,"
+                                        "\"choices\":["));
     }
 
     for (i = 0; i < ctx->n; i++) {
-        ch = &ctx->choices[i];
-
         if (i) {
             *p++ = ',';
         }
 
-        if (!chat) {
-            p = ngx_cpymem(p, "{\"text\":\"", sizeof("{\"text\":\"") - 1);
-            p = ngx_http_llm_json_escape(p, ch->content.data,
-                                         ch->content.len);
-            p = ngx_sprintf(p, "\",\"index\":%ui,\"logprobs\":", i);
-            goto logprobs;
-        }
-
-        p = ngx_sprintf(p, "{\"index\":%ui,\"message\":{\"role\":"
-                        "\"assistant\",\"content\":", i);
-
-        if (ch->content.len || ch->calls.nelts == 0) {
-            *p++ = '"';
-            p = ngx_http_llm_json_escape(p, ch->content.data,
-                                         ch->content.len);
-            *p++ = '"';
-
-        } else {
-            p = ngx_cpymem(p, "null", 4);
-        }
-
-        p = ngx_cpymem(p, ",\"refusal\":null", sizeof(",\"refusal\":null") - 1);
-
-        if (ch->reasoning.len) {
-            p = ngx_cpymem(p, ",\"reasoning_content\":\"",
-                           sizeof(",\"reasoning_content\":\"") - 1);
-            p = ngx_http_llm_json_escape(p, ch->reasoning.data,
-                                         ch->reasoning.len);
-            *p++ = '"';
-        }
-
-        if (ch->calls.nelts) {
-            p = ngx_cpymem(p, ",\"tool_calls\":[",
-                           sizeof(",\"tool_calls\":[") - 1);
-            call = ch->calls.elts;
-
-            for (k = 0; k < ch->calls.nelts; k++) {
-                p = ngx_cpymem(p, k ? ",{\"id\":\"" : "{\"id\":\"",
-                               k ? sizeof(",{\"id\":\"") - 1
-                                 : sizeof("{\"id\":\"") - 1);
-                p = ngx_http_llm_json_escape(p, call[k].id.data,
-                                             call[k].id.len);
-                p = ngx_cpymem(p, "\",\"type\":\"function\",\"function\":"
-                               "{\"name\":\"", sizeof("\",\"type\":"
-                               "\"function\",\"function\":{\"name\":\"") - 1);
-                p = ngx_http_llm_json_escape(p, call[k].name.data,
-                                             call[k].name.len);
-                p = ngx_cpymem(p, "\",\"arguments\":\"",
-                               sizeof("\",\"arguments\":\"") - 1);
-                p = ngx_http_llm_json_escape(p, call[k].arguments.data,
-                                             call[k].arguments.len);
-                p = ngx_cpymem(p, "\"}}", 3);
-            }
-
-            *p++ = ']';
-        }
-
-        p = ngx_cpymem(p, "},\"logprobs\":", sizeof("},\"logprobs\":") - 1);
-
-    logprobs:
-
-        if (lp[i]) {
-            p = ngx_cpymem(p, lp[i], ngx_strlen(lp[i]));
-
-        } else if (chat && ctx->logprobs) {
-            /* asked for, but no token came: the first one was the end */
-            p = ngx_cpymem(p, "{\"content\":[],\"refusal\":null}",
-                           sizeof("{\"content\":[],\"refusal\":null}") - 1);
-
-        } else if (!chat && ctx->completion_logprobs >= 0) {
-            p = ngx_cpymem(p, "{\"tokens\":[],\"token_logprobs\":[],"
-                           "\"top_logprobs\":[],\"text_offset\":[]}",
-                           sizeof("{\"tokens\":[],\"token_logprobs\":[],"
-                                  "\"top_logprobs\":[],\"text_offset\":[]}")
-                           - 1);
-
-        } else {
-            p = ngx_cpymem(p, "null", 4);
-        }
-
-        p = ngx_sprintf(p, ",\"finish_reason\":\"%s\"}",
-                        ngx_http_llm_finish_name(ch->finish));
+        p = ngx_http_llm_body_choice(ctx, i, lp[i], p);
     }
 
     p = ngx_sprintf(p, "],\"usage\":{\"prompt_tokens\":%ui,"
@@ -556,6 +464,13 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     for (i = 0; i < ctx->n; i++) {
         free(lp[i]);
+    }
+
+    if (body->len > size) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "llm: a body of %uz bytes overran its size %uz",
+                      body->len, size);
+        return NGX_ERROR;
     }
 
     return NGX_OK;
@@ -572,4 +487,189 @@ failed:
     }
 
     return NGX_ERROR;
+}
+
+
+/*
+ * The size of what ngx_http_llm_body() writes, from its parts; an upper
+ * bound only in the numbers (index, created, usage) and the finish
+ * reason (the longest one).
+ */
+
+static size_t
+ngx_http_llm_body_len(ngx_http_llm_ctx_t *ctx, char **lp)
+{
+    size_t                  size;
+    ngx_uint_t              i, k, chat;
+    ngx_http_llm_call_t    *call;
+    ngx_http_llm_choice_t  *ch;
+
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    size = ngx_http_llm_len("{\"id\":\"\",\"object\":\"\",\"created\":,"
+                            "\"model\":\"\",\"system_fingerprint\":,"
+                            "\"choices\":[],\"usage\":{\"prompt_tokens\":,"
+                            "\"completion_tokens\":,\"total_tokens\":,"
+                            "\"prompt_tokens_details\":"
+                            "{\"cached_tokens\":}}}\n")
+           + ctx->id_len
+           + (chat ? ngx_http_llm_len("chat.completion")
+                   : ngx_http_llm_len("text_completion"))
+           + NGX_TIME_T_LEN
+           + ngx_http_llm_json_escape_len(ctx->model_name.data,
+                                          ctx->model_name.len)
+           + (ctx->fingerprint.len ? ctx->fingerprint.len + 2
+                                   : ngx_http_llm_len("null"))
+           + 4 * NGX_INT_T_LEN;
+
+    for (i = 0; i < ctx->n; i++) {
+        ch = &ctx->choices[i];
+
+        size += (i ? 1 : 0) + NGX_INT_T_LEN
+                + ngx_http_llm_len("content_filter")
+                + ngx_http_llm_esc_len(&ch->content);
+
+        if (lp[i]) {
+            size += ngx_strlen(lp[i]);
+
+        } else if (chat && ctx->logprobs) {
+            size += ngx_http_llm_len(NGX_HTTP_LLM_NO_CHAT_LOGPROBS);
+
+        } else if (!chat && ctx->completion_logprobs >= 0) {
+            size += ngx_http_llm_len(NGX_HTTP_LLM_NO_TEXT_LOGPROBS);
+
+        } else {
+            size += ngx_http_llm_len("null");
+        }
+
+        if (!chat) {
+            size += ngx_http_llm_len("{\"text\":\"\",\"index\":,"
+                                     "\"logprobs\":,\"finish_reason\":\"\"}");
+            continue;
+        }
+
+        size += ngx_http_llm_len("{\"index\":,\"message\":{\"role\":"
+                                 "\"assistant\",\"content\":\"\","
+                                 "\"refusal\":null},\"logprobs\":,"
+                                 "\"finish_reason\":\"\"}");
+
+        if (ch->reasoning.len) {
+            size += ngx_http_llm_len(",\"reasoning_content\":\"\"")
+                    + ngx_http_llm_esc_len(&ch->reasoning);
+        }
+
+        if (ch->calls.nelts) {
+            size += ngx_http_llm_len(",\"tool_calls\":[]");
+            call = ch->calls.elts;
+
+            for (k = 0; k < ch->calls.nelts; k++) {
+                size += (k ? 1 : 0)
+                        + ngx_http_llm_len("{\"id\":\"\",\"type\":"
+                                           "\"function\",\"function\":"
+                                           "{\"name\":\"\","
+                                           "\"arguments\":\"\"}}")
+                        + ngx_http_llm_esc_len(&call[k].id)
+                        + ngx_http_llm_esc_len(&call[k].name)
+                        + ngx_http_llm_esc_len(&call[k].arguments);
+            }
+        }
+    }
+
+    return size;
+}
+
+
+/* One choice of the body, with its logprobs lp (JSON text) if any. */
+
+static u_char *
+ngx_http_llm_body_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t i, char *lp,
+    u_char *p)
+{
+    ngx_uint_t              k, chat;
+    ngx_http_llm_call_t    *call;
+    ngx_http_llm_choice_t  *ch;
+
+    ch = &ctx->choices[i];
+    chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
+
+    if (!chat) {
+        p = ngx_cpymem(p, "{\"text\":\"", ngx_http_llm_len("{\"text\":\""));
+        p = ngx_http_llm_json_escape(p, ch->content.data, ch->content.len);
+        p = ngx_sprintf(p, "\",\"index\":%ui,\"logprobs\":", i);
+        goto logprobs;
+    }
+
+    p = ngx_sprintf(p, "{\"index\":%ui,\"message\":{\"role\":"
+                    "\"assistant\",\"content\":", i);
+
+    if (ch->content.len || ch->calls.nelts == 0) {
+        *p++ = '"';
+        p = ngx_http_llm_json_escape(p, ch->content.data, ch->content.len);
+        *p++ = '"';
+
+    } else {
+        p = ngx_cpymem(p, "null", ngx_http_llm_len("null"));
+    }
+
+    p = ngx_cpymem(p, ",\"refusal\":null",
+                   ngx_http_llm_len(",\"refusal\":null"));
+
+    if (ch->reasoning.len) {
+        p = ngx_cpymem(p, ",\"reasoning_content\":\"",
+                       ngx_http_llm_len(",\"reasoning_content\":\""));
+        p = ngx_http_llm_json_escape(p, ch->reasoning.data,
+                                     ch->reasoning.len);
+        *p++ = '"';
+    }
+
+    if (ch->calls.nelts) {
+        p = ngx_cpymem(p, ",\"tool_calls\":[",
+                       ngx_http_llm_len(",\"tool_calls\":["));
+        call = ch->calls.elts;
+
+        for (k = 0; k < ch->calls.nelts; k++) {
+            if (k) {
+                *p++ = ',';
+            }
+
+            p = ngx_cpymem(p, "{\"id\":\"", ngx_http_llm_len("{\"id\":\""));
+            p = ngx_http_llm_json_escape(p, call[k].id.data, call[k].id.len);
+            p = ngx_cpymem(p, "\",\"type\":\"function\",\"function\":"
+                           "{\"name\":\"",
+                           ngx_http_llm_len("\",\"type\":\"function\","
+                                            "\"function\":{\"name\":\""));
+            p = ngx_http_llm_json_escape(p, call[k].name.data,
+                                         call[k].name.len);
+            p = ngx_cpymem(p, "\",\"arguments\":\"",
+                           ngx_http_llm_len("\",\"arguments\":\""));
+            p = ngx_http_llm_json_escape(p, call[k].arguments.data,
+                                         call[k].arguments.len);
+            p = ngx_cpymem(p, "\"}}", 3);
+        }
+
+        *p++ = ']';
+    }
+
+    p = ngx_cpymem(p, "},\"logprobs\":", ngx_http_llm_len("},\"logprobs\":"));
+
+logprobs:
+
+    if (lp) {
+        p = ngx_cpymem(p, lp, ngx_strlen(lp));
+
+    } else if (chat && ctx->logprobs) {
+        /* asked for, but no token came: the first one was the end */
+        p = ngx_cpymem(p, NGX_HTTP_LLM_NO_CHAT_LOGPROBS,
+                       ngx_http_llm_len(NGX_HTTP_LLM_NO_CHAT_LOGPROBS));
+
+    } else if (!chat && ctx->completion_logprobs >= 0) {
+        p = ngx_cpymem(p, NGX_HTTP_LLM_NO_TEXT_LOGPROBS,
+                       ngx_http_llm_len(NGX_HTTP_LLM_NO_TEXT_LOGPROBS));
+
+    } else {
+        p = ngx_cpymem(p, "null", ngx_http_llm_len("null"));
+    }
+
+    return ngx_sprintf(p, ",\"finish_reason\":\"%s\"}",
+                       ngx_http_llm_finish_name(ch->finish));
 }
