@@ -197,6 +197,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
     ctx->model_name = ctx->requested;
+    if (ngx_http_llm_json_str(r->pool, &ctx->model_json, ctx->requested.data,
+                              ctx->requested.len)
+        != NGX_OK)
+    {
+        goto done;
+    }
     stream = ctx->stream;
     step = chunks[(data[0] >> 2) & 3];
 

@@ -246,6 +246,7 @@ ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
 
     ctx->model = m;
     ctx->model_name = m->name;
+    ctx->model_json = m->json_name;
     ctx->head.len = 0;
     ctx->fallbacks++;
 

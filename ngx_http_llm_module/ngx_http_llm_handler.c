@@ -716,6 +716,16 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         /* no model table: every name goes to llm_pass as asked */
         ctx->model = NULL;
         ctx->model_name = ctx->requested;
+
+        /* the client's text: the validating escaper */
+
+        if (ngx_http_llm_json_str(r->pool, &ctx->model_json,
+                                  ctx->requested.data, ctx->requested.len)
+            != NGX_OK)
+        {
+            goto failed;
+        }
+
         return NGX_OK;
     }
 
@@ -736,6 +746,7 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     ctx->model = m;
     ctx->model_name = m->name;
+    ctx->model_json = m->json_name;
 
     pm = ngx_array_push(&ctx->chain);
     if (pm == NULL) {

@@ -685,6 +685,7 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_llm_main_conf_t *mcf = conf;
 
     u_char                *p, *last, *s;
+    size_t                 len;
     ngx_str_t             *value, *a;
     ngx_url_t              u;
     ngx_uint_t             i;
@@ -707,6 +708,19 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_memzero(m, sizeof(ngx_http_llm_model_t));
 
     m->name = value[1];
+
+    /* configuration text, written into every answer: nginx's escaper */
+
+    len = ngx_escape_json(NULL, m->name.data, m->name.len);
+
+    m->json_name.data = ngx_pnalloc(cf->pool, m->name.len + len);
+    if (m->json_name.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    m->json_name.len = (u_char *) ngx_escape_json(m->json_name.data,
+                                                  m->name.data, m->name.len)
+                       - m->json_name.data;
 
     if (ngx_array_init(&m->aliases, cf->pool, 2, sizeof(ngx_str_t)) != NGX_OK
         || ngx_array_init(&m->fallback_names, cf->pool, 2, sizeof(ngx_str_t))

@@ -241,6 +241,7 @@ typedef struct {
 
 struct ngx_http_llm_model_s {
     ngx_str_t                      name;
+    ngx_str_t                      json_name;  /* name, JSON-escaped */
     ngx_array_t                    aliases;    /* of ngx_str_t */
     ngx_str_t                      upstream_name;
     ngx_http_upstream_srv_conf_t  *upstream;
@@ -321,6 +322,7 @@ typedef struct {
     ngx_str_t                      requested;  /* model name as asked */
     ngx_http_llm_model_t          *model;      /* answering; NULL: llm_pass */
     ngx_str_t                      model_name; /* for "model" in bodies */
+    ngx_str_t                      model_json; /* the same, JSON-escaped */
     ngx_array_t                    chain;      /* of ngx_http_llm_model_t * */
     ngx_uint_t                     chain_pos;
     ngx_uint_t                     fallbacks;

@@ -432,8 +432,7 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                     ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
                     ? "chat.completion" : "text_completion",
                     ctx->created);
-    p = ngx_http_llm_json_escape(p, ctx->model_name.data,
-                                 ctx->model_name.len);
+    p = ngx_cpymem(p, ctx->model_json.data, ctx->model_json.len);
 
     if (ctx->fingerprint.len) {
         p = ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\",\"choices\":[",
@@ -516,8 +515,7 @@ ngx_http_llm_body_len(ngx_http_llm_ctx_t *ctx, char **lp)
            + (chat ? ngx_http_llm_len("chat.completion")
                    : ngx_http_llm_len("text_completion"))
            + NGX_TIME_T_LEN
-           + ngx_http_llm_json_escape_len(ctx->model_name.data,
-                                          ctx->model_name.len)
+           + ctx->model_json.len
            + (ctx->fingerprint.len ? ctx->fingerprint.len + 2
                                    : ngx_http_llm_len("null"))
            + 4 * NGX_INT_T_LEN;

@@ -135,8 +135,7 @@ ngx_http_llm_head_len(ngx_http_llm_ctx_t *ctx)
               ? ngx_http_llm_len("chat.completion.chunk")
               : ngx_http_llm_len("text_completion"))
            + NGX_TIME_T_LEN
-           + ngx_http_llm_json_escape_len(ctx->model_name.data,
-                                          ctx->model_name.len)
+           + ctx->model_json.len
            + (ctx->fingerprint.len ? ctx->fingerprint.len + 2
                                    : ngx_http_llm_len("null"));
 }
@@ -159,8 +158,7 @@ ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p)
                     ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
                     ? "chat.completion.chunk" : "text_completion",
                     ctx->created);
-    p = ngx_http_llm_json_escape(p, ctx->model_name.data,
-                                 ctx->model_name.len);
+    p = ngx_cpymem(p, ctx->model_json.data, ctx->model_json.len);
 
     if (ctx->fingerprint.len) {
         p = ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\",\"choices\":[",
