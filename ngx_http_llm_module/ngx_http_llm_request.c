@@ -105,10 +105,18 @@ static ngx_int_t ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
     ngx_http_llm_ctx_t *ctx, json_t *msgs);
+static ngx_int_t ngx_http_llm_parse_message(ngx_http_llm_check_t *ck,
+    json_t *m, ngx_uint_t i, Llm__Message *pm);
+static ngx_int_t ngx_http_llm_parse_tool_calls(ngx_http_llm_check_t *ck,
+    json_t *calls, ngx_uint_t i, Llm__Message *pm);
 static ngx_int_t ngx_http_llm_parse_content(ngx_http_llm_check_t *ck,
     json_t *content, ngx_uint_t i, const char *role, char **out);
 static ngx_int_t ngx_http_llm_parse_tools(ngx_http_llm_check_t *ck,
     json_t *root);
+static ngx_int_t ngx_http_llm_parse_tool(ngx_http_llm_check_t *ck,
+    json_t *tool, ngx_uint_t i);
+static ngx_int_t ngx_http_llm_parse_tool_choice(ngx_http_llm_check_t *ck,
+    json_t *root, json_t *tools, ngx_uint_t n);
 static ngx_int_t ngx_http_llm_parse_stop(ngx_http_llm_check_t *ck,
     Llm__Sampling *s, json_t *stop);
 static ngx_int_t ngx_http_llm_parse_logit_bias(ngx_http_llm_check_t *ck,
@@ -1031,14 +1039,12 @@ static ngx_int_t
 ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
     ngx_http_llm_ctx_t *ctx, json_t *msgs)
 {
-    u_char                 param[128];
-    json_t                *m, *j, *calls, *c, *f, *t;
-    ngx_int_t              rc;
-    ngx_uint_t             i, k, n;
-    const char            *role;
-    Llm__Message          *pm, **pmsgs;
-    Llm__ToolCall         *tc;
-    ngx_http_request_t    *r;
+    u_char               param[128];
+    json_t              *m;
+    ngx_int_t            rc;
+    ngx_uint_t           i, n;
+    Llm__Message        *pm, **pmsgs;
+    ngx_http_request_t  *r;
 
     r = ck->request;
 
@@ -1080,8 +1086,111 @@ ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
         llm__message__init(pm);
         pmsgs[i] = pm;
 
-        j = json_object_get(m, "role");
-        ngx_sprintf(param, "messages[%ui].role%Z", i);
+        rc = ngx_http_llm_parse_message(ck, m, i, pm);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* messages[i]: role, content, name, tool_call_id, tool_calls. */
+
+static ngx_int_t
+ngx_http_llm_parse_message(ngx_http_llm_check_t *ck, json_t *m,
+    ngx_uint_t i, Llm__Message *pm)
+{
+    u_char       param[128];
+    json_t      *j, *calls;
+    ngx_int_t    rc;
+    const char  *role;
+
+    j = json_object_get(m, "role");
+    ngx_sprintf(param, "messages[%ui].role%Z", i);
+
+    if (j == NULL) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                (char *) param, "Missing required "
+                                "parameter: '%s'.", param);
+    }
+
+    if (!json_is_string(j)) {
+        return ngx_http_llm_bad_type(ck, (char *) param, "a string", j);
+    }
+
+    role = json_string_value(j);
+
+    if (ngx_strcmp(role, "function") == 0) {
+        role = "tool";
+
+    } else if (ngx_strcmp(role, "system") != 0
+               && ngx_strcmp(role, "developer") != 0
+               && ngx_strcmp(role, "user") != 0
+               && ngx_strcmp(role, "assistant") != 0
+               && ngx_strcmp(role, "tool") != 0)
+    {
+        return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                "Invalid value: '%s'. Supported values "
+                                "are: 'system', 'assistant', 'user', "
+                                "'function', 'tool', and 'developer'.",
+                                role);
+    }
+
+    pm->role = (char *) role;
+
+    /* content */
+
+    j = json_object_get(m, "content");
+    calls = json_object_get(m, "tool_calls");
+
+    if (j == NULL || json_is_null(j)) {
+        if (ngx_strcmp(role, "assistant") != 0) {
+            ngx_sprintf(param, "messages[%ui].content%Z", i);
+            return ngx_http_llm_bad(ck, j ? "invalid_type"
+                                    : "missing_required_parameter",
+                                    (char *) param,
+                                    j ? "Invalid type for '%s': "
+                                        "expected a string or an array "
+                                        "of content parts, but got null "
+                                        "instead."
+                                      : "Missing required parameter: "
+                                        "'%s'.", param);
+        }
+
+        pm->content_null = 1;
+
+    } else {
+        rc = ngx_http_llm_parse_content(ck, j, i, role, &pm->content);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+    }
+
+    j = json_object_get(m, "name");
+    if (j && !json_is_null(j)) {
+        if (!json_is_string(j)) {
+            ngx_sprintf(param, "messages[%ui].name%Z", i);
+            return ngx_http_llm_bad_type(ck, (char *) param, "a string", j);
+        }
+
+        pm->name = (char *) json_string_value(j);
+    }
+
+    j = json_object_get(m, "reasoning_content");
+    if (j && json_is_string(j)) {
+        pm->reasoning_content = (char *) json_string_value(j);
+    }
+
+    /* tool role */
+
+    if (ngx_strcmp(role, "tool") == 0
+        && ngx_strcmp(json_string_value(json_object_get(m, "role")),
+                      "tool") == 0)
+    {
+        j = json_object_get(m, "tool_call_id");
+        ngx_sprintf(param, "messages[%ui].tool_call_id%Z", i);
 
         if (j == NULL) {
             return ngx_http_llm_bad(ck, "missing_required_parameter",
@@ -1093,194 +1202,115 @@ ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
             return ngx_http_llm_bad_type(ck, (char *) param, "a string", j);
         }
 
-        role = json_string_value(j);
+        pm->tool_call_id = (char *) json_string_value(j);
+    }
 
-        if (ngx_strcmp(role, "function") == 0) {
-            role = "tool";
+    if (calls && !json_is_null(calls)) {
+        return ngx_http_llm_parse_tool_calls(ck, calls, i, pm);
+    }
 
-        } else if (ngx_strcmp(role, "system") != 0
-                   && ngx_strcmp(role, "developer") != 0
-                   && ngx_strcmp(role, "user") != 0
-                   && ngx_strcmp(role, "assistant") != 0
-                   && ngx_strcmp(role, "tool") != 0)
+    return NGX_OK;
+}
+
+
+/* messages[i].tool_calls of an assistant message. */
+
+static ngx_int_t
+ngx_http_llm_parse_tool_calls(ngx_http_llm_check_t *ck, json_t *calls,
+    ngx_uint_t i, Llm__Message *pm)
+{
+    u_char          param[128];
+    json_t         *c, *f, *t;
+    ngx_uint_t      k;
+    Llm__ToolCall  *tc;
+
+    ngx_sprintf(param, "messages[%ui].tool_calls%Z", i);
+
+    if (ngx_strcmp(pm->role, "assistant") != 0) {
+        return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                "Invalid parameter: '%s' is only "
+                                "allowed for messages with role "
+                                "'assistant'.", param);
+    }
+
+    if (!json_is_array(calls)) {
+        return ngx_http_llm_bad_type(ck, (char *) param, "an array", calls);
+    }
+
+    pm->n_tool_calls = json_array_size(calls);
+    pm->tool_calls = ngx_palloc(ck->request->pool,
+                                pm->n_tool_calls * sizeof(Llm__ToolCall *));
+    if (pm->tool_calls == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (k = 0; k < pm->n_tool_calls; k++) {
+        c = json_array_get(calls, k);
+        ngx_sprintf(param, "messages[%ui].tool_calls[%ui]%Z", i, k);
+
+        if (!json_is_object(c)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "an object", c);
+        }
+
+        tc = ngx_palloc(ck->request->pool, sizeof(Llm__ToolCall));
+        if (tc == NULL) {
+            return NGX_ERROR;
+        }
+
+        llm__tool_call__init(tc);
+        pm->tool_calls[k] = tc;
+        tc->type = "function";
+
+        t = json_object_get(c, "id");
+        if (t == NULL || !json_is_string(t)) {
+            ngx_sprintf(param, "messages[%ui].tool_calls[%ui].id%Z", i, k);
+            return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                    (char *) param, "Missing required "
+                                    "parameter: '%s'.", param);
+        }
+
+        tc->id = (char *) json_string_value(t);
+
+        t = json_object_get(c, "type");
+        if (t && (!json_is_string(t)
+                  || ngx_strcmp(json_string_value(t), "function")))
         {
+            ngx_sprintf(param, "messages[%ui].tool_calls[%ui].type%Z", i, k);
             return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
-                                    "Invalid value: '%s'. Supported values "
-                                    "are: 'system', 'assistant', 'user', "
-                                    "'function', 'tool', and 'developer'.",
-                                    role);
+                                    "Invalid value for '%s': expected "
+                                    "'function'.", param);
         }
 
-        pm->role = (char *) role;
+        f = json_object_get(c, "function");
+        ngx_sprintf(param, "messages[%ui].tool_calls[%ui].function%Z", i, k);
 
-        /* content */
-
-        j = json_object_get(m, "content");
-        calls = json_object_get(m, "tool_calls");
-
-        if (j == NULL || json_is_null(j)) {
-            if (ngx_strcmp(role, "assistant") != 0) {
-                ngx_sprintf(param, "messages[%ui].content%Z", i);
-                return ngx_http_llm_bad(ck, j ? "invalid_type"
-                                        : "missing_required_parameter",
-                                        (char *) param,
-                                        j ? "Invalid type for '%s': "
-                                            "expected a string or an array "
-                                            "of content parts, but got null "
-                                            "instead."
-                                          : "Missing required parameter: "
-                                            "'%s'.", param);
-            }
-
-            pm->content_null = 1;
-
-        } else {
-            rc = ngx_http_llm_parse_content(ck, j, i, role, &pm->content);
-            if (rc != NGX_OK) {
-                return rc;
-            }
+        if (f == NULL || !json_is_object(f)) {
+            return ngx_http_llm_bad(ck, f ? "invalid_type"
+                                    : "missing_required_parameter",
+                                    (char *) param, "Invalid '%s': "
+                                    "expected an object with 'name' "
+                                    "and 'arguments'.", param);
         }
 
-        j = json_object_get(m, "name");
-        if (j && !json_is_null(j)) {
-            if (!json_is_string(j)) {
-                ngx_sprintf(param, "messages[%ui].name%Z", i);
-                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
-                                             j);
-            }
-
-            pm->name = (char *) json_string_value(j);
+        t = json_object_get(f, "name");
+        if (t == NULL || !json_is_string(t)) {
+            ngx_sprintf(param, "messages[%ui].tool_calls[%ui]"
+                        "function.name%Z", i, k);
+            return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                    (char *) param, "Missing required "
+                                    "parameter: '%s'.", param);
         }
 
-        j = json_object_get(m, "reasoning_content");
-        if (j && json_is_string(j)) {
-            pm->reasoning_content = (char *) json_string_value(j);
+        tc->name = (char *) json_string_value(t);
+
+        t = json_object_get(f, "arguments");
+        if (t && !json_is_string(t)) {
+            ngx_sprintf(param, "messages[%ui].tool_calls[%ui]."
+                        "function.arguments%Z", i, k);
+            return ngx_http_llm_bad_type(ck, (char *) param, "a string", t);
         }
 
-        /* tool role */
-
-        if (ngx_strcmp(role, "tool") == 0
-            && ngx_strcmp(json_string_value(json_object_get(m, "role")),
-                          "tool") == 0)
-        {
-            j = json_object_get(m, "tool_call_id");
-            ngx_sprintf(param, "messages[%ui].tool_call_id%Z", i);
-
-            if (j == NULL) {
-                return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                        (char *) param, "Missing required "
-                                        "parameter: '%s'.", param);
-            }
-
-            if (!json_is_string(j)) {
-                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
-                                             j);
-            }
-
-            pm->tool_call_id = (char *) json_string_value(j);
-        }
-
-        /* assistant tool calls */
-
-        if (calls && !json_is_null(calls)) {
-            ngx_sprintf(param, "messages[%ui].tool_calls%Z", i);
-
-            if (ngx_strcmp(role, "assistant") != 0) {
-                return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
-                                        "Invalid parameter: '%s' is only "
-                                        "allowed for messages with role "
-                                        "'assistant'.", param);
-            }
-
-            if (!json_is_array(calls)) {
-                return ngx_http_llm_bad_type(ck, (char *) param, "an array",
-                                             calls);
-            }
-
-            pm->n_tool_calls = json_array_size(calls);
-            pm->tool_calls = ngx_palloc(r->pool, pm->n_tool_calls
-                                                 * sizeof(Llm__ToolCall *));
-            if (pm->tool_calls == NULL) {
-                return NGX_ERROR;
-            }
-
-            for (k = 0; k < pm->n_tool_calls; k++) {
-                c = json_array_get(calls, k);
-                ngx_sprintf(param, "messages[%ui].tool_calls[%ui]%Z", i, k);
-
-                if (!json_is_object(c)) {
-                    return ngx_http_llm_bad_type(ck, (char *) param,
-                                                 "an object", c);
-                }
-
-                tc = ngx_palloc(r->pool, sizeof(Llm__ToolCall));
-                if (tc == NULL) {
-                    return NGX_ERROR;
-                }
-
-                llm__tool_call__init(tc);
-                pm->tool_calls[k] = tc;
-                tc->type = "function";
-
-                t = json_object_get(c, "id");
-                if (t == NULL || !json_is_string(t)) {
-                    ngx_sprintf(param, "messages[%ui].tool_calls[%ui].id%Z",
-                                i, k);
-                    return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                            (char *) param, "Missing "
-                                            "required parameter: '%s'.",
-                                            param);
-                }
-
-                tc->id = (char *) json_string_value(t);
-
-                t = json_object_get(c, "type");
-                if (t && (!json_is_string(t)
-                          || ngx_strcmp(json_string_value(t), "function")))
-                {
-                    ngx_sprintf(param,
-                                "messages[%ui].tool_calls[%ui].type%Z", i, k);
-                    return ngx_http_llm_bad(ck, "invalid_value",
-                                            (char *) param, "Invalid value "
-                                            "for '%s': expected 'function'.",
-                                            param);
-                }
-
-                f = json_object_get(c, "function");
-                ngx_sprintf(param, "messages[%ui].tool_calls[%ui].function%Z",
-                            i, k);
-
-                if (f == NULL || !json_is_object(f)) {
-                    return ngx_http_llm_bad(ck, f ? "invalid_type"
-                                            : "missing_required_parameter",
-                                            (char *) param, "Invalid '%s': "
-                                            "expected an object with 'name' "
-                                            "and 'arguments'.", param);
-                }
-
-                t = json_object_get(f, "name");
-                if (t == NULL || !json_is_string(t)) {
-                    ngx_sprintf(param, "messages[%ui].tool_calls[%ui]"
-                                "function.name%Z", i, k);
-                    return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                            (char *) param, "Missing "
-                                            "required parameter: '%s'.",
-                                            param);
-                }
-
-                tc->name = (char *) json_string_value(t);
-
-                t = json_object_get(f, "arguments");
-                if (t && !json_is_string(t)) {
-                    ngx_sprintf(param, "messages[%ui].tool_calls[%ui]."
-                                "function.arguments%Z", i, k);
-                    return ngx_http_llm_bad_type(ck, (char *) param,
-                                                 "a string", t);
-                }
-
-                tc->arguments = t ? (char *) json_string_value(t) : "{}";
-            }
-        }
+        tc->arguments = t ? (char *) json_string_value(t) : "{}";
     }
 
     return NGX_OK;
@@ -1403,11 +1433,9 @@ ngx_http_llm_parse_content(ngx_http_llm_check_t *ck, json_t *content,
 static ngx_int_t
 ngx_http_llm_parse_tools(ngx_http_llm_check_t *ck, json_t *root)
 {
-    u_char       param[128];
-    json_t      *tools, *tool, *t, *f, *choice;
-    size_t       len;
-    ngx_uint_t   i, k, n, found;
-    const char  *name, *s;
+    json_t      *tools;
+    ngx_int_t    rc;
+    ngx_uint_t   i, n;
 
     tools = json_object_get(root, "tools");
     n = 0;
@@ -1420,120 +1448,153 @@ ngx_http_llm_parse_tools(ngx_http_llm_check_t *ck, json_t *root)
         n = json_array_size(tools);
 
         for (i = 0; i < n; i++) {
-            tool = json_array_get(tools, i);
-            ngx_sprintf(param, "tools[%ui]%Z", i);
-
-            if (!json_is_object(tool)) {
-                return ngx_http_llm_bad_type(ck, (char *) param, "an object",
-                                             tool);
-            }
-
-            t = json_object_get(tool, "type");
-            ngx_sprintf(param, "tools[%ui].type%Z", i);
-
-            if (t == NULL) {
-                return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                        (char *) param, "Missing required "
-                                        "parameter: '%s'.", param);
-            }
-
-            if (!json_is_string(t)
-                || ngx_strcmp(json_string_value(t), "function") != 0)
-            {
-                return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
-                                        "Invalid value: '%s'. Supported "
-                                        "values are: 'function'.",
-                                        json_is_string(t)
-                                        ? json_string_value(t) : "?");
-            }
-
-            f = json_object_get(tool, "function");
-            ngx_sprintf(param, "tools[%ui].function%Z", i);
-
-            if (f == NULL) {
-                return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                        (char *) param, "Missing required "
-                                        "parameter: '%s'.", param);
-            }
-
-            if (!json_is_object(f)) {
-                return ngx_http_llm_bad_type(ck, (char *) param, "an object",
-                                             f);
-            }
-
-            t = json_object_get(f, "name");
-            ngx_sprintf(param, "tools[%ui].function.name%Z", i);
-
-            if (t == NULL) {
-                return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                        (char *) param, "Missing required "
-                                        "parameter: '%s'.", param);
-            }
-
-            if (!json_is_string(t)) {
-                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
-                                             t);
-            }
-
-            name = json_string_value(t);
-            len = json_string_length(t);
-
-            for (k = 0; k < len; k++) {
-                if (!((name[k] >= 'a' && name[k] <= 'z')
-                      || (name[k] >= 'A' && name[k] <= 'Z')
-                      || (name[k] >= '0' && name[k] <= '9')
-                      || name[k] == '_' || name[k] == '-'))
-                {
-                    break;
-                }
-            }
-
-            if (len == 0 || len > 64 || k < len) {
-                return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
-                                        "Invalid '%s': string does not "
-                                        "match pattern. Expected a string "
-                                        "that matches the pattern "
-                                        "'^[a-zA-Z0-9_-]{1,64}$'.", param);
-            }
-
-            t = json_object_get(f, "description");
-            if (t && !json_is_null(t) && !json_is_string(t)) {
-                ngx_sprintf(param, "tools[%ui].function.description%Z", i);
-                return ngx_http_llm_bad_type(ck, (char *) param, "a string",
-                                             t);
-            }
-
-            t = json_object_get(f, "parameters");
-            if (t && !json_is_object(t)) {
-                ngx_sprintf(param, "tools[%ui].function.parameters%Z", i);
-                return ngx_http_llm_bad(ck, "invalid_type", (char *) param,
-                                        "Invalid '%s': expected a JSON "
-                                        "schema object, but got %s "
-                                        "instead.", param,
-                                        ngx_http_llm_type_name(t));
-            }
-
-            if (t) {
-                json_t  *type = json_object_get(t, "type");
-
-                if (type && !json_is_string(type) && !json_is_array(type)) {
-                    ngx_sprintf(param,
-                                "tools[%ui].function.parameters%Z", i);
-                    return ngx_http_llm_bad(ck, "invalid_value",
-                                            (char *) param, "Invalid schema "
-                                            "for function '%s': 'type' must "
-                                            "be a string.", name);
-                }
-            }
-
-            t = json_object_get(f, "strict");
-            if (t && !json_is_null(t) && !json_is_boolean(t)) {
-                ngx_sprintf(param, "tools[%ui].function.strict%Z", i);
-                return ngx_http_llm_bad_type(ck, (char *) param,
-                                             "a boolean", t);
+            rc = ngx_http_llm_parse_tool(ck, json_array_get(tools, i), i);
+            if (rc != NGX_OK) {
+                return rc;
             }
         }
     }
+
+    return ngx_http_llm_parse_tool_choice(ck, root, tools, n);
+}
+
+
+/* tools[i]: a function with a name, a description, a JSON schema. */
+
+static ngx_int_t
+ngx_http_llm_parse_tool(ngx_http_llm_check_t *ck, json_t *tool, ngx_uint_t i)
+{
+    u_char       param[128];
+    json_t      *t, *f;
+    size_t       len;
+    ngx_uint_t   k;
+    const char  *name;
+
+    ngx_sprintf(param, "tools[%ui]%Z", i);
+
+    if (!json_is_object(tool)) {
+        return ngx_http_llm_bad_type(ck, (char *) param, "an object",
+                                     tool);
+    }
+
+    t = json_object_get(tool, "type");
+    ngx_sprintf(param, "tools[%ui].type%Z", i);
+
+    if (t == NULL) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                (char *) param, "Missing required "
+                                "parameter: '%s'.", param);
+    }
+
+    if (!json_is_string(t)
+        || ngx_strcmp(json_string_value(t), "function") != 0)
+    {
+        return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                "Invalid value: '%s'. Supported "
+                                "values are: 'function'.",
+                                json_is_string(t)
+                                ? json_string_value(t) : "?");
+    }
+
+    f = json_object_get(tool, "function");
+    ngx_sprintf(param, "tools[%ui].function%Z", i);
+
+    if (f == NULL) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                (char *) param, "Missing required "
+                                "parameter: '%s'.", param);
+    }
+
+    if (!json_is_object(f)) {
+        return ngx_http_llm_bad_type(ck, (char *) param, "an object",
+                                     f);
+    }
+
+    t = json_object_get(f, "name");
+    ngx_sprintf(param, "tools[%ui].function.name%Z", i);
+
+    if (t == NULL) {
+        return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                (char *) param, "Missing required "
+                                "parameter: '%s'.", param);
+    }
+
+    if (!json_is_string(t)) {
+        return ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                     t);
+    }
+
+    name = json_string_value(t);
+    len = json_string_length(t);
+
+    for (k = 0; k < len; k++) {
+        if (!((name[k] >= 'a' && name[k] <= 'z')
+              || (name[k] >= 'A' && name[k] <= 'Z')
+              || (name[k] >= '0' && name[k] <= '9')
+              || name[k] == '_' || name[k] == '-'))
+        {
+            break;
+        }
+    }
+
+    if (len == 0 || len > 64 || k < len) {
+        return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                "Invalid '%s': string does not "
+                                "match pattern. Expected a string "
+                                "that matches the pattern "
+                                "'^[a-zA-Z0-9_-]{1,64}$'.", param);
+    }
+
+    t = json_object_get(f, "description");
+    if (t && !json_is_null(t) && !json_is_string(t)) {
+        ngx_sprintf(param, "tools[%ui].function.description%Z", i);
+        return ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                     t);
+    }
+
+    t = json_object_get(f, "parameters");
+    if (t && !json_is_object(t)) {
+        ngx_sprintf(param, "tools[%ui].function.parameters%Z", i);
+        return ngx_http_llm_bad(ck, "invalid_type", (char *) param,
+                                "Invalid '%s': expected a JSON "
+                                "schema object, but got %s "
+                                "instead.", param,
+                                ngx_http_llm_type_name(t));
+    }
+
+    if (t) {
+        json_t  *type = json_object_get(t, "type");
+
+        if (type && !json_is_string(type) && !json_is_array(type)) {
+            ngx_sprintf(param,
+                        "tools[%ui].function.parameters%Z", i);
+            return ngx_http_llm_bad(ck, "invalid_value",
+                                    (char *) param, "Invalid schema "
+                                    "for function '%s': 'type' must "
+                                    "be a string.", name);
+        }
+    }
+
+    t = json_object_get(f, "strict");
+    if (t && !json_is_null(t) && !json_is_boolean(t)) {
+        ngx_sprintf(param, "tools[%ui].function.strict%Z", i);
+        return ngx_http_llm_bad_type(ck, (char *) param,
+                                     "a boolean", t);
+    }
+
+    return NGX_OK;
+}
+
+
+/* tool_choice: none, auto, required, or a function of tools[]. */
+
+static ngx_int_t
+ngx_http_llm_parse_tool_choice(ngx_http_llm_check_t *ck, json_t *root,
+    json_t *tools, ngx_uint_t n)
+{
+    json_t      *t, *f, *choice;
+    ngx_uint_t   i, found;
+    const char  *name, *s;
 
     choice = json_object_get(root, "tool_choice");
     if (choice == NULL || json_is_null(choice)) {
