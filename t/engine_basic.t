@@ -24,6 +24,13 @@ like($info->{chat_template_source}, qr/^(gguf|chatml \(fallback\))$/,
 is_deeply($info->{aliases}, ['tiny-alias'], 'aliases listed');
 is($info->{stats}{kv_blocks_free}, $info->{stats}{kv_blocks_total},
    'all KV blocks free at start');
+is($info->{system_fingerprint}, "fp_$info->{revision}",
+   'system_fingerprint: the one Done carries');
+is_deeply($info->{limits}, { max_choices => $info->{max_batch} < 16
+                                            ? $info->{max_batch} : 16,
+                             max_stop => 16, max_stop_bytes => 0,
+                             max_top_logprobs => 20 },
+          'limits: the ones Generate enforces');
 my $model = $info->{model};
 
 # tokenize / detokenize

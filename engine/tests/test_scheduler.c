@@ -343,8 +343,18 @@ test_cancel_and_limits(void)
     static owner_t    w[4];
     llm_sched_t      *s = make(256, 1, 64, 1, 64);
     llm_sched_stats_t st;
+    llm_sched_limits_t lim;
 
     CHECK("cancel", s != NULL);
+    memset(w, 0, sizeof(w));
+    /* the limits Info reports are the ones submit enforces */
+    llm_sched_get_limits(s, &lim);
+    CHECK("limits", lim.max_choices == 1 && lim.max_stop == 16
+          && lim.max_stop_bytes == 0 && lim.max_top_logprobs == 20);
+    CHECK("limits", submit(s, &w[0], prompts[1], plen[1], 4, 2) == NULL);
+    CHECK("limits", w[0].error
+          && w[0].code == LLM__ERROR_CODE__ERROR_INVALID_REQUEST
+          && strstr(w[0].msg, "between 1 and 1") != NULL);
     memset(w, 0, sizeof(w));
     CHECK("cancel", submit(s, &w[0], prompts[1], plen[1], 40, 1));
     llm_sched_step(s);      /* admitted: the queue is empty again */
@@ -367,6 +377,11 @@ test_cancel_and_limits(void)
     CHECK("limits", w[3].code
           == LLM__ERROR_CODE__ERROR_CONTEXT_LENGTH_EXCEEDED);
     CHECK("limits", strstr(w[3].msg, "64 tokens") != NULL);
+    llm_sched_free(s);
+    s = make(256, 32, 64, 1, 64);
+    CHECK("limits", s != NULL);
+    llm_sched_get_limits(s, &lim);
+    CHECK("limits", lim.max_choices == 16);
     llm_sched_free(s);
     printf("ok cancel and limits\n");
 }

@@ -25,6 +25,7 @@
 #include "model/gguf.h"
 #include "decode/grammar.h"
 #include "text/tokenizer.h"
+#include "readfile.h"
 
 static double
 now_us(void)
@@ -87,7 +88,7 @@ main(int argc, char **argv)
     json_t          *sj = NULL;
     json_error_t     je;
     char             err[512], *doc;
-    size_t           cap = 1 << 16, len = 0, k;
+    size_t           len = 0;
     float           *row;
     double           t0, t1, build_ms;
     series_t         fast = {0}, walk = {0};
@@ -116,16 +117,10 @@ main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    doc = malloc(cap);
-    while (doc && (k = fread(doc + len, 1, cap - len - 1, stdin)) > 0) {
-        len += k;
-        if (len + 1 == cap) {
-            cap *= 2;
-            doc = realloc(doc, cap);
-        }
-    }
+    doc = llm_read_stream(stdin, &len);
     if (doc == NULL) {
-        fprintf(stderr, "llm-maskbench: out of memory\n");
+        fprintf(stderr, "llm-maskbench: reading stdin: %s\n",
+                strerror(errno));
         return 1;
     }
     while (len > 0 && (doc[len - 1] == '\n' || doc[len - 1] == ' ')) {

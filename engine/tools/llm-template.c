@@ -21,6 +21,7 @@
 
 #include "model/gguf.h"
 #include "template/template.h"
+#include "readfile.h"
 
 static void
 usage(FILE *f)
@@ -53,40 +54,6 @@ usage(FILE *f)
         "                          microseconds of each (wall and CPU) to\n"
         "                          stderr before the prompt\n"
         "  --help                  this text\n");
-}
-
-static char *
-slurp(const char *path, size_t *len)
-{
-    FILE   *f;
-    char   *p = NULL, *np;
-    size_t  n = 0, cap = 0, r;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        return NULL;
-    }
-    for ( ;; ) {
-        if (n + 65536 > cap) {
-            cap = cap ? cap * 2 : 65536;
-            np = realloc(p, cap + 1);
-            if (np == NULL) {
-                free(p);
-                fclose(f);
-                return NULL;
-            }
-            p = np;
-        }
-        r = fread(p + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) {
-            break;
-        }
-    }
-    fclose(f);
-    p[n] = '\0';
-    *len = n;
-    return p;
 }
 
 /* The text of the token whose id is stored under key, or NULL. */
@@ -274,7 +241,7 @@ main(int argc, char **argv)
             eos = token_text(g, "tokenizer.ggml.eos_token_id");
         }
     } else if (tmpl_path != NULL) {
-        src = slurp(tmpl_path, &len);
+        src = llm_read_file(tmpl_path, &len);
         if (src == NULL) {
             fprintf(stderr, "llm-template: %s: %s\n", tmpl_path,
                     strerror(errno));

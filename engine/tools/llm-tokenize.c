@@ -17,6 +17,7 @@
 
 #include "model/gguf.h"
 #include "text/tokenizer.h"
+#include "readfile.h"
 
 static void
 usage(FILE *f)
@@ -54,36 +55,6 @@ print_escaped(const char *s, size_t n)
             putchar(c);
         }
     }
-}
-
-static char *
-read_all(FILE *f, size_t *len)
-{
-    char    *buf = NULL, *nb;
-    size_t   n = 0, cap = 0, r;
-
-    for (;;) {
-        if (cap - n < 65536) {
-            cap = cap ? cap * 2 : 1 << 20;
-            nb = realloc(buf, cap);
-            if (nb == NULL) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-        }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) {
-            break;
-        }
-    }
-    if (ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 int
@@ -138,7 +109,7 @@ main(int argc, char **argv)
         goto done;
     }
 
-    text = read_all(stdin, &len);
+    text = llm_read_stream(stdin, &len);
     if (text == NULL) {
         fprintf(stderr, "llm-tokenize: reading stdin: %s\n", strerror(errno));
         goto done;

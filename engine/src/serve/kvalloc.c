@@ -8,6 +8,7 @@
  * arrays; eviction takes the head.
  */
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,7 @@ llm_kvalloc_get(llm_kvalloc_t *a)
     } else {
         return -1;
     }
+    assert(a->ref[b] == 0);         /* free and cached blocks are unowned */
     a->ref[b] = 1;
     return b;
 }
@@ -202,6 +204,7 @@ llm_kvalloc_get(llm_kvalloc_t *a)
 void
 llm_kvalloc_ref(llm_kvalloc_t *a, uint32_t b)
 {
+    assert(b < a->n_blocks);
     if (a->ref[b]++ == 0 && a->cached[b]) {
         llm_lru_unlink(a, b);
     }
@@ -210,12 +213,14 @@ llm_kvalloc_ref(llm_kvalloc_t *a, uint32_t b)
 void
 llm_kvalloc_put(llm_kvalloc_t *a, uint32_t b)
 {
+    assert(b < a->n_blocks);
     if (a->ref[b] == 0 || --a->ref[b] > 0) {
         return;
     }
     if (a->cached[b]) {
         llm_lru_push(a, b);
     } else {
+        assert(a->n_free < a->n_blocks);
         a->free[a->n_free++] = b;
     }
 }

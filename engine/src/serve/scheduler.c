@@ -27,9 +27,6 @@
 #include "decode/sample.h"
 #include "scheduler.h"
 
-#define LLM_SCHED_MAX_N     16
-#define LLM_SCHED_MAX_STOP  16
-
 typedef enum {
     LLM_SEQ_LIMBO = 0,
     LLM_SEQ_QUEUED,
@@ -591,18 +588,19 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     Llm__Sampling         dflt = LLM__SAMPLING__INIT;
     uint32_t              V = s->c.n_vocab, max_new;
     uint64_t              seed;
+    llm_sched_limits_t    lim;
     size_t                i;
     int                   rc;
 
     if (sm == NULL) {
         sm = &dflt;
     }
+    llm_sched_get_limits(s, &lim);
     r->n = sm->n ? sm->n : 1;
-    if (r->n > LLM_SCHED_MAX_N || r->n > s->c.max_batch) {
+    if (r->n > lim.max_choices) {
         *param = "n";
         snprintf(err, errlen, "n must be between 1 and %u, got %u",
-                 s->c.max_batch < LLM_SCHED_MAX_N ? s->c.max_batch
-                                                  : LLM_SCHED_MAX_N, r->n);
+                 lim.max_choices, r->n);
         return -EINVAL;
     }
     if (!(sm->temperature >= 0.0f) || !isfinite(sm->temperature)) {
@@ -628,10 +626,10 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
         snprintf(err, errlen, "top_k must be >= 0, got %d", sm->top_k);
         return -EINVAL;
     }
-    if (sm->top_logprobs > LLM_SAMPLE_MAX_TOP_LOGPROBS) {
+    if (sm->top_logprobs > lim.max_top_logprobs) {
         *param = "top_logprobs";
-        snprintf(err, errlen, "top_logprobs must be <= %d, got %u",
-                 LLM_SAMPLE_MAX_TOP_LOGPROBS, sm->top_logprobs);
+        snprintf(err, errlen, "top_logprobs must be <= %u, got %u",
+                 lim.max_top_logprobs, sm->top_logprobs);
         return -EINVAL;
     }
     if (!isfinite(sm->presence_penalty) || !isfinite(sm->frequency_penalty)
@@ -643,10 +641,10 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
                  "(repetition_penalty >= 0)");
         return -EINVAL;
     }
-    if (sm->n_stop > LLM_SCHED_MAX_STOP) {
+    if (sm->n_stop > lim.max_stop) {
         *param = "stop";
-        snprintf(err, errlen, "at most %d stop strings, got %zu",
-                 LLM_SCHED_MAX_STOP, sm->n_stop);
+        snprintf(err, errlen, "at most %u stop strings, got %zu",
+                 lim.max_stop, sm->n_stop);
         return -EINVAL;
     }
 
@@ -913,6 +911,16 @@ llm_sched_abort_all(llm_sched_t *s, Llm__ErrorCode code, const char *msg)
         llm_emit_error(s, r->owner, code, NULL, &u, "%s", msg);
         llm_req_destroy(r);
     }
+}
+
+void
+llm_sched_get_limits(const llm_sched_t *s, llm_sched_limits_t *l)
+{
+    l->max_choices = s->c.max_batch < LLM_SCHED_MAX_N ? s->c.max_batch
+                                                      : LLM_SCHED_MAX_N;
+    l->max_stop = LLM_SCHED_MAX_STOP;
+    l->max_stop_bytes = 0;
+    l->max_top_logprobs = LLM_SAMPLE_MAX_TOP_LOGPROBS;
 }
 
 uint32_t

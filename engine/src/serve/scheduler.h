@@ -31,6 +31,19 @@
 typedef struct llm_sched_s llm_sched_t;
 typedef struct llm_sreq_s llm_sreq_t;
 
+/* What one Generate may ask for; past it, ERROR_INVALID_REQUEST. */
+#define LLM_SCHED_MAX_N     16      /* choices (and at most max_batch) */
+#define LLM_SCHED_MAX_STOP  16      /* stop strings */
+
+/* The limits a scheduler enforces, as Info reports them (proto
+ * EngineLimits), so no other process holds a copy of the numbers. */
+typedef struct {
+    uint32_t  max_choices;       /* n: LLM_SCHED_MAX_N or max_batch */
+    uint32_t  max_stop;          /* stop strings */
+    uint32_t  max_stop_bytes;    /* bytes of one stop string; 0: no limit */
+    uint32_t  max_top_logprobs;  /* LLM_SAMPLE_MAX_TOP_LOGPROBS */
+} llm_sched_limits_t;
+
 /* Receives every event of a request (owner is what submit was given). */
 typedef void (*llm_sched_emit_pt)(void *owner, const Llm__Event *ev);
 /* Nonzero when the owner can take more output now (backpressure). */
@@ -131,5 +144,8 @@ int llm_sched_step(llm_sched_t *s);
 uint32_t llm_sched_pending(const llm_sched_t *s);
 
 void llm_sched_get_stats(const llm_sched_t *s, llm_sched_stats_t *st);
+
+/* The limits llm_sched_submit() checks a request against. */
+void llm_sched_get_limits(const llm_sched_t *s, llm_sched_limits_t *l);
 
 #endif /* LLM_SCHED_H */

@@ -710,9 +710,16 @@ llm_srv_info(llm_conn_t *c)
     Llm__Event          ev = LLM__EVENT__INIT;
     Llm__InfoResponse   in = LLM__INFO_RESPONSE__INIT;
     Llm__EngineStats    es = LLM__ENGINE_STATS__INIT;
+    Llm__EngineLimits   el = LLM__ENGINE_LIMITS__INIT;
     llm_sched_stats_t   st;
+    llm_sched_limits_t  lim;
 
     llm_sched_get_stats(srv->sched, &st);
+    llm_sched_get_limits(srv->sched, &lim);
+    el.max_choices = lim.max_choices;
+    el.max_stop = lim.max_stop;
+    el.max_stop_bytes = lim.max_stop_bytes;
+    el.max_top_logprobs = lim.max_top_logprobs;
     es.requests_total = st.requests_total;
     es.requests_running = st.requests_running;
     es.requests_queued = st.requests_queued;
@@ -756,6 +763,9 @@ llm_srv_info(llm_conn_t *c)
                                     ? srv->c.tool_call_format : "");
     in.stats = &es;
     in.created = srv->c.created;
+    in.system_fingerprint = (char *) (srv->c.sched.fingerprint
+                                      ? srv->c.sched.fingerprint : "");
+    in.limits = &el;
     ev.kind_case = LLM__EVENT__KIND_INFO;
     ev.info = &in;
     llm_conn_send(c, &ev);
