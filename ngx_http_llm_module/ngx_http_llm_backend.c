@@ -166,6 +166,159 @@ ngx_http_llm_add_backends(ngx_http_llm_main_conf_t *mcf,
 
 
 /*
+ * The backends that serve the request: its model's, or without a model
+ * table those of the location's llm_pass.
+ */
+
+void
+ngx_http_llm_request_backends(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_uint_t *first, ngx_uint_t *n)
+{
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    if (ctx->model) {
+        *first = ctx->model->first_backend;
+        *n = ctx->model->nbackends;
+        return;
+    }
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    *first = llcf->backend;
+    *n = llcf->nbackends;
+}
+
+
+/* Starts a probe of be when its last answer is older than llm_info_cache. */
+
+void
+ngx_http_llm_backend_refresh(ngx_http_request_t *r, ngx_http_llm_backend_t *be)
+{
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    if (!be->busy
+        && (be->checked == 0
+            || ngx_current_msec - be->checked >= mcf->info_cache))
+    {
+        (void) ngx_http_llm_probe(be, r->connection->log);
+    }
+}
+
+
+/*
+ * The strictest limits of the request's engines that are up and told
+ * theirs in Info (stale answers are refreshed for the next request):
+ * NGX_OK, or NGX_DECLINED when none did, and the engine's own refusal
+ * stands.
+ */
+
+ngx_int_t
+ngx_http_llm_engine_limits(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_engine_limits_t *lim)
+{
+    ngx_uint_t                     i, first, n, found;
+    ngx_http_llm_backend_t        *be;
+    ngx_http_llm_main_conf_t      *mcf;
+    ngx_http_llm_engine_limits_t  *l;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    be = mcf->backends.elts;
+
+    ngx_http_llm_request_backends(r, ctx, &first, &n);
+
+    found = 0;
+
+    for (i = first; i < first + n && i < mcf->backends.nelts; i++) {
+
+        ngx_http_llm_backend_refresh(r, &be[i]);
+
+        if (!be[i].up || !be[i].has_limits) {
+            continue;
+        }
+
+        l = &be[i].limits;
+
+        if (!found) {
+            *lim = *l;
+            found = 1;
+            continue;
+        }
+
+        lim->max_choices = ngx_min(lim->max_choices, l->max_choices);
+        lim->max_stop = ngx_min(lim->max_stop, l->max_stop);
+        lim->max_top_logprobs = ngx_min(lim->max_top_logprobs,
+                                        l->max_top_logprobs);
+
+        /* 0: no limit */
+
+        if (l->max_stop_bytes
+            && (lim->max_stop_bytes == 0
+                || l->max_stop_bytes < lim->max_stop_bytes))
+        {
+            lim->max_stop_bytes = l->max_stop_bytes;
+        }
+    }
+
+    return found ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * Stream chunks go out before the engine's Done names its fingerprint:
+ * when every engine of the model that answered Info agrees on the
+ * system_fingerprint it reported there, the chunks carry it from the
+ * first one on.
+ */
+
+void
+ngx_http_llm_fingerprint(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    u_char                    *fp;
+    ngx_uint_t                 i;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    if (ctx->model == NULL || !ctx->stream) {
+        return;
+    }
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    be = mcf->backends.elts;
+    fp = NULL;
+
+    for (i = ctx->model->first_backend;
+         i < ctx->model->first_backend + ctx->model->nbackends;
+         i++)
+    {
+        if (!be[i].up || be[i].fingerprint[0] == '\0') {
+            continue;
+        }
+
+        if (fp && ngx_strcmp(fp, be[i].fingerprint) != 0) {
+            return;
+        }
+
+        fp = be[i].fingerprint;
+    }
+
+    if (fp == NULL) {
+        return;
+    }
+
+    /* the engine's text: kept escaped, as at Done */
+
+    if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint, fp,
+                              ngx_strlen(fp))
+        != NGX_OK)
+    {
+        ngx_str_null(&ctx->fingerprint);
+    }
+}
+
+
+/*
  * The Info probe: one short connection to one engine address, sending an
  * InfoRequest and keeping what the InfoResponse says in be.  Runs
  * detached from requests (they poll be->busy).
@@ -366,6 +519,19 @@ ngx_http_llm_probe_read(ngx_event_t *rev)
                               sizeof(be->quantization));
     ngx_http_llm_utf8_cpystrn(be->architecture, (u_char *) info->architecture,
                               sizeof(be->architecture));
+    ngx_http_llm_utf8_cpystrn(be->fingerprint,
+                              (u_char *) info->system_fingerprint,
+                              sizeof(be->fingerprint));
+
+    be->has_limits = (info->limits != NULL);
+
+    if (info->limits) {
+        be->limits.max_choices = info->limits->max_choices;
+        be->limits.max_stop = info->limits->max_stop;
+        be->limits.max_stop_bytes = info->limits->max_stop_bytes;
+        be->limits.max_top_logprobs = info->limits->max_top_logprobs;
+    }
+
     be->queue_depth = info->queue_depth;
     be->context_length = info->context_length;
     be->created = info->created;

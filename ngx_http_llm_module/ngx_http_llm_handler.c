@@ -448,6 +448,20 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
         return;
     }
 
+    /* what the model's engines accept, as they told in Info */
+
+    rc = ngx_http_llm_check_limits(r, ctx, &err);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_llm_send_error(r, &err));
+        return;
+    }
+
     if (ctx->key && ngx_http_llm_admit(r, ctx, &rc) != NGX_OK) {
         ngx_http_finalize_request(r, rc);
         return;
@@ -547,31 +561,17 @@ ngx_http_llm_window(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     ngx_uint_t                 i, first, n, window;
     ngx_http_llm_backend_t    *be;
     ngx_http_llm_main_conf_t  *mcf;
-    ngx_http_llm_loc_conf_t   *llcf;
 
     mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
 
-    if (ctx->model) {
-        first = ctx->model->first_backend;
-        n = ctx->model->nbackends;
-
-    } else {
-        llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
-        first = llcf->backend;
-        n = llcf->nbackends;
-    }
+    ngx_http_llm_request_backends(r, ctx, &first, &n);
 
     be = mcf->backends.elts;
     window = 0;
 
     for (i = first; i < first + n && i < mcf->backends.nelts; i++) {
 
-        if (!be[i].busy
-            && (be[i].checked == 0
-                || ngx_current_msec - be[i].checked >= mcf->info_cache))
-        {
-            (void) ngx_http_llm_probe(&be[i], r->connection->log);
-        }
+        ngx_http_llm_backend_refresh(r, &be[i]);
 
         if (be[i].up && be[i].context_length > window) {
             window = be[i].context_length;

@@ -44,13 +44,7 @@ ngx_http_llm_info_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     busy = 0;
 
     for (i = 0; i < mcf->backends.nelts; i++) {
-        if (!be[i].busy
-            && (be[i].checked == 0
-                || ngx_current_msec - be[i].checked >= mcf->info_cache))
-        {
-            (void) ngx_http_llm_probe(&be[i], r->connection->log);
-        }
-
+        ngx_http_llm_backend_refresh(r, &be[i]);
         busy |= be[i].busy;
     }
 

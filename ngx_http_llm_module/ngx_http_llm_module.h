@@ -205,6 +205,15 @@ void ngx_http_llm_metrics_record(ngx_http_request_t *r,
 
 typedef struct ngx_http_llm_model_s  ngx_http_llm_model_t;
 
+
+/* What an engine accepts (InfoResponse.limits). */
+typedef struct {
+    ngx_uint_t                     max_choices;     /* n */
+    ngx_uint_t                     max_stop;        /* stop strings */
+    ngx_uint_t                     max_stop_bytes;  /* of one; 0: any */
+    ngx_uint_t                     max_top_logprobs;
+} ngx_http_llm_engine_limits_t;
+
 /* One engine address of an upstream, probed with InfoRequest. */
 typedef struct {
     ngx_str_t                      name;       /* "unix:/run/a.sock" */
@@ -228,6 +237,9 @@ typedef struct {
     u_char                         load_state[32];
     u_char                         quantization[32];
     u_char                         architecture[32];
+    u_char                         fingerprint[64];
+    ngx_http_llm_engine_limits_t   limits;
+    unsigned                       has_limits:1;
     uint32_t                       queue_depth;
     uint32_t                       context_length;
     int64_t                        created;
@@ -425,6 +437,14 @@ ngx_int_t ngx_http_llm_register_backends(ngx_conf_t *cf,
 ngx_int_t ngx_http_llm_backends_find(ngx_http_llm_main_conf_t *mcf,
     ngx_http_upstream_srv_conf_t *uscf, ngx_uint_t *first, ngx_uint_t *n);
 ngx_int_t ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log);
+void ngx_http_llm_request_backends(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_uint_t *first, ngx_uint_t *n);
+void ngx_http_llm_backend_refresh(ngx_http_request_t *r,
+    ngx_http_llm_backend_t *be);
+ngx_int_t ngx_http_llm_engine_limits(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_engine_limits_t *lim);
+void ngx_http_llm_fingerprint(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
 
 /* ngx_http_llm_balancer.c */
 ngx_int_t ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
@@ -440,6 +460,8 @@ ngx_int_t ngx_http_llm_frame(ngx_http_llm_ctx_t *ctx, u_char **pos,
 ngx_int_t ngx_http_llm_parse_request(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, u_char *body, size_t len,
     ngx_http_llm_error_t *err);
+ngx_int_t ngx_http_llm_check_limits(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_chain_t **out);
 

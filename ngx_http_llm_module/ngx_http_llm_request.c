@@ -1839,6 +1839,68 @@ ngx_http_llm_dump(ngx_pool_t *pool, json_t *j)
 
 
 /*
+ * Checks the request against the limits its model's engines reported in
+ * Info (ngx_http_llm_engine_limits), with the engine's own messages, so
+ * the refusal is the same as the engine's, without a trip to it.
+ * NGX_OK (also when no engine told its limits yet); NGX_DECLINED with
+ * err filled (400); NGX_ERROR on no memory.
+ */
+
+ngx_int_t
+ngx_http_llm_check_limits(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_error_t *err)
+{
+    size_t                         len;
+    ngx_uint_t                     i;
+    Llm__Sampling                 *s;
+    ngx_http_llm_check_t           ck;
+    ngx_http_llm_engine_limits_t   lim;
+
+    if (ngx_http_llm_engine_limits(r, ctx, &lim) != NGX_OK) {
+        return NGX_OK;
+    }
+
+    ngx_memzero(&ck, sizeof(ngx_http_llm_check_t));
+    ck.request = r;
+    ck.err = err;
+    ck.ctx = ctx;
+
+    s = ctx->gen->sampling;
+
+    if (ctx->n > lim.max_choices) {
+        return ngx_http_llm_bad(&ck, "invalid_value", "n",
+                                "n must be between 1 and %ui, got %ui",
+                                lim.max_choices, ctx->n);
+    }
+
+    if (s->top_logprobs > lim.max_top_logprobs) {
+        return ngx_http_llm_bad(&ck, "invalid_value", "top_logprobs",
+                                "top_logprobs must be <= %ui, got %uD",
+                                lim.max_top_logprobs, s->top_logprobs);
+    }
+
+    if (s->n_stop > lim.max_stop) {
+        return ngx_http_llm_bad(&ck, "invalid_value", "stop",
+                                "at most %ui stop strings, got %uz",
+                                lim.max_stop, s->n_stop);
+    }
+
+    for (i = 0; lim.max_stop_bytes && i < s->n_stop; i++) {
+        len = ngx_strlen(s->stop[i]);
+
+        if (len > lim.max_stop_bytes) {
+            return ngx_http_llm_bad(&ck, "invalid_value", "stop",
+                                    "stop strings must be at most %ui "
+                                    "bytes, got %uz", lim.max_stop_bytes,
+                                    len);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * Encodes the request for the model now answering as one frame in a new
  * chain.
  */

@@ -31,8 +31,6 @@ enum {
 };
 
 
-static void ngx_http_llm_fingerprint(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx);
 static ngx_int_t ngx_http_llm_create_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_reinit_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_process_header(ngx_http_request_t *r);
@@ -256,64 +254,6 @@ ngx_http_llm_no_retry(ngx_http_request_t *r)
 {
     if (r->upstream && r->upstream->conf) {
         r->upstream->conf->next_upstream = 0;
-    }
-}
-
-
-/*
- * Stream chunks go out before the engine's Done names its fingerprint:
- * when every engine of the model that answered Info agrees on the model
- * revision, its fingerprint (fp_<revision>, as llm-engine makes it) is
- * known in advance.
- */
-
-static void
-ngx_http_llm_fingerprint(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
-{
-    u_char                    *rev, *p;
-    ngx_uint_t                 i;
-    ngx_http_llm_backend_t    *be;
-    ngx_http_llm_main_conf_t  *mcf;
-
-    if (ctx->model == NULL || !ctx->stream) {
-        return;
-    }
-
-    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
-    be = mcf->backends.elts;
-    rev = NULL;
-
-    for (i = ctx->model->first_backend;
-         i < ctx->model->first_backend + ctx->model->nbackends;
-         i++)
-    {
-        if (!be[i].up || be[i].revision[0] == '\0') {
-            continue;
-        }
-
-        if (rev && ngx_strcmp(rev, be[i].revision) != 0) {
-            return;
-        }
-
-        rev = be[i].revision;
-    }
-
-    if (rev == NULL) {
-        return;
-    }
-
-    p = ngx_pnalloc(r->pool, sizeof("fp_") - 1 + ngx_strlen(rev));
-    if (p == NULL) {
-        return;
-    }
-
-    /* the revision is the engine's text: kept escaped, as at Done */
-
-    if (ngx_http_llm_json_str(r->pool, &ctx->fingerprint, p,
-                              ngx_sprintf(p, "fp_%s", rev) - p)
-        != NGX_OK)
-    {
-        ngx_str_null(&ctx->fingerprint);
     }
 }
 
