@@ -19,6 +19,10 @@
 
 static void ngx_http_llm_cleanup(void *data);
 static void ngx_http_llm_pool_cleanup(void *data);
+static ngx_int_t ngx_http_llm_route(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_uint_t *allowed);
+static ngx_int_t ngx_http_llm_not_allowed(ngx_http_request_t *r,
+    ngx_uint_t allowed);
 static void ngx_http_llm_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_admit(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_int_t *sent);
@@ -28,6 +32,11 @@ static ngx_int_t ngx_http_llm_read_body(ngx_http_request_t *r,
     ngx_str_t *body);
 static ngx_int_t ngx_http_llm_resolve(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_int_t *sent);
+static ngx_table_elt_t *ngx_http_llm_find_header(ngx_http_request_t *r,
+    const char *name);
+static ngx_int_t ngx_http_llm_chain_header(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_str_t *value, ngx_int_t *sent);
+static void ngx_http_llm_chain_filter(ngx_http_llm_ctx_t *ctx);
 static ngx_int_t ngx_http_llm_not_found(ngx_http_request_t *r,
     ngx_str_t *name);
 
@@ -224,17 +233,11 @@ ngx_http_llm_pool_cleanup(void *data)
 ngx_int_t
 ngx_http_llm_handler(ngx_http_request_t *r)
 {
-    u_char                    *p, *last;
     ngx_int_t                  rc;
-    ngx_str_t                  rest;
     ngx_uint_t                 allowed;
-    ngx_table_elt_t           *h;
     ngx_http_llm_ctx_t        *ctx;
     ngx_http_llm_decision_t    d;
-    ngx_http_llm_loc_conf_t   *llcf;
     ngx_http_core_loc_conf_t  *clcf;
-
-    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
 
     ctx = ngx_http_llm_get_ctx(r);
     if (ctx == NULL) {
@@ -245,85 +248,20 @@ ngx_http_llm_handler(ngx_http_request_t *r)
         return NGX_HTTP_NOT_FOUND;
     }
 
-    if (llcf->health == 1 && llcf->api != 1) {
-        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-            goto not_allowed_get;
-        }
-
-        ctx->info = 3;
-        return ngx_http_llm_info_route(r, ctx);
-    }
-
-    /* the route: what follows "/v1/" */
-
-    p = r->uri.data;
-    last = r->uri.data + r->uri.len;
-    rest.len = 0;
-    rest.data = NULL;
-
-    while (p + 4 <= last) {
-        if (ngx_strncmp(p, "/v1/", 4) == 0) {
-            rest.data = p + 4;
-            rest.len = last - rest.data;
-            break;
-        }
-
-        p++;
-    }
-
-    if (rest.data == NULL) {
-        goto unknown;
-    }
-
-    if (rest.len == sizeof("chat/completions") - 1
-        && ngx_strncmp(rest.data, "chat/completions", rest.len) == 0)
-    {
-        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
-        allowed = NGX_HTTP_POST;
-
-    } else if (rest.len == sizeof("completions") - 1
-               && ngx_strncmp(rest.data, "completions", rest.len) == 0)
-    {
-        ctx->route = NGX_HTTP_LLM_ROUTE_COMPLETION;
-        allowed = NGX_HTTP_POST;
-
-    } else if (rest.len >= sizeof("models") - 1
-               && ngx_strncmp(rest.data, "models", 6) == 0
-               && (rest.len == 6
-                   || (rest.data[6] == '/' && rest.len > 7)))
-    {
-        allowed = NGX_HTTP_GET|NGX_HTTP_HEAD;
-
-        if (rest.len == 6) {
-            ctx->info = 1;
-
-        } else {
-            ctx->info = 2;
-            ctx->info_id.data = rest.data + 7;
-            ctx->info_id.len = rest.len - 7;
-        }
-
-    } else if (rest.len == sizeof("healthz") - 1
-               && ngx_strncmp(rest.data, "healthz", rest.len) == 0
-               && llcf->health == 1)
-    {
-        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-            goto not_allowed_get;
-        }
-
-        ctx->info = 3;
-        return ngx_http_llm_info_route(r, ctx);
-
-    } else {
-        goto unknown;
+    if (ngx_http_llm_route(r, ctx, &allowed) != NGX_OK) {
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_NOT_FOUND,
+                                        "invalid_request_error", NULL, NULL,
+                                        "Invalid URL (%V %V)",
+                                        &r->method_name, &r->uri);
     }
 
     if (!(r->method & allowed)) {
-        if (allowed == NGX_HTTP_POST) {
-            goto not_allowed_post;
-        }
+        return ngx_http_llm_not_allowed(r, allowed);
+    }
 
-        goto not_allowed_get;
+    if (ctx->info == NGX_HTTP_LLM_INFO_HEALTH) {
+        /* no key: a load balancer's health check */
+        return ngx_http_llm_info_route(r, ctx);
     }
 
     rc = ngx_http_llm_auth(r, &ctx->key, &d);
@@ -365,46 +303,125 @@ ngx_http_llm_handler(ngx_http_request_t *r)
     }
 
     return NGX_DONE;
+}
 
-unknown:
 
-    return ngx_http_llm_send_errorf(r, NGX_HTTP_NOT_FOUND,
-                                    "invalid_request_error", NULL, NULL,
-                                    "Invalid URL (%V %V)",
-                                    &r->method_name, &r->uri);
+/*
+ * The route of r: chat/completions and completions (POST), models and
+ * models/{id} (GET, HEAD), healthz where llm_health is on (GET, HEAD);
+ * an llm_health location without llm_api is /healthz whatever its path.
+ * NGX_OK with ctx->route or ctx->info set and *allowed the methods;
+ * NGX_DECLINED for an unknown path.
+ */
 
-not_allowed_post:
+static ngx_int_t
+ngx_http_llm_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_uint_t *allowed)
+{
+    u_char                   *p, *last;
+    ngx_str_t                 rest;
+    ngx_http_llm_loc_conf_t  *llcf;
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    *allowed = NGX_HTTP_GET|NGX_HTTP_HEAD;
+
+    if (llcf->health == 1 && llcf->api != 1) {
+        ctx->info = NGX_HTTP_LLM_INFO_HEALTH;
+        return NGX_OK;
     }
 
-    h->hash = 1;
-    ngx_str_set(&h->key, "Allow");
-    ngx_str_set(&h->value, "POST");
+    /* what follows "/v1/" */
 
-    goto not_allowed;
+    p = r->uri.data;
+    last = r->uri.data + r->uri.len;
+    rest.len = 0;
+    rest.data = NULL;
 
-not_allowed_get:
+    while (p + 4 <= last) {
+        if (ngx_strncmp(p, "/v1/", 4) == 0) {
+            rest.data = p + 4;
+            rest.len = last - rest.data;
+            break;
+        }
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        p++;
     }
 
-    h->hash = 1;
-    ngx_str_set(&h->key, "Allow");
-    ngx_str_set(&h->value, "GET, HEAD");
+    if (rest.data == NULL) {
+        return NGX_DECLINED;
+    }
 
-not_allowed:
+    if (rest.len == sizeof("chat/completions") - 1
+        && ngx_strncmp(rest.data, "chat/completions", rest.len) == 0)
+    {
+        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
+        *allowed = NGX_HTTP_POST;
+        return NGX_OK;
+    }
+
+    if (rest.len == sizeof("completions") - 1
+        && ngx_strncmp(rest.data, "completions", rest.len) == 0)
+    {
+        ctx->route = NGX_HTTP_LLM_ROUTE_COMPLETION;
+        *allowed = NGX_HTTP_POST;
+        return NGX_OK;
+    }
+
+    if (rest.len >= sizeof("models") - 1
+        && ngx_strncmp(rest.data, "models", 6) == 0
+        && (rest.len == 6 || (rest.data[6] == '/' && rest.len > 7)))
+    {
+        if (rest.len == 6) {
+            ctx->info = NGX_HTTP_LLM_INFO_MODELS;
+
+        } else {
+            ctx->info = NGX_HTTP_LLM_INFO_MODEL;
+            ctx->info_id.data = rest.data + 7;
+            ctx->info_id.len = rest.len - 7;
+        }
+
+        return NGX_OK;
+    }
+
+    if (rest.len == sizeof("healthz") - 1
+        && ngx_strncmp(rest.data, "healthz", rest.len) == 0
+        && llcf->health == 1)
+    {
+        ctx->info = NGX_HTTP_LLM_INFO_HEALTH;
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* 405 with the Allow header of the route. */
+
+static ngx_int_t
+ngx_http_llm_not_allowed(ngx_http_request_t *r, ngx_uint_t allowed)
+{
+    ngx_str_t  allow;
+
+    if (allowed == NGX_HTTP_POST) {
+        ngx_str_set(&allow, "POST");
+
+    } else {
+        ngx_str_set(&allow, "GET, HEAD");
+    }
+
+    if (ngx_http_llm_header_out(r, "Allow", allow.data, allow.len)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     return ngx_http_llm_send_errorf(r, NGX_HTTP_NOT_ALLOWED,
                                     "invalid_request_error",
                                     "method_not_allowed", NULL,
                                     "Method %V is not allowed for %V "
                                     "(allowed: %V)", &r->method_name,
-                                    &r->uri, &h->value);
+                                    &r->uri, &allow);
 }
 
 
@@ -694,12 +711,10 @@ static ngx_int_t
 ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_int_t *sent)
 {
-    u_char                     *p, *last, *s;
-    ngx_str_t                   name;
-    ngx_uint_t                  i, j, n;
-    ngx_list_part_t            *part;
-    ngx_table_elt_t            *h, *header;
-    ngx_http_llm_model_t       *m, *fb, **pm, **chain;
+    ngx_int_t                   rc;
+    ngx_uint_t                  i;
+    ngx_table_elt_t            *header;
+    ngx_http_llm_model_t       *m, **pm, **chain;
     ngx_http_llm_loc_conf_t    *llcf;
     ngx_http_llm_main_conf_t   *mcf;
 
@@ -755,73 +770,13 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     *pm = m;
 
-    header = NULL;
-
-    if (llcf->fallback_header == 1) {
-        part = &r->headers_in.headers.part;
-        h = part->elts;
-
-        for (i = 0; /* void */; i++) {
-
-            if (i >= part->nelts) {
-                if (part->next == NULL) {
-                    break;
-                }
-
-                part = part->next;
-                h = part->elts;
-                i = 0;
-            }
-
-            if (h[i].key.len == sizeof("x-llm-fallback") - 1
-                && ngx_strncasecmp(h[i].key.data, (u_char *) "x-llm-fallback",
-                                   h[i].key.len) == 0)
-            {
-                header = &h[i];
-                break;
-            }
-        }
-    }
+    header = (llcf->fallback_header == 1)
+             ? ngx_http_llm_find_header(r, "x-llm-fallback") : NULL;
 
     if (header) {
-        p = header->value.data;
-        last = p + header->value.len;
-
-        while (p < last) {
-            while (p < last && (*p == ' ' || *p == ',' || *p == '\t')) {
-                p++;
-            }
-
-            s = p;
-
-            while (p < last && *p != ',' && *p != ' ' && *p != '\t') {
-                p++;
-            }
-
-            if (p == s) {
-                break;
-            }
-
-            name.data = s;
-            name.len = p - s;
-
-            fb = ngx_http_llm_find_model(mcf, &name);
-            if (fb == NULL) {
-                *sent = ngx_http_llm_send_errorf(r, NGX_HTTP_BAD_REQUEST,
-                                                "invalid_request_error",
-                                                "model_not_found",
-                                                "x-llm-fallback",
-                                                "The fallback model '%V' "
-                                                "does not exist.", &name);
-                return NGX_DONE;
-            }
-
-            pm = ngx_array_push(&ctx->chain);
-            if (pm == NULL) {
-                goto failed;
-            }
-
-            *pm = fb;
+        rc = ngx_http_llm_chain_header(r, ctx, &header->value, sent);
+        if (rc != NGX_OK) {
+            return rc;
         }
 
     } else {
@@ -837,7 +792,121 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         }
     }
 
-    /* drop duplicates and models the key may not use */
+    ngx_http_llm_chain_filter(ctx);
+
+    return NGX_OK;
+
+failed:
+
+    *sent = NGX_HTTP_INTERNAL_SERVER_ERROR;
+    return NGX_ERROR;
+}
+
+
+/* The first request header called name (case-insensitive), or NULL. */
+
+static ngx_table_elt_t *
+ngx_http_llm_find_header(ngx_http_request_t *r, const char *name)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    len = ngx_strlen(name);
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == len
+            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+        {
+            return &h[i];
+        }
+    }
+}
+
+
+/*
+ * Appends the models named in an x-llm-fallback value (separated by
+ * commas or blanks) to the chain.  NGX_OK; NGX_DONE with a 400 sent for
+ * a name that is no model; NGX_ERROR.
+ */
+
+static ngx_int_t
+ngx_http_llm_chain_header(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_str_t *value, ngx_int_t *sent)
+{
+    u_char                     *p, *last, *s;
+    ngx_str_t                   name;
+    ngx_http_llm_model_t       *fb, **pm;
+    ngx_http_llm_main_conf_t   *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+
+    p = value->data;
+    last = p + value->len;
+
+    while (p < last) {
+        while (p < last && (*p == ' ' || *p == ',' || *p == '\t')) {
+            p++;
+        }
+
+        s = p;
+
+        while (p < last && *p != ',' && *p != ' ' && *p != '\t') {
+            p++;
+        }
+
+        if (p == s) {
+            break;
+        }
+
+        name.data = s;
+        name.len = p - s;
+
+        fb = ngx_http_llm_find_model(mcf, &name);
+        if (fb == NULL) {
+            *sent = ngx_http_llm_send_errorf(r, NGX_HTTP_BAD_REQUEST,
+                                            "invalid_request_error",
+                                            "model_not_found",
+                                            "x-llm-fallback",
+                                            "The fallback model '%V' "
+                                            "does not exist.", &name);
+            return NGX_DONE;
+        }
+
+        pm = ngx_array_push(&ctx->chain);
+        if (pm == NULL) {
+            *sent = NGX_HTTP_INTERNAL_SERVER_ERROR;
+            return NGX_ERROR;
+        }
+
+        *pm = fb;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Drops duplicates and models the key may not use from the chain. */
+
+static void
+ngx_http_llm_chain_filter(ngx_http_llm_ctx_t *ctx)
+{
+    ngx_uint_t              i, j, n;
+    ngx_http_llm_model_t  **chain;
 
     chain = ctx->chain.elts;
     n = 1;
@@ -861,13 +930,6 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     ctx->chain.nelts = n;
     ctx->chain_pos = 0;
-
-    return NGX_OK;
-
-failed:
-
-    *sent = NGX_HTTP_INTERNAL_SERVER_ERROR;
-    return NGX_ERROR;
 }
 
 

@@ -181,7 +181,7 @@ ngx_http_llm_info_send(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     be = mcf->backends.elts;
     m = mcf->models.elts;
 
-    if (ctx->info == 2) {
+    if (ctx->info == NGX_HTTP_LLM_INFO_MODEL) {
         id = ctx->info_id;
 
         if (mcf->models.nelts) {
@@ -218,7 +218,7 @@ ngx_http_llm_info_send(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
                                         &id);
     }
 
-    if (ctx->info == 1) {
+    if (ctx->info == NGX_HTTP_LLM_INFO_MODELS) {
         /* /v1/models */
 
         root = json_pack("{s:s,s:[]}", "object", "list", "data");

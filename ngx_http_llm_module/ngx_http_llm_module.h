@@ -202,6 +202,10 @@ void ngx_http_llm_metrics_record(ngx_http_request_t *r,
 #define NGX_HTTP_LLM_ROUTE_CHAT         1
 #define NGX_HTTP_LLM_ROUTE_COMPLETION   2
 
+#define NGX_HTTP_LLM_INFO_MODELS        1   /* /v1/models */
+#define NGX_HTTP_LLM_INFO_MODEL         2   /* /v1/models/{id} */
+#define NGX_HTTP_LLM_INFO_HEALTH        3   /* /healthz */
+
 
 typedef struct ngx_http_llm_model_s  ngx_http_llm_model_t;
 
@@ -327,7 +331,7 @@ typedef struct {
 typedef struct {
     ngx_http_request_t            *request;
     ngx_uint_t                     route;
-    ngx_uint_t                     info;       /* 1 models, 2 model, 3 health */
+    ngx_uint_t                     info;       /* NGX_HTTP_LLM_INFO_* */
     ngx_str_t                      info_id;
 
     /* the request */
