@@ -19,6 +19,10 @@
 static void ngx_http_llm_info_wait(ngx_event_t *ev);
 static ngx_int_t ngx_http_llm_info_send(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
+static ngx_int_t ngx_http_llm_info_model(ngx_http_request_t *r,
+    ngx_str_t *id);
+static ngx_int_t ngx_http_llm_info_models(ngx_http_request_t *r);
+static ngx_int_t ngx_http_llm_info_health(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *j);
 
@@ -166,10 +170,79 @@ ngx_http_llm_backend_json(ngx_http_llm_backend_t *be)
 static ngx_int_t
 ngx_http_llm_info_send(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 {
-    json_t                    *root, *data, *models, *bes, *jm;
-    ngx_str_t                  id, *a, name;
-    ngx_int_t                  rc;
-    ngx_uint_t                 i, j, up, any, all, status;
+    switch (ctx->info) {
+
+    case NGX_HTTP_LLM_INFO_MODEL:
+        return ngx_http_llm_info_model(r, &ctx->info_id);
+
+    case NGX_HTTP_LLM_INFO_MODELS:
+        return ngx_http_llm_info_models(r);
+
+    default: /* NGX_HTTP_LLM_INFO_HEALTH */
+        return ngx_http_llm_info_health(r);
+    }
+}
+
+
+/* /v1/models/{id}: a model of the table, else one an engine serves. */
+
+static ngx_int_t
+ngx_http_llm_info_model(ngx_http_request_t *r, ngx_str_t *id)
+{
+    ngx_uint_t                 i;
+    ngx_http_llm_model_t      *found;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_loc_conf_t   *llcf;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    be = mcf->backends.elts;
+
+    if (mcf->models.nelts) {
+        found = ngx_http_llm_find_model(mcf, id);
+        if (found == NULL) {
+            return ngx_http_llm_send_errorf(r, NGX_HTTP_NOT_FOUND,
+                                            "invalid_request_error",
+                                            "model_not_found", "model",
+                                            "The model '%V' does not "
+                                            "exist", id);
+        }
+
+        return ngx_http_llm_send_json(r, NGX_HTTP_OK,
+                   ngx_http_llm_model_json(id,
+                       ngx_http_llm_model_created(mcf, found)));
+    }
+
+    for (i = llcf->backend; i < llcf->backend + llcf->nbackends; i++) {
+        if (be[i].up
+            && ngx_strlen(be[i].model) == id->len
+            && ngx_strncmp(be[i].model, id->data, id->len) == 0)
+        {
+            return ngx_http_llm_send_json(r, NGX_HTTP_OK,
+                       ngx_http_llm_model_json(id, be[i].created));
+        }
+    }
+
+    return ngx_http_llm_send_errorf(r, NGX_HTTP_NOT_FOUND,
+                                    "invalid_request_error",
+                                    "model_not_found", "model",
+                                    "The model '%V' does not exist", id);
+}
+
+
+/*
+ * /v1/models: the models of the table with their aliases, else the
+ * distinct models the llm_pass engines serve.
+ */
+
+static ngx_int_t
+ngx_http_llm_info_models(ngx_http_request_t *r)
+{
+    json_t                    *root, *data;
+    ngx_str_t                 *a, name;
+    ngx_uint_t                 i, j;
     ngx_http_llm_model_t      *m;
     ngx_http_llm_backend_t    *be;
     ngx_http_llm_loc_conf_t   *llcf;
@@ -181,97 +254,74 @@ ngx_http_llm_info_send(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     be = mcf->backends.elts;
     m = mcf->models.elts;
 
-    if (ctx->info == NGX_HTTP_LLM_INFO_MODEL) {
-        id = ctx->info_id;
-
-        if (mcf->models.nelts) {
-            ngx_http_llm_model_t  *found;
-
-            found = ngx_http_llm_find_model(mcf, &id);
-            if (found == NULL) {
-                return ngx_http_llm_send_errorf(r, NGX_HTTP_NOT_FOUND,
-                                                "invalid_request_error",
-                                                "model_not_found", "model",
-                                                "The model '%V' does not "
-                                                "exist", &id);
-            }
-
-            return ngx_http_llm_send_json(r, NGX_HTTP_OK,
-                       ngx_http_llm_model_json(&id,
-                           ngx_http_llm_model_created(mcf, found)));
-        }
-
-        for (i = llcf->backend; i < llcf->backend + llcf->nbackends; i++) {
-            if (be[i].up
-                && ngx_strlen(be[i].model) == id.len
-                && ngx_strncmp(be[i].model, id.data, id.len) == 0)
-            {
-                return ngx_http_llm_send_json(r, NGX_HTTP_OK,
-                           ngx_http_llm_model_json(&id, be[i].created));
-            }
-        }
-
-        return ngx_http_llm_send_errorf(r, NGX_HTTP_NOT_FOUND,
-                                        "invalid_request_error",
-                                        "model_not_found", "model",
-                                        "The model '%V' does not exist",
-                                        &id);
+    root = json_pack("{s:s,s:[]}", "object", "list", "data");
+    if (root == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (ctx->info == NGX_HTTP_LLM_INFO_MODELS) {
-        /* /v1/models */
+    data = json_object_get(root, "data");
 
-        root = json_pack("{s:s,s:[]}", "object", "list", "data");
-        if (root == NULL) {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+    for (i = 0; i < mcf->models.nelts; i++) {
+        json_array_append_new(data,
+            ngx_http_llm_model_json(&m[i].name,
+                ngx_http_llm_model_created(mcf, &m[i])));
 
-        data = json_object_get(root, "data");
-
-        for (i = 0; i < mcf->models.nelts; i++) {
+        a = m[i].aliases.elts;
+        for (j = 0; j < m[i].aliases.nelts; j++) {
             json_array_append_new(data,
-                ngx_http_llm_model_json(&m[i].name,
+                ngx_http_llm_model_json(&a[j],
                     ngx_http_llm_model_created(mcf, &m[i])));
-
-            a = m[i].aliases.elts;
-            for (j = 0; j < m[i].aliases.nelts; j++) {
-                json_array_append_new(data,
-                    ngx_http_llm_model_json(&a[j],
-                        ngx_http_llm_model_created(mcf, &m[i])));
-            }
         }
-
-        if (mcf->models.nelts == 0) {
-            for (i = llcf->backend; i < llcf->backend + llcf->nbackends; i++)
-            {
-                if (!be[i].up || be[i].model[0] == '\0') {
-                    continue;
-                }
-
-                for (j = llcf->backend; j < i; j++) {
-                    if (be[j].up
-                        && ngx_strcmp(be[j].model, be[i].model) == 0)
-                    {
-                        break;
-                    }
-                }
-
-                if (j < i) {
-                    continue;
-                }
-
-                name.data = be[i].model;
-                name.len = ngx_strlen(be[i].model);
-
-                json_array_append_new(data,
-                    ngx_http_llm_model_json(&name, be[i].created));
-            }
-        }
-
-        return ngx_http_llm_send_json(r, NGX_HTTP_OK, root);
     }
 
-    /* /healthz */
+    if (mcf->models.nelts == 0) {
+        for (i = llcf->backend; i < llcf->backend + llcf->nbackends; i++) {
+            if (!be[i].up || be[i].model[0] == '\0') {
+                continue;
+            }
+
+            for (j = llcf->backend; j < i; j++) {
+                if (be[j].up && ngx_strcmp(be[j].model, be[i].model) == 0) {
+                    break;
+                }
+            }
+
+            if (j < i) {
+                continue;
+            }
+
+            name.data = be[i].model;
+            name.len = ngx_strlen(be[i].model);
+
+            json_array_append_new(data,
+                ngx_http_llm_model_json(&name, be[i].created));
+        }
+    }
+
+    return ngx_http_llm_send_json(r, NGX_HTTP_OK, root);
+}
+
+
+/*
+ * /healthz: each model with its engines; "ok" (200) when every model has
+ * an engine up, "degraded" when some has, "down" (503 both) when none.
+ */
+
+static ngx_int_t
+ngx_http_llm_info_health(ngx_http_request_t *r)
+{
+    json_t                    *root, *models, *bes, *jm;
+    ngx_uint_t                 i, j, up, any, all, status;
+    ngx_http_llm_model_t      *m;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_loc_conf_t   *llcf;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    be = mcf->backends.elts;
+    m = mcf->models.elts;
 
     root = json_object();
     models = json_array();
@@ -328,9 +378,7 @@ ngx_http_llm_info_send(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     status = all ? NGX_HTTP_OK : NGX_HTTP_SERVICE_UNAVAILABLE;
 
-    rc = ngx_http_llm_send_json(r, status, root);
-
-    return rc;
+    return ngx_http_llm_send_json(r, status, root);
 }
 
 
