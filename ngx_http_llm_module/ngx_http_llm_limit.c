@@ -38,6 +38,12 @@ static void ngx_http_llm_limit_refill(ngx_http_llm_limit_node_t *lnode,
     ngx_http_llm_key_t *key);
 static ngx_msec_t ngx_http_llm_limit_wait(int64_t level, int64_t need,
     ngx_uint_t rate);
+static ngx_int_t ngx_http_llm_limit_check(ngx_http_llm_limit_node_t *ln,
+    ngx_http_llm_key_t *key, ngx_uint_t prompt, ngx_uint_t output,
+    ngx_uint_t explicit, ngx_http_llm_decision_t *d, ngx_uint_t *left);
+static ngx_uint_t ngx_http_llm_limit_take(ngx_http_llm_limit_node_t *ln,
+    ngx_http_llm_key_t *key, ngx_uint_t prompt, ngx_uint_t output,
+    ngx_uint_t left, ngx_http_llm_ticket_t *t);
 static void ngx_http_llm_limit_fill(ngx_http_llm_ticket_t *t,
     ngx_http_llm_limit_node_t *lnode, ngx_http_llm_key_t *key);
 
@@ -450,8 +456,7 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
     ngx_uint_t prompt, ngx_uint_t output, ngx_uint_t explicit,
     ngx_http_llm_ticket_t *t, ngx_http_llm_decision_t *d)
 {
-    int64_t                        need;
-    ngx_uint_t                     reserve, left, level, allowed;
+    ngx_uint_t                     reserve, left;
     ngx_http_llm_zone_t           *zone;
     ngx_http_llm_keys_ctx_t       *ctx;
     ngx_http_llm_limit_node_t     *ln;
@@ -497,99 +502,14 @@ ngx_http_llm_limit_admit(ngx_http_request_t *r, ngx_http_llm_key_t *key,
 
     ngx_http_llm_limit_refill(ln, key);
 
-    d->verdict = NGX_HTTP_LLM_DENY_QUOTA;
-
-    /* left: what the key may still spend now, over every limit it has */
-
-    left = NGX_HTTP_LLM_UNBOUNDED;
-
-    if (key->quota) {
-        if (ln->quota_used >= key->quota) {
-            goto reject;
-        }
-
-        left = key->quota - ln->quota_used;
-    }
-
-    if (key->rpm && ln->req_level < NGX_HTTP_LLM_UNIT) {
-        d->verdict = NGX_HTTP_LLM_DENY_REQUESTS;
-        d->wait = ngx_http_llm_limit_wait(ln->req_level, NGX_HTTP_LLM_UNIT,
-                                          key->rpm);
-        d->used = key->rpm - (ln->req_level > 0
-                              ? (ngx_uint_t) (ln->req_level
-                                              / NGX_HTTP_LLM_UNIT)
-                              : 0);
-        d->requested = 1;
+    if (ngx_http_llm_limit_check(ln, key, prompt, output, explicit, d,
+                                 &left)
+        != NGX_OK)
+    {
         goto reject;
     }
 
-    if (key->tpm) {
-
-        /*
-         * An explicit max_tokens waits until the bucket holds the whole
-         * request (at most the bucket's size); without one, the prompt and
-         * one token are enough and the output is capped at the rest.
-         */
-
-        reserve = explicit ? prompt + output : prompt + 1;
-
-        if (reserve > key->tpm) {
-            reserve = key->tpm;
-        }
-
-        need = (int64_t) reserve * NGX_HTTP_LLM_UNIT;
-
-        if (ln->tok_level < need) {
-            d->verdict = NGX_HTTP_LLM_DENY_TOKENS;
-            d->wait = ngx_http_llm_limit_wait(ln->tok_level, need, key->tpm);
-            d->used = key->tpm - (ln->tok_level > 0
-                                  ? (ngx_uint_t) (ln->tok_level
-                                                  / NGX_HTTP_LLM_UNIT)
-                                  : 0);
-            d->requested = reserve;
-            goto reject;
-        }
-
-        level = (ngx_uint_t) (ln->tok_level / NGX_HTTP_LLM_UNIT);
-
-        /* an explicit max_tokens waited for its room: only the quota cuts */
-
-        if (!explicit && level < left) {
-            left = level;
-        }
-    }
-
-    /* the output it may generate: never past what is left */
-
-    allowed = output;
-
-    if (left != NGX_HTTP_LLM_UNBOUNDED) {
-        if (left > prompt) {
-            allowed = ngx_min(output, left - prompt);
-
-        } else {
-            /* the prompt estimate alone fills it: one token, then stop */
-            allowed = 1;
-        }
-    }
-
-    if (allowed < output) {
-        t->out_cap = allowed;
-    }
-
-    reserve = (allowed == NGX_HTTP_LLM_UNBOUNDED) ? prompt : prompt + allowed;
-
-    if (key->rpm) {
-        ln->req_level -= NGX_HTTP_LLM_UNIT;
-    }
-
-    if (key->tpm) {
-        t->tok_reserved = ngx_min(reserve, key->tpm);
-        ln->tok_level -= (int64_t) t->tok_reserved * NGX_HTTP_LLM_UNIT;
-    }
-
-    ln->quota_used += reserve;
-    ln->requests++;
+    reserve = ngx_http_llm_limit_take(ln, key, prompt, output, left, t);
     d->verdict = NGX_HTTP_LLM_ALLOW;
 
     ngx_http_llm_limit_fill(t, ln, key);
@@ -624,6 +544,136 @@ reject:
                   : "tokens/min");
 
     return NGX_OK;
+}
+
+
+/*
+ * Whether the key's limits let one more request in now (the node
+ * refilled, under the zone's lock): NGX_OK with *left what the key may
+ * still spend (NGX_HTTP_LLM_UNBOUNDED: no limit says), or NGX_DECLINED
+ * with the refusal in d.
+ */
+
+static ngx_int_t
+ngx_http_llm_limit_check(ngx_http_llm_limit_node_t *ln,
+    ngx_http_llm_key_t *key, ngx_uint_t prompt, ngx_uint_t output,
+    ngx_uint_t explicit, ngx_http_llm_decision_t *d, ngx_uint_t *left)
+{
+    int64_t     need;
+    ngx_uint_t  reserve, level;
+
+    d->verdict = NGX_HTTP_LLM_DENY_QUOTA;
+
+    /* left: what the key may still spend now, over every limit it has */
+
+    *left = NGX_HTTP_LLM_UNBOUNDED;
+
+    if (key->quota) {
+        if (ln->quota_used >= key->quota) {
+            return NGX_DECLINED;
+        }
+
+        *left = key->quota - ln->quota_used;
+    }
+
+    if (key->rpm && ln->req_level < NGX_HTTP_LLM_UNIT) {
+        d->verdict = NGX_HTTP_LLM_DENY_REQUESTS;
+        d->wait = ngx_http_llm_limit_wait(ln->req_level, NGX_HTTP_LLM_UNIT,
+                                          key->rpm);
+        d->used = key->rpm - (ln->req_level > 0
+                              ? (ngx_uint_t) (ln->req_level
+                                              / NGX_HTTP_LLM_UNIT)
+                              : 0);
+        d->requested = 1;
+        return NGX_DECLINED;
+    }
+
+    if (key->tpm) {
+
+        /*
+         * An explicit max_tokens waits until the bucket holds the whole
+         * request (at most the bucket's size); without one, the prompt and
+         * one token are enough and the output is capped at the rest.
+         */
+
+        reserve = explicit ? prompt + output : prompt + 1;
+
+        if (reserve > key->tpm) {
+            reserve = key->tpm;
+        }
+
+        need = (int64_t) reserve * NGX_HTTP_LLM_UNIT;
+
+        if (ln->tok_level < need) {
+            d->verdict = NGX_HTTP_LLM_DENY_TOKENS;
+            d->wait = ngx_http_llm_limit_wait(ln->tok_level, need, key->tpm);
+            d->used = key->tpm - (ln->tok_level > 0
+                                  ? (ngx_uint_t) (ln->tok_level
+                                                  / NGX_HTTP_LLM_UNIT)
+                                  : 0);
+            d->requested = reserve;
+            return NGX_DECLINED;
+        }
+
+        level = (ngx_uint_t) (ln->tok_level / NGX_HTTP_LLM_UNIT);
+
+        /* an explicit max_tokens waited for its room: only the quota cuts */
+
+        if (!explicit && level < *left) {
+            *left = level;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Takes the admitted request from the node's buckets: the prompt and the
+ * output it may generate, capped at what is left (t->out_cap when the
+ * cap cuts).  Returns the tokens reserved.
+ */
+
+static ngx_uint_t
+ngx_http_llm_limit_take(ngx_http_llm_limit_node_t *ln,
+    ngx_http_llm_key_t *key, ngx_uint_t prompt, ngx_uint_t output,
+    ngx_uint_t left, ngx_http_llm_ticket_t *t)
+{
+    ngx_uint_t  reserve, allowed;
+
+    /* the output it may generate: never past what is left */
+
+    allowed = output;
+
+    if (left != NGX_HTTP_LLM_UNBOUNDED) {
+        if (left > prompt) {
+            allowed = ngx_min(output, left - prompt);
+
+        } else {
+            /* the prompt estimate alone fills it: one token, then stop */
+            allowed = 1;
+        }
+    }
+
+    if (allowed < output) {
+        t->out_cap = allowed;
+    }
+
+    reserve = (allowed == NGX_HTTP_LLM_UNBOUNDED) ? prompt : prompt + allowed;
+
+    if (key->rpm) {
+        ln->req_level -= NGX_HTTP_LLM_UNIT;
+    }
+
+    if (key->tpm) {
+        t->tok_reserved = ngx_min(reserve, key->tpm);
+        ln->tok_level -= (int64_t) t->tok_reserved * NGX_HTTP_LLM_UNIT;
+    }
+
+    ln->quota_used += reserve;
+    ln->requests++;
+
+    return reserve;
 }
 
 
