@@ -35,6 +35,10 @@ static ngx_msec_t
 static void ngx_http_llm_metrics_cleanup(void *data);
 static ngx_http_llm_model_stats_t *ngx_http_llm_metrics_model(
     ngx_http_llm_shctx_t *sh, ngx_str_t *model, ngx_uint_t claim);
+static u_char *ngx_http_llm_metrics_counts(u_char *p,
+    ngx_http_llm_shctx_t *sh);
+static u_char *ngx_http_llm_metrics_times(u_char *p,
+    ngx_http_llm_shctx_t *sh);
 static u_char *ngx_http_llm_metrics_label(u_char *p,
     ngx_http_llm_model_stats_t *m);
 static u_char *ngx_http_llm_metrics_seconds(u_char *p, uint64_t ms);
@@ -296,11 +300,10 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
     size_t                       size;
     ngx_int_t                    rc;
     ngx_buf_t                   *b;
-    ngx_uint_t                   i, j, nmodels;
+    ngx_uint_t                   i, nmodels;
     ngx_chain_t                  out;
     ngx_http_llm_zone_t         *zone;
     ngx_http_llm_shctx_t        *sh;
-    ngx_http_llm_model_stats_t  *m;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -347,6 +350,70 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
     }
 
     p = b->last;
+
+    p = ngx_http_llm_metrics_counts(p, sh);
+    p = ngx_http_llm_metrics_times(p, sh);
+
+    p = ngx_sprintf(p, "# HELP llm_requests_in_flight Requests being "
+                    "answered now, in all workers.\n"
+                    "# TYPE llm_requests_in_flight gauge\n"
+                    "llm_requests_in_flight %L\n"
+                    "# HELP llm_rate_limited_total Requests refused with "
+                    "429 by a key's limits or quota.\n"
+                    "# TYPE llm_rate_limited_total counter\n"
+                    "llm_rate_limited_total %uL\n"
+                    "# HELP llm_fallbacks_total Requests answered by a "
+                    "fallback model.\n"
+                    "# TYPE llm_fallbacks_total counter\n"
+                    "llm_fallbacks_total %uL\n"
+                    "# HELP llm_upstream_errors_total Requests that met an "
+                    "engine error.\n"
+                    "# TYPE llm_upstream_errors_total counter\n"
+                    "llm_upstream_errors_total %uL\n"
+                    "# HELP llm_zone_start_time_seconds When the counters "
+                    "started (reloads keep them).\n"
+                    "# TYPE llm_zone_start_time_seconds gauge\n"
+                    "llm_zone_start_time_seconds %T\n"
+                    "# HELP llm_zone_reloads_total Reloads that kept the "
+                    "counters.\n"
+                    "# TYPE llm_zone_reloads_total counter\n"
+                    "llm_zone_reloads_total %ui\n",
+                    sh->in_flight > 0 ? sh->in_flight : 0,
+                    sh->rate_limited, sh->fallbacks, sh->upstream_errors,
+                    sh->started, sh->reloads);
+
+    b->last = p;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+/* llm_requests_total and llm_tokens_total, per model. */
+
+static u_char *
+ngx_http_llm_metrics_counts(u_char *p, ngx_http_llm_shctx_t *sh)
+{
+    ngx_uint_t                   i, j;
+    ngx_http_llm_model_stats_t  *m;
 
     p = ngx_cpymem(p, "# HELP llm_requests_total Requests by the model that "
                    "answered and the HTTP status sent.\n"
@@ -401,6 +468,18 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
         p = ngx_sprintf(p, ",kind=\"cached\"} %uL\n", m->cached_tokens);
     }
 
+    return p;
+}
+
+
+/* llm_ttft_seconds and llm_request_duration_seconds, per model. */
+
+static u_char *
+ngx_http_llm_metrics_times(u_char *p, ngx_http_llm_shctx_t *sh)
+{
+    ngx_uint_t                   i;
+    ngx_http_llm_model_stats_t  *m;
+
     p = ngx_sprintf(p, "# HELP llm_ttft_seconds Time from the request to "
                     "the first token.\n"
                     "# TYPE llm_ttft_seconds histogram\n");
@@ -434,56 +513,7 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
         }
     }
 
-    p = ngx_sprintf(p, "# HELP llm_requests_in_flight Requests being "
-                    "answered now, in all workers.\n"
-                    "# TYPE llm_requests_in_flight gauge\n"
-                    "llm_requests_in_flight %L\n"
-                    "# HELP llm_rate_limited_total Requests refused with "
-                    "429 by a key's limits or quota.\n"
-                    "# TYPE llm_rate_limited_total counter\n"
-                    "llm_rate_limited_total %uL\n"
-                    "# HELP llm_fallbacks_total Requests answered by a "
-                    "fallback model.\n"
-                    "# TYPE llm_fallbacks_total counter\n"
-                    "llm_fallbacks_total %uL\n"
-                    "# HELP llm_upstream_errors_total Requests that met an "
-                    "engine error.\n"
-                    "# TYPE llm_upstream_errors_total counter\n"
-                    "llm_upstream_errors_total %uL\n"
-                    "# HELP llm_zone_start_time_seconds When the counters "
-                    "started (reloads keep them).\n"
-                    "# TYPE llm_zone_start_time_seconds gauge\n"
-                    "llm_zone_start_time_seconds %T\n"
-                    "# HELP llm_zone_reloads_total Reloads that kept the "
-                    "counters.\n"
-                    "# TYPE llm_zone_reloads_total counter\n"
-                    "llm_zone_reloads_total %ui\n",
-                    sh->in_flight > 0 ? sh->in_flight : 0,
-                    sh->rate_limited, sh->fallbacks, sh->upstream_errors,
-                    sh->started, sh->reloads);
-
-    b->last = p;
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-
-    ngx_str_set(&r->headers_out.content_type,
-                "text/plain; version=0.0.4; charset=utf-8");
-    r->headers_out.content_type_len = sizeof("text/plain") - 1;
-    r->headers_out.content_type_lowcase = NULL;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return p;
 }
 
 
