@@ -42,6 +42,15 @@ static ngx_http_llm_keyset_t *ngx_http_llm_keys_load(ngx_conf_t *cf,
 static ngx_int_t ngx_http_llm_keys_parse_line(ngx_conf_t *cf,
     ngx_str_t *file, ngx_uint_t line, u_char *p, u_char *last,
     ngx_array_t *keys);
+static ngx_int_t ngx_http_llm_keys_parse_hash(ngx_conf_t *cf,
+    ngx_str_t *file, ngx_uint_t line, ngx_str_t *tok,
+    ngx_http_llm_key_t *key);
+static ngx_int_t ngx_http_llm_keys_parse_name(ngx_conf_t *cf,
+    ngx_str_t *file, ngx_uint_t line, ngx_str_t *tok, ngx_array_t *keys,
+    ngx_http_llm_key_t *key);
+static ngx_int_t ngx_http_llm_keys_parse_option(ngx_conf_t *cf,
+    ngx_str_t *file, ngx_uint_t line, ngx_str_t *tok,
+    ngx_http_llm_key_t *key);
 static ngx_int_t ngx_http_llm_keys_parse_models(ngx_conf_t *cf,
     ngx_str_t *v, ngx_http_llm_key_t *key);
 static int ngx_http_llm_keys_cmp(const void *one, const void *two);
@@ -586,12 +595,10 @@ static ngx_int_t
 ngx_http_llm_keys_parse_line(ngx_conf_t *cf, ngx_str_t *file,
     ngx_uint_t line, u_char *p, u_char *last, ngx_array_t *keys)
 {
-    u_char              *s, c;
-    off_t                v;
-    ngx_str_t            tok[8], opt;
-    ngx_int_t            hi, lo;
-    ngx_uint_t           ntok, i, j;
-    ngx_http_llm_key_t  *key, *k;
+    u_char              *s;
+    ngx_str_t            tok[8];
+    ngx_uint_t           ntok, i;
+    ngx_http_llm_key_t  *key;
 
     /* tokens separated by spaces or tabs; '#' at a token start ends it */
 
@@ -647,20 +654,47 @@ ngx_http_llm_keys_parse_line(ngx_conf_t *cf, ngx_str_t *file,
     ngx_memzero(key, sizeof(ngx_http_llm_key_t));
     key->index = line;
 
-    /* the hash: 64 hex digits */
+    if (ngx_http_llm_keys_parse_hash(cf, file, line, &tok[0], key)
+        != NGX_OK
+        || ngx_http_llm_keys_parse_name(cf, file, line, &tok[1], keys, key)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
 
-    if (tok[0].len != 64) {
+    for (i = 2; i < ntok; i++) {
+        if (ngx_http_llm_keys_parse_option(cf, file, line, &tok[i], key)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/* The first field: the key's SHA-256 as 64 hex digits. */
+
+static ngx_int_t
+ngx_http_llm_keys_parse_hash(ngx_conf_t *cf, ngx_str_t *file,
+    ngx_uint_t line, ngx_str_t *tok, ngx_http_llm_key_t *key)
+{
+    ngx_int_t   hi, lo;
+    ngx_uint_t  i;
+
+    if (tok->len != 64) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "%V:%ui: the first field must be the key's "
                            "SHA-256 as 64 hex digits, not %uz characters "
                            "(llm-keygen prints a line)", file, line,
-                           tok[0].len);
+                           tok->len);
         return NGX_ERROR;
     }
 
     for (i = 0; i < 32; i++) {
-        hi = ngx_hextoi(&tok[0].data[2 * i], 1);
-        lo = ngx_hextoi(&tok[0].data[2 * i + 1], 1);
+        hi = ngx_hextoi(&tok->data[2 * i], 1);
+        lo = ngx_hextoi(&tok->data[2 * i + 1], 1);
 
         if (hi == NGX_ERROR || lo == NGX_ERROR) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -673,17 +707,30 @@ ngx_http_llm_keys_parse_line(ngx_conf_t *cf, ngx_str_t *file,
         key->hash[i] = (u_char) (hi << 4 | lo);
     }
 
-    /* the name: printable, no quotes, for logs and $llm_key_name */
+    return NGX_OK;
+}
 
-    if (tok[1].len > NGX_HTTP_LLM_KEY_NAME_LEN) {
+
+/* The name: printable, no quotes, unique, for logs and $llm_key_name. */
+
+static ngx_int_t
+ngx_http_llm_keys_parse_name(ngx_conf_t *cf, ngx_str_t *file,
+    ngx_uint_t line, ngx_str_t *tok, ngx_array_t *keys,
+    ngx_http_llm_key_t *key)
+{
+    u_char               c;
+    ngx_uint_t           i, j;
+    ngx_http_llm_key_t  *k;
+
+    if (tok->len > NGX_HTTP_LLM_KEY_NAME_LEN) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "%V:%ui: the name is longer than %d characters",
                            file, line, NGX_HTTP_LLM_KEY_NAME_LEN);
         return NGX_ERROR;
     }
 
-    for (i = 0; i < tok[1].len; i++) {
-        c = tok[1].data[i];
+    for (i = 0; i < tok->len; i++) {
+        c = tok->data[i];
 
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
             || (c >= '0' && c <= '9')
@@ -701,92 +748,101 @@ ngx_http_llm_keys_parse_line(ngx_conf_t *cf, ngx_str_t *file,
     k = keys->elts;
 
     for (j = 0; j + 1 < keys->nelts; j++) {
-        if (k[j].name.len == tok[1].len
-            && ngx_memcmp(k[j].name.data, tok[1].data, tok[1].len) == 0)
+        if (k[j].name.len == tok->len
+            && ngx_memcmp(k[j].name.data, tok->data, tok->len) == 0)
         {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "%V:%ui: the name \"%V\" is already used on "
-                               "line %ui", file, line, &tok[1], k[j].index);
+                               "line %ui", file, line, tok, k[j].index);
             return NGX_ERROR;
         }
     }
 
-    key->name.len = tok[1].len;
-    key->name.data = ngx_pstrdup(cf->pool, &tok[1]);
+    key->name.len = tok->len;
+    key->name.data = ngx_pstrdup(cf->pool, tok);
     if (key->name.data == NULL) {
         return NGX_ERROR;
     }
 
-    /* options */
+    return NGX_OK;
+}
 
-    for (i = 2; i < ntok; i++) {
 
-        s = ngx_strlchr(tok[i].data, tok[i].data + tok[i].len, '=');
+/* One option: rpm=N, tpm=N, quota=N or models=A,B. */
 
-        if (s == NULL) {
+static ngx_int_t
+ngx_http_llm_keys_parse_option(ngx_conf_t *cf, ngx_str_t *file,
+    ngx_uint_t line, ngx_str_t *tok, ngx_http_llm_key_t *key)
+{
+    u_char     *s;
+    off_t       v;
+    ngx_str_t   opt;
+
+    s = ngx_strlchr(tok->data, tok->data + tok->len, '=');
+
+    if (s == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%V:%ui: expected NAME=VALUE, not \"%V\"",
+                           file, line, tok);
+        return NGX_ERROR;
+    }
+
+    opt.data = s + 1;
+    opt.len = tok->data + tok->len - opt.data;
+
+    if (ngx_strncmp(tok->data, "models=", 7) == 0) {
+        if (ngx_http_llm_keys_parse_models(cf, &opt, key) != NGX_OK) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "%V:%ui: expected NAME=VALUE, not \"%V\"",
-                               file, line, &tok[i]);
+                               "%V:%ui: models= expects a comma "
+                               "separated list of model names",
+                               file, line);
             return NGX_ERROR;
         }
 
-        opt.data = s + 1;
-        opt.len = tok[i].data + tok[i].len - opt.data;
+        return NGX_OK;
+    }
 
-        if (ngx_strncmp(tok[i].data, "models=", 7) == 0) {
-            if (ngx_http_llm_keys_parse_models(cf, &opt, key) != NGX_OK) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "%V:%ui: models= expects a comma "
-                                   "separated list of model names",
-                                   file, line);
-                return NGX_ERROR;
-            }
+    v = ngx_atoof(opt.data, opt.len);
 
-            continue;
-        }
+    if (v == NGX_ERROR || v > 1000000000000000LL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%V:%ui: \"%V\" expects a whole number "
+                           "(0: unlimited)", file, line, tok);
+        return NGX_ERROR;
+    }
 
-        v = ngx_atoof(opt.data, opt.len);
+    if (s - tok->data == 3
+        && (ngx_strncmp(tok->data, "rpm", 3) == 0
+            || ngx_strncmp(tok->data, "tpm", 3) == 0)
+        && v > 1000000000000LL)
+    {
+        /* the token buckets hold limit * 60000 in an int64_t */
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%V:%ui: \"%V\" is over the largest limit "
+                           "of 1000000000000 per minute",
+                           file, line, tok);
+        return NGX_ERROR;
+    }
 
-        if (v == NGX_ERROR || v > 1000000000000000LL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "%V:%ui: \"%V\" expects a whole number "
-                               "(0: unlimited)", file, line, &tok[i]);
-            return NGX_ERROR;
-        }
+    if (s - tok->data == 3 && ngx_strncmp(tok->data, "rpm", 3) == 0) {
+        key->rpm = (ngx_uint_t) v;
 
-        if (s - tok[i].data == 3
-            && (ngx_strncmp(tok[i].data, "rpm", 3) == 0
-                || ngx_strncmp(tok[i].data, "tpm", 3) == 0)
-            && v > 1000000000000LL)
-        {
-            /* the token buckets hold limit * 60000 in an int64_t */
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "%V:%ui: \"%V\" is over the largest limit "
-                               "of 1000000000000 per minute",
-                               file, line, &tok[i]);
-            return NGX_ERROR;
-        }
+    } else if (s - tok->data == 3
+               && ngx_strncmp(tok->data, "tpm", 3) == 0)
+    {
+        key->tpm = (ngx_uint_t) v;
 
-        if (s - tok[i].data == 3 && ngx_strncmp(tok[i].data, "rpm", 3) == 0) {
-            key->rpm = (ngx_uint_t) v;
+    } else if (s - tok->data == 5
+               && ngx_strncmp(tok->data, "quota", 5) == 0)
+    {
+        key->quota = (uint64_t) v;
 
-        } else if (s - tok[i].data == 3
-                   && ngx_strncmp(tok[i].data, "tpm", 3) == 0)
-        {
-            key->tpm = (ngx_uint_t) v;
-
-        } else if (s - tok[i].data == 5
-                   && ngx_strncmp(tok[i].data, "quota", 5) == 0)
-        {
-            key->quota = (uint64_t) v;
-
-        } else {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "%V:%ui: unknown option \"%V\" (expected "
-                               "rpm=, tpm=, quota= or models=)",
-                               file, line, &tok[i]);
-            return NGX_ERROR;
-        }
+    } else {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%V:%ui: unknown option \"%V\" (expected "
+                           "rpm=, tpm=, quota= or models=)",
+                           file, line, tok);
+        return NGX_ERROR;
     }
 
     return NGX_OK;
