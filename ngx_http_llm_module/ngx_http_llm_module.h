@@ -1,10 +1,24 @@
 
 /*
- * ngx_http_llm_module: declarations shared between the module's files.
+ * ngx_http_llm_module: declarations shared between the module's files,
+ * one job per file (a request goes down this list):
  *
- *   ngx_http_llm_module.c    directives, routes, request/response JSON
- *   ngx_http_llm_upstream.c  the engine protocol over ngx_http_upstream_t
- *   ngx_http_llm_request.c   OpenAI request validation, the engine frame
+ *   ngx_http_llm_module.c    the module: directives, configuration,
+ *                            $llm_* variables
+ *   ngx_http_llm_handler.c   the content handler: route, method, key,
+ *                            body, model and fallback chain, admission
+ *   ngx_http_llm_request.c   OpenAI request validation (the field
+ *                            table), engine limits, the engine frame
+ *   ngx_http_llm_upstream.c  the engine protocol over ngx_http_upstream_t:
+ *                            frames, events, first byte, finalization
+ *   ngx_http_llm_balancer.c  failover to the next model of the chain
+ *   ngx_http_llm_sse.c       the streaming answer: SSE chunks
+ *   ngx_http_llm_response.c  the JSON answer: choices collected, body
+ *   ngx_http_llm_json.c      JSON string escaping (UTF-8 validating)
+ *   ngx_http_llm_error.c     OpenAI error bodies, refusals, error filter
+ *   ngx_http_llm_backend.c   the engines: registration, Info probe,
+ *                            their limits and fingerprint
+ *   ngx_http_llm_info.c      /v1/models, /v1/models/{id}, /healthz
  *   ngx_http_llm_keys.c      API keys (ngx_http_llm_keys_module)
  *   ngx_http_llm_limit.c     per-key limits in a shared zone
  *   ngx_http_llm_metrics.c   usage counters, Prometheus text
@@ -480,6 +494,10 @@ ngx_int_t ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
     const u_char *data, size_t len);
 
 /* ngx_http_llm_response.c */
+size_t ngx_http_llm_answer_head_len(ngx_http_llm_ctx_t *ctx,
+    const char *object);
+u_char *ngx_http_llm_answer_head(ngx_http_llm_ctx_t *ctx, u_char *p,
+    const char *object);
 ngx_http_llm_choice_t *ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx,
     ngx_uint_t index);
 const char *ngx_http_llm_finish_name(Llm__FinishReason f);

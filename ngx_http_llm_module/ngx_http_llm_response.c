@@ -375,6 +375,46 @@ ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
 
 /*
+ * The start of every answer, a JSON body or an SSE chunk:
+ * {"id":...,"object":...,"created":...,"model":...,
+ * "system_fingerprint":...,"choices":[ and its length (exact but for the
+ * digits of "created").
+ */
+
+size_t
+ngx_http_llm_answer_head_len(ngx_http_llm_ctx_t *ctx, const char *object)
+{
+    return ngx_http_llm_len("{\"id\":\"\",\"object\":\"\",\"created\":,"
+                            "\"model\":\"\",\"system_fingerprint\":,"
+                            "\"choices\":[")
+           + ctx->id_len + ngx_strlen(object) + NGX_TIME_T_LEN
+           + ctx->model_json.len
+           + (ctx->fingerprint.len ? ctx->fingerprint.len + 2
+                                   : ngx_http_llm_len("null"));
+}
+
+
+u_char *
+ngx_http_llm_answer_head(ngx_http_llm_ctx_t *ctx, u_char *p,
+    const char *object)
+{
+    p = ngx_sprintf(p, "{\"id\":\"%*s\",\"object\":\"%s\",\"created\":%T,"
+                    "\"model\":\"", ctx->id_len, ctx->id, object,
+                    ctx->created);
+    p = ngx_cpymem(p, ctx->model_json.data, ctx->model_json.len);
+
+    if (ctx->fingerprint.len) {
+        return ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\","
+                           "\"choices\":[", &ctx->fingerprint);
+    }
+
+    return ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
+                      ngx_http_llm_len("\",\"system_fingerprint\":null,"
+                                       "\"choices\":["));
+}
+
+
+/*
  * Non-stream: the whole chat.completion / text_completion body, written
  * by hand like the SSE chunks (jansson's dump was half of the gateway's
  * CPU per request); only logprobs, already JSON objects, are dumped.
@@ -427,22 +467,9 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     body->data = p;
 
-    p = ngx_sprintf(p, "{\"id\":\"%*s\",\"object\":\"%s\",\"created\":%T,"
-                    "\"model\":\"", ctx->id_len, ctx->id,
-                    ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
-                    ? "chat.completion" : "text_completion",
-                    ctx->created);
-    p = ngx_cpymem(p, ctx->model_json.data, ctx->model_json.len);
-
-    if (ctx->fingerprint.len) {
-        p = ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\",\"choices\":[",
-                        &ctx->fingerprint);
-
-    } else {
-        p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
-                       ngx_http_llm_len("\",\"system_fingerprint\":null,"
-                                        "\"choices\":["));
-    }
+    p = ngx_http_llm_answer_head(ctx, p,
+                                 ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
+                                 ? "chat.completion" : "text_completion");
 
     for (i = 0; i < ctx->n; i++) {
         if (i) {
@@ -505,19 +532,13 @@ ngx_http_llm_body_len(ngx_http_llm_ctx_t *ctx, char **lp)
 
     chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
 
-    size = ngx_http_llm_len("{\"id\":\"\",\"object\":\"\",\"created\":,"
-                            "\"model\":\"\",\"system_fingerprint\":,"
-                            "\"choices\":[],\"usage\":{\"prompt_tokens\":,"
-                            "\"completion_tokens\":,\"total_tokens\":,"
-                            "\"prompt_tokens_details\":"
-                            "{\"cached_tokens\":}}}\n")
-           + ctx->id_len
-           + (chat ? ngx_http_llm_len("chat.completion")
-                   : ngx_http_llm_len("text_completion"))
-           + NGX_TIME_T_LEN
-           + ctx->model_json.len
-           + (ctx->fingerprint.len ? ctx->fingerprint.len + 2
-                                   : ngx_http_llm_len("null"))
+    size = ngx_http_llm_answer_head_len(ctx,
+                                        chat ? "chat.completion"
+                                             : "text_completion")
+           + ngx_http_llm_len("],\"usage\":{\"prompt_tokens\":,"
+                              "\"completion_tokens\":,\"total_tokens\":,"
+                              "\"prompt_tokens_details\":"
+                              "{\"cached_tokens\":}}}\n")
            + 4 * NGX_INT_T_LEN;
 
     for (i = 0; i < ctx->n; i++) {

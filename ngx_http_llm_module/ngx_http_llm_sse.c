@@ -114,6 +114,11 @@ ngx_http_llm_sse_raw(ngx_http_request_t *r, ngx_chain_t ***ll, u_char *data,
 }
 
 
+#define ngx_http_llm_chunk_object(ctx)                                        \
+    ((ctx)->route == NGX_HTTP_LLM_ROUTE_CHAT ? "chat.completion.chunk"        \
+                                             : "text_completion")
+
+
 /*
  * The fixed start of a chunk, data: {"id":...,"choices":[ and its
  * length: exact once written (it is kept), else an upper bound (the
@@ -127,17 +132,8 @@ ngx_http_llm_head_len(ngx_http_llm_ctx_t *ctx)
         return ctx->head.len;
     }
 
-    return ngx_http_llm_len("data: {\"id\":\"\",\"object\":\"\",\"created\":,"
-                            "\"model\":\"\",\"system_fingerprint\":,"
-                            "\"choices\":[")
-           + ctx->id_len
-           + (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
-              ? ngx_http_llm_len("chat.completion.chunk")
-              : ngx_http_llm_len("text_completion"))
-           + NGX_TIME_T_LEN
-           + ctx->model_json.len
-           + (ctx->fingerprint.len ? ctx->fingerprint.len + 2
-                                   : ngx_http_llm_len("null"));
+    return ngx_http_llm_len("data: ")
+           + ngx_http_llm_answer_head_len(ctx, ngx_http_llm_chunk_object(ctx));
 }
 
 
@@ -152,23 +148,8 @@ ngx_http_llm_head(ngx_http_llm_ctx_t *ctx, u_char *p)
 
     start = p;
 
-    p = ngx_sprintf(p, "data: {\"id\":\"%*s\",\"object\":\"%s\","
-                    "\"created\":%T,\"model\":\"",
-                    ctx->id_len, ctx->id,
-                    ctx->route == NGX_HTTP_LLM_ROUTE_CHAT
-                    ? "chat.completion.chunk" : "text_completion",
-                    ctx->created);
-    p = ngx_cpymem(p, ctx->model_json.data, ctx->model_json.len);
-
-    if (ctx->fingerprint.len) {
-        p = ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\",\"choices\":[",
-                        &ctx->fingerprint);
-
-    } else {
-        p = ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
-                       ngx_http_llm_len("\",\"system_fingerprint\":null,"
-                                        "\"choices\":["));
-    }
+    p = ngx_cpymem(p, "data: ", ngx_http_llm_len("data: "));
+    p = ngx_http_llm_answer_head(ctx, p, ngx_http_llm_chunk_object(ctx));
 
     /* the same for every chunk of the stream: keep it */
 

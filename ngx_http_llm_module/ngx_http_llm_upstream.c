@@ -25,6 +25,8 @@
 #include "ngx_http_llm_module.h"
 
 
+/* the states of the frame parser (ngx_http_llm_frame) */
+
 enum {
     NGX_HTTP_LLM_FRAME_LEN = 0,
     NGX_HTTP_LLM_FRAME_BODY
@@ -322,7 +324,9 @@ ngx_http_llm_reinit_request(ngx_http_request_t *r)
 
 
 /*
- * The resumable frame parser.  Walks *pos..last; returns NGX_OK with one
+ * The resumable frame parser, a state machine (ctx->state:
+ * NGX_HTTP_LLM_FRAME_LEN, the 4 length bytes; NGX_HTTP_LLM_FRAME_BODY,
+ * the protobuf).  Walks *pos..last; returns NGX_OK with one
  * complete frame in *frame and *len (pointing into the input when the frame
  * arrived whole, else into ctx->frame), NGX_AGAIN when every byte was
  * consumed and more are needed, NGX_ERROR for a frame over max bytes.
