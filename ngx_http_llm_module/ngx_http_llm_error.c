@@ -33,13 +33,16 @@ ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
     u_char  *p, *s;
     size_t   n;
 
-    n = sizeof("{\"error\":{\"message\":\"\",\"type\":\"\",\"param\":,"
-               "\"code\":}}\n") + 16
+    /* exact: the quotes of param and code, or null for either */
+
+    n = ngx_http_llm_len("{\"error\":{\"message\":\"\",\"type\":\"\","
+                         "\"param\":,\"code\":}}\n")
         + ngx_http_llm_json_escape_len(err->message.data, err->message.len)
         + ngx_strlen(err->type ? err->type : "invalid_request_error")
-        + (err->param ? ngx_http_llm_json_escape_len((u_char *) err->param,
-                                                ngx_strlen(err->param)) : 4)
-        + (err->code ? ngx_strlen(err->code) : 4);
+        + (err->param ? 2 + ngx_http_llm_json_escape_len(
+                                 (u_char *) err->param, ngx_strlen(err->param))
+                      : ngx_http_llm_len("null"))
+        + (err->code ? 2 + ngx_strlen(err->code) : ngx_http_llm_len("null"));
 
     s = ngx_pnalloc(pool, n);
     if (s == NULL) {

@@ -760,7 +760,8 @@ ngx_http_llm_limit_settle(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
 /*
  * Adds the x-ratelimit-* headers for the limits the key has (a limit of 0,
  * unlimited, gets none).  Once per request: a second call, e.g. from
- * ngx_http_llm_send_error() after the 429 path added them, does nothing.
+ * ngx_http_llm_send_error() after ngx_http_llm_send_denial() added them
+ * to a 429, does nothing.
  */
 
 ngx_int_t
