@@ -13,6 +13,8 @@
 
 static ngx_int_t ngx_http_llm_peer_init(ngx_http_request_t *r,
     ngx_http_upstream_srv_conf_t *us);
+static void ngx_http_llm_wrap_peer(ngx_http_llm_ctx_t *ctx,
+    ngx_http_upstream_t *u);
 static ngx_int_t ngx_http_llm_peer_get(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
@@ -118,6 +120,17 @@ ngx_http_llm_peer_init(ngx_http_request_t *r,
         return NGX_OK;
     }
 
+    ngx_http_llm_wrap_peer(ctx, u);
+
+    return NGX_OK;
+}
+
+
+/* Puts ngx_http_llm_peer_get/_free around the balancer u now has. */
+
+static void
+ngx_http_llm_wrap_peer(ngx_http_llm_ctx_t *ctx, ngx_http_upstream_t *u)
+{
     ctx->inner_get = u->peer.get;
     ctx->inner_free = u->peer.free;
     ctx->inner_data = u->peer.data;
@@ -125,8 +138,6 @@ ngx_http_llm_peer_init(ngx_http_request_t *r,
     u->peer.get = ngx_http_llm_peer_get;
     u->peer.free = ngx_http_llm_peer_free;
     u->peer.data = ctx;
-
-    return NGX_OK;
 }
 
 
@@ -230,13 +241,7 @@ ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    ctx->inner_get = u->peer.get;
-    ctx->inner_free = u->peer.free;
-    ctx->inner_data = u->peer.data;
-
-    u->peer.get = ngx_http_llm_peer_get;
-    u->peer.free = ngx_http_llm_peer_free;
-    u->peer.data = ctx;
+    ngx_http_llm_wrap_peer(ctx, u);
 
     if (u->conf->next_upstream_tries
         && u->peer.tries > u->conf->next_upstream_tries)

@@ -23,6 +23,8 @@ static ngx_int_t ngx_http_llm_info_model(ngx_http_request_t *r,
     ngx_str_t *id);
 static ngx_int_t ngx_http_llm_info_models(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_info_health(ngx_http_request_t *r);
+static json_t *ngx_http_llm_backends_json(ngx_http_llm_backend_t *be,
+    ngx_uint_t first, ngx_uint_t n, ngx_uint_t *up);
 static ngx_int_t ngx_http_llm_send_json(ngx_http_request_t *r,
     ngx_uint_t status, json_t *j);
 
@@ -162,6 +164,27 @@ ngx_http_llm_backend_json(ngx_http_llm_backend_t *be)
                                   "requests_cancelled",
                                   (json_int_t) be->requests_cancelled));
     return j;
+}
+
+
+/* The backends first..first+n as a JSON array; *up: any of them is up. */
+
+static json_t *
+ngx_http_llm_backends_json(ngx_http_llm_backend_t *be, ngx_uint_t first,
+    ngx_uint_t n, ngx_uint_t *up)
+{
+    json_t      *bes;
+    ngx_uint_t   j;
+
+    bes = json_array();
+    *up = 0;
+
+    for (j = first; j < first + n; j++) {
+        json_array_append_new(bes, ngx_http_llm_backend_json(&be[j]));
+        *up |= be[j].up;
+    }
+
+    return bes;
 }
 
 
@@ -311,7 +334,7 @@ static ngx_int_t
 ngx_http_llm_info_health(ngx_http_request_t *r)
 {
     json_t                    *root, *models, *bes, *jm;
-    ngx_uint_t                 i, j, up, any, all, status;
+    ngx_uint_t                 i, up, any, all, status;
     ngx_http_llm_model_t      *m;
     ngx_http_llm_backend_t    *be;
     ngx_http_llm_loc_conf_t   *llcf;
@@ -333,16 +356,8 @@ ngx_http_llm_info_health(ngx_http_request_t *r)
     any = 0;
 
     for (i = 0; i < mcf->models.nelts; i++) {
-        bes = json_array();
-        up = 0;
-
-        for (j = m[i].first_backend;
-             j < m[i].first_backend + m[i].nbackends;
-             j++)
-        {
-            json_array_append_new(bes, ngx_http_llm_backend_json(&be[j]));
-            up |= be[j].up;
-        }
+        bes = ngx_http_llm_backends_json(be, m[i].first_backend,
+                                         m[i].nbackends, &up);
 
         jm = json_pack("{s:s%,s:s%,s:b,s:o}",
                        "id", (char *) m[i].name.data, m[i].name.len,
@@ -356,13 +371,8 @@ ngx_http_llm_info_health(ngx_http_request_t *r)
     }
 
     if (mcf->models.nelts == 0) {
-        bes = json_array();
-        up = 0;
-
-        for (j = llcf->backend; j < llcf->backend + llcf->nbackends; j++) {
-            json_array_append_new(bes, ngx_http_llm_backend_json(&be[j]));
-            up |= be[j].up;
-        }
+        bes = ngx_http_llm_backends_json(be, llcf->backend, llcf->nbackends,
+                                         &up);
 
         jm = json_pack("{s:s,s:b,s:o}", "id", "*", "up", (int) up,
                        "backends", bes);
