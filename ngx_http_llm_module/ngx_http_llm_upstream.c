@@ -41,6 +41,8 @@ static ngx_int_t ngx_http_llm_header_event(ngx_http_request_t *r,
 static ngx_int_t ngx_http_llm_start_response(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_uint_t status, off_t length,
     ngx_uint_t sse);
+static ngx_int_t ngx_http_llm_whole_body(ngx_http_request_t *r,
+    ngx_str_t *body);
 static ngx_int_t ngx_http_llm_engine_error(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Error *e);
 static ngx_int_t ngx_http_llm_input_filter_init(void *data);
@@ -524,7 +526,7 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 {
     ngx_int_t                 rc;
     ngx_str_t                 body;
-    ngx_chain_t              *cl, **ll;
+    ngx_chain_t             **ll;
     ngx_http_upstream_t      *u;
     ngx_http_llm_loc_conf_t  *llcf;
 
@@ -608,16 +610,7 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
             return rc;
         }
 
-        cl = ngx_http_llm_chain_buf(r, body.len);
-        if (cl == NULL) {
-            return NGX_ERROR;
-        }
-
-        cl->buf->last = ngx_cpymem(cl->buf->last, body.data, body.len);
-        cl->buf->flush = 1;
-        u->out_bufs = cl;
-
-        return NGX_OK;
+        return ngx_http_llm_whole_body(r, &body);
 
     case LLM__EVENT__KIND_ERROR:
         return ngx_http_llm_engine_error(r, ctx, ev->error);
@@ -645,7 +638,6 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     u_char                *p;
     ngx_str_t              body;
     ngx_uint_t             mask;
-    ngx_chain_t           *cl;
     ngx_http_upstream_t   *u;
     ngx_http_llm_error_t   err;
 
@@ -761,20 +753,35 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    cl = ngx_http_llm_chain_buf(r, body.len);
-    if (cl == NULL) {
+    if (ngx_http_llm_whole_body(r, &body) != NGX_OK) {
         return NGX_ERROR;
     }
-
-    cl->buf->last = ngx_cpymem(cl->buf->last, body.data, body.len);
-    cl->buf->flush = 1;
-    u->out_bufs = cl;
 
     if (e->code == LLM__ERROR_CODE__ERROR_BAD_FRAME) {
         /* the engine closes the connection after it */
         ctx->done = 1;
         u->headers_in.connection_close = 1;
     }
+
+    return NGX_OK;
+}
+
+
+/* An answer that is whole before its first byte: the upstream's output. */
+
+static ngx_int_t
+ngx_http_llm_whole_body(ngx_http_request_t *r, ngx_str_t *body)
+{
+    ngx_chain_t  *cl;
+
+    cl = ngx_http_llm_chain_buf(r, body->len);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    cl->buf->last = ngx_cpymem(cl->buf->last, body->data, body->len);
+    cl->buf->flush = 1;
+    r->upstream->out_bufs = cl;
 
     return NGX_OK;
 }
