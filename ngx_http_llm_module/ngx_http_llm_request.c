@@ -190,6 +190,11 @@ ngx_http_llm_type_name(json_t *j)
 }
 
 
+#define ngx_http_llm_missing(ck, param)                                       \
+    ngx_http_llm_bad(ck, "missing_required_parameter", (char *) param,        \
+                     "Missing required parameter: '%s'.", param)
+
+
 #define ngx_http_llm_bad_type(ck, param, expected, j)                         \
     ngx_http_llm_bad(ck, "invalid_type", param,                               \
                      "Invalid type for '%s': expected %s, but got %s "        \
@@ -1111,9 +1116,7 @@ ngx_http_llm_parse_message(ngx_http_llm_check_t *ck, json_t *m,
     ngx_sprintf(param, "messages[%ui].role%Z", i);
 
     if (j == NULL) {
-        return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                (char *) param, "Missing required "
-                                "parameter: '%s'.", param);
+        return ngx_http_llm_missing(ck, param);
     }
 
     if (!json_is_string(j)) {
@@ -1193,9 +1196,7 @@ ngx_http_llm_parse_message(ngx_http_llm_check_t *ck, json_t *m,
         ngx_sprintf(param, "messages[%ui].tool_call_id%Z", i);
 
         if (j == NULL) {
-            return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                    (char *) param, "Missing required "
-                                    "parameter: '%s'.", param);
+            return ngx_http_llm_missing(ck, param);
         }
 
         if (!json_is_string(j)) {
@@ -1264,9 +1265,7 @@ ngx_http_llm_parse_tool_calls(ngx_http_llm_check_t *ck, json_t *calls,
         t = json_object_get(c, "id");
         if (t == NULL || !json_is_string(t)) {
             ngx_sprintf(param, "messages[%ui].tool_calls[%ui].id%Z", i, k);
-            return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                    (char *) param, "Missing required "
-                                    "parameter: '%s'.", param);
+            return ngx_http_llm_missing(ck, param);
         }
 
         tc->id = (char *) json_string_value(t);
@@ -1296,9 +1295,7 @@ ngx_http_llm_parse_tool_calls(ngx_http_llm_check_t *ck, json_t *calls,
         if (t == NULL || !json_is_string(t)) {
             ngx_sprintf(param, "messages[%ui].tool_calls[%ui]"
                         "function.name%Z", i, k);
-            return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                    (char *) param, "Missing required "
-                                    "parameter: '%s'.", param);
+            return ngx_http_llm_missing(ck, param);
         }
 
         tc->name = (char *) json_string_value(t);
@@ -1363,9 +1360,7 @@ ngx_http_llm_parse_content(ngx_http_llm_check_t *ck, json_t *content,
         ngx_sprintf(param, "messages[%ui].content[%ui].type%Z", i, k);
 
         if (t == NULL || !json_is_string(t)) {
-            return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                    (char *) param, "Missing required "
-                                    "parameter: '%s'.", param);
+            return ngx_http_llm_missing(ck, param);
         }
 
         type = json_string_value(t);
@@ -1481,9 +1476,7 @@ ngx_http_llm_parse_tool(ngx_http_llm_check_t *ck, json_t *tool, ngx_uint_t i)
     ngx_sprintf(param, "tools[%ui].type%Z", i);
 
     if (t == NULL) {
-        return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                (char *) param, "Missing required "
-                                "parameter: '%s'.", param);
+        return ngx_http_llm_missing(ck, param);
     }
 
     if (!json_is_string(t)
@@ -1500,9 +1493,7 @@ ngx_http_llm_parse_tool(ngx_http_llm_check_t *ck, json_t *tool, ngx_uint_t i)
     ngx_sprintf(param, "tools[%ui].function%Z", i);
 
     if (f == NULL) {
-        return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                (char *) param, "Missing required "
-                                "parameter: '%s'.", param);
+        return ngx_http_llm_missing(ck, param);
     }
 
     if (!json_is_object(f)) {
@@ -1514,9 +1505,7 @@ ngx_http_llm_parse_tool(ngx_http_llm_check_t *ck, json_t *tool, ngx_uint_t i)
     ngx_sprintf(param, "tools[%ui].function.name%Z", i);
 
     if (t == NULL) {
-        return ngx_http_llm_bad(ck, "missing_required_parameter",
-                                (char *) param, "Missing required "
-                                "parameter: '%s'.", param);
+        return ngx_http_llm_missing(ck, param);
     }
 
     if (!json_is_string(t)) {
