@@ -501,6 +501,7 @@ u_char *ngx_http_llm_answer_head(ngx_http_llm_ctx_t *ctx, u_char *p,
 ngx_http_llm_choice_t *ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx,
     ngx_uint_t index);
 const char *ngx_http_llm_finish_name(Llm__FinishReason f);
+void ngx_http_llm_finish(ngx_http_llm_ctx_t *ctx, Llm__Done *done);
 json_t *ngx_http_llm_chat_logprobs(Llm__Delta *d);
 ngx_int_t ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
     ngx_http_llm_choice_t *ch, Llm__Delta *d);

@@ -217,6 +217,34 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
 }
 
 
+/*
+ * Done's finish reasons into the choices (stop for a choice it does not
+ * name) and the first one into $llm_finish_reason.
+ */
+
+void
+ngx_http_llm_finish(ngx_http_llm_ctx_t *ctx, Llm__Done *done)
+{
+    ngx_uint_t       i;
+    Llm__ChoiceEnd  *ce;
+
+    for (i = 0; i < ctx->n; i++) {
+        ctx->choices[i].finish = LLM__FINISH_REASON__FINISH_STOP;
+    }
+
+    for (i = 0; i < done->n_choices; i++) {
+        ce = done->choices[i];
+        if (ce->index < ctx->n) {
+            ctx->choices[ce->index].finish = ce->finish_reason;
+        }
+    }
+
+    ctx->finish_reason.data = (u_char *)
+                             ngx_http_llm_finish_name(ctx->choices[0].finish);
+    ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
+}
+
+
 /* Non-stream: accumulates one event into the choices. */
 
 ngx_int_t
@@ -225,7 +253,6 @@ ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 {
     json_t                 *lj, *a, *v;
     size_t                  i;
-    ngx_uint_t              k;
     Llm__Delta             *d;
     Llm__ToolCallDelta     *t;
     ngx_http_llm_call_t    *call;
@@ -350,20 +377,7 @@ ngx_http_llm_collect(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
             }
         }
 
-        for (k = 0; k < ctx->n; k++) {
-            ctx->choices[k].finish = LLM__FINISH_REASON__FINISH_STOP;
-        }
-
-        for (i = 0; i < ev->done->n_choices; i++) {
-            if (ev->done->choices[i]->index < ctx->n) {
-                ctx->choices[ev->done->choices[i]->index].finish =
-                                           ev->done->choices[i]->finish_reason;
-            }
-        }
-
-        ctx->finish_reason.data = (u_char *)
-                             ngx_http_llm_finish_name(ctx->choices[0].finish);
-        ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
+        ngx_http_llm_finish(ctx, ev->done);
         ctx->done = 1;
 
         return NGX_OK;

@@ -498,7 +498,6 @@ ngx_http_llm_sse_done(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     size_t           size, each;
     ngx_uint_t       i, chat;
     ngx_chain_t     *cl;
-    Llm__ChoiceEnd  *ce;
 
     chat = (ctx->route == NGX_HTTP_LLM_ROUTE_CHAT);
 
@@ -513,20 +512,7 @@ ngx_http_llm_sse_done(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         }
     }
 
-    for (i = 0; i < ctx->n; i++) {
-        ctx->choices[i].finish = LLM__FINISH_REASON__FINISH_STOP;
-    }
-
-    for (i = 0; i < done->n_choices; i++) {
-        ce = done->choices[i];
-        if (ce->index < ctx->n) {
-            ctx->choices[ce->index].finish = ce->finish_reason;
-        }
-    }
-
-    ctx->finish_reason.data = (u_char *)
-                             ngx_http_llm_finish_name(ctx->choices[0].finish);
-    ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
+    ngx_http_llm_finish(ctx, done);
 
     /* per choice: the longest finish reason, the role when none went */
 
