@@ -29,6 +29,8 @@ static char *ngx_http_llm_pass(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_int_t ngx_http_llm_model_fallbacks(ngx_http_llm_model_t *m,
+    ngx_str_t *value);
 static char *ngx_http_llm_handler_flag(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
@@ -676,6 +678,49 @@ ngx_http_llm_handler_flag(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 /*
+ * fallback=M[,M2...] of llm_model: the names, resolved to models once
+ * every llm_model is read (init_main_conf).  NGX_DECLINED for an empty
+ * name.
+ */
+
+static ngx_int_t
+ngx_http_llm_model_fallbacks(ngx_http_llm_model_t *m, ngx_str_t *value)
+{
+    u_char     *p, *last, *s;
+    ngx_str_t  *a;
+
+    p = value->data + 9;
+    last = value->data + value->len;
+
+    while (p < last) {
+        s = p;
+
+        while (p < last && *p != ',') {
+            p++;
+        }
+
+        if (p == s) {
+            return NGX_DECLINED;
+        }
+
+        a = ngx_array_push(&m->fallback_names);
+        if (a == NULL) {
+            return NGX_ERROR;
+        }
+
+        a->data = s;
+        a->len = p - s;
+
+        if (p < last) {
+            p++;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
  * llm_model NAME upstream=U [alias=A]... [fallback=M[,M2...]]
  */
 
@@ -684,8 +729,8 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_llm_main_conf_t *mcf = conf;
 
-    u_char                *p, *last, *s;
     size_t                 len;
+    ngx_int_t              rc;
     ngx_str_t             *value, *a;
     ngx_url_t              u;
     ngx_uint_t             i;
@@ -780,31 +825,14 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         }
 
         if (ngx_strncmp(value[i].data, "fallback=", 9) == 0) {
-            p = value[i].data + 9;
-            last = value[i].data + value[i].len;
+            rc = ngx_http_llm_model_fallbacks(m, &value[i]);
 
-            while (p < last) {
-                s = p;
+            if (rc == NGX_DECLINED) {
+                goto invalid;
+            }
 
-                while (p < last && *p != ',') {
-                    p++;
-                }
-
-                if (p == s) {
-                    goto invalid;
-                }
-
-                a = ngx_array_push(&m->fallback_names);
-                if (a == NULL) {
-                    return NGX_CONF_ERROR;
-                }
-
-                a->data = s;
-                a->len = p - s;
-
-                if (p < last) {
-                    p++;
-                }
+            if (rc != NGX_OK) {
+                return NGX_CONF_ERROR;
             }
 
             continue;
