@@ -194,19 +194,18 @@ static llm_sreq_t *
 submit(llm_sched_t *s, owner_t *w, const int32_t *prompt, uint32_t n,
     uint32_t max_tokens, uint32_t nchoices)
 {
-    Llm__GenerateRequest g = LLM__GENERATE_REQUEST__INIT;
-    Llm__Sampling        sm = LLM__SAMPLING__INIT;
+    llm_request_t        rq;
     llm_tokens_t         t = { 0 };
 
-    sm.max_tokens = max_tokens;
-    sm.n = nchoices;
-    sm.ignore_eos = eog_token < 0;
-    g.sampling = &sm;
-    g.is_completion = 1;
+    llm_request_init(&rq);
+    rq.sampling.max_tokens = max_tokens;
+    rq.sampling.n = nchoices;
+    rq.sampling.ignore_eos = eog_token < 0;
+    rq.is_completion = 1;
     for (uint32_t i = 0; i < n; i++) {
         llm_tokens_push(&t, prompt[i]);
     }
-    w->r = llm_sched_submit(s, &g, &t, w);
+    w->r = llm_sched_submit(s, &rq, &t, w);
     llm_tokens_free(&t);
     return w->r;
 }

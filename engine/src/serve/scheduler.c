@@ -581,20 +581,16 @@ llm_sched_free(llm_sched_t *s)
 /* Submission. */
 
 static int
-llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
+llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
     llm_tokens_t *prompt, const char **param, char *err, size_t errlen)
 {
-    const Llm__Sampling  *sm = g->sampling;
-    Llm__Sampling         dflt = LLM__SAMPLING__INIT;
+    const llm_req_sampling_t *sm = &rq->sampling;
     uint32_t              V = s->c.n_vocab, max_new;
     uint64_t              seed;
     llm_sched_limits_t    lim;
     size_t                i;
     int                   rc;
 
-    if (sm == NULL) {
-        sm = &dflt;
-    }
     llm_sched_get_limits(s, &lim);
     r->n = sm->n ? sm->n : 1;
     if (r->n > lim.max_choices) {
@@ -659,34 +655,35 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     r->sp.top_logprobs = sm->top_logprobs;
     r->ignore_eos = sm->ignore_eos;
 
-    if (sm->n_logit_bias) {
-        r->bias_ids = calloc(sm->n_logit_bias, sizeof(int32_t));
-        r->bias_vals = calloc(sm->n_logit_bias, sizeof(float));
+    if (sm->n_bias) {
+        r->bias_ids = calloc(sm->n_bias, sizeof(int32_t));
+        r->bias_vals = calloc(sm->n_bias, sizeof(float));
         if (r->bias_ids == NULL || r->bias_vals == NULL) {
             return -ENOMEM;
         }
-        for (i = 0; i < sm->n_logit_bias; i++) {
-            const Llm__Sampling__LogitBiasEntry *e = sm->logit_bias[i];
+        for (i = 0; i < sm->n_bias; i++) {
+            int32_t  id = sm->bias_ids[i];
+            float    b = sm->bias_vals[i];
 
-            if (e->key < 0 || (uint32_t) e->key >= V) {
+            if (id < 0 || (uint32_t) id >= V) {
                 *param = "logit_bias";
                 snprintf(err, errlen, "logit_bias: token id %d is not in "
-                         "the vocabulary (0..%u)", e->key, V - 1);
+                         "the vocabulary (0..%u)", id, V - 1);
                 return -EINVAL;
             }
-            if (!(e->value >= -100.0f && e->value <= 100.0f)) {
+            if (!(b >= -100.0f && b <= 100.0f)) {
                 *param = "logit_bias";
                 snprintf(err, errlen, "logit_bias: the bias of token %d "
-                         "must be between -100 and 100, got %g", e->key,
-                         (double) e->value);
+                         "must be between -100 and 100, got %g", id,
+                         (double) b);
                 return -EINVAL;
             }
-            r->bias_ids[i] = e->key;
-            r->bias_vals[i] = e->value;
+            r->bias_ids[i] = id;
+            r->bias_vals[i] = b;
         }
         r->sp.bias_ids = r->bias_ids;
         r->sp.bias_vals = r->bias_vals;
-        r->sp.n_bias = sm->n_logit_bias;
+        r->sp.n_bias = sm->n_bias;
     }
 
     if (sm->n_stop) {
@@ -709,12 +706,12 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     /* the context check, with both numbers */
     r->n_prompt = (uint32_t) prompt->n;
     if (prompt->n == 0) {
-        *param = g->is_completion ? "prompt" : "messages";
+        *param = rq->is_completion ? "prompt" : "messages";
         snprintf(err, errlen, "the prompt is empty (0 tokens)");
         return -EINVAL;
     }
     if (prompt->n >= s->c.n_ctx) {
-        *param = g->is_completion ? "prompt" : "messages";
+        *param = rq->is_completion ? "prompt" : "messages";
         snprintf(err, errlen, "This model's maximum context length is %u "
                  "tokens. However, your messages resulted in %zu tokens. "
                  "Please reduce the length of the messages.", s->c.n_ctx,
@@ -724,7 +721,7 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     max_new = s->c.n_ctx - (uint32_t) prompt->n;
     r->max_tokens = sm->max_tokens ? sm->max_tokens : max_new;
     if (r->max_tokens > max_new) {
-        *param = g->is_completion ? "prompt" : "messages";
+        *param = rq->is_completion ? "prompt" : "messages";
         snprintf(err, errlen, "This model's maximum context length is %u "
                  "tokens. However, you requested %llu tokens (%zu in the "
                  "messages, %u in the completion). Please reduce the length "
@@ -769,7 +766,7 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
             }
         }
         if (s->c.hooks_make) {
-            rc = s->c.hooks_make(s->c.hooks_ctx, g, k, &q->hooks, err,
+            rc = s->c.hooks_make(s->c.hooks_ctx, rq, k, &q->hooks, err,
                                  errlen);
             if (rc != 0) {
                 *param = "response_format";
@@ -777,10 +774,10 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
             }
         }
     }
-    if (g->is_completion && g->echo && g->prompt[0]) {
-        r->echo = strdup(g->prompt);
+    if (rq->is_completion && rq->echo && rq->prompt[0]) {
+        r->echo = strdup(rq->prompt);
     }
-    r->request_id = strdup(g->request_id ? g->request_id : "");
+    r->request_id = strdup(rq->request_id ? rq->request_id : "");
     return 0;
 }
 
@@ -813,7 +810,7 @@ llm_hooks_err_param(const char *param, const char *err, char *pbuf,
 }
 
 llm_sreq_t *
-llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
+llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner)
 {
     llm_sreq_t    *r;
@@ -845,7 +842,7 @@ llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
     s->reqs = r;
     s->n_queued_reqs++;
 
-    rc = llm_req_setup(s, r, g, prompt, &param, err, sizeof(err));
+    rc = llm_req_setup(s, r, rq, prompt, &param, err, sizeof(err));
     if (rc != 0) {
         param = llm_hooks_err_param(param, err, pbuf, sizeof(pbuf));
         llm_emit_error(s, owner,

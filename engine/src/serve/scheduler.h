@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "llm.pb-c.h"
+#include "decode/request.h"
 #include "decode/seq_hooks.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -52,7 +53,7 @@ typedef int (*llm_sched_forward_pt)(void *ud, const llm_batch_t *b,
     float *out, char *err, size_t errlen);
 
 /* 0 with *out filled (or left zeroed: no hooks), or a negative errno. */
-typedef int (*llm_sched_hooks_pt)(void *ctx, const Llm__GenerateRequest *g,
+typedef int (*llm_sched_hooks_pt)(void *ctx, const llm_request_t *rq,
     uint32_t choice, llm_seq_hooks_t *out, char *err, size_t errlen);
 
 typedef struct {
@@ -101,13 +102,15 @@ int llm_sched_create(llm_sched_t **out, const llm_sched_conf_t *conf,
 void llm_sched_free(llm_sched_t *s);
 
 /*
- * Submit a Generate request whose prompt is already tokenized (prompt is
- * moved into the scheduler and left empty).  On success returns the
- * request and may already have emitted Queued.  On failure (invalid
- * sampling options, context overflow, queue full) returns NULL after
- * emitting the Error event to owner.
+ * Submit a request whose prompt is already tokenized (prompt is moved
+ * into the scheduler and left empty).  rq is read during the call only:
+ * what the request needs later is copied, and its hooks keep references
+ * to the trees they use.  On success returns the request and may already
+ * have emitted Queued.  On failure (invalid sampling options, context
+ * overflow, queue full) returns NULL after emitting the Error event to
+ * owner.
  */
-llm_sreq_t *llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
+llm_sreq_t *llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner);
 
 /* The owner is gone: drop the request now, freeing its KV blocks.  No

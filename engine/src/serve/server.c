@@ -45,6 +45,7 @@
 #include "decode/hooks.h"
 #include "prompt.h"
 #include "server.h"
+#include "wire.h"
 
 #define LLM_SRV_LISTEN   1
 #define LLM_SRV_SIGNAL   2
@@ -61,6 +62,7 @@ struct llm_prep_s {
     llm_prep_t     *next;          /* on the worker's FIFO or done list */
     llm_conn_t     *conn;          /* loop only; NULL: the result is dropped */
     Llm__Request   *rq;            /* owned; generate or tokenize */
+    llm_request_t   req;           /* generate, decoded by the worker */
     atomic_int      dropped;       /* set by the loop: skip the work */
     int             rc;            /* llm_prompt_build's */
     llm_tokens_t    toks;
@@ -422,6 +424,7 @@ llm_srv_model_ok(llm_server_t *srv, const char *name)
 static void
 llm_prep_free(llm_prep_t *j)
 {
+    llm_request_free(&j->req);
     llm__request__free_unpacked(j->rq, NULL);
     llm_tokens_free(&j->toks);
     free(j);
@@ -463,9 +466,14 @@ llm_prep_main(void *arg)
         } else {
             double t0 = llm_srv_now();
 
-            j->rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab,
-                                     j->rq->generate, &j->toks, &j->param,
-                                     j->err, sizeof(j->err));
+            /* the one place a Generate is decoded */
+            j->rc = llm_wire_request(&j->req, j->rq->generate, j->err,
+                                     sizeof(j->err));
+            if (j->rc == 0) {
+                j->rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab, &j->req,
+                                         &j->toks, &j->param, j->err,
+                                         sizeof(j->err));
+            }
             j->ms = (llm_srv_now() - t0) * 1e3;
         }
 
@@ -533,7 +541,7 @@ llm_srv_prepared(llm_conn_t *c, llm_prep_t *j)
         llm_log(LLM_LOG_DEBUG, "request %s: %zu prompt tokens prepared in "
                 "%.1f ms, key %s", c->req_id, j->toks.n, j->ms,
                 j->rq->generate->key_id[0] ? j->rq->generate->key_id : "-");
-        c->req = llm_sched_submit(srv->sched, j->rq->generate, &j->toks, c);
+        c->req = llm_sched_submit(srv->sched, &j->req, &j->toks, c);
     }
     if (c->req == NULL && srv->draining) {
         c->closing = 1;
