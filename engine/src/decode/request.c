@@ -117,45 +117,38 @@ llm_request_set_tool_choice(llm_request_t *r, const char *json)
     return 0;
 }
 
-int
-llm_request_set_response_format(llm_request_t *r, const char *json)
+/* *tree = the object json holds (NULL: absent or *bad set). */
+static void
+llm_request_object(json_t **tree, int *bad, const char *json)
 {
     json_t  *x;
 
-    json_decref(r->response_format);
-    r->response_format = NULL;
-    r->response_format_bad = 0;
+    json_decref(*tree);
+    *tree = NULL;
+    *bad = 0;
     if (llm_request_empty(json)) {
-        return 0;
+        return;
     }
     x = json_loads(json, 0, NULL);
     if (!json_is_object(x)) {
         json_decref(x);
-        r->response_format_bad = 1;
-        return 0;
+        *bad = 1;
+        return;
     }
-    r->response_format = x;
+    *tree = x;
+}
+
+int
+llm_request_set_response_format(llm_request_t *r, const char *json)
+{
+    llm_request_object(&r->response_format, &r->response_format_bad, json);
     return 0;
 }
 
 int
 llm_request_set_template_kwargs(llm_request_t *r, const char *json)
 {
-    json_t  *x;
-
-    json_decref(r->template_kwargs);
-    r->template_kwargs = NULL;
-    r->template_kwargs_bad = 0;
-    if (llm_request_empty(json)) {
-        return 0;
-    }
-    x = json_loads(json, 0, NULL);
-    if (!json_is_object(x)) {
-        json_decref(x);
-        r->template_kwargs_bad = 1;
-        return 0;
-    }
-    r->template_kwargs = x;
+    llm_request_object(&r->template_kwargs, &r->template_kwargs_bad, json);
     return 0;
 }
 

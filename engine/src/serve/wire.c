@@ -1,5 +1,5 @@
 /*
- * From the protocol's types to the engine's.  See wire.h.
+ * Between the protocol's types and the engine's.  See wire.h.
  *
  * Tool-call arguments are handed to the template as a JSON object when
  * they parse as one (templates such as Qwen's write them with `| tojson`),
@@ -155,4 +155,178 @@ llm_wire_request(llm_request_t *r, const Llm__GenerateRequest *g,
         return -ENOMEM;
     }
     return 0;
+}
+
+
+/* The engine's enums are the protocol's numbers. */
+_Static_assert((int) LLM_FINISH_CONTENT_FILTER
+               == LLM__FINISH_REASON__FINISH_CONTENT_FILTER,
+               "llm_finish_e follows FinishReason");
+_Static_assert((int) LLM_ERR_CANCELLED == LLM__ERROR_CODE__ERROR_CANCELLED,
+               "llm_errcode_e follows ErrorCode");
+
+static void
+llm_wire_usage(Llm__Usage *u, const llm_usage_t *x)
+{
+    llm__usage__init(u);
+    u->prompt_tokens = x->prompt_tokens;
+    u->completion_tokens = x->completion_tokens;
+    u->cached_tokens = x->cached_tokens;
+}
+
+/* A token's bytes for logprobs (may be partial UTF-8). */
+static ProtobufCBinaryData
+llm_wire_token_bytes(const llm_vocab_t *v, int32_t tok)
+{
+    ProtobufCBinaryData  b;
+    size_t               len = 0;
+    const char          *p = llm_token_bytes(v, tok, 1, &len);
+
+    b.data = (uint8_t *) p;
+    b.len = p ? len : 0;
+    return b;
+}
+
+static void
+llm_wire_delta(const llm_sched_event_t *ev, const llm_vocab_t *v,
+    llm_wire_send_pt send, void *ud)
+{
+    const llm_sample_result_t *res = ev->u.delta.lp;
+    Llm__Event            pe = LLM__EVENT__INIT;
+    Llm__Delta            d = LLM__DELTA__INIT;
+    Llm__TokenLogprob     lp = LLM__TOKEN_LOGPROB__INIT, *lpp = &lp;
+    Llm__TopLogprob       top[LLM_SAMPLE_MAX_TOP_LOGPROBS];
+    Llm__TopLogprob      *topp[LLM_SAMPLE_MAX_TOP_LOGPROBS];
+    int32_t               tok = ev->u.delta.token;
+
+    d.index = ev->u.delta.index;
+    d.text = (char *) ev->u.delta.text;
+    if (tok >= 0) {
+        d.n_tokens = 1;
+        d.tokens = &tok;
+    }
+    if (tok >= 0 && res != NULL) {
+        lp.token = tok;
+        lp.text = llm_wire_token_bytes(v, tok);
+        lp.logprob = res->logprob;
+        for (uint32_t i = 0; i < res->n_top; i++) {
+            llm__top_logprob__init(&top[i]);
+            top[i].token = res->top[i].token;
+            top[i].text = llm_wire_token_bytes(v, res->top[i].token);
+            top[i].logprob = res->top[i].logprob;
+            topp[i] = &top[i];
+        }
+        lp.n_top = res->n_top;
+        lp.top = topp;
+        d.n_logprobs = 1;
+        d.logprobs = &lpp;
+    }
+    pe.kind_case = LLM__EVENT__KIND_DELTA;
+    pe.delta = &d;
+    send(ud, &pe);
+}
+
+static void
+llm_wire_tool_call(const llm_sched_event_t *ev, llm_wire_send_pt send,
+    void *ud)
+{
+    Llm__Event          pe = LLM__EVENT__INIT;
+    Llm__ToolCallDelta  t = LLM__TOOL_CALL_DELTA__INIT;
+    char               *a;
+
+    /* the fragment as a string (under OOM: sent empty) */
+    a = strndup(ev->u.tool_call.args, ev->u.tool_call.args_len);
+    t.index = ev->u.tool_call.index;
+    t.call_index = ev->u.tool_call.call_index;
+    t.id = (char *) ev->u.tool_call.id;
+    t.name = (char *) ev->u.tool_call.name;
+    t.arguments = a ? a : (char *) "";
+    pe.kind_case = LLM__EVENT__KIND_TOOL_CALL;
+    pe.tool_call = &t;
+    send(ud, &pe);
+    free(a);
+}
+
+static void
+llm_wire_done(const llm_sched_event_t *ev, llm_wire_send_pt send, void *ud)
+{
+    Llm__Event        pe = LLM__EVENT__INIT;
+    Llm__Done         d = LLM__DONE__INIT;
+    Llm__Usage        u;
+    Llm__Timings      tm = LLM__TIMINGS__INIT;
+    Llm__ChoiceEnd    ce[LLM_SCHED_MAX_N], *cep[LLM_SCHED_MAX_N];
+    uint32_t          n = ev->u.done.n_choices;
+
+    if (n > LLM_SCHED_MAX_N) {
+        n = LLM_SCHED_MAX_N;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        llm__choice_end__init(&ce[i]);
+        ce[i].index = i;
+        ce[i].finish_reason = (Llm__FinishReason) ev->u.done.finish[i];
+        cep[i] = &ce[i];
+    }
+    llm_wire_usage(&u, &ev->u.done.usage);
+    tm.queue_ms = ev->u.done.queue_ms;
+    tm.prefill_ms = ev->u.done.prefill_ms;
+    tm.decode_ms = ev->u.done.decode_ms;
+    d.n_choices = n;
+    d.choices = cep;
+    d.usage = &u;
+    d.timings = &tm;
+    d.model = (char *) ev->u.done.model;
+    d.system_fingerprint = (char *) ev->u.done.fingerprint;
+    pe.kind_case = LLM__EVENT__KIND_DONE;
+    pe.done = &d;
+    send(ud, &pe);
+}
+
+void
+llm_wire_event(const llm_sched_event_t *ev, const llm_vocab_t *v,
+    llm_wire_send_pt send, void *ud)
+{
+    Llm__Event    pe = LLM__EVENT__INIT;
+    Llm__Queued   qd = LLM__QUEUED__INIT;
+    Llm__Started  st = LLM__STARTED__INIT;
+    Llm__Error    e = LLM__ERROR__INIT;
+    Llm__Usage    u;
+
+    switch (ev->kind) {
+    case LLM_SEV_QUEUED:
+        qd.position = ev->u.queued.position;
+        pe.kind_case = LLM__EVENT__KIND_QUEUED;
+        pe.queued = &qd;
+        break;
+    case LLM_SEV_STARTED:
+        st.prompt_tokens = ev->u.started.prompt_tokens;
+        st.cached_tokens = ev->u.started.cached_tokens;
+        pe.kind_case = LLM__EVENT__KIND_STARTED;
+        pe.started = &st;
+        break;
+    case LLM_SEV_DELTA:
+        llm_wire_delta(ev, v, send, ud);
+        return;
+    case LLM_SEV_TOOL_CALL:
+        llm_wire_tool_call(ev, send, ud);
+        return;
+    case LLM_SEV_DONE:
+        llm_wire_done(ev, send, ud);
+        return;
+    case LLM_SEV_ERROR:
+        e.code = (Llm__ErrorCode) ev->u.error.code;
+        e.message = (char *) ev->u.error.message;
+        if (ev->u.error.param != NULL) {
+            e.param = (char *) ev->u.error.param;
+        }
+        if (ev->u.error.usage != NULL) {
+            llm_wire_usage(&u, ev->u.error.usage);
+            e.usage = &u;
+        }
+        pe.kind_case = LLM__EVENT__KIND_ERROR;
+        pe.error = &e;
+        break;
+    default:
+        return;
+    }
+    send(ud, &pe);
 }
