@@ -707,11 +707,34 @@ test_token_walks(const char *vocab)
     llm_gguf_close(gg);
 }
 
+/* What the hooks read of a request, as JSON text. */
+typedef struct {
+    const char  *response_format_json;
+} hreq_t;
+
+/* llm_hooks_make() on g decoded as the engine decodes it. */
+static int
+hooks_make(llm_hooks_ctx_t *ctx, const hreq_t *g, uint32_t choice,
+    llm_seq_hooks_t *h, char *err, size_t errlen)
+{
+    llm_request_t  rq;
+    int            rc;
+
+    llm_request_init(&rq);
+    if (llm_request_set_response_format(&rq, g->response_format_json) != 0) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    rc = llm_hooks_make(ctx, &rq, choice, h, err, errlen);
+    llm_request_free(&rq);
+    return rc;
+}
+
 /* hooks.c: what response_format installs, and the mask through it. */
 static void
 test_hooks(void)
 {
-    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    hreq_t                g = { 0 };
     llm_hooks_ctx_t       ctx;
     llm_seq_hooks_t       h;
     llm_gguf_t           *gg = NULL;
@@ -735,21 +758,21 @@ test_hooks(void)
     row = malloc(nv * sizeof(float));
 
     g.response_format_json = "";
-    CHECK(llm_hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == 0
+    CHECK(hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == 0
           && h.mask == NULL && h.accept == NULL, "no response_format");
     g.response_format_json = "{\"type\":\"text\"}";
-    CHECK(llm_hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == 0
+    CHECK(hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == 0
           && h.mask == NULL, "text");
     g.response_format_json = "{\"type\":\"json_schema\",\"json_schema\":"
         "{\"name\":\"x\",\"schema\":{\"type\":\"object\","
         "\"properties\":{\"a\":{\"minimum\":1}}}}}";
     err[0] = '\0';
-    CHECK(llm_hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == -EINVAL
+    CHECK(hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) == -EINVAL
           && strstr(err, "'minimum' at /properties/a") != NULL,
           "bad schema: %s", err);
 
     g.response_format_json = "{\"type\":\"json_object\"}";
-    rc = llm_hooks_make(&ctx, &g, 1, &h, err, sizeof(err));
+    rc = hooks_make(&ctx, &g, 1, &h, err, sizeof(err));
     CHECK(rc == 0 && h.mask && h.accept && h.free && h.ud, "json_object");
     if (rc == 0 && h.mask) {
         for (id = 0; id < nv; id++) {

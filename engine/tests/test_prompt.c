@@ -33,6 +33,7 @@
 
 #include "model/gguf.h"
 #include "serve/prompt.h"
+#include "serve/wire.h"
 #include "template/template.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_int.h"      /* llm_bpe_byte_cp, llm_tok_n_copied */
@@ -48,6 +49,39 @@ static int  failures;
             printf("\n");                                                     \
         }                                                                     \
     } while (0)
+
+/* The prompt of g as the engine builds it: decoded (serve/wire.c), then
+ * built. */
+static int
+build(const llm_tmpl_t *t, const llm_vocab_t *v,
+    const Llm__GenerateRequest *g, llm_tokens_t *out, const char **param,
+    char *err, size_t errlen)
+{
+    llm_request_t  rq;
+    int            rc;
+
+    rc = llm_wire_request(&rq, g, err, errlen);
+    if (rc == 0) {
+        rc = llm_prompt_build(t, v, &rq, out, param, err, errlen);
+        llm_request_free(&rq);
+    }
+    return rc;
+}
+
+/* The template variables of g (they keep what they share with it). */
+static json_t *
+vars_of(const llm_vocab_t *v, const Llm__GenerateRequest *g,
+    const char **param, char *err, size_t errlen)
+{
+    llm_request_t  rq;
+    json_t        *vars = NULL;
+
+    if (llm_wire_request(&rq, g, err, errlen) == 0) {
+        vars = llm_prompt_vars(v, &rq, param, err, errlen);
+        llm_request_free(&rq);
+    }
+    return vars;
+}
 
 /*
  * A byte-level vocabulary with no merges (every plain byte is one token):
@@ -180,7 +214,7 @@ test_linear(void)
     g.messages = mp;
 
     copied0 = llm_tok_n_copied;
-    rc = llm_prompt_build(t, v, &g, &toks, &param, err, sizeof(err));
+    rc = build(t, v, &g, &toks, &param, err, sizeof(err));
     CHECK(rc == 0, "%zu messages: %s", n_msgs, err);
     CHECK(count_id(&toks, llm_vocab_find(v, "<|im_start|>", 12))
           == n_msgs + 1, "<|im_start|> %zu times for %zu messages",
@@ -325,7 +359,7 @@ render_plain(const llm_tmpl_t *t, const llm_vocab_t *v, const req_t *r,
     json_t      *vars;
     int          rc;
 
-    vars = llm_prompt_vars(v, &r->g, &param, err, sizeof(err));
+    vars = vars_of(v, &r->g, &param, err, sizeof(err));
     if (vars == NULL) {
         return -EINVAL;
     }
@@ -402,7 +436,7 @@ check_injection(const char *what, const llm_tmpl_t *t, const llm_vocab_t *v,
             req_free(&r);
             continue;           /* the template refuses this conversation */
         }
-        rc = llm_prompt_build(t, v, &r.g, &now, &param, err, sizeof(err));
+        rc = build(t, v, &r.g, &now, &param, err, sizeof(err));
         req_free(&r);
         st->renders++;
         full |= !simple;
@@ -809,7 +843,7 @@ test_completion(void)
     }
     g.is_completion = 1;
     g.prompt = "<|im_start|>user\nhi<|im_end|>\n";
-    CHECK(llm_prompt_build(t, v, &g, &toks, &param, err, sizeof(err)) == 0,
+    CHECK(build(t, v, &g, &toks, &param, err, sizeof(err)) == 0,
           "completion: %s", err);
     CHECK(toks.n == 1 + 7 + 1 + 1
           && toks.ids[0] == llm_vocab_find(v, "<|im_start|>", 12)
@@ -887,7 +921,7 @@ test_guard_edges(void)
         g.messages = mp;
         g.chat_template_kwargs_json = (char *) cases[i].kwargs;
         toks.n = 0;
-        CHECK(llm_prompt_build(t, v, &g, &toks, &param, err, sizeof(err))
+        CHECK(build(t, v, &g, &toks, &param, err, sizeof(err))
               == 0, "case %zu: %s", i, err);
         CHECK(count_id(&toks, s_id) == cases[i].n_start
               && count_id(&toks, e_id) == cases[i].n_end,
@@ -926,7 +960,7 @@ test_guard_edges(void)
             g.n_messages = 1;
             g.chat_template_kwargs_json = "";
             toks.n = 0;
-            CHECK(llm_prompt_build(tc, v, &g, &toks, &param, err,
+            CHECK(build(tc, v, &g, &toks, &param, err,
                                    sizeof(err)) == 0, "mid-character: %s",
                   err);
             CHECK(count_id(&toks, llm_vocab_find(v, "\xa9x", 2)) == 0,

@@ -108,8 +108,8 @@ typedef struct {
     int32_t   toks[4][MAXT];
     uint32_t  n[4];
     int       done, error, queued, started, cached;
-    Llm__ErrorCode code;
-    Llm__FinishReason finish[4];
+    llm_errcode_e code;
+    llm_finish_e finish[4];
     char      msg[256];
     int       has_usage;
     uint32_t  u_prompt, u_completion;
@@ -117,41 +117,39 @@ typedef struct {
 } owner_t;
 
 static void
-emit(void *o, const Llm__Event *ev)
+emit(void *o, const llm_sched_event_t *ev)
 {
     owner_t *w = o;
 
-    switch (ev->kind_case) {
-    case LLM__EVENT__KIND_DELTA:
-        for (size_t i = 0; i < ev->delta->n_tokens && w->n[ev->delta->index]
-             < MAXT; i++)
-        {
-            w->toks[ev->delta->index][w->n[ev->delta->index]++] =
-                ev->delta->tokens[i];
+    switch (ev->kind) {
+    case LLM_SEV_DELTA:
+        if (ev->u.delta.token >= 0 && w->n[ev->u.delta.index] < MAXT) {
+            w->toks[ev->u.delta.index][w->n[ev->u.delta.index]++] =
+                ev->u.delta.token;
         }
         break;
-    case LLM__EVENT__KIND_DONE:
+    case LLM_SEV_DONE:
         w->done = 1;
-        for (size_t i = 0; i < ev->done->n_choices; i++) {
-            w->finish[i] = ev->done->choices[i]->finish_reason;
+        for (size_t i = 0; i < ev->u.done.n_choices; i++) {
+            w->finish[i] = ev->u.done.finish[i];
         }
         break;
-    case LLM__EVENT__KIND_ERROR:
+    case LLM_SEV_ERROR:
         w->error = 1;
-        w->code = ev->error->code;
-        snprintf(w->msg, sizeof(w->msg), "%s", ev->error->message);
-        if (ev->error->usage) {
+        w->code = ev->u.error.code;
+        snprintf(w->msg, sizeof(w->msg), "%s", ev->u.error.message);
+        if (ev->u.error.usage) {
             w->has_usage = 1;
-            w->u_prompt = ev->error->usage->prompt_tokens;
-            w->u_completion = ev->error->usage->completion_tokens;
+            w->u_prompt = ev->u.error.usage->prompt_tokens;
+            w->u_completion = ev->u.error.usage->completion_tokens;
         }
         break;
-    case LLM__EVENT__KIND_QUEUED:
+    case LLM_SEV_QUEUED:
         w->queued = 1;
         break;
-    case LLM__EVENT__KIND_STARTED:
+    case LLM_SEV_STARTED:
         w->started = 1;
-        w->cached = (int) ev->started->cached_tokens;
+        w->cached = (int) ev->u.started.cached_tokens;
         break;
     default:
         break;
@@ -194,19 +192,18 @@ static llm_sreq_t *
 submit(llm_sched_t *s, owner_t *w, const int32_t *prompt, uint32_t n,
     uint32_t max_tokens, uint32_t nchoices)
 {
-    Llm__GenerateRequest g = LLM__GENERATE_REQUEST__INIT;
-    Llm__Sampling        sm = LLM__SAMPLING__INIT;
+    llm_request_t        rq;
     llm_tokens_t         t = { 0 };
 
-    sm.max_tokens = max_tokens;
-    sm.n = nchoices;
-    sm.ignore_eos = eog_token < 0;
-    g.sampling = &sm;
-    g.is_completion = 1;
+    llm_request_init(&rq);
+    rq.sampling.max_tokens = max_tokens;
+    rq.sampling.n = nchoices;
+    rq.sampling.ignore_eos = eog_token < 0;
+    rq.is_completion = 1;
     for (uint32_t i = 0; i < n; i++) {
         llm_tokens_push(&t, prompt[i]);
     }
-    w->r = llm_sched_submit(s, &g, &t, w);
+    w->r = llm_sched_submit(s, &rq, &t, w);
     llm_tokens_free(&t);
     return w->r;
 }
@@ -275,7 +272,7 @@ test_batching(void)
         CHECK("batching", w[i].done && !w[i].error);
         CHECK("batching", w[i].n[0] == 5 + (uint32_t) i % 23);
         CHECK("batching", follows(&w[i], 0, prompts[i], plen[i]));
-        CHECK("batching", w[i].finish[0] == LLM__FINISH_REASON__FINISH_LENGTH);
+        CHECK("batching", w[i].finish[0] == LLM_FINISH_LENGTH);
     }
     llm_sched_get_stats(s, &st);
     CHECK("batching", st.kv_blocks_free == st.kv_blocks_total);
@@ -353,7 +350,7 @@ test_cancel_and_limits(void)
           && lim.max_stop_bytes == 0 && lim.max_top_logprobs == 20);
     CHECK("limits", submit(s, &w[0], prompts[1], plen[1], 4, 2) == NULL);
     CHECK("limits", w[0].error
-          && w[0].code == LLM__ERROR_CODE__ERROR_INVALID_REQUEST
+          && w[0].code == LLM_ERR_INVALID_REQUEST
           && strstr(w[0].msg, "between 1 and 1") != NULL);
     memset(w, 0, sizeof(w));
     CHECK("cancel", submit(s, &w[0], prompts[1], plen[1], 40, 1));
@@ -362,7 +359,7 @@ test_cancel_and_limits(void)
     CHECK("cancel", w[1].queued);
     CHECK("limits", submit(s, &w[2], prompts[3], plen[3], 5, 1) == NULL);
     CHECK("limits", w[2].error
-          && w[2].code == LLM__ERROR_CODE__ERROR_OVERLOADED);
+          && w[2].code == LLM_ERR_OVERLOADED);
     for (int i = 0; i < 5; i++) {
         llm_sched_step(s);
     }
@@ -375,7 +372,7 @@ test_cancel_and_limits(void)
     /* context */
     CHECK("limits", submit(s, &w[3], prompts[4], plen[4], 64, 1) == NULL);
     CHECK("limits", w[3].code
-          == LLM__ERROR_CODE__ERROR_CONTEXT_LENGTH_EXCEEDED);
+          == LLM_ERR_CONTEXT_LENGTH_EXCEEDED);
     CHECK("limits", strstr(w[3].msg, "64 tokens") != NULL);
     llm_sched_free(s);
     s = make(256, 32, 64, 1, 64);
@@ -406,11 +403,11 @@ test_stop(void)
     CHECK("stop", w[0].n[0] > 0 && w[0].n[1] > 0);
     llm_sched_stop(s, w[0].r, "cancelled by the client");
     CHECK("stop", w[0].error && !w[0].done);
-    CHECK("stop", w[0].code == LLM__ERROR_CODE__ERROR_CANCELLED);
+    CHECK("stop", w[0].code == LLM_ERR_CANCELLED);
     CHECK("stop", w[0].has_usage && w[0].u_prompt == plen[1]);
     CHECK("stop", w[0].u_completion == w[0].n[0] + w[0].n[1]);
     llm_sched_stop(s, w[1].r, "cancelled by the client");
-    CHECK("stop", w[1].code == LLM__ERROR_CODE__ERROR_CANCELLED);
+    CHECK("stop", w[1].code == LLM_ERR_CANCELLED);
     CHECK("stop", w[1].has_usage && w[1].u_prompt == 0
           && w[1].u_completion == 0);
     llm_sched_get_stats(s, &st);
@@ -444,7 +441,7 @@ test_eog(void)
     CHECK("eog", submit(s, &w[0], prompts[0], plen[0], 100, 1));
     run(s);
     CHECK("eog", w[0].done);
-    CHECK("eog", w[0].finish[0] == LLM__FINISH_REASON__FINISH_STOP);
+    CHECK("eog", w[0].finish[0] == LLM_FINISH_STOP);
     /* positions plen-1 .. 39 give tokens, 40 gives the EOS (not emitted) */
     CHECK("eog", w[0].n[0] == 41 - plen[0]);
     eog_token = -1;

@@ -97,12 +97,13 @@ run(const case_t *c, const size_t *cuts, size_t n_cuts, rec_t *r)
     llm_text_out_t  out = { rec_content, rec_call, r };
     char            err[256];
     size_t          len = strlen(c->in), at = 0;
+    json_t         *tools = c->tools ? json_loads(c->tools, 0, NULL) : NULL;
     int             rc;
 
     memset(r, 0, sizeof(*r));
-    if (llm_toolcall_create(&tc, c->fmt, c->tools, 42, err, sizeof(err))
-        != 0)
-    {
+    rc = llm_toolcall_create(&tc, c->fmt, tools, 42, err, sizeof(err));
+    json_decref(tools);
+    if (rc != 0) {
         printf("FAIL %s: create: %s\n", c->what, err);
         return -1;
     }

@@ -108,6 +108,35 @@ rec_call(void *sink, uint32_t idx, const char *id, const char *name,
     }
 }
 
+/* What the tool hooks read of a request, as JSON text. */
+typedef struct {
+    const char       *tools_json;
+    const char       *tool_choice_json;
+    int               parallel_tool_calls;
+} treq_t;
+
+/* llm_tool_hooks_make() on g decoded as the engine decodes it. */
+static int
+tool_hooks(const llm_hooks_ctx_t *ctx, const treq_t *g, llm_seq_hooks_t *h,
+    char *err, size_t errlen)
+{
+    llm_request_t  rq;
+    int            rc;
+
+    llm_request_init(&rq);
+    rq.parallel_tool_calls = g->parallel_tool_calls;
+    if (llm_request_set_tools(&rq, g->tools_json) != 0
+        || llm_request_set_tool_choice(&rq, g->tool_choice_json) != 0)
+    {
+        llm_request_free(&rq);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    rc = llm_tool_hooks_make(ctx, &rq, 0, h, err, errlen);
+    llm_request_free(&rq);
+    return rc;
+}
+
 typedef struct {
     llm_vocab_t      *v;
     llm_hooks_ctx_t   ctx;
@@ -123,7 +152,7 @@ decode(env_t *e, const char *choice, int parallel, uint64_t seed,
     int32_t boost, int every, uint32_t max, rec_t *r, char *err,
     size_t errlen)
 {
-    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    treq_t                g = { 0 };
     llm_seq_hooks_t       h;
     llm_text_out_t        out = { rec_content, rec_call, r };
     llm_detok_t          *d;
@@ -138,7 +167,7 @@ decode(env_t *e, const char *choice, int parallel, uint64_t seed,
     g.tools_json = (char *) (e->tools ? e->tools : tools);
     g.tool_choice_json = (char *) choice;
     g.parallel_tool_calls = parallel;
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, errlen);
+    rc = tool_hooks(&e->ctx, &g, &h, err, errlen);
     if (rc <= 0) {
         return rc < 0 ? rc : -ENOENT;
     }
@@ -394,7 +423,7 @@ test_many_tools(env_t *e, const char *fmt)
         calls++;
     }
     if (strcmp(fmt, "hermes") == 0) {
-        Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+        treq_t                g = { 0 };
         llm_seq_hooks_t       h;
         llm_detok_t          *d;
         float                *row = malloc(e->nv * sizeof(float));
@@ -403,7 +432,7 @@ test_many_tools(env_t *e, const char *fmt)
         memset(&h, 0, sizeof(h));
         g.tools_json = tl;
         g.tool_choice_json = (char *) "required";
-        CHECK(llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err)) == 1
+        CHECK(tool_hooks(&e->ctx, &g, &h, err, sizeof(err)) == 1
               && llm_detok_create(&d, e->v, NULL, 0) == 0, "hooks: %s", err);
         CHECK(feed_script(e, &h, d, r, "<tool_call>\n{\"name\": \"tool_23\", "
                           "\"arguments\": {\"x\": 5}\n}\n</tool_call>", row,
@@ -468,7 +497,7 @@ test_mm_raw(env_t *e)
         "\"parameters\": {\"type\": \"object\", \"properties\": {"
         "\"text\": {\"type\": \"string\"}, \"n\": {\"type\": "
         "\"integer\"}}, \"required\": [\"text\"]}}}]";
-    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    treq_t                g = { 0 };
     llm_text_out_t        out;
     llm_seq_hooks_t       h;
     llm_detok_t          *d = NULL;
@@ -485,7 +514,7 @@ test_mm_raw(env_t *e)
     g.tool_choice_json = (char *) "required";
     g.parallel_tool_calls = 0;
     memset(&h, 0, sizeof(h));
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     CHECK(rc == 1 && llm_detok_create(&d, e->v, NULL, 0) == 0,
           "hooks: %d %s", rc, err);
     rc = feed_script(e, &h, d, r, "<minimax:tool_call>\n<invoke name=\"note"
@@ -512,7 +541,7 @@ test_mm_raw(env_t *e)
      * a token that ends right after the closer's \n */
     memset(r, 0, sizeof(*r));
     memset(&h, 0, sizeof(h));
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     CHECK(rc == 1, "hooks: %s", err);
     rc = feed_script(e, &h, d, r, "<minimax:tool_call>\n<invoke name=\"note"
                      "\">\n<parameter name=\"text\">ab</parameter>", row, why,
@@ -545,7 +574,7 @@ test_mm_raw(env_t *e)
 static void
 test_errors(env_t *e)
 {
-    Llm__GenerateRequest  g = LLM__GENERATE_REQUEST__INIT;
+    treq_t                g = { 0 };
     llm_seq_hooks_t       h;
     char                  err[256];
     int                   rc;
@@ -557,11 +586,11 @@ test_errors(env_t *e)
         "\"parameters\": {\"type\": \"object\", \"properties\": {\"zip\": "
         "{\"type\": \"string\", \"pattern\": \"^[0-9]+$\"}}}}}]";
     g.tool_choice_json = (char *) "auto";
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     CHECK(rc == -EINVAL && strncmp(err, "tools[1].function.parameters: ", 30)
           == 0 && strstr(err, "pattern"), "bad schema: %d %s", rc, err);
     e->ctx.tool_call_format = "deepseek-v3";
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     e->ctx.tool_call_format = "hermes";
     CHECK(rc == -EINVAL && strncmp(err, "tools[1].function.parameters: ", 30)
           == 0 && strstr(err, "pattern"), "bad schema, per tool: %d %s", rc,
@@ -570,18 +599,18 @@ test_errors(env_t *e)
     g.tools_json = (char *) tools;
     g.tool_choice_json = (char *) "{\"type\": \"function\", \"function\": "
         "{\"name\": \"nope\"}}";
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     CHECK(rc == -EINVAL && strncmp(err, "tool_choice: ", 13) == 0,
           "unknown name: %d %s", rc, err);
 
     g.tool_choice_json = (char *) "sometimes";
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     CHECK(rc == -EINVAL && strncmp(err, "tool_choice: ", 13) == 0,
           "bad choice: %d %s", rc, err);
 
     g.tool_choice_json = (char *) "auto";
     g.tools_json = (char *) "";
-    rc = llm_tool_hooks_make(&e->ctx, &g, 0, &h, err, sizeof(err));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     CHECK(rc == 0 && h.mask == NULL, "no tools: %d", rc);
     printf("ok errors name the field\n");
 }

@@ -110,17 +110,26 @@ main(int argc, char **argv)
     printf("%s: %u tokens, token index %.1f ms, family %s\n", path,
            llm_vocab_n_tokens(v), now_ms() - t0, fmt);
     for (size_t c = 0; c < sizeof(choices) / sizeof(choices[0]); c++) {
-        Llm__GenerateRequest g = LLM__GENERATE_REQUEST__INIT;
+        llm_request_t        rq;
         llm_seq_hooks_t      h;
 
-        g.tools_json = (char *) tools;
-        g.tool_choice_json = (char *) choices[c];
-        g.parallel_tool_calls = 1;
+        /* parsed once, as the engine does per request */
+        llm_request_init(&rq);
+        rq.parallel_tool_calls = 1;
+        if (llm_request_set_tools(&rq, tools) != 0
+            || llm_request_set_tool_choice(&rq, choices[c]) != 0)
+        {
+            fprintf(stderr, "llm-toolbench: out of memory\n");
+            llm_request_free(&rq);
+            llm_hooks_ctx_free(&ctx);
+            goto done;
+        }
         t0 = now_ms();
         for (long i = 0; i < repeat; i++) {
             memset(&h, 0, sizeof(h));
-            if (llm_hooks_make(&ctx, &g, 0, &h, err, sizeof(err)) != 0) {
+            if (llm_hooks_make(&ctx, &rq, 0, &h, err, sizeof(err)) != 0) {
                 fprintf(stderr, "llm-toolbench: %s\n", err);
+                llm_request_free(&rq);
                 llm_hooks_ctx_free(&ctx);
                 goto done;
             }
@@ -131,6 +140,7 @@ main(int argc, char **argv)
         printf("tool_choice %-8s hooks set-up %.2f ms per sequence "
                "(mean of %ld)\n", choices[c], (now_ms() - t0) / repeat,
                repeat);
+        llm_request_free(&rq);
     }
     llm_hooks_ctx_free(&ctx);
     rc = 0;

@@ -949,16 +949,27 @@ int
 llm_grammar_from_response_format(llm_grammar_t **out, const char *json,
     size_t len, char *err, size_t errlen)
 {
-    json_t        *rf, *js, *schema, *strict;
+    json_t        *rf;
     json_error_t   je;
+    int            rc;
+
+    rf = json_loadb(json, len, 0, &je);
+    rc = llm_grammar_from_response_format_json(out, rf, err, errlen);
+    json_decref(rf);
+    return rc;
+}
+
+int
+llm_grammar_from_response_format_json(llm_grammar_t **out, const json_t *rf,
+    char *err, size_t errlen)
+{
+    json_t        *js, *schema, *strict;
     const char    *type;
     int            rc;
 
     *out = NULL;
-    rf = json_loadb(json, len, 0, &je);
     if (rf == NULL || !json_is_object(rf)) {
         snprintf(err, errlen, "response_format is not a JSON object");
-        json_decref(rf);
         return -EINVAL;
     }
     type = json_string_value(json_object_get(rf, "type"));
@@ -997,7 +1008,6 @@ llm_grammar_from_response_format(llm_grammar_t **out, const char *json,
                  type);
         rc = -EINVAL;
     }
-    json_decref(rf);
     return rc;
 }
 

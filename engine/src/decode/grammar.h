@@ -94,6 +94,10 @@ int llm_grammar_compile(llm_grammar_t **out, const json_t *schema,
  */
 int llm_grammar_from_response_format(llm_grammar_t **out, const char *json,
     size_t len, char *err, size_t errlen);
+/* The same from the parsed response_format (rf NULL or not an object:
+ * "response_format is not a JSON object"). */
+int llm_grammar_from_response_format_json(llm_grammar_t **out,
+    const json_t *rf, char *err, size_t errlen);
 
 void llm_grammar_free(llm_grammar_t *g);
 

@@ -76,19 +76,18 @@ llm_hooks_json_free(void *ud)
 
 /* 0 with out set (or untouched for "text" / no response_format). */
 static int
-llm_hooks_json_make(const llm_hooks_ctx_t *ctx,
-    const Llm__GenerateRequest *g, llm_seq_hooks_t *out, char *err,
-    size_t errlen)
+llm_hooks_json_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
+    llm_seq_hooks_t *out, char *err, size_t errlen)
 {
     llm_hooks_json_t  *j;
     llm_grammar_t     *gr;
-    const char        *rf = g->response_format_json;
     int                rc;
 
-    if (rf == NULL || rf[0] == '\0') {
+    if (rq->response_format == NULL && !rq->response_format_bad) {
         return 0;
     }
-    rc = llm_grammar_from_response_format(&gr, rf, strlen(rf), err, errlen);
+    rc = llm_grammar_from_response_format_json(&gr, rq->response_format,
+                                               err, errlen);
     if (rc != 0 || gr == NULL) {
         return rc;
     }
@@ -118,7 +117,7 @@ llm_hooks_json_make(const llm_hooks_ctx_t *ctx,
 /* Putting them together. */
 
 int
-llm_hooks_make(void *ctx, const Llm__GenerateRequest *g, uint32_t choice,
+llm_hooks_make(void *ctx, const llm_request_t *rq, uint32_t choice,
     llm_seq_hooks_t *out, char *err, size_t errlen)
 {
     const llm_hooks_ctx_t *c = ctx;
@@ -126,9 +125,9 @@ llm_hooks_make(void *ctx, const Llm__GenerateRequest *g, uint32_t choice,
 
     memset(out, 0, sizeof(*out));
     /* tools in play: the tool hooks own the sequence (toolhooks.h) */
-    rc = llm_tool_hooks_make(c, g, choice, out, err, errlen);
+    rc = llm_tool_hooks_make(c, rq, choice, out, err, errlen);
     if (rc != 0) {
         return rc < 0 ? rc : 0;
     }
-    return llm_hooks_json_make(c, g, out, err, errlen);
+    return llm_hooks_json_make(c, rq, out, err, errlen);
 }

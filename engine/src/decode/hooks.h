@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "grammar.h"
-#include "llm.pb-c.h"
+#include "request.h"
 #include "seq_hooks.h"
 #include "text/tokenizer.h"
 
@@ -32,12 +32,12 @@ int llm_hooks_ctx_init(llm_hooks_ctx_t *ctx, const llm_vocab_t *v,
 void llm_hooks_ctx_free(llm_hooks_ctx_t *ctx);
 
 /*
- * llm_sched_hooks_pt: fill *out for choice `choice` of g (left zeroed when
- * the request needs no hooks).  ctx is an llm_hooks_ctx_t.  A bad
+ * llm_sched_hooks_pt: fill *out for choice `choice` of rq (left zeroed
+ * when the request needs no hooks).  ctx is an llm_hooks_ctx_t.  A bad
  * response_format gives -EINVAL with the reason in err (the scheduler
  * answers invalid_request_error, param "response_format").
  */
-int llm_hooks_make(void *ctx, const Llm__GenerateRequest *g,
-    uint32_t choice, llm_seq_hooks_t *out, char *err, size_t errlen);
+int llm_hooks_make(void *ctx, const llm_request_t *rq, uint32_t choice,
+    llm_seq_hooks_t *out, char *err, size_t errlen);
 
 #endif /* LLM_HOOKS_H */

@@ -1352,11 +1352,10 @@ llm_toolcall_feed(llm_toolcall_t *tc, const char *s, size_t len, int final,
 }
 
 int
-llm_toolcall_create(llm_toolcall_t **out, int fmt, const char *tools_json,
+llm_toolcall_create(llm_toolcall_t **out, int fmt, const json_t *tools,
     uint64_t seed, char *err, size_t errlen)
 {
     llm_toolcall_t *tc;
-    json_error_t    je;
 
     *out = NULL;
     if (fmt <= LLM_TOOLFMT_NONE || fmt > LLM_TOOLFMT_DEEPSEEK_V3) {
@@ -1369,13 +1368,13 @@ llm_toolcall_create(llm_toolcall_t **out, int fmt, const char *tools_json,
         return -ENOMEM;
     }
     tc->fmt = fmt;
-    if (tools_json && tools_json[0]) {
-        tc->tools = json_loads(tools_json, 0, &je);
-        if (tc->tools == NULL || !json_is_array(tc->tools)) {
-            snprintf(err, errlen, "tools: not a JSON array (%s)", je.text);
+    if (tools != NULL) {
+        if (!json_is_array(tools)) {
+            snprintf(err, errlen, "tools: not a JSON array");
             llm_toolcall_free(tc);
             return -EINVAL;
         }
+        tc->tools = json_incref((json_t *) tools);
     }
     if (seed == 0 && getrandom(&seed, sizeof(seed), 0) != sizeof(seed)) {
         seed = (uint64_t) (uintptr_t) tc;

@@ -31,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "seq_hooks.h"
 
 typedef enum {
@@ -51,12 +53,12 @@ const char *llm_toolfmt_names(void);
 typedef struct llm_toolcall_s llm_toolcall_t;
 
 /*
- * A parser for one answer.  tools_json is the request's tools array (may
- * be NULL or ""; minimax-m2 reads the parameter types from it).  Call ids
- * come from seed (0: from getrandom).  Returns 0 or a negative errno with
- * err filled.
+ * A parser for one answer.  tools is the request's parsed tools array (may
+ * be NULL; minimax-m2 reads the parameter types from it): the parser takes
+ * a reference and only reads it.  Call ids come from seed (0: from
+ * getrandom).  Returns 0 or a negative errno with err filled.
  */
-int llm_toolcall_create(llm_toolcall_t **out, int fmt, const char *tools_json,
+int llm_toolcall_create(llm_toolcall_t **out, int fmt, const json_t *tools,
     uint64_t seed, char *err, size_t errlen);
 void llm_toolcall_free(llm_toolcall_t *tc);
 

@@ -74,13 +74,6 @@ static const char *llm_th_markers[][LLM_TH_MARKERS] = {
 };
 
 typedef enum {
-    TH_AUTO = 0,
-    TH_NONE,
-    TH_REQUIRED,
-    TH_NAMED
-} llm_th_choice_e;
-
-typedef enum {
     TP_FREE = 0,
     TP_LIT,
     TP_SET,
@@ -131,7 +124,7 @@ typedef struct {
 typedef struct {
     const llm_hooks_ctx_t  *ctx;
     int                     fmt;
-    llm_th_choice_e         choice;
+    llm_tool_choice_e       choice;
     int                     parallel;
     llm_toolcall_t         *parser;
 
@@ -1125,7 +1118,7 @@ llm_th_mask(void *ud, float *logits, uint32_t n_vocab)
 
     switch (th->phase) {
     case TP_FREE:
-        if (th->choice == TH_NONE && th->opener) {
+        if (th->choice == LLM_TOOL_CHOICE_NONE && th->opener) {
             llm_th_mask_opener(th, logits, n_vocab);
         }
         return 0;
@@ -1204,7 +1197,7 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
     if (th->fmt == LLM_TOOLFMT_LLAMA3_JSON) {
         size_t k = 0;
 
-        if (th->started || th->choice == TH_NONE) {
+        if (th->started || th->choice == LLM_TOOL_CHOICE_NONE) {
             return;
         }
         while (k < len && (b[k] == ' ' || b[k] == '\n' || b[k] == '\t')) {
@@ -1234,7 +1227,7 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
     n = th->tail_len + len;
     ol = strlen(th->opener);
     f = memmem(buf, n, th->opener, ol);
-    if (f && th->choice != TH_NONE) {
+    if (f && th->choice != LLM_TOOL_CHOICE_NONE) {
         rest = n - (size_t) (f - buf) - ol;
         th->tail_len = 0;
         if (!th->constrained) {
@@ -1442,59 +1435,6 @@ llm_th_free(void *ud)
 
 /* Making them. */
 
-static int
-llm_th_choice(const char *tc, llm_th_choice_e *c, const char **name,
-    json_t **obj, char *err, size_t errlen)
-{
-    json_t       *j, *f;
-    json_error_t  je;
-
-    *obj = NULL;
-    *name = NULL;
-    if (tc == NULL || tc[0] == '\0' || strcmp(tc, "auto") == 0) {
-        *c = TH_AUTO;
-        return 0;
-    }
-    if (strcmp(tc, "none") == 0) {
-        *c = TH_NONE;
-        return 0;
-    }
-    if (strcmp(tc, "required") == 0) {
-        *c = TH_REQUIRED;
-        return 0;
-    }
-    j = json_loads(tc, JSON_DECODE_ANY, &je);
-    if (json_is_string(j)) {
-        /* a JSON-quoted string */
-        const char *s = json_string_value(j);
-        int         rc = strcmp(s, "auto") && strcmp(s, "none")
-                         && strcmp(s, "required") ? -EINVAL : 0;
-
-        if (rc == 0) {
-            *c = strcmp(s, "auto") == 0 ? TH_AUTO
-                 : strcmp(s, "none") == 0 ? TH_NONE : TH_REQUIRED;
-            json_decref(j);
-            return 0;
-        }
-    }
-    f = json_object_get(j, "function");
-    if (!json_is_object(j)
-        || !json_is_string(json_object_get(j, "type"))
-        || strcmp(json_string_value(json_object_get(j, "type")), "function")
-        || !json_is_string(json_object_get(f, "name")))
-    {
-        snprintf(err, errlen, "tool_choice: expected \"none\", \"auto\", "
-                 "\"required\" or {\"type\": \"function\", \"function\": "
-                 "{\"name\": ...}}");
-        json_decref(j);
-        return -EINVAL;
-    }
-    *c = TH_NAMED;
-    *name = json_string_value(json_object_get(f, "name"));
-    *obj = j;
-    return 0;
-}
-
 /* The family's shape (see the top of the file). */
 static int
 llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
@@ -1515,7 +1455,7 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->union_next = NX_AFTER;
         th->lits[th->n_lits++] = th->opener;
         th->lits[th->n_lits++] = th->closer;
-        if (th->choice == TH_NONE) {
+        if (th->choice == LLM_TOOL_CHOICE_NONE) {
             break;
         }
         if (!many) {
@@ -1534,7 +1474,7 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
     case LLM_TOOLFMT_LLAMA3_JSON:
         th->json_eog = 1;
         th->opener_next = NX_JSON;
-        if (th->choice == TH_NONE) {
+        if (th->choice == LLM_TOOL_CHOICE_NONE) {
             break;
         }
         if (!many) {
@@ -1560,7 +1500,7 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
             th->union_next = NX_NAMES;
         }
         th->lits[th->n_lits++] = th->opener;
-        if (th->choice != TH_NONE) {
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_per_tool(th, tools, only, "[ARGS]", err,
                                          errlen);
         }
@@ -1581,7 +1521,7 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->lits[th->n_lits++] = DS_CALLS_END;
         th->lits[th->n_lits++] = DS_CALL_BEGIN;
         th->lits[th->n_lits++] = DS_CALL_END;
-        if (th->choice != TH_NONE) {
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_per_tool(th, tools, only, DS_SEP, err,
                                          errlen);
         }
@@ -1595,7 +1535,7 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->lits[th->n_lits++] = MM_CLOSER;
         th->lits[th->n_lits++] = "\n";
         th->lits[th->n_lits++] = "</minimax:tool_call>";
-        if (th->choice != TH_NONE) {
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
         }
         break;
@@ -1625,61 +1565,54 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
 }
 
 int
-llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
-    const Llm__GenerateRequest *g, uint32_t choice, llm_seq_hooks_t *out,
-    char *err, size_t errlen)
+llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
+    uint32_t choice, llm_seq_hooks_t *out, char *err, size_t errlen)
 {
-    llm_th_t        *th;
-    llm_th_choice_e  c;
-    const char      *only, *rf = g->response_format_json;
-    json_t          *obj = NULL, *tools = NULL;
-    json_error_t     je;
-    int              fmt, rc;
+    llm_th_t           *th;
+    llm_tool_choice_e   c = rq->tool_choice;
+    const char         *only = rq->tool_choice_name;
+    json_t             *tools = rq->tools;
+    int                 fmt, rc;
 
     (void) choice;
-    if (g->tools_json == NULL || g->tools_json[0] == '\0'
-        || g->is_completion)
-    {
+    if ((tools == NULL && rq->tools_bad == NULL) || rq->is_completion) {
         return 0;
     }
     fmt = llm_toolfmt_from_name(ctx->tool_call_format);
     if (fmt <= LLM_TOOLFMT_NONE) {
         return 0;
     }
-    rc = llm_th_choice(g->tool_choice_json, &c, &only, &obj, err, errlen);
-    if (rc != 0) {
-        return rc;
+    if (c == LLM_TOOL_CHOICE_INVALID) {
+        snprintf(err, errlen, "tool_choice: expected \"none\", \"auto\", "
+                 "\"required\" or {\"type\": \"function\", \"function\": "
+                 "{\"name\": ...}}");
+        return -EINVAL;
     }
-    if (c == TH_NONE && rf && rf[0] && strstr(rf, "\"text\"") == NULL) {
+    if (c == LLM_TOOL_CHOICE_NONE && llm_request_wants_json(rq)) {
         /* the response_format grammar owns the answer: no opener there */
-        json_decref(obj);
         return 0;
     }
-    if (rf && rf[0] && strstr(rf, "\"text\"") == NULL) {
+    if (llm_request_wants_json(rq)) {
         snprintf(err, errlen, "response_format: a JSON response_format "
                  "cannot be combined with tools unless tool_choice is "
                  "\"none\"");
-        json_decref(obj);
+        return -EINVAL;
+    }
+    if (tools == NULL) {
+        snprintf(err, errlen, "%s", rq->tools_bad);
         return -EINVAL;
     }
 
     th = calloc(1, sizeof(*th));
     if (th == NULL) {
-        json_decref(obj);
         snprintf(err, errlen, "tools: out of memory");
         return -ENOMEM;
     }
     th->ctx = ctx;
     th->fmt = fmt;
     th->choice = c;
-    th->parallel = g->parallel_tool_calls;
+    th->parallel = rq->parallel_tool_calls;
 
-    tools = json_loads(g->tools_json, 0, &je);
-    if (!json_is_array(tools)) {
-        snprintf(err, errlen, "tools: not a JSON array (%s)", je.text);
-        rc = -EINVAL;
-        goto failed;
-    }
     rc = llm_th_shape(th, tools, only, err, errlen);
     if (rc != 0) {
         goto failed;
@@ -1689,9 +1622,8 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
         snprintf(err, errlen, "tools: out of memory");
         goto failed;
     }
-    if (c != TH_NONE) {
-        rc = llm_toolcall_create(&th->parser, fmt, g->tools_json, 0, err,
-                                 errlen);
+    if (c != LLM_TOOL_CHOICE_NONE) {
+        rc = llm_toolcall_create(&th->parser, fmt, tools, 0, err, errlen);
         if (rc != 0) {
             goto failed;
         }
@@ -1706,7 +1638,7 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
     }
 
     th->phase = TP_FREE;
-    if (c == TH_REQUIRED || c == TH_NAMED) {
+    if (c == LLM_TOOL_CHOICE_REQUIRED || c == LLM_TOOL_CHOICE_NAMED) {
         if (th->forced) {
             llm_th_lit(th, th->forced, 0,
                        th->constrained ? th->forced_next : NX_OFF);
@@ -1717,20 +1649,15 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
             llm_th_go(th, th->opener_next, -1);
         }
     }
-    json_decref(obj);
-    json_decref(tools);
-
     memset(out, 0, sizeof(*out));
     out->mask = llm_th_mask;
     out->accept = llm_th_accept;
-    out->text = c == TH_NONE ? NULL : llm_th_text;
+    out->text = c == LLM_TOOL_CHOICE_NONE ? NULL : llm_th_text;
     out->free = llm_th_free;
     out->ud = th;
     return 1;
 
 failed:
-    json_decref(obj);
-    json_decref(tools);
     llm_th_free(th);
     return rc;
 }

@@ -29,8 +29,7 @@
  * PARAM is the request field at fault (tool_choice,
  * tools[i].function.parameters, response_format).
  */
-int llm_tool_hooks_make(const llm_hooks_ctx_t *ctx,
-    const Llm__GenerateRequest *g, uint32_t choice, llm_seq_hooks_t *out,
-    char *err, size_t errlen);
+int llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
+    uint32_t choice, llm_seq_hooks_t *out, char *err, size_t errlen);
 
 #endif /* LLM_TOOLHOOKS_H */

@@ -1,9 +1,5 @@
 /*
  * Prompt building.  See prompt.h.
- *
- * Tool-call arguments are handed to the template as a JSON object when
- * they parse as one (templates such as Qwen's write them with `| tojson`),
- * otherwise as the string the client sent.
  */
 
 #include <errno.h>
@@ -24,53 +20,6 @@ llm_token_text(const llm_vocab_t *v, int32_t id)
     }
     p = llm_token_bytes(v, id, 1, &n);
     return p ? json_stringn(p, n) : json_string("");
-}
-
-static json_t *
-llm_message_json(const Llm__Message *m)
-{
-    json_t *o = json_object(), *calls, *c, *f, *args;
-
-    if (o == NULL) {
-        return NULL;
-    }
-    json_object_set_new(o, "role", json_string(m->role));
-    json_object_set_new(o, "content", m->content_null ? json_null()
-                                                      : json_string(m->content));
-    if (m->n_tool_calls) {
-        calls = json_array();
-        for (size_t i = 0; i < m->n_tool_calls; i++) {
-            const Llm__ToolCall *t = m->tool_calls[i];
-
-            c = json_object();
-            f = json_object();
-            json_object_set_new(c, "id", json_string(t->id));
-            json_object_set_new(c, "type",
-                                json_string(t->type[0] ? t->type
-                                                       : "function"));
-            json_object_set_new(f, "name", json_string(t->name));
-            args = json_loads(t->arguments, JSON_DECODE_ANY, NULL);
-            if (args == NULL || !json_is_object(args)) {
-                json_decref(args);
-                args = json_string(t->arguments);
-            }
-            json_object_set_new(f, "arguments", args);
-            json_object_set_new(c, "function", f);
-            json_array_append_new(calls, c);
-        }
-        json_object_set_new(o, "tool_calls", calls);
-    }
-    if (m->tool_call_id[0]) {
-        json_object_set_new(o, "tool_call_id", json_string(m->tool_call_id));
-    }
-    if (m->name[0]) {
-        json_object_set_new(o, "name", json_string(m->name));
-    }
-    if (m->reasoning_content[0]) {
-        json_object_set_new(o, "reasoning_content",
-                            json_string(m->reasoning_content));
-    }
-    return o;
 }
 
 /*
@@ -153,43 +102,41 @@ guard_replace(const llm_tok_guard_t *g, json_t **x)
  */
 static int
 prompt_vars(const llm_vocab_t *v, const llm_tok_guard_t *guard,
-    const Llm__GenerateRequest *g, json_t **out, const char **param,
-    char *err, size_t errlen)
+    const llm_request_t *rq, json_t **out, const char **param, char *err,
+    size_t errlen)
 {
-    json_t       *vars = json_object(), *msgs = json_array(), *x;
-    json_error_t  je;
+    json_t       *vars = json_object(), *msgs = NULL, *x;
+    size_t        i;
     int           rc = -EINVAL;
 
     *out = NULL;
 
-    if (vars == NULL || msgs == NULL) {
+    if (vars == NULL) {
         goto nomem;
     }
-    for (size_t i = 0; i < g->n_messages; i++) {
-        if (g->messages[i]->role[0] == '\0') {
+    json_array_foreach(rq->messages, i, x) {
+        const char *role = json_string_value(json_object_get(x, "role"));
+
+        if (role == NULL || role[0] == '\0') {
             *param = "messages";
             snprintf(err, errlen, "messages[%zu]: the role is empty", i);
             goto invalid;
         }
-        x = llm_message_json(g->messages[i]);
-        if (x == NULL || guard_replace(guard, &x) != 0
-            || json_array_append_new(msgs, x) != 0)
-        {
-            goto nomem;
-        }
+    }
+    msgs = rq->messages ? json_incref(rq->messages) : json_array();
+    if (msgs == NULL || guard_replace(guard, &msgs) != 0) {
+        goto nomem;
     }
     json_object_set_new(vars, "messages", msgs);
     msgs = NULL;
 
-    if (g->tools_json[0]) {
-        x = json_loads(g->tools_json, 0, &je);
-        if (x == NULL || !json_is_array(x)) {
-            json_decref(x);
-            *param = "tools";
-            snprintf(err, errlen, "tools: not a JSON array (%s at %d)",
-                     x ? "wrong type" : je.text, x ? 0 : je.position);
-            goto invalid;
-        }
+    if (rq->tools_bad) {
+        *param = "tools";
+        snprintf(err, errlen, "%s", rq->tools_bad);
+        goto invalid;
+    }
+    if (rq->tools) {
+        x = json_incref(rq->tools);
         if (guard_replace(guard, &x) != 0) {
             goto nomem;
         }
@@ -203,14 +150,13 @@ prompt_vars(const llm_vocab_t *v, const llm_tok_guard_t *guard,
     json_object_set_new(vars, "bos_token", llm_token_text(v, llm_vocab_bos(v)));
     json_object_set_new(vars, "eos_token", llm_token_text(v, llm_vocab_eos(v)));
 
-    if (g->chat_template_kwargs_json[0]) {
-        x = json_loads(g->chat_template_kwargs_json, 0, &je);
-        if (x == NULL || !json_is_object(x)) {
-            json_decref(x);
-            *param = "chat_template_kwargs";
-            snprintf(err, errlen, "chat_template_kwargs: not a JSON object");
-            goto invalid;
-        }
+    if (rq->template_kwargs_bad) {
+        *param = "chat_template_kwargs";
+        snprintf(err, errlen, "chat_template_kwargs: not a JSON object");
+        goto invalid;
+    }
+    if (rq->template_kwargs) {
+        x = json_incref(rq->template_kwargs);
         if (guard_replace(guard, &x) != 0) {
             goto nomem;
         }
@@ -231,12 +177,12 @@ invalid:
 }
 
 json_t *
-llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
+llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
     const char **param, char *err, size_t errlen)
 {
     json_t  *vars;
 
-    prompt_vars(v, NULL, g, &vars, param, err, errlen);
+    prompt_vars(v, NULL, rq, &vars, param, err, errlen);
     return vars;
 }
 
@@ -249,7 +195,7 @@ llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
  */
 int
 llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
-    const Llm__GenerateRequest *g, llm_tokens_t *out, const char **param,
+    const llm_request_t *rq, llm_tokens_t *out, const char **param,
     char *err, size_t errlen)
 {
     llm_tok_guard_t  *guard = NULL;
@@ -259,14 +205,14 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     size_t            len = 0, srclen;
     int               rc;
 
-    if (g->is_completion) {
+    if (rq->is_completion) {
         *param = "prompt";
-        return llm_tokenize(v, g->prompt, strlen(g->prompt),
+        return llm_tokenize(v, rq->prompt, strlen(rq->prompt),
                             LLM_TOK_ADD_SPECIAL | LLM_TOK_PARSE_SPECIAL, out,
                             err, errlen);
     }
     *param = "messages";
-    if (g->n_messages == 0) {
+    if (json_array_size(rq->messages) == 0) {
         snprintf(err, errlen, "messages: at least one message is required");
         return -EINVAL;
     }
@@ -276,7 +222,7 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    rc = prompt_vars(v, guard, g, &vars, param, err, errlen);
+    rc = prompt_vars(v, guard, rq, &vars, param, err, errlen);
     llm_tok_guard_free(guard);
     if (rc != 0) {
         return rc;

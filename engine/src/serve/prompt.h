@@ -16,22 +16,22 @@
 
 #include <stddef.h>
 
-#include "llm.pb-c.h"
+#include "decode/request.h"
 #include "template/template.h"
 #include "text/tokenizer.h"
 
 /*
- * Build the prompt of g into out.  Returns 0, or a negative errno with a
+ * Build the prompt of rq into out.  Returns 0, or a negative errno with a
  * one-line message in err and the request field at fault in *param
  * (-EINVAL: the request is invalid, e.g. bad tools JSON or a template
  * raise_exception(); other codes: internal).
  */
 int llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
-    const Llm__GenerateRequest *g, llm_tokens_t *out, const char **param,
+    const llm_request_t *rq, llm_tokens_t *out, const char **param,
     char *err, size_t errlen);
 
 /* The template variables alone (for tests and --dump-prompt). */
-json_t *llm_prompt_vars(const llm_vocab_t *v, const Llm__GenerateRequest *g,
+json_t *llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
     const char **param, char *err, size_t errlen);
 
 /* The tool-call format a template's source suggests: "hermes",

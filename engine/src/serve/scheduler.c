@@ -54,7 +54,7 @@ struct llm_seq_s {
     llm_detok_t        *detok;
     llm_seq_hooks_t     hooks;
     int                 n_tool_calls;
-    Llm__FinishReason   finish;
+    llm_finish_e        finish;
     char               *text;          /* content of the next Delta */
     size_t              text_len;
     size_t              text_cap;
@@ -124,32 +124,28 @@ static void llm_req_destroy(llm_sreq_t *r);
 /* Events. */
 
 static void
-llm_emit_error(llm_sched_t *s, void *owner, Llm__ErrorCode code,
-    const char *param, const Llm__Usage *usage, const char *fmt, ...)
+llm_emit_error(llm_sched_t *s, void *owner, llm_errcode_e code,
+    const char *param, const llm_usage_t *usage, const char *fmt, ...)
 {
-    Llm__Event  ev = LLM__EVENT__INIT;
-    Llm__Error  e = LLM__ERROR__INIT;
-    char        msg[512];
-    va_list     ap;
+    llm_sched_event_t  ev;
+    char               msg[512];
+    va_list            ap;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    e.code = code;
-    e.message = msg;
-    if (param != NULL) {
-        e.param = (char *) param;
-    }
-    e.usage = (Llm__Usage *) usage;
-    ev.kind_case = LLM__EVENT__KIND_ERROR;
-    ev.error = &e;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_ERROR;
+    ev.u.error.code = code;
+    ev.u.error.message = msg;
+    ev.u.error.param = param;
+    ev.u.error.usage = usage;
     s->c.emit(owner, &ev);
 }
 
 static void
-llm_req_usage(const llm_sreq_t *r, Llm__Usage *u)
+llm_req_usage(const llm_sreq_t *r, llm_usage_t *u)
 {
-    llm__usage__init(u);
     u->prompt_tokens = r->n_prompt;
     u->completion_tokens = r->completion_tokens;
     u->cached_tokens = r->cached;
@@ -179,53 +175,27 @@ llm_seq_text(llm_seq_t *q, const char *p, size_t len)
 
 /*
  * Emit the pending Delta of q: its text, plus token tok (when >= 0) with
- * its logprobs (when res is set).
+ * its logprobs (when res is set and the request asked for them).
  */
 static void
 llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
 {
-    llm_sched_t          *s = q->req->s;
-    Llm__Event            ev = LLM__EVENT__INIT;
-    Llm__Delta            d = LLM__DELTA__INIT;
-    Llm__TokenLogprob     lp = LLM__TOKEN_LOGPROB__INIT, *lpp = &lp;
-    Llm__TopLogprob       top[LLM_SAMPLE_MAX_TOP_LOGPROBS];
-    Llm__TopLogprob      *topp[LLM_SAMPLE_MAX_TOP_LOGPROBS];
-    size_t                len;
-    const char           *b;
+    llm_sched_t       *s = q->req->s;
+    llm_sched_event_t  ev;
 
     if (tok < 0 && q->text_len == 0) {
         return;
     }
-    d.index = q->index;
-    d.text = q->text_len ? q->text : (char *) "";
-    if (tok >= 0) {
-        d.n_tokens = 1;
-        d.tokens = &tok;
-    }
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_DELTA;
+    ev.u.delta.index = q->index;
+    ev.u.delta.text = q->text_len ? q->text : "";
+    ev.u.delta.token = tok >= 0 ? tok : -1;
     if (tok >= 0 && res != NULL
         && (q->req->sp.logprobs || q->req->sp.top_logprobs))
     {
-        b = llm_token_bytes(s->c.vocab, tok, 1, &len);
-        lp.token = tok;
-        lp.text.data = (uint8_t *) b;
-        lp.text.len = b ? len : 0;
-        lp.logprob = res->logprob;
-        for (uint32_t i = 0; i < res->n_top; i++) {
-            llm__top_logprob__init(&top[i]);
-            top[i].token = res->top[i].token;
-            b = llm_token_bytes(s->c.vocab, res->top[i].token, 1, &len);
-            top[i].text.data = (uint8_t *) b;
-            top[i].text.len = b ? len : 0;
-            top[i].logprob = res->top[i].logprob;
-            topp[i] = &top[i];
-        }
-        lp.n_top = res->n_top;
-        lp.top = topp;
-        d.n_logprobs = 1;
-        d.logprobs = &lpp;
+        ev.u.delta.lp = res;
     }
-    ev.kind_case = LLM__EVENT__KIND_DELTA;
-    ev.delta = &d;
     s->c.emit(q->req->owner, &ev);
     q->text_len = 0;
     if (q->text) {
@@ -244,21 +214,18 @@ llm_sink_tool_call(void *sink, uint32_t call_index, const char *id,
     const char *name, const char *args, size_t args_len)
 {
     llm_seq_t         *q = sink;
-    Llm__Event         ev = LLM__EVENT__INIT;
-    Llm__ToolCallDelta t = LLM__TOOL_CALL_DELTA__INIT;
-    char              *a;
+    llm_sched_event_t  ev;
 
     llm_seq_flush_delta(q, -1, NULL);
-    a = strndup(args ? args : "", args ? args_len : 0);
-    t.index = q->index;
-    t.call_index = call_index;
-    t.id = (char *) (id ? id : "");
-    t.name = (char *) (name ? name : "");
-    t.arguments = a ? a : (char *) "";
-    ev.kind_case = LLM__EVENT__KIND_TOOL_CALL;
-    ev.tool_call = &t;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_TOOL_CALL;
+    ev.u.tool_call.index = q->index;
+    ev.u.tool_call.call_index = call_index;
+    ev.u.tool_call.id = id ? id : "";
+    ev.u.tool_call.name = name ? name : "";
+    ev.u.tool_call.args = args ? args : "";
+    ev.u.tool_call.args_len = args ? args_len : 0;
     q->req->s->c.emit(q->req->owner, &ev);
-    free(a);
 }
 
 /* Route detokenized text: through the hooks when set, else content. */
@@ -305,33 +272,24 @@ llm_sched_bury(llm_sched_t *s, llm_sreq_t *r)
 static void
 llm_req_done(llm_sreq_t *r)
 {
-    llm_sched_t      *s = r->s;
-    Llm__Event        ev = LLM__EVENT__INIT;
-    Llm__Done         d = LLM__DONE__INIT;
-    Llm__Usage        u;
-    Llm__Timings      tm = LLM__TIMINGS__INIT;
-    Llm__ChoiceEnd    ce[LLM_SCHED_MAX_N], *cep[LLM_SCHED_MAX_N];
-    double            now = llm_now_ms();
+    llm_sched_t       *s = r->s;
+    llm_sched_event_t  ev;
+    llm_finish_e       fin[LLM_SCHED_MAX_N];
+    double             now = llm_now_ms();
 
     for (uint32_t i = 0; i < r->n; i++) {
-        llm__choice_end__init(&ce[i]);
-        ce[i].index = i;
-        ce[i].finish_reason = r->seqs[i].finish;
-        cep[i] = &ce[i];
+        fin[i] = r->seqs[i].finish;
     }
-    llm_req_usage(r, &u);
-    tm.queue_ms = r->t_admit - r->t_submit;
-    tm.prefill_ms = (r->t_first ? r->t_first : now) - r->t_admit;
-    tm.decode_ms = r->t_first ? now - r->t_first : 0.0;
-    d.n_choices = r->n;
-    d.choices = cep;
-    d.usage = &u;
-    d.timings = &tm;
-    d.model = (char *) (s->c.model_name ? s->c.model_name : "");
-    d.system_fingerprint = (char *) (s->c.fingerprint ? s->c.fingerprint
-                                                      : "");
-    ev.kind_case = LLM__EVENT__KIND_DONE;
-    ev.done = &d;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_DONE;
+    ev.u.done.n_choices = r->n;
+    ev.u.done.finish = fin;
+    llm_req_usage(r, &ev.u.done.usage);
+    ev.u.done.queue_ms = r->t_admit - r->t_submit;
+    ev.u.done.prefill_ms = (r->t_first ? r->t_first : now) - r->t_admit;
+    ev.u.done.decode_ms = r->t_first ? now - r->t_first : 0.0;
+    ev.u.done.model = s->c.model_name ? s->c.model_name : "";
+    ev.u.done.fingerprint = s->c.fingerprint ? s->c.fingerprint : "";
     s->c.emit(r->owner, &ev);
     llm_sched_bury(s, r);
 }
@@ -581,20 +539,16 @@ llm_sched_free(llm_sched_t *s)
 /* Submission. */
 
 static int
-llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
+llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
     llm_tokens_t *prompt, const char **param, char *err, size_t errlen)
 {
-    const Llm__Sampling  *sm = g->sampling;
-    Llm__Sampling         dflt = LLM__SAMPLING__INIT;
+    const llm_req_sampling_t *sm = &rq->sampling;
     uint32_t              V = s->c.n_vocab, max_new;
     uint64_t              seed;
     llm_sched_limits_t    lim;
     size_t                i;
     int                   rc;
 
-    if (sm == NULL) {
-        sm = &dflt;
-    }
     llm_sched_get_limits(s, &lim);
     r->n = sm->n ? sm->n : 1;
     if (r->n > lim.max_choices) {
@@ -659,34 +613,35 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     r->sp.top_logprobs = sm->top_logprobs;
     r->ignore_eos = sm->ignore_eos;
 
-    if (sm->n_logit_bias) {
-        r->bias_ids = calloc(sm->n_logit_bias, sizeof(int32_t));
-        r->bias_vals = calloc(sm->n_logit_bias, sizeof(float));
+    if (sm->n_bias) {
+        r->bias_ids = calloc(sm->n_bias, sizeof(int32_t));
+        r->bias_vals = calloc(sm->n_bias, sizeof(float));
         if (r->bias_ids == NULL || r->bias_vals == NULL) {
             return -ENOMEM;
         }
-        for (i = 0; i < sm->n_logit_bias; i++) {
-            const Llm__Sampling__LogitBiasEntry *e = sm->logit_bias[i];
+        for (i = 0; i < sm->n_bias; i++) {
+            int32_t  id = sm->bias_ids[i];
+            float    b = sm->bias_vals[i];
 
-            if (e->key < 0 || (uint32_t) e->key >= V) {
+            if (id < 0 || (uint32_t) id >= V) {
                 *param = "logit_bias";
                 snprintf(err, errlen, "logit_bias: token id %d is not in "
-                         "the vocabulary (0..%u)", e->key, V - 1);
+                         "the vocabulary (0..%u)", id, V - 1);
                 return -EINVAL;
             }
-            if (!(e->value >= -100.0f && e->value <= 100.0f)) {
+            if (!(b >= -100.0f && b <= 100.0f)) {
                 *param = "logit_bias";
                 snprintf(err, errlen, "logit_bias: the bias of token %d "
-                         "must be between -100 and 100, got %g", e->key,
-                         (double) e->value);
+                         "must be between -100 and 100, got %g", id,
+                         (double) b);
                 return -EINVAL;
             }
-            r->bias_ids[i] = e->key;
-            r->bias_vals[i] = e->value;
+            r->bias_ids[i] = id;
+            r->bias_vals[i] = b;
         }
         r->sp.bias_ids = r->bias_ids;
         r->sp.bias_vals = r->bias_vals;
-        r->sp.n_bias = sm->n_logit_bias;
+        r->sp.n_bias = sm->n_bias;
     }
 
     if (sm->n_stop) {
@@ -709,12 +664,12 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     /* the context check, with both numbers */
     r->n_prompt = (uint32_t) prompt->n;
     if (prompt->n == 0) {
-        *param = g->is_completion ? "prompt" : "messages";
+        *param = rq->is_completion ? "prompt" : "messages";
         snprintf(err, errlen, "the prompt is empty (0 tokens)");
         return -EINVAL;
     }
     if (prompt->n >= s->c.n_ctx) {
-        *param = g->is_completion ? "prompt" : "messages";
+        *param = rq->is_completion ? "prompt" : "messages";
         snprintf(err, errlen, "This model's maximum context length is %u "
                  "tokens. However, your messages resulted in %zu tokens. "
                  "Please reduce the length of the messages.", s->c.n_ctx,
@@ -724,7 +679,7 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
     max_new = s->c.n_ctx - (uint32_t) prompt->n;
     r->max_tokens = sm->max_tokens ? sm->max_tokens : max_new;
     if (r->max_tokens > max_new) {
-        *param = g->is_completion ? "prompt" : "messages";
+        *param = rq->is_completion ? "prompt" : "messages";
         snprintf(err, errlen, "This model's maximum context length is %u "
                  "tokens. However, you requested %llu tokens (%zu in the "
                  "messages, %u in the completion). Please reduce the length "
@@ -769,7 +724,7 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
             }
         }
         if (s->c.hooks_make) {
-            rc = s->c.hooks_make(s->c.hooks_ctx, g, k, &q->hooks, err,
+            rc = s->c.hooks_make(s->c.hooks_ctx, rq, k, &q->hooks, err,
                                  errlen);
             if (rc != 0) {
                 *param = "response_format";
@@ -777,10 +732,10 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const Llm__GenerateRequest *g,
             }
         }
     }
-    if (g->is_completion && g->echo && g->prompt[0]) {
-        r->echo = strdup(g->prompt);
+    if (rq->is_completion && rq->echo && rq->prompt[0]) {
+        r->echo = strdup(rq->prompt);
     }
-    r->request_id = strdup(g->request_id ? g->request_id : "");
+    r->request_id = strdup(rq->request_id ? rq->request_id : "");
     return 0;
 }
 
@@ -813,7 +768,7 @@ llm_hooks_err_param(const char *param, const char *err, char *pbuf,
 }
 
 llm_sreq_t *
-llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
+llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner)
 {
     llm_sreq_t    *r;
@@ -822,7 +777,7 @@ llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
     int            rc;
 
     if (s->c.max_queue && s->n_queued_reqs >= s->c.max_queue) {
-        llm_emit_error(s, owner, LLM__ERROR_CODE__ERROR_OVERLOADED, NULL,
+        llm_emit_error(s, owner, LLM_ERR_OVERLOADED, NULL,
                        NULL, "the engine is overloaded: %u requests queued "
                        "(--max-queue %u)", s->n_queued_reqs,
                        s->c.max_queue);
@@ -831,7 +786,7 @@ llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
 
     r = calloc(1, sizeof(*r));
     if (r == NULL) {
-        llm_emit_error(s, owner, LLM__ERROR_CODE__ERROR_INTERNAL, NULL, NULL,
+        llm_emit_error(s, owner, LLM_ERR_INTERNAL, NULL, NULL,
                        "out of memory");
         return NULL;
     }
@@ -845,13 +800,13 @@ llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
     s->reqs = r;
     s->n_queued_reqs++;
 
-    rc = llm_req_setup(s, r, g, prompt, &param, err, sizeof(err));
+    rc = llm_req_setup(s, r, rq, prompt, &param, err, sizeof(err));
     if (rc != 0) {
         param = llm_hooks_err_param(param, err, pbuf, sizeof(pbuf));
         llm_emit_error(s, owner,
-                       rc == -E2BIG ? LLM__ERROR_CODE__ERROR_CONTEXT_LENGTH_EXCEEDED
-                       : rc == -ENOMEM ? LLM__ERROR_CODE__ERROR_INTERNAL
-                       : LLM__ERROR_CODE__ERROR_INVALID_REQUEST,
+                       rc == -E2BIG ? LLM_ERR_CONTEXT_LENGTH_EXCEEDED
+                       : rc == -ENOMEM ? LLM_ERR_INTERNAL
+                       : LLM_ERR_INVALID_REQUEST,
                        param, NULL, "%s",
                        err[0] ? err : "out of memory");
         llm_req_destroy(r);
@@ -860,12 +815,11 @@ llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
     s->st.requests_total++;
 
     if (s->qhead != NULL || s->n_run >= s->c.max_batch) {
-        Llm__Event  ev = LLM__EVENT__INIT;
-        Llm__Queued qd = LLM__QUEUED__INIT;
+        llm_sched_event_t ev;
 
-        qd.position = s->n_queued_reqs - 1;
-        ev.kind_case = LLM__EVENT__KIND_QUEUED;
-        ev.queued = &qd;
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = LLM_SEV_QUEUED;
+        ev.u.queued.position = s->n_queued_reqs - 1;
         s->c.emit(owner, &ev);
     }
     llm_queue_push(s, &r->seqs[0], 0);
@@ -882,14 +836,14 @@ llm_sched_cancel(llm_sched_t *s, llm_sreq_t *r)
 void
 llm_sched_stop(llm_sched_t *s, llm_sreq_t *r, const char *msg)
 {
-    Llm__Usage u;
+    llm_usage_t u;
 
     llm_req_usage(r, &u);
     if (!r->started) {
         u.prompt_tokens = 0;    /* nothing of it ran */
     }
     s->st.requests_cancelled++;
-    llm_emit_error(s, r->owner, LLM__ERROR_CODE__ERROR_CANCELLED, NULL, &u,
+    llm_emit_error(s, r->owner, LLM_ERR_CANCELLED, NULL, &u,
                    "%s", msg);
     llm_req_destroy(r);
 }
@@ -901,11 +855,11 @@ llm_sched_count_cancelled(llm_sched_t *s)
 }
 
 void
-llm_sched_abort_all(llm_sched_t *s, Llm__ErrorCode code, const char *msg)
+llm_sched_abort_all(llm_sched_t *s, llm_errcode_e code, const char *msg)
 {
     while (s->reqs) {
         llm_sreq_t *r = s->reqs;
-        Llm__Usage  u;
+        llm_usage_t  u;
 
         llm_req_usage(r, &u);
         llm_emit_error(s, r->owner, code, NULL, &u, "%s", msg);
@@ -946,8 +900,7 @@ llm_sched_get_stats(const llm_sched_t *s, llm_sched_stats_t *st)
 static void
 llm_req_started(llm_sched_t *s, llm_sreq_t *r, uint32_t cached)
 {
-    Llm__Event   ev = LLM__EVENT__INIT;
-    Llm__Started st = LLM__STARTED__INIT;
+    llm_sched_event_t ev;
 
     r->started = 1;
     r->t_admit = llm_now_ms();
@@ -956,10 +909,10 @@ llm_req_started(llm_sched_t *s, llm_sreq_t *r, uint32_t cached)
     s->n_running_reqs++;
     s->st.prompt_tokens_total += r->n_prompt;
     s->st.cached_tokens_total += cached;
-    st.prompt_tokens = r->n_prompt;
-    st.cached_tokens = cached;
-    ev.kind_case = LLM__EVENT__KIND_STARTED;
-    ev.started = &st;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_STARTED;
+    ev.u.started.prompt_tokens = r->n_prompt;
+    ev.u.started.cached_tokens = cached;
     s->c.emit(r->owner, &ev);
     if (r->echo) {
         for (uint32_t k = 0; k < r->n; k++) {
@@ -1055,7 +1008,7 @@ llm_seq_publish(llm_sched_t *s, llm_seq_t *q)
 /* Ending sequences. */
 
 static void
-llm_seq_finish(llm_sched_t *s, llm_seq_t *q, Llm__FinishReason why)
+llm_seq_finish(llm_sched_t *s, llm_seq_t *q, llm_finish_e why)
 {
     llm_sreq_t *r = q->req;
     const char *t;
@@ -1068,8 +1021,8 @@ llm_seq_finish(llm_sched_t *s, llm_seq_t *q, Llm__FinishReason why)
         llm_seq_route_text(q, "", 0, 1);
     }
     llm_seq_flush_delta(q, -1, NULL);
-    if (q->n_tool_calls > 0 && why == LLM__FINISH_REASON__FINISH_STOP) {
-        why = LLM__FINISH_REASON__FINISH_TOOL_CALLS;
+    if (q->n_tool_calls > 0 && why == LLM_FINISH_STOP) {
+        why = LLM_FINISH_TOOL_CALLS;
     }
     q->finish = why;
     llm_seq_detach(s, q);
@@ -1102,17 +1055,17 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     int                  stop;
 
     if (q->hooks.mask && q->hooks.mask(q->hooks.ud, row, s->c.n_vocab) < 0) {
-        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_CONTENT_FILTER);
+        llm_seq_finish(s, q, LLM_FINISH_CONTENT_FILTER);
         return;
     }
     tok = llm_sample(s->sampler, &r->sp, row, q->toks.ids,
                      q->toks.n - q->n_gen, q->n_gen, &q->rng, &res);
     if (tok < 0) {
-        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_CONTENT_FILTER);
+        llm_seq_finish(s, q, LLM_FINISH_CONTENT_FILTER);
         return;
     }
     if (llm_tokens_push(&q->toks, tok) != 0) {
-        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_LENGTH);
+        llm_seq_finish(s, q, LLM_FINISH_LENGTH);
         return;
     }
     q->n_gen++;
@@ -1129,7 +1082,7 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     }
 
     if (!r->ignore_eos && llm_vocab_is_eog(s->c.vocab, tok)) {
-        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_STOP);
+        llm_seq_finish(s, q, LLM_FINISH_STOP);
         return;
     }
     stop = llm_detok_push(q->detok, tok, &t, &len);
@@ -1138,9 +1091,9 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     }
     llm_seq_flush_delta(q, tok, &res);
     if (stop == 1) {
-        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_STOP);
+        llm_seq_finish(s, q, LLM_FINISH_STOP);
     } else if (q->n_gen >= r->max_tokens || q->toks.n >= s->c.n_ctx) {
-        llm_seq_finish(s, q, LLM__FINISH_REASON__FINISH_LENGTH);
+        llm_seq_finish(s, q, LLM_FINISH_LENGTH);
     }
 }
 
@@ -1263,13 +1216,13 @@ llm_sched_step(llm_sched_t *s)
     if (rc != 0) {
         for (i = 0; i < ns; i++) {
             llm_sreq_t *r = s->b_seqs[i]->req;
-            Llm__Usage  u;
+            llm_usage_t  u;
 
             if (r->dead) {
                 continue;
             }
             llm_req_usage(r, &u);
-            llm_emit_error(s, r->owner, LLM__ERROR_CODE__ERROR_INTERNAL,
+            llm_emit_error(s, r->owner, LLM_ERR_INTERNAL,
                            NULL, &u, "forward pass failed: %s", err);
             llm_sched_bury(s, r);
         }

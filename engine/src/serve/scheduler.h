@@ -11,8 +11,10 @@
  * preempted: its blocks are freed and it is queued again at the front, to
  * be recomputed (prompt and output so far) when blocks come back.
  *
- * Events go to the request's owner through conf.emit; after the terminal
- * event (Done or Error) the scheduler has forgotten the request.  Nothing
+ * Events go to the request's owner through conf.emit, as the engine's own
+ * types below (server.c has them written to the wire, serve/wire.c); after
+ * the terminal event (Done or Error) the scheduler has forgotten the
+ * request.  Nothing
  * here does I/O; the caller runs step() and its event loop in turn, so
  * llm_sched_cancel() and llm_sched_submit() are never called mid-step.
  */
@@ -23,7 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "llm.pb-c.h"
+#include "decode/request.h"
+#include "decode/sample.h"
 #include "decode/seq_hooks.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
@@ -44,15 +47,97 @@ typedef struct {
     uint32_t  max_top_logprobs;  /* LLM_SAMPLE_MAX_TOP_LOGPROBS */
 } llm_sched_limits_t;
 
+/* Why a choice ended (the numbers of proto FinishReason). */
+typedef enum {
+    LLM_FINISH_NONE = 0,
+    LLM_FINISH_STOP,
+    LLM_FINISH_LENGTH,
+    LLM_FINISH_TOOL_CALLS,
+    LLM_FINISH_CONTENT_FILTER
+} llm_finish_e;
+
+/* Why a request failed (the numbers of proto ErrorCode). */
+typedef enum {
+    LLM_ERR_NONE = 0,
+    LLM_ERR_CONTEXT_LENGTH_EXCEEDED,
+    LLM_ERR_INVALID_REQUEST,
+    LLM_ERR_MODEL_NOT_FOUND,
+    LLM_ERR_OVERLOADED,
+    LLM_ERR_INTERNAL,
+    LLM_ERR_BAD_FRAME,
+    LLM_ERR_SHUTTING_DOWN,
+    LLM_ERR_CANCELLED
+} llm_errcode_e;
+
+typedef struct {
+    uint32_t  prompt_tokens;
+    uint32_t  completion_tokens;
+    uint32_t  cached_tokens;
+} llm_usage_t;
+
+/* The events of a request, in the order proto/llm.proto gives for
+ * Generate: [QUEUED] [STARTED] (DELTA | TOOL_CALL)* (DONE | ERROR). */
+typedef enum {
+    LLM_SEV_QUEUED = 1,
+    LLM_SEV_STARTED,
+    LLM_SEV_DELTA,
+    LLM_SEV_TOOL_CALL,
+    LLM_SEV_DONE,
+    LLM_SEV_ERROR
+} llm_sched_event_e;
+
+/* One event; pointers are valid during the emit call only. */
+typedef struct {
+    llm_sched_event_e  kind;
+    union {
+        struct {
+            uint32_t        position;       /* requests ahead */
+        } queued;
+        struct {
+            uint32_t        prompt_tokens;
+            uint32_t        cached_tokens;  /* from the prefix cache */
+        } started;
+        struct {
+            uint32_t        index;          /* choice */
+            const char     *text;           /* UTF-8, NUL-terminated */
+            int32_t         token;          /* -1: text only */
+            /* token's logprobs, when the request asked for them */
+            const llm_sample_result_t *lp;
+        } delta;
+        struct {
+            uint32_t        index;          /* choice */
+            uint32_t        call_index;
+            const char     *id;             /* "" after the first */
+            const char     *name;
+            const char     *args;           /* a fragment, args_len bytes */
+            size_t          args_len;
+        } tool_call;
+        struct {
+            uint32_t        n_choices;
+            const llm_finish_e *finish;     /* [n_choices] */
+            llm_usage_t     usage;
+            double          queue_ms, prefill_ms, decode_ms;
+            const char     *model;
+            const char     *fingerprint;
+        } done;
+        struct {
+            llm_errcode_e   code;
+            const char     *message;
+            const char     *param;          /* or NULL */
+            const llm_usage_t *usage;       /* or NULL */
+        } error;
+    } u;
+} llm_sched_event_t;
+
 /* Receives every event of a request (owner is what submit was given). */
-typedef void (*llm_sched_emit_pt)(void *owner, const Llm__Event *ev);
+typedef void (*llm_sched_emit_pt)(void *owner, const llm_sched_event_t *ev);
 /* Nonzero when the owner can take more output now (backpressure). */
 typedef int (*llm_sched_ready_pt)(void *owner);
 typedef int (*llm_sched_forward_pt)(void *ud, const llm_batch_t *b,
     float *out, char *err, size_t errlen);
 
 /* 0 with *out filled (or left zeroed: no hooks), or a negative errno. */
-typedef int (*llm_sched_hooks_pt)(void *ctx, const Llm__GenerateRequest *g,
+typedef int (*llm_sched_hooks_pt)(void *ctx, const llm_request_t *rq,
     uint32_t choice, llm_seq_hooks_t *out, char *err, size_t errlen);
 
 typedef struct {
@@ -101,13 +186,15 @@ int llm_sched_create(llm_sched_t **out, const llm_sched_conf_t *conf,
 void llm_sched_free(llm_sched_t *s);
 
 /*
- * Submit a Generate request whose prompt is already tokenized (prompt is
- * moved into the scheduler and left empty).  On success returns the
- * request and may already have emitted Queued.  On failure (invalid
- * sampling options, context overflow, queue full) returns NULL after
- * emitting the Error event to owner.
+ * Submit a request whose prompt is already tokenized (prompt is moved
+ * into the scheduler and left empty).  rq is read during the call only:
+ * what the request needs later is copied, and its hooks keep references
+ * to the trees they use.  On success returns the request and may already
+ * have emitted Queued.  On failure (invalid sampling options, context
+ * overflow, queue full) returns NULL after emitting the Error event to
+ * owner.
  */
-llm_sreq_t *llm_sched_submit(llm_sched_t *s, const Llm__GenerateRequest *g,
+llm_sreq_t *llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner);
 
 /* The owner is gone: drop the request now, freeing its KV blocks.  No
@@ -130,7 +217,7 @@ void llm_sched_stop(llm_sched_t *s, llm_sreq_t *r, const char *msg);
 void llm_sched_count_cancelled(llm_sched_t *s);
 
 /* End every request with Error(code, msg) (drain timeout, shutdown). */
-void llm_sched_abort_all(llm_sched_t *s, Llm__ErrorCode code,
+void llm_sched_abort_all(llm_sched_t *s, llm_errcode_e code,
     const char *msg);
 
 /*

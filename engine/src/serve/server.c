@@ -45,6 +45,7 @@
 #include "decode/hooks.h"
 #include "prompt.h"
 #include "server.h"
+#include "wire.h"
 
 #define LLM_SRV_LISTEN   1
 #define LLM_SRV_SIGNAL   2
@@ -61,6 +62,7 @@ struct llm_prep_s {
     llm_prep_t     *next;          /* on the worker's FIFO or done list */
     llm_conn_t     *conn;          /* loop only; NULL: the result is dropped */
     Llm__Request   *rq;            /* owned; generate or tokenize */
+    llm_request_t   req;           /* generate, decoded by the worker */
     atomic_int      dropped;       /* set by the loop: skip the work */
     int             rc;            /* llm_prompt_build's */
     llm_tokens_t    toks;
@@ -205,25 +207,30 @@ llm_conn_send(llm_conn_t *c, const Llm__Event *ev)
 }
 
 static void
-llm_conn_error(llm_conn_t *c, Llm__ErrorCode code, const char *param,
+llm_conn_send_cb(void *c, const Llm__Event *ev)
+{
+    llm_conn_send(c, ev);
+}
+
+/* An Error of the server's own (not of the scheduler), as wire.c
+ * encodes every Generate event. */
+static void
+llm_conn_error(llm_conn_t *c, llm_errcode_e code, const char *param,
     const char *fmt, ...)
 {
-    Llm__Event  ev = LLM__EVENT__INIT;
-    Llm__Error  e = LLM__ERROR__INIT;
-    char        msg[1024];
-    va_list     ap;
+    llm_sched_event_t  ev;
+    char               msg[1024];
+    va_list            ap;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    e.code = code;
-    e.message = msg;
-    if (param) {
-        e.param = (char *) param;
-    }
-    ev.kind_case = LLM__EVENT__KIND_ERROR;
-    ev.error = &e;
-    llm_conn_send(c, &ev);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_ERROR;
+    ev.u.error.code = code;
+    ev.u.error.message = msg;
+    ev.u.error.param = param;
+    llm_wire_event(&ev, c->srv->c.vocab, llm_conn_send_cb, c);
 }
 
 /* Register c for output (out) and, unless its reader is paused, input. */
@@ -353,38 +360,38 @@ llm_conn_free(llm_conn_t *c)
 /* Scheduler callbacks. */
 
 static const char *
-llm_finish_name(Llm__FinishReason f)
+llm_finish_name(llm_finish_e f)
 {
     switch (f) {
-    case LLM__FINISH_REASON__FINISH_STOP: return "stop";
-    case LLM__FINISH_REASON__FINISH_LENGTH: return "length";
-    case LLM__FINISH_REASON__FINISH_TOOL_CALLS: return "tool_calls";
-    case LLM__FINISH_REASON__FINISH_CONTENT_FILTER: return "content_filter";
+    case LLM_FINISH_STOP: return "stop";
+    case LLM_FINISH_LENGTH: return "length";
+    case LLM_FINISH_TOOL_CALLS: return "tool_calls";
+    case LLM_FINISH_CONTENT_FILTER: return "content_filter";
     default: return "none";
     }
 }
 
 static void
-llm_srv_emit(void *owner, const Llm__Event *ev)
+llm_srv_emit(void *owner, const llm_sched_event_t *ev)
 {
     llm_conn_t *c = owner;
 
-    llm_conn_send(c, ev);
-    if (ev->kind_case == LLM__EVENT__KIND_DONE) {
-        const Llm__Done *d = ev->done;
+    llm_wire_event(ev, c->srv->c.vocab, llm_conn_send_cb, c);
+    if (ev->kind == LLM_SEV_DONE) {
+        const llm_usage_t *u = &ev->u.done.usage;
 
         llm_log(LLM_LOG_INFO, "request %s done: finish %s, prompt %u "
                 "(cached %u) completion %u tokens, queue %.1f prefill %.1f "
                 "decode %.1f ms", c->req_id ? c->req_id : "-",
-                d->n_choices ? llm_finish_name(d->choices[0]->finish_reason)
-                             : "none",
-                d->usage->prompt_tokens, d->usage->cached_tokens,
-                d->usage->completion_tokens, d->timings->queue_ms,
-                d->timings->prefill_ms, d->timings->decode_ms);
+                ev->u.done.n_choices ? llm_finish_name(ev->u.done.finish[0])
+                                     : "none",
+                u->prompt_tokens, u->cached_tokens, u->completion_tokens,
+                ev->u.done.queue_ms, ev->u.done.prefill_ms,
+                ev->u.done.decode_ms);
         c->req = NULL;
-    } else if (ev->kind_case == LLM__EVENT__KIND_ERROR) {
+    } else if (ev->kind == LLM_SEV_ERROR) {
         llm_log(LLM_LOG_INFO, "request %s failed: %s",
-                c->req_id ? c->req_id : "-", ev->error->message);
+                c->req_id ? c->req_id : "-", ev->u.error.message);
         c->req = NULL;
     }
     if (c->req == NULL && c->srv->draining) {
@@ -422,6 +429,7 @@ llm_srv_model_ok(llm_server_t *srv, const char *name)
 static void
 llm_prep_free(llm_prep_t *j)
 {
+    llm_request_free(&j->req);
     llm__request__free_unpacked(j->rq, NULL);
     llm_tokens_free(&j->toks);
     free(j);
@@ -463,9 +471,14 @@ llm_prep_main(void *arg)
         } else {
             double t0 = llm_srv_now();
 
-            j->rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab,
-                                     j->rq->generate, &j->toks, &j->param,
-                                     j->err, sizeof(j->err));
+            /* the one place a Generate is decoded */
+            j->rc = llm_wire_request(&j->req, j->rq->generate, j->err,
+                                     sizeof(j->err));
+            if (j->rc == 0) {
+                j->rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab, &j->req,
+                                         &j->toks, &j->param, j->err,
+                                         sizeof(j->err));
+            }
             j->ms = (llm_srv_now() - t0) * 1e3;
         }
 
@@ -526,14 +539,14 @@ llm_srv_prepared(llm_conn_t *c, llm_prep_t *j)
     int           rc = j->rc;
 
     if (rc != 0) {
-        llm_conn_error(c, rc == -EINVAL ? LLM__ERROR_CODE__ERROR_INVALID_REQUEST
-                                        : LLM__ERROR_CODE__ERROR_INTERNAL,
+        llm_conn_error(c, rc == -EINVAL ? LLM_ERR_INVALID_REQUEST
+                                        : LLM_ERR_INTERNAL,
                        j->param, "%s", j->err[0] ? j->err : strerror(-rc));
     } else {
         llm_log(LLM_LOG_DEBUG, "request %s: %zu prompt tokens prepared in "
                 "%.1f ms, key %s", c->req_id, j->toks.n, j->ms,
                 j->rq->generate->key_id[0] ? j->rq->generate->key_id : "-");
-        c->req = llm_sched_submit(srv->sched, j->rq->generate, &j->toks, c);
+        c->req = llm_sched_submit(srv->sched, &j->req, &j->toks, c);
     }
     if (c->req == NULL && srv->draining) {
         c->closing = 1;
@@ -548,7 +561,7 @@ llm_srv_tokenized(llm_conn_t *c, llm_prep_t *j)
     Llm__TokenizeResponse   tr = LLM__TOKENIZE_RESPONSE__INIT;
 
     if (j->rc != 0) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, "text",
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, "text",
                        "%s", j->err[0] ? j->err : strerror(-j->rc));
         c->closing |= c->srv->draining;
         return;
@@ -633,19 +646,19 @@ llm_srv_generate(llm_conn_t *c, Llm__Request *rq)
     free(c->req_id);
     c->req_id = strdup(g->request_id[0] ? g->request_id : "-");
     if (srv->draining) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_SHUTTING_DOWN, NULL,
+        llm_conn_error(c, LLM_ERR_SHUTTING_DOWN, NULL,
                        "the engine is shutting down");
         c->closing = 1;
         return 0;
     }
     if (!llm_srv_model_ok(srv, g->model)) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_MODEL_NOT_FOUND, "model",
+        llm_conn_error(c, LLM_ERR_MODEL_NOT_FOUND, "model",
                        "The model '%s' does not exist on this engine; it "
                        "serves '%s'", g->model, srv->c.model_name);
         return 0;
     }
     if (llm_prep_submit(c, rq) != 0) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+        llm_conn_error(c, LLM_ERR_INTERNAL, NULL,
                        "out of memory");
         return 0;
     }
@@ -777,7 +790,7 @@ static int
 llm_srv_tokenize(llm_conn_t *c, Llm__Request *rq)
 {
     if (llm_prep_submit(c, rq) != 0) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+        llm_conn_error(c, LLM_ERR_INTERNAL, NULL,
                        "out of memory");
         return 0;
     }
@@ -799,14 +812,14 @@ llm_srv_detokenize(llm_conn_t *c, const Llm__DetokenizeRequest *t)
 
     for (size_t i = 0; i < t->n_tokens; i++) {
         if (t->tokens[i] < 0 || (uint32_t) t->tokens[i] >= nv) {
-            llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST,
+            llm_conn_error(c, LLM_ERR_INVALID_REQUEST,
                            "tokens", "tokens[%zu]: id %d is not in the "
                            "vocabulary (0..%u)", i, t->tokens[i], nv - 1);
             return;
         }
     }
     if (llm_detok_create(&d, v, NULL, 0) != 0) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+        llm_conn_error(c, LLM_ERR_INTERNAL, NULL,
                        "out of memory");
         return;
     }
@@ -832,7 +845,7 @@ llm_srv_detokenize(llm_conn_t *c, const Llm__DetokenizeRequest *t)
     }
     llm_detok_free(d);
     if (rc < 0) {
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+        llm_conn_error(c, LLM_ERR_INTERNAL, NULL,
                        "detokenize: %s", strerror(-rc));
     } else {
         dr.text = text ? text : (char *) "";
@@ -853,20 +866,19 @@ static void
 llm_srv_cancel(llm_conn_t *c)
 {
     if (c->prep != NULL && !llm_conn_tok_wait(c)) {
-        Llm__Event  ev = LLM__EVENT__INIT;
-        Llm__Error  e = LLM__ERROR__INIT;
-        Llm__Usage  u = LLM__USAGE__INIT;
+        llm_sched_event_t  ev;
+        llm_usage_t        u = { 0, 0, 0 };
 
         llm_log(LLM_LOG_INFO, "request %s cancelled by the client while its "
                 "prompt was prepared", c->req_id ? c->req_id : "-");
         llm_prep_drop(c);
         llm_sched_count_cancelled(c->srv->sched);
-        e.code = LLM__ERROR_CODE__ERROR_CANCELLED;
-        e.message = (char *) "cancelled by the client";
-        e.usage = &u;
-        ev.kind_case = LLM__EVENT__KIND_ERROR;
-        ev.error = &e;
-        llm_conn_send(c, &ev);
+        memset(&ev, 0, sizeof(ev));
+        ev.kind = LLM_SEV_ERROR;
+        ev.u.error.code = LLM_ERR_CANCELLED;
+        ev.u.error.message = "cancelled by the client";
+        ev.u.error.usage = &u;
+        llm_wire_event(&ev, c->srv->c.vocab, llm_conn_send_cb, c);
         if (c->srv->draining) {
             c->closing = 1;
         }
@@ -892,7 +904,7 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
     if (rq == NULL) {
         llm_log(LLM_LOG_WARN, "connection %llu: undecodable frame of %zu "
                 "bytes", (unsigned long long) c->id, n);
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_BAD_FRAME, NULL,
+        llm_conn_error(c, LLM_ERR_BAD_FRAME, NULL,
                        "bad frame: %zu bytes that do not decode as an "
                        "llm.Request", n);
         c->closing = 1;
@@ -924,7 +936,7 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
             llm_prep_drop(c);
             llm_sched_count_cancelled(c->srv->sched);
         }
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, NULL,
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, NULL,
                        "a request arrived while another one was running on "
                        "this connection (one request at a time)");
         c->closing = 1;
@@ -949,7 +961,7 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
         llm_srv_detokenize(c, rq->detokenize);
         break;
     default:
-        llm_conn_error(c, LLM__ERROR_CODE__ERROR_INVALID_REQUEST, NULL,
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, NULL,
                        "the request has no kind set (generate, info, "
                        "tokenize, detokenize or cancel)");
         break;
@@ -1031,7 +1043,7 @@ llm_conn_input(llm_conn_t *c, const uint8_t *p, size_t n)
                 llm_log(LLM_LOG_WARN, "connection %llu: frame of %u bytes "
                         "over the limit of %u", (unsigned long long) c->id,
                         c->body_len, max);
-                llm_conn_error(c, LLM__ERROR_CODE__ERROR_BAD_FRAME, NULL,
+                llm_conn_error(c, LLM_ERR_BAD_FRAME, NULL,
                                "bad frame: %u bytes, over the limit of %u "
                                "(--max-frame)", c->body_len, max);
                 c->closing = 1;
@@ -1039,7 +1051,7 @@ llm_conn_input(llm_conn_t *c, const uint8_t *p, size_t n)
             }
             c->body = malloc(c->body_len ? c->body_len : 1);
             if (c->body == NULL) {
-                llm_conn_error(c, LLM__ERROR_CODE__ERROR_INTERNAL, NULL,
+                llm_conn_error(c, LLM_ERR_INTERNAL, NULL,
                                "out of memory for a frame of %u bytes",
                                c->body_len);
                 c->closing = 1;
@@ -1109,7 +1121,7 @@ llm_conn_readable(llm_conn_t *c)
                 llm_conn_kill(c, "client closed mid-frame");
                 return;
             }
-            llm_conn_error(c, LLM__ERROR_CODE__ERROR_BAD_FRAME, NULL,
+            llm_conn_error(c, LLM_ERR_BAD_FRAME, NULL,
                            "bad frame: truncated, %u of %u bytes",
                            c->body ? c->body_n : c->hdr_n,
                            c->body ? c->body_len : 4);
@@ -1523,7 +1535,7 @@ llm_srv_abort_preps(llm_server_t *srv)
     for (llm_conn_t *c = srv->conns; c; c = c->next) {
         if (c->prep != NULL) {
             llm_prep_drop(c);
-            llm_conn_error(c, LLM__ERROR_CODE__ERROR_SHUTTING_DOWN, NULL,
+            llm_conn_error(c, LLM_ERR_SHUTTING_DOWN, NULL,
                            "the engine is shutting down (drain timeout)");
             c->closing = 1;
         }
@@ -1562,7 +1574,7 @@ llm_server_run(llm_server_t *srv)
                     llm_log(LLM_LOG_WARN, "drain timeout: ending %u "
                             "requests", pending);
                     llm_sched_abort_all(srv->sched,
-                                        LLM__ERROR_CODE__ERROR_SHUTTING_DOWN,
+                                        LLM_ERR_SHUTTING_DOWN,
                                         "the engine is shutting down (drain "
                                         "timeout)");
                     llm_srv_abort_preps(srv);
