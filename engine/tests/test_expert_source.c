@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "testkit.h"
 
 #define N_TOK 24
 
@@ -92,11 +93,8 @@ run(llm_model_t *m, const llm_expert_source_t *xs, float *out, char *err,
 {
     llm_kv_t       *kv = NULL;
     llm_ctx_t      *c = NULL;
-    int32_t         tok[N_TOK], pos[N_TOK], seq[N_TOK];
-    uint8_t         want[N_TOK];
+    int32_t         tok[N_TOK];
     uint32_t        blocks[2] = { 1, 0 }, i;
-    llm_seq_view_t  sv = { blocks, 2 };
-    llm_batch_t     b;
     int             rc;
 
     rc = llm_kv_create(&kv, m, 2, 16, LLM_TYPE_F32, err, errlen);
@@ -107,18 +105,8 @@ run(llm_model_t *m, const llm_expert_source_t *xs, float *out, char *err,
         llm_ctx_set_expert_source(c, xs);
         for (i = 0; i < N_TOK; i++) {
             tok[i] = (int32_t) ((i * 53 + 7) % 512);
-            pos[i] = (int32_t) i;
-            seq[i] = 0;
-            want[i] = 1;
         }
-        b.n_tokens = N_TOK;
-        b.tokens = tok;
-        b.pos = pos;
-        b.seq = seq;
-        b.logits = want;
-        b.n_seqs = 1;
-        b.seqs = &sv;
-        rc = llm_forward(c, &b, out, err, errlen);
+        rc = tk_forward_seq(c, tok, N_TOK, blocks, 2, out, err, errlen);
     }
     llm_ctx_free(c);
     llm_kv_free(kv);
@@ -136,11 +124,10 @@ main(void)
     float                *a, *b;
     size_t                n;
     char                  err[512];
-    int                   fail = 0, rc;
+    int                   rc;
 
     if (llm_model_load(&m, path, NULL, err, sizeof(err)) < 0) {
-        printf("test_expert_source: FAIL load: %s\n", err);
-        return 1;
+        tk_fatal("load: %s", err);
     }
     n = (size_t) N_TOK * llm_model_hparams(m)->n_vocab;
     a = malloc(n * sizeof(float));
@@ -157,34 +144,25 @@ main(void)
     if (run(m, NULL, a, err, sizeof(err)) < 0
         || run(m, &xs, b, err, sizeof(err)) < 0)
     {
-        printf("test_expert_source: FAIL forward: %s\n", err);
-        return 1;
+        tk_fatal("forward: %s", err);
     }
-    rc = memcmp(a, b, n * sizeof(float)) == 0;
-    fail += !rc;
-    printf("logits with copied experts bitwise equal: %s\n",
-           rc ? "pass" : "FAIL");
-    rc = s.acquires == (int) llm_model_hparams(m)->n_layer
-         && s.releases == s.acquires;
-    fail += !rc;
-    printf("acquire/release once per MoE layer (%d/%d): %s\n", s.acquires,
-           s.releases, rc ? "pass" : "FAIL");
-    rc = s.prefetches == (int) llm_model_hparams(m)->n_layer - 1
-         && s.bad_hint == 0;
-    fail += !rc;
-    printf("prefetch hints for the next layer (%d): %s\n", s.prefetches,
-           rc ? "pass" : "FAIL");
+    tk_begin("logits with copied experts bitwise equal");
+    CHECK(memcmp(a, b, n * sizeof(float)) == 0);
+    tk_begin("acquire/release once per MoE layer (%d/%d)", s.acquires,
+             s.releases);
+    CHECK(s.acquires == (int) llm_model_hparams(m)->n_layer
+          && s.releases == s.acquires);
+    tk_begin("prefetch hints for the next layer (%d)", s.prefetches);
+    CHECK(s.prefetches == (int) llm_model_hparams(m)->n_layer - 1
+          && s.bad_hint == 0);
 
     s.fail = 1;
-    rc = run(m, &xs, b, err, sizeof(err)) == -EIO
-         && strstr(err, "read of layer 0 failed") != NULL;
-    fail += !rc;
-    printf("failing acquire fails the forward pass (%s): %s\n", err,
-           rc ? "pass" : "FAIL");
+    rc = run(m, &xs, b, err, sizeof(err));
+    tk_begin("failing acquire fails the forward pass (%s)", err);
+    CHECK(rc == -EIO && strstr(err, "read of layer 0 failed") != NULL);
 
     free(a);
     free(b);
     llm_model_free(m);
-    printf("test_expert_source: %s\n", fail ? "FAILED" : "all pass");
-    return fail ? 1 : 0;
+    return tk_done();
 }

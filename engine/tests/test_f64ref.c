@@ -19,12 +19,12 @@
 #include "model/gguf.h"
 #include "mkmodel.h"
 #include "model/model.h"
+#include "testkit.h"
 
 #define N_TOK   20
 
-static int    g_fail;
-static char   g_dir[160];
-static const char *g_py;
+static const char  *g_dir;
+static const char  *g_py;
 
 typedef struct {
     const char  *label;
@@ -63,11 +63,7 @@ engine_logits(const char *path, const int32_t *ids, uint32_t n, float **out,
     llm_model_t    *m = NULL;
     llm_kv_t       *kv = NULL;
     llm_ctx_t      *c = NULL;
-    int32_t         pos[N_TOK], seq[N_TOK];
-    uint8_t         want[N_TOK];
-    uint32_t        blocks[4] = { 3, 1, 0, 2 }, i;
-    llm_seq_view_t  sv = { blocks, 4 };
-    llm_batch_t     b;
+    uint32_t        blocks[4] = { 3, 1, 0, 2 };
     int             rc;
 
     *out = NULL;
@@ -84,19 +80,7 @@ engine_logits(const char *path, const int32_t *ids, uint32_t n, float **out,
         rc = *out ? 0 : -ENOMEM;
     }
     if (rc == 0) {
-        for (i = 0; i < n; i++) {
-            pos[i] = (int32_t) i;
-            seq[i] = 0;
-            want[i] = 1;
-        }
-        b.n_tokens = n;
-        b.tokens = ids;
-        b.pos = pos;
-        b.seq = seq;
-        b.logits = want;
-        b.n_seqs = 1;
-        b.seqs = &sv;
-        rc = llm_forward(c, &b, *out, err, errlen);
+        rc = tk_forward_seq(c, ids, n, blocks, 4, *out, err, errlen);
     }
     llm_ctx_free(c);
     llm_kv_free(kv);
@@ -185,8 +169,9 @@ split_experts(const char *src, const char *dst, char *err, size_t errlen)
 
 /*
  * The engine's logits for ids against forward_f64.py's on the same file;
- * type is the weights' type, which sets the bar.  Returns -1 (counted as a
- * failure) when either side cannot run; *got keeps the engine's logits.
+ * type is the weights' type, which sets the bar.  The open test point
+ * ends named with the result.  Returns -1 (a failure) when either side
+ * cannot run; *got keeps the engine's logits.
  */
 static int
 compare_file(const char *label, uint32_t type, const char *path,
@@ -201,16 +186,14 @@ compare_file(const char *label, uint32_t type, const char *path,
     int       ok;
 
     if (engine_logits(path, ids, N_TOK, got, &nv, err, sizeof(err)) < 0) {
-        printf("%-24s FAIL engine: %s\n", label, err);
-        g_fail++;
+        tk_fail("engine: %s", err);
         return -1;
     }
     *n_vocab = nv;
     snprintf(cmd, sizeof(cmd), "%s tools/ref/forward_f64.py %s %s %s", g_py,
              path, ids_s, ref);
     if (system(cmd) != 0 || (f = fopen(ref, "rb")) == NULL) {
-        printf("%-24s FAIL: %s\n", label, cmd);
-        g_fail++;
+        tk_fail("%s", cmd);
         return -1;
     }
     truth = malloc((size_t) N_TOK * nv * sizeof(float));
@@ -220,8 +203,7 @@ compare_file(const char *label, uint32_t type, const char *path,
     {
         fclose(f);
         free(truth);
-        printf("%-24s FAIL: short %s\n", label, ref);
-        g_fail++;
+        tk_fail("short %s", ref);
         return -1;
     }
     fclose(f);
@@ -244,9 +226,10 @@ compare_file(const char *label, uint32_t type, const char *path,
     } else {
         ok = l2 <= 0.1 && same >= N_TOK * 3 / 4;
     }
-    g_fail += !ok;
-    printf("%-24s %-6s relL2 %.2e  top1 %2u/%u  %s\n", label,
-           llm_type_name(type), l2, same, N_TOK, ok ? "pass" : "FAIL");
+    CHECK(ok, "relL2 %.2e, top1 %u/%u over the bar for %s", l2, same,
+          N_TOK, llm_type_name(type));
+    tk_end_as("%s %s: relL2 %.2e, top1 %u/%u", label, llm_type_name(type),
+              l2, same, N_TOK);
     return 0;
 }
 
@@ -269,9 +252,10 @@ check_demo(void)
     int                 rc;
 
     if (access(path, R_OK) != 0) {
-        printf("%-24s skipped: no %s\n", "demo model", path);
+        tk_skip("demo model", "no %s", path);
         return;
     }
+    tk_begin("demo model");
     rc = llm_gguf_open(&g, path, err, sizeof(err));
     if (rc == 0) {
         rc = llm_gguf_get_u32(g, "qwen3moe.vocab_size", &nv, err,
@@ -279,9 +263,7 @@ check_demo(void)
         llm_gguf_close(g);
     }
     if (rc != 0 || nv == 0) {
-        printf("%-24s FAIL: %s: %s\n", "demo model", path,
-               rc ? err : "qwen3moe.vocab_size is 0");
-        g_fail++;
+        tk_fail("%s: %s", path, rc ? err : "qwen3moe.vocab_size is 0");
         return;
     }
     for (i = 0; i < N_TOK; i++) {
@@ -307,11 +289,10 @@ check_case(const mk_case_t *k, int idx)
     float                *got = NULL;
     uint32_t              nv = 0, i;
     size_t                o = 0;
-    int                   ok;
 
+    tk_begin("%s", k->label);
     if (llm_mkmodel_preset(&p, k->preset, err, sizeof(err)) < 0) {
-        printf("%-24s FAIL preset: %s\n", k->label, err);
-        g_fail++;
+        tk_fail("preset: %s", err);
         return;
     }
     p.type = k->type;
@@ -335,8 +316,7 @@ check_case(const mk_case_t *k, int idx)
     if (llm_mkmodel_check(&p, err, sizeof(err)) < 0
         || llm_mkmodel_write(&p, path, NULL, err, sizeof(err)) < 0)
     {
-        printf("%-24s FAIL mkmodel: %s\n", k->label, err);
-        g_fail++;
+        tk_fail("mkmodel: %s", err);
         return;
     }
 
@@ -355,18 +335,17 @@ check_case(const mk_case_t *k, int idx)
         char   old[256];
         float *got2 = NULL;
 
+        tk_begin("%s per-expert tensors (old Mixtral files) bitwise "
+                 "identical", k->label);
         snprintf(old, sizeof(old), "%s/m%d-old.gguf", g_dir, idx);
         if (split_experts(path, old, err, sizeof(err)) < 0
             || engine_logits(old, ids, N_TOK, &got2, &nv, err,
                              sizeof(err)) < 0)
         {
-            printf("%-24s FAIL per-expert tensors: %s\n", k->label, err);
-            g_fail++;
+            tk_fail("%s", err);
         } else {
-            ok = memcmp(got, got2, (size_t) N_TOK * nv * sizeof(float)) == 0;
-            g_fail += !ok;
-            printf("%-24s per-expert tensors (old Mixtral files): %s\n",
-                   k->label, ok ? "bitwise identical, pass" : "FAIL");
+            CHECK(memcmp(got, got2, (size_t) N_TOK * nv * sizeof(float))
+                  == 0);
         }
         free(got2);
         unlink(old);
@@ -391,23 +370,14 @@ main(void)
         snprintf(cmd, sizeof(cmd), "%s -c 'import numpy' 2>/dev/null",
                  g_py);
         if (system(cmd) != 0 || access("tools/ref/forward_f64.py", R_OK)) {
-            printf("test_f64ref: skipped: needs python3 with numpy and "
-                   "tools/ref/forward_f64.py (run from the repo root)\n");
-            return 0;
+            tk_skip_all("needs python3 with numpy and "
+                        "tools/ref/forward_f64.py (run from the repo root)");
         }
     }
-    snprintf(g_dir, sizeof(g_dir), "%s/test_f64ref.XXXXXX", (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
-    if (mkdtemp(g_dir) == NULL) {
-        printf("test_f64ref: FAIL: mkdtemp: %s\n", strerror(errno));
-        return 1;
-    }
+    g_dir = tk_tmpdir("test_f64ref");
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         check_case(&cases[i], (int) i);
     }
     check_demo();
-    rmdir(g_dir);
-    printf("test_f64ref: %zu models and the demo model, %s\n",
-           sizeof(cases) / sizeof(cases[0]),
-           g_fail ? "FAILED" : "all pass");
-    return g_fail ? 1 : 0;
+    return tk_done();
 }

@@ -10,8 +10,8 @@
  * 4. Every file in $LLM_SHARED/reference and /vocab opens (skipped when
  *    absent).
  *
- * Run from the repository root; prints one line per check group and exits
- * non-zero on any failure.
+ * Run from the repository root; TAP output (testkit.h), one point per check
+ * group; exits non-zero on any failure.
  */
 
 #include <dirent.h>
@@ -27,53 +27,11 @@
 
 #include "model/gguf.h"
 #include "kernels/quant.h"
+#include "testkit.h"
 
 #define REF_FILE "engine/tests/data/gguf/ref-llama-dense-q4_0.gguf"
 
-static int failures;
-static int group_fail;
-static char tmpdir[96];
-
-#define CHECK(c, ...) do {                                              \
-    if (!(c)) {                                                         \
-        fprintf(stderr, "  FAIL %s:%d: ", __FILE__, __LINE__);          \
-        fprintf(stderr, __VA_ARGS__);                                   \
-        fputc('\n', stderr);                                            \
-        group_fail++;                                                   \
-    }                                                                   \
-} while (0)
-
-static void
-group_end(const char *name)
-{
-    printf("%s %s\n", group_fail ? "FAIL" : "ok  ", name);
-    failures += group_fail;
-    group_fail = 0;
-}
-
-static uint8_t *
-slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *b;
-    long len;
-
-    if (f == NULL) {
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    b = malloc(len > 0 ? len : 1);
-    if (b == NULL || fread(b, 1, len, f) != (size_t) len) {
-        free(b);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    *n = len;
-    return b;
-}
+static const char *tmpdir;
 
 static int
 spew(const char *path, const void *p, size_t n)
@@ -129,7 +87,7 @@ test_roundtrip(void)
     rc = llm_gguf_writer_open(&w, path, err, sizeof(err));
     CHECK(rc == 0, "writer_open: %s", err);
     if (rc != 0) {
-        group_end("round trip");
+        tk_end_as("round trip");
         return;
     }
     llm_gguf_w_str(w, "general.architecture", "llama", 5);
@@ -165,7 +123,7 @@ test_roundtrip(void)
     rc = llm_gguf_open(&g, path, err, sizeof(err));
     CHECK(rc == 0, "open: %s", err);
     if (rc != 0) {
-        group_end("round trip");
+        tk_end_as("round trip");
         return;
     }
     CHECK(llm_gguf_version(g) == 3, "version");
@@ -260,7 +218,7 @@ test_roundtrip(void)
     CHECK(llm_gguf_tensor_at(g, 1) == llm_gguf_find_tensor(g, "b.weight"),
         "tensor order");
     llm_gguf_close(g);
-    group_end("round trip: every value type, 3 tensors, alignment 64");
+    tk_end_as("round trip: every value type, 3 tensors, alignment 64");
 }
 
 /*
@@ -278,7 +236,7 @@ test_type_table(void)
     snprintf(path, sizeof(path), "%s/types.gguf", tmpdir);
     if (llm_gguf_writer_open(&w, path, err, sizeof(err)) != 0) {
         CHECK(0, "%s", err);
-        group_end("type table");
+        tk_end_as("type table");
         return;
     }
     for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
@@ -323,10 +281,7 @@ test_type_table(void)
     } else {
         CHECK(0, "%s", err);
     }
-    printf("%s type table: %d types agree with quant.c\n",
-        group_fail ? "FAIL" : "ok  ", n);
-    failures += group_fail;
-    group_fail = 0;
+    tk_end_as("type table: %d types agree with quant.c", n);
 }
 
 /* ---- 2. writer misuse ---- */
@@ -395,7 +350,7 @@ test_writer_errors(void)
             llm_gguf_close(g);
         }
     }
-    group_end("writer: short/long data, duplicates, alignment, block size");
+    tk_end_as("writer: short/long data, duplicates, alignment, block size");
 }
 
 /* ---- 3. bad input ---- */
@@ -506,16 +461,15 @@ test_bad_input(void)
     llm_gguf_t *g;
     uint64_t off0;
 
-    ref = slurp(REF_FILE, &ref_n);
+    ref = (uint8_t *) tk_read_file(REF_FILE, &ref_n);
     if (ref == NULL) {
-        printf("FAIL bad input: cannot read %s (run from the repo root)\n",
-            REF_FILE);
-        failures++;
+        tk_fail("cannot read %s (run from the repo root)", REF_FILE);
+        tk_end_as("bad input");
         return;
     }
     if (llm_gguf_open(&g, REF_FILE, err, sizeof(err)) != 0) {
-        printf("FAIL bad input: reference does not open: %s\n", err);
-        failures++;
+        tk_fail("reference does not open: %s", err);
+        tk_end_as("bad input");
         return;
     }
     ref_data_off = llm_gguf_data_offset(g);
@@ -665,7 +619,7 @@ test_bad_input(void)
     expect_bad("two tensors at one offset", b, ref_n, "overlaps");
 
     free(b);
-    group_end("bad input: 25 corrupted copies of a llama.cpp file");
+    tk_end_as("bad input: 25 corrupted copies of a llama.cpp file");
 }
 
 /*
@@ -687,7 +641,7 @@ test_fuzz(void)
     snprintf(path, sizeof(path), "%s/fuzz.gguf", tmpdir);
     if (spew(path, ref, ref_n) != 0 || (fd = open(path, O_RDWR)) < 0) {
         CHECK(0, "cannot write %s", path);
-        group_end("fuzz");
+        tk_end_as("fuzz");
         return;
     }
     for (int round = 0; round < 2000; round++) {
@@ -721,10 +675,8 @@ test_fuzz(void)
         }
     }
     close(fd);
-    printf("%s fuzz: 2000 damaged headers, %d refused, %d accepted, no "
-        "crash\n", group_fail ? "FAIL" : "ok  ", refused, accepted);
-    failures += group_fail;
-    group_fail = 0;
+    tk_end_as("fuzz: 2000 damaged headers, %d refused, %d accepted, no crash",
+              refused, accepted);
 }
 
 /* ---- 4. the shared reference models ---- */
@@ -733,16 +685,16 @@ test_fuzz(void)
 static void
 test_shared_dir(const char *sub, int models)
 {
-    const char *sh = getenv("LLM_SHARED");
-    char dir[512], path[1024], err[512];
+    char dir[512], path[1024], err[512], name[64];
     struct dirent *de;
     DIR *d;
     int n = 0;
 
-    snprintf(dir, sizeof(dir), "%s/%s", sh ? sh : "../shared", sub);
+    snprintf(dir, sizeof(dir), "%s/%s", tk_shared_dir(), sub);
     d = opendir(dir);
     if (d == NULL) {
-        printf("skip shared %s: %s absent\n", sub, dir);
+        snprintf(name, sizeof(name), "shared %s", sub);
+        tk_skip(name, "%s absent", dir);
         return;
     }
     while ((de = readdir(d)) != NULL) {
@@ -773,10 +725,7 @@ test_shared_dir(const char *sub, int models)
     }
     closedir(d);
     CHECK(n > 0, "no .gguf in %s", dir);
-    printf("%s shared %s: %d files open\n", group_fail ? "FAIL" : "ok  ",
-        sub, n);
-    failures += group_fail;
-    group_fail = 0;
+    tk_end_as("shared %s: %d files open", sub, n);
 }
 
 /* Write n bytes of b to path; 0 or -1. */
@@ -813,10 +762,10 @@ test_model_file(void)
     pid_t               pid;
     FILE               *f;
 
-    b = slurp(REF_FILE, &n);
+    b = (uint8_t *) tk_read_file(REF_FILE, &n);
     CHECK(b != NULL, "%s", REF_FILE);
     if (b == NULL) {
-        group_end("model file changes");
+        tk_end_as("model file changes");
         return;
     }
     snprintf(path, sizeof(path), "%s/live.gguf", tmpdir);
@@ -826,7 +775,7 @@ test_model_file(void)
     CHECK(llm_gguf_open(&g, path, err, sizeof(err)) == 0, "open: %s", err);
     if (g == NULL) {
         free(b);
-        group_end("model file changes");
+        tk_end_as("model file changes");
         return;
     }
     map = llm_gguf_map(g);
@@ -901,20 +850,13 @@ test_model_file(void)
     CHECK(strlen(buf) > 24 && buf[4] == '-' && buf[10] == 'T'
           && buf[23] == 'Z', "timestamp: '%.30s'", buf);
     free(b);
-    group_end("model file changes");
+    tk_end_as("model file changes");
 }
 
 int
 main(void)
 {
-    char cmd[128];
-
-    snprintf(tmpdir, sizeof(tmpdir), "%s/test_gguf.XXXXXX",
-             (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
-    if (mkdtemp(tmpdir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tmpdir = tk_tmpdir("test_gguf");
     test_roundtrip();
     test_type_table();
     test_writer_errors();
@@ -923,12 +865,6 @@ main(void)
     test_model_file();
     test_shared_dir("reference", 1);
     test_shared_dir("vocab", 0);
-
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
-    }
     free(ref);
-    printf("test_gguf: %s\n", failures ? "FAILED" : "all passed");
-    return failures != 0;
+    return tk_done();
 }

@@ -13,18 +13,9 @@
 #include <unistd.h>
 
 #include "serve/memplan.h"
+#include "testkit.h"
 
-static int   failures;
-static char  dir[256];
-
-#define CHECK(group, cond)                                              \
-    do {                                                                \
-        if (!(cond)) {                                                  \
-            printf("FAIL %s: %s (line %d)\n", group, #cond, __LINE__);  \
-            failures++;                                                 \
-            return;                                                     \
-        }                                                               \
-    } while (0)
+static const char  *dir;      /* the fake /proc and cgroup files */
 
 #define MIB  (1ull << 20)
 
@@ -43,8 +34,7 @@ put(const char *rel, const char *text)
     }
     f = fopen(p, "w");
     if (f == NULL) {
-        perror(p);
-        exit(1);
+        tk_fatal("%s: %s", p, strerror(errno));
     }
     fputs(text, f);
     fclose(f);
@@ -89,21 +79,20 @@ test_v1(void)
     put("v1/memory/svc/eng/memory.limit_in_bytes", "2153433600\n");
     put("unified/memory.max", "1000\n");    /* not the memory hierarchy */
     detect(&lim);
-    CHECK("v1", strcmp(lim.cgroup_kind, "v1") == 0);
-    CHECK("v1", lim.cgroup_limit == 1153433600ull);
+    REQUIRE(strcmp(lim.cgroup_kind, "v1") == 0);
+    REQUIRE(lim.cgroup_limit == 1153433600ull);
     snprintf(want, sizeof(want), "%s/v1/memory/svc", dir);
-    CHECK("v1", strcmp(lim.cgroup_dir, want) == 0);
-    CHECK("v1", lim.mem_total == 24000000ull * 1024);
-    CHECK("v1", lim.mem_available == 20000000ull * 1024);
-    CHECK("v1", lim.allowed == 1153433600ull);
+    REQUIRE(strcmp(lim.cgroup_dir, want) == 0);
+    REQUIRE(lim.mem_total == 24000000ull * 1024);
+    REQUIRE(lim.mem_available == 20000000ull * 1024);
+    REQUIRE(lim.allowed == 1153433600ull);
 
     /* no limit anywhere ("unlimited"): MemAvailable */
     put("v1/memory/svc/memory.limit_in_bytes", "9223372036854771712\n");
     put("v1/memory/svc/eng/memory.limit_in_bytes", "9223372036854771712\n");
     detect(&lim);
-    CHECK("v1", lim.cgroup_limit == 0 && lim.cgroup_kind[0] == '\0');
-    CHECK("v1", lim.allowed == 20000000ull * 1024);
-    printf("ok v1\n");
+    REQUIRE(lim.cgroup_limit == 0 && lim.cgroup_kind[0] == '\0');
+    REQUIRE(lim.allowed == 20000000ull * 1024);
 }
 
 static void
@@ -122,32 +111,31 @@ test_v2(void)
     put("v2 dir/memory.max", "max\n");
     put("v2 dir/engine/memory.max", "536870912\n");
     detect(&lim);
-    CHECK("v2", strcmp(lim.cgroup_kind, "v2") == 0);
-    CHECK("v2", lim.cgroup_limit == 512 * MIB);
+    REQUIRE(strcmp(lim.cgroup_kind, "v2") == 0);
+    REQUIRE(lim.cgroup_limit == 512 * MIB);
     snprintf(want, sizeof(want), "%s/v2 dir/engine", dir);
-    CHECK("v2", strcmp(lim.cgroup_dir, want) == 0);
-    CHECK("v2", lim.mem_available == 0);
-    CHECK("v2", lim.allowed == 512 * MIB);     /* under MemTotal */
+    REQUIRE(strcmp(lim.cgroup_dir, want) == 0);
+    REQUIRE(lim.mem_available == 0);
+    REQUIRE(lim.allowed == 512 * MIB);     /* under MemTotal */
 
     /* the limit above the machine: the machine's memory */
     put("v2 dir/engine/memory.max", "81920000000\n");
     detect(&lim);
-    CHECK("v2", lim.cgroup_limit == 81920000000ull);
-    CHECK("v2", lim.allowed == 8000000ull * 1024);
+    REQUIRE(lim.cgroup_limit == 81920000000ull);
+    REQUIRE(lim.allowed == 8000000ull * 1024);
 
     /* a path outside the namespace's view: the mount's own root */
     put("cgroup", "0::/../other\n");
     put("v2 dir/memory.max", "268435456\n");
     detect(&lim);
-    CHECK("v2", lim.cgroup_limit == 256 * MIB);
+    REQUIRE(lim.cgroup_limit == 256 * MIB);
 
     /* nothing readable: zeros, no crash */
     put("mountinfo", "");
     put("cgroup", "");
     put("meminfo", "");
     detect(&lim);
-    CHECK("v2", lim.allowed == 0 && lim.cgroup_limit == 0);
-    printf("ok v2\n");
+    REQUIRE(lim.allowed == 0 && lim.cgroup_limit == 0);
 }
 
 /* The bench model's shape: 2690 MiB, 2592 of it 16 x 64 experts. */
@@ -178,76 +166,62 @@ test_plan(void)
     uint64_t        layer = 64ull * 2662400;
 
     bench_need(&n);
-    CHECK("plan", llm_mem_plan(&n, 0, &p, err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_RESIDENT);          /* unknown */
-    CHECK("plan", llm_mem_plan(&n, 24000 * MIB, &p, err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_RESIDENT);
-    CHECK("plan", p.anon_bytes == fixed + n.regroup_bytes);
+    REQUIRE(llm_mem_plan(&n, 0, &p, err, sizeof(err)) == 0);
+    REQUIRE(p.mode == LLM_MEM_RESIDENT);          /* unknown */
+    REQUIRE(llm_mem_plan(&n, 24000 * MIB, &p, err, sizeof(err)) == 0);
+    REQUIRE(p.mode == LLM_MEM_RESIDENT);
+    REQUIRE(p.anon_bytes == fixed + n.regroup_bytes);
 
     /* the case: 1.1 GB for a 2.8 GB file */
-    CHECK("plan", llm_mem_plan(&n, 1100 * MIB, &p, err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_STREAMED);
-    CHECK("plan", p.budget == 1100 * MIB / 10 * 9);
-    CHECK("plan", p.cache_mb == (p.budget - rest - fixed) >> 20);
-    CHECK("plan", p.total_bytes <= p.budget);
-    CHECK("plan", p.anon_bytes == fixed + (p.cache_mb << 20) + 85 * MIB);
+    REQUIRE(llm_mem_plan(&n, 1100 * MIB, &p, err, sizeof(err)) == 0);
+    REQUIRE(p.mode == LLM_MEM_STREAMED);
+    REQUIRE(p.budget == 1100 * MIB / 10 * 9);
+    REQUIRE(p.cache_mb == (p.budget - rest - fixed) >> 20);
+    REQUIRE(p.total_bytes <= p.budget);
+    REQUIRE(p.anon_bytes == fixed + (p.cache_mb << 20) + 85 * MIB);
 
     /* exactly the file: resident; a byte less: streamed */
-    CHECK("plan", llm_mem_plan(&n, (n.file_bytes + fixed) / 9 * 10 + 10, &p,
+    REQUIRE(llm_mem_plan(&n, (n.file_bytes + fixed) / 9 * 10 + 10, &p,
                                err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_RESIDENT);
-    CHECK("plan", llm_mem_plan(&n, (n.file_bytes + fixed) / 9 * 10 - 20, &p,
+    REQUIRE(p.mode == LLM_MEM_RESIDENT);
+    REQUIRE(llm_mem_plan(&n, (n.file_bytes + fixed) / 9 * 10 - 20, &p,
                                err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_STREAMED);
+    REQUIRE(p.mode == LLM_MEM_STREAMED);
     /* the cache never exceeds every expert */
-    CHECK("plan", p.cache_mb << 20 <= 16 * layer);
+    REQUIRE(p.cache_mb << 20 <= 16 * layer);
 
     /* one layer of slots is the least worth streaming */
-    CHECK("plan", llm_mem_plan(&n, (rest + fixed + layer) / 9 * 10 + 10, &p,
+    REQUIRE(llm_mem_plan(&n, (rest + fixed + layer) / 9 * 10 + 10, &p,
                                err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_STREAMED);
-    CHECK("plan", (p.cache_mb << 20) + MIB > layer);
-    CHECK("plan", llm_mem_plan(&n, (rest + fixed + layer) / 9 * 10 - 20, &p,
+    REQUIRE(p.mode == LLM_MEM_STREAMED);
+    REQUIRE((p.cache_mb << 20) + MIB > layer);
+    REQUIRE(llm_mem_plan(&n, (rest + fixed + layer) / 9 * 10 - 20, &p,
                                err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_NO_REGROUP);
-    CHECK("plan", p.anon_bytes == fixed);
+    REQUIRE(p.mode == LLM_MEM_NO_REGROUP);
+    REQUIRE(p.anon_bytes == fixed);
 
     /* a dense model over the limit: no regrouping */
     n.n_expert = 0;
     n.experts_bytes = 0;
-    CHECK("plan", llm_mem_plan(&n, 1100 * MIB, &p, err, sizeof(err)) == 0);
-    CHECK("plan", p.mode == LLM_MEM_NO_REGROUP);
+    REQUIRE(llm_mem_plan(&n, 1100 * MIB, &p, err, sizeof(err)) == 0);
+    REQUIRE(p.mode == LLM_MEM_NO_REGROUP);
 
     /* not even the KV cache fits: an error naming what to lower */
-    CHECK("plan", llm_mem_plan(&n, 300 * MIB, &p, err, sizeof(err))
+    REQUIRE(llm_mem_plan(&n, 300 * MIB, &p, err, sizeof(err))
                   == -ENOMEM);
-    CHECK("plan", strstr(err, "KV cache (256.0 MiB)") != NULL);
-    CHECK("plan", strstr(err, "--kv-mb") != NULL);
-    printf("ok plan\n");
+    REQUIRE(strstr(err, "KV cache (256.0 MiB)") != NULL);
+    REQUIRE(strstr(err, "--kv-mb") != NULL);
 }
 
 int
 main(void)
 {
-    char  cmd[300];
-
-    snprintf(dir, sizeof(dir), "%s/test_memplan.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
+    dir = tk_tmpdir("test_memplan");
+    tk_begin("v1");
     test_v1();
+    tk_begin("v2");
     test_v2();
+    tk_begin("plan");
     test_plan();
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0) {
-        printf("could not remove %s\n", dir);
-    }
-    if (failures) {
-        printf("%d FAILED\n", failures);
-        return 1;
-    }
-    printf("all ok\n");
-    return 0;
+    return tk_done();
 }

@@ -27,27 +27,9 @@
 #include "kernels/quant.h"
 #include "quantize.h"
 #include "vocabgen.h"
+#include "testkit.h"
 
-static int failures;
-static int group_fail;
-static char tmpdir[96];
-
-#define CHECK(c, ...) do {                                              \
-    if (!(c)) {                                                         \
-        fprintf(stderr, "  FAIL %s:%d: ", __FILE__, __LINE__);          \
-        fprintf(stderr, __VA_ARGS__);                                   \
-        fputc('\n', stderr);                                            \
-        group_fail++;                                                   \
-    }                                                                   \
-} while (0)
-
-static void
-group_end(const char *name)
-{
-    printf("%s %s\n", group_fail ? "FAIL" : "ok  ", name);
-    failures += group_fail;
-    group_fail = 0;
-}
+static const char *tmpdir;
 
 static int
 same_file(const char *a, const char *b)
@@ -108,7 +90,7 @@ test_determinism(void)
     make("tiny", LLM_TYPE_Q4_0, 8, 2, c);
     CHECK(same_file(a, b), "same seed, 1 vs 3 threads: files differ");
     CHECK(!same_file(a, c), "seeds 7 and 8 give the same file");
-    group_end("determinism: seed -> bytes, independent of threads");
+    tk_end_as("determinism: seed -> bytes, independent of threads");
 }
 
 /* Old Mixtral layout: per-expert tensors hold the merged tensor's rows. */
@@ -156,7 +138,7 @@ test_split_experts(void)
     llm_gguf_close(gb);
     p.arch[0] = 'q';
     CHECK(llm_mkmodel_check(&p, err, sizeof(err)) != 0, "split on non-llama");
-    group_end("split experts: old Mixtral layout holds the same weights");
+    tk_end_as("split experts: old Mixtral layout holds the same weights");
 }
 
 /* ---- 2 ---- */
@@ -293,7 +275,7 @@ test_presets(void)
         }
         llm_gguf_close(g);
     }
-    group_end("presets: every arch reopens with its declared keys and "
+    tk_end_as("presets: every arch reopens with its declared keys and "
         "shapes");
 }
 
@@ -315,7 +297,7 @@ test_vocab(void)
     rc = llm_gguf_open(&g, path, err, sizeof(err));
     CHECK(rc == 0, "%s", err);
     if (rc != 0) {
-        group_end("vocabulary");
+        tk_end_as("vocabulary");
         return;
     }
     CHECK(llm_gguf_get_str_arr(g, "tokenizer.ggml.tokens", &nt, &tok, err,
@@ -395,7 +377,7 @@ test_vocab(void)
           && strstr(llm_vocabgen_chat_template(), "<tools>") != NULL
           && strstr(llm_vocabgen_chat_template(), "<tool_response>")
              != NULL, "chat template has Hermes tool calls");
-    group_end("vocabulary: GPT-2 byte order, specials, reachable merges, "
+    tk_end_as("vocabulary: GPT-2 byte order, specials, reachable merges, "
         "[PADn] fill");
 }
 
@@ -465,7 +447,7 @@ test_quantize(void)
     rc = llm_mkmodel_write(&p, src, NULL, err, sizeof(err));
     CHECK(rc == 0, "%s", err);
     if (rc != 0 || llm_gguf_open(&gs, src, err, sizeof(err)) != 0) {
-        group_end("quantize");
+        tk_end_as("quantize");
         return;
     }
     memset(&qp, 0, sizeof(qp));
@@ -504,7 +486,7 @@ test_quantize(void)
         llm_gguf_close(gq);
     }
     llm_gguf_close(gs);
-    group_end("quantize: F16 BF16 Q8_0 Q6_K Q5_K Q4_K Q4_0 reopen, types, "
+    tk_end_as("quantize: F16 BF16 Q8_0 Q6_K Q5_K Q4_K Q4_0 reopen, types, "
         "error bounds");
 }
 
@@ -634,7 +616,7 @@ test_mixes(void)
     CHECK(rc == -ENOENT && strstr(err, "none.gguf"), "missing: %s", err);
     CHECK(llm_qtype_find("Q3_K") == NULL && llm_qtype_find("q4_k_m"),
         "target names");
-    group_end("mixes: llama.cpp rules for Q4_K_M / Q4_K_S / Q4_0, "
+    tk_end_as("mixes: llama.cpp rules for Q4_K_M / Q4_K_S / Q4_0, "
         "fallback, refusals");
 }
 
@@ -652,7 +634,6 @@ test_llamacpp_identity(void)
         { "ref-llama-moe-f32", "ref-llama-moe-q4_k_m", "Q4_K_M" },
         { "ref-qwen3moe-f32", "ref-qwen3moe-bf16", "BF16" },
     };
-    const char *sh = getenv("LLM_SHARED");
     char in[512], ref[512], out[128], err[512];
     llm_quantize_params_t qp;
     int n = 0;
@@ -662,11 +643,11 @@ test_llamacpp_identity(void)
     qp.n_threads = 2;
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         snprintf(in, sizeof(in), "%s/reference/%s.gguf",
-            sh ? sh : "../shared", cases[k][0]);
+            tk_shared_dir(), cases[k][0]);
         snprintf(ref, sizeof(ref), "%s/reference/%s.gguf",
-            sh ? sh : "../shared", cases[k][1]);
+            tk_shared_dir(), cases[k][1]);
         if (access(in, R_OK) != 0 || access(ref, R_OK) != 0) {
-            printf("skip llama-quantize identity: %s absent\n", in);
+            tk_skip("llama-quantize identity", "%s absent", in);
             return;
         }
         if (llm_model_quantize(in, out, llm_qtype_find(cases[k][2]), &qp,
@@ -679,23 +660,13 @@ test_llamacpp_identity(void)
             "%s", cases[k][0], cases[k][2], ref);
         n++;
     }
-    printf("%s llama-quantize identity: %d files byte-identical\n",
-        group_fail ? "FAIL" : "ok  ", n);
-    failures += group_fail;
-    group_fail = 0;
+    tk_end_as("llama-quantize identity: %d files byte-identical", n);
 }
 
 int
 main(void)
 {
-    char cmd[128];
-
-    snprintf(tmpdir, sizeof(tmpdir), "%s/test_mkmodel.XXXXXX",
-             (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
-    if (mkdtemp(tmpdir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tmpdir = tk_tmpdir("test_mkmodel");
     llm_simd_init();
     test_determinism();
     test_split_experts();
@@ -704,10 +675,5 @@ main(void)
     test_quantize();
     test_mixes();
     test_llamacpp_identity();
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "cannot remove %s\n", tmpdir);
-    }
-    printf("test_mkmodel: %s\n", failures ? "FAILED" : "all passed");
-    return failures != 0;
+    return tk_done();
 }

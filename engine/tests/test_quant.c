@@ -23,25 +23,7 @@
 #include "kernels/attn.h"
 #include "model/gguf.h"
 #include "kernels/quant.h"
-
-static int  failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                   \
-            printf(__VA_ARGS__);                                            \
-            printf("\n");                                                   \
-            failures++;                                                     \
-        }                                                                   \
-    } while (0)
-
-static void
-report(const char *group, int before)
-{
-    printf("%s %s\n", failures == before ? "ok  " : "FAIL", group);
-}
-
+#include "testkit.h"
 
 static uint64_t  rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -118,7 +100,7 @@ roundtrip_bound(llm_type_t t)
 static void
 test_conversions(void)
 {
-    int  before = failures, bad = 0;
+    int  bad = 0;
 
     for (uint32_t h = 0; h < 65536; h++) {
         float     f = llm_fp16_to_fp32((uint16_t) h);
@@ -173,15 +155,13 @@ test_conversions(void)
     CHECK(llm_fp32_to_bf16(1.0f + 0x1p-8f) == 0x3f80, "bf16 tie to even");
     CHECK(llm_fp32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3f82, "bf16 tie up");
 
-    report("conversions: fp16/bf16 exhaustive round trip, nearest-even",
-           before);
+    tk_end_as("conversions: fp16/bf16 exhaustive round trip, nearest-even");
 }
 
 
 static void
 test_type_table(void)
 {
-    int  before = failures;
 
     CHECK(llm_row_bytes(LLM_TYPE_Q4_0, 64) == 36, "q4_0 row");
     CHECK(llm_row_bytes(LLM_TYPE_Q4_K, 512) == 288, "q4_K row");
@@ -205,7 +185,7 @@ test_type_table(void)
               llm_type_name(weight_types[i]));
     }
 
-    report("type table: sizes, names, activation types", before);
+    tk_end_as("type table: sizes, names, activation types");
 }
 
 
@@ -216,7 +196,6 @@ test_roundtrip(void)
     float         *x = malloc(n * sizeof(float));
     float         *y = malloc(n * sizeof(float));
     void          *q = malloc(n * 4);
-    int            before = failures;
     char           line[512];
     int            off = 0;
 
@@ -260,9 +239,8 @@ test_roundtrip(void)
     llm_dequantize_row(LLM_TYPE_Q8_K, q, y, n);
     CHECK(rel_rms(y, x, n) < 0.02, "act q8_K %.4f", rel_rms(y, x, n));
 
-    printf("     round-trip rel RMS:%s\n", line);
-    report("round trip: quantize -> dequantize within each type's bound",
-           before);
+    tk_note("round-trip rel RMS:%s\n", line);
+    tk_end_as("round trip: quantize -> dequantize within each type's bound");
     free(x);
     free(y);
     free(q);
@@ -280,7 +258,6 @@ test_dot_vs_dequant(void)
     float         *xd = malloc(n * sizeof(float));
     void          *wq = malloc(n * 4);
     void          *xq = malloc(n * 4 + 1024);
-    int            before = failures;
 
     for (size_t i = 0; i < N_WEIGHT_TYPES; i++) {
         llm_type_t  t = weight_types[i], at = llm_type_vec_dot_type(t);
@@ -306,7 +283,7 @@ test_dot_vs_dequant(void)
         }
     }
 
-    report("scalar vec_dot agrees with dequantize on every type", before);
+    tk_end_as("scalar vec_dot agrees with dequantize on every type");
     free(w);
     free(x);
     free(wd);
@@ -401,12 +378,12 @@ test_simd_level(llm_simd_t level)
     float            *y = malloc((maxr + 1) * maxc * sizeof(float));
     float            *yr = malloc((maxr + 1) * maxc * sizeof(float));
     float            *y1 = malloc((maxr + maxc) * sizeof(float));
-    int               before = failures;
     char              name[256], errs[512];
     int               eoff = 0;
 
     if (llm_simd_force(level) != 0) {
-        printf("skip %s: not supported here\n", llm_simd_name(level));
+        snprintf(name, sizeof(name), "simd %s", llm_simd_name(level));
+        tk_skip(name, "not supported here");
         goto done;
     }
 
@@ -482,13 +459,13 @@ test_simd_level(llm_simd_t level)
         eoff += snprintf(errs + eoff, sizeof(errs) - eoff, " %s=%.1e",
                          llm_type_name(t), worst);
     }
-    printf("     %s vec_dot worst rel err:%s\n", llm_simd_name(level), errs);
+    tk_note("%s vec_dot worst rel err:%s\n", llm_simd_name(level), errs);
 
     snprintf(name, sizeof(name), "simd %s: quantize_act bit-exact, vec_dot"
              " and gemm (1..33 rows x cols) match scalar within 2e-5; a gemm"
              " column or row is bit-identical to that column or row alone",
              llm_simd_name(level));
-    report(name, before);
+    tk_end_as("%s", name);
 
 done:
     llm_simd_force(llm_simd_best());
@@ -531,7 +508,6 @@ test_ref_pair(const char *dir, const char *qname, const char *fname)
 {
     char                      qpath[1100], fpath[1100], err[512], name[600];
     llm_gguf_t               *q = NULL, *f = NULL;
-    int                       before = failures;
     uint64_t                  blocks = 0, same = 0, tensors = 0;
     double                    worst = 0;
 
@@ -541,7 +517,8 @@ test_ref_pair(const char *dir, const char *qname, const char *fname)
     if (llm_gguf_open(&q, qpath, err, sizeof(err)) != 0
         || llm_gguf_open(&f, fpath, err, sizeof(err)) != 0)
     {
-        printf("skip %s: %s\n", qname, err);
+        snprintf(name, sizeof(name), "ggml data %s", qname);
+        tk_skip(name, "%s", err);
         goto done;
     }
 
@@ -603,7 +580,7 @@ test_ref_pair(const char *dir, const char *qname, const char *fname)
              " rel RMS %.4f; requantized %llu/%llu blocks byte-identical",
              qname, (unsigned long long) tensors, worst,
              (unsigned long long) same, (unsigned long long) blocks);
-    report(name, before);
+    tk_end_as("%s", name);
 
 done:
     if (q) {
@@ -629,17 +606,8 @@ test_reference_files(void)
         { "ref-qwen3moe-bf16",    "ref-qwen3moe-f32" },
         { "ref-llama-moe-q4_k_m", "ref-llama-moe-f32" },
     };
-    const char  *sh = getenv("LLM_SHARED");
-    char         dir[512];
-
-    if (sh == NULL || *sh == '\0') {
-        snprintf(dir, sizeof(dir), "../shared");
-    } else {
-        snprintf(dir, sizeof(dir), "%s", sh);
-    }
-
     for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
-        test_ref_pair(dir, pairs[i][0], pairs[i][1]);
+        test_ref_pair(tk_shared_dir(), pairs[i][0], pairs[i][1]);
     }
 }
 
@@ -651,7 +619,7 @@ test_swiglu(void)
 {
     enum { N = 203 };
     float   g[N], u[N], ref[N], got[N];
-    int     before = failures, i, l, n;
+    int     i, l, n;
     double  worst = 0;
 
     for (i = 0; i < N; i++) {
@@ -690,8 +658,8 @@ test_swiglu(void)
         }
     }
     llm_simd_force(llm_simd_best());
-    printf("     swiglu: worst relative error %.1e\n", worst);
-    report("swiglu at every level vs the scalar one", before);
+    tk_note("swiglu: worst relative error %.1e\n", worst);
+    tk_end_as("swiglu at every level vs the scalar one");
 }
 
 
@@ -715,7 +683,6 @@ test_long_rows(llm_simd_t level, int64_t n)
     float            *y = malloc((maxr + 1) * maxc * sizeof(float));
     float            *yr = malloc((maxr + 1) * maxc * sizeof(float));
     float            *y1 = malloc((maxr + maxc) * sizeof(float));
-    int               before = failures;
     char              name[128];
 
     if (llm_simd_force(level) != 0) {
@@ -744,7 +711,7 @@ test_long_rows(llm_simd_t level, int64_t n)
              " matches scalar, columns as alone", llm_simd_name(level),
              (long long) n, n > 8192 ? "the long-row tiles"
                                      : "narrow column groups");
-    report(name, before);
+    tk_end_as("%s", name);
 
 done:
     llm_simd_force(llm_simd_best());
@@ -775,7 +742,6 @@ test_offsets(llm_simd_t level)
     float            *y = malloc((nr + 1) * maxc * sizeof(float));
     float            *yr = malloc((nr + 1) * maxc * sizeof(float));
     float            *y1 = malloc((nr + maxc) * sizeof(float));
-    int               before = failures;
     char              name[128];
 
     if (llm_simd_force(level) != 0) {
@@ -815,7 +781,7 @@ test_offsets(llm_simd_t level)
     snprintf(name, sizeof(name), "simd %s: gemm of weights at every even"
              " offset in a line and at an odd one matches scalar",
              llm_simd_name(level));
-    report(name, before);
+    tk_end_as("%s", name);
 
 done:
     llm_simd_force(llm_simd_best());
@@ -843,10 +809,9 @@ test_q4_0_r16(void)
     static const int      rows[] = { 16, 48, 80 };
     static const int      cols[] = { 1, 2, 3, 7, 8, 9, 16, 17, 33, 64 };
     const int             maxr = 80, maxc = 64;
-    int                   before = failures;
 
     if (!llm_simd_supported(LLM_SIMD_AVX512)) {
-        printf("skip Q4_0_R16: no AVX-512 here\n");
+        tk_skip("Q4_0_R16", "no AVX-512 here");
         return;
     }
     llm_simd_force(LLM_SIMD_AVX512);
@@ -922,8 +887,8 @@ test_q4_0_r16(void)
         free(y1);
     }
     llm_simd_force(llm_simd_best());
-    report("Q4_0_R16: AVX-512 gemm bit-identical to its scalar reference"
-           " and to each column alone, within 2e-5 of Q4_0", before);
+    tk_end_as("Q4_0_R16: AVX-512 gemm bit-identical to its scalar reference"
+           " and to each column alone, within 2e-5 of Q4_0");
 }
 
 int
@@ -934,7 +899,7 @@ main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     llm_simd_init();
-    printf("     simd: best %s, in use %s\n", llm_simd_name(llm_simd_best()),
+    tk_note("simd: best %s, in use %s\n", llm_simd_name(llm_simd_best()),
            llm_simd_name(llm_simd_level()));
 
     test_conversions();
@@ -948,14 +913,15 @@ main(int argc, char **argv)
             test_long_rows((llm_simd_t) l, 8448);
             test_offsets((llm_simd_t) l);
         } else {
-            printf("skip simd %s: not this CPU or build\n",
-                   llm_simd_name(l));
+            char  name[64];
+
+            snprintf(name, sizeof(name), "simd %s", llm_simd_name(l));
+            tk_skip(name, "not this CPU or build");
         }
     }
     test_swiglu();
     test_reference_files();
     test_q4_0_r16();
 
-    printf("%s\n", failures ? "FAILED" : "PASSED");
-    return failures ? 1 : 0;
+    return tk_done();
 }

@@ -9,17 +9,8 @@
 #include <string.h>
 
 #include "decode/sample.h"
+#include "testkit.h"
 
-static int failures;
-
-#define CHECK(group, cond)                                              \
-    do {                                                                \
-        if (!(cond)) {                                                  \
-            printf("FAIL %s: %s (line %d)\n", group, #cond, __LINE__);  \
-            failures++;                                                 \
-            return;                                                     \
-        }                                                               \
-    } while (0)
 
 #define V 1000
 
@@ -46,14 +37,13 @@ test_greedy(llm_sampler_t *s)
     l[123] = 50.0f;
     llm_rng_seed(&r, 0);
     t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
-    CHECK("greedy", t == 123);
+    REQUIRE(t == 123);
     /* ties go to the lower id */
     fill(l, 1);
     l[10] = 60.0f;
     l[5] = 60.0f;
     t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
-    CHECK("greedy", t == 5);
-    printf("ok greedy\n");
+    REQUIRE(t == 5);
 }
 
 static void
@@ -78,7 +68,7 @@ test_seed(llm_sampler_t *s)
             same = 0;
         }
     }
-    CHECK("seed", same);
+    REQUIRE(same);
     llm_rng_seed(&a, 1);
     llm_rng_seed(&b, 2);
     for (int i = 0; i < 50; i++) {
@@ -90,8 +80,7 @@ test_seed(llm_sampler_t *s)
             differ = 1;
         }
     }
-    CHECK("seed", differ);
-    printf("ok seed\n");
+    REQUIRE(differ);
 }
 
 static void
@@ -112,7 +101,7 @@ test_truncation(llm_sampler_t *s)
         l[8] = 19.0f;
         l[9] = 18.0f;
         t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
-        CHECK("top_k", t == 7 || t == 8 || t == 9);
+        REQUIRE(t == 7 || t == 8 || t == 9);
     }
     /* top_p: two tokens hold ~all mass */
     p.top_k = 0;
@@ -123,7 +112,7 @@ test_truncation(llm_sampler_t *s)
         l[100] = 30.0f;
         l[200] = 30.0f;
         t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
-        CHECK("top_p", t == 100);
+        REQUIRE(t == 100);
     }
     /* min_p */
     p.top_p = 0.0f;
@@ -133,7 +122,7 @@ test_truncation(llm_sampler_t *s)
         l[300] = 30.0f;
         l[301] = 29.8f;
         t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
-        CHECK("min_p", t == 300 || t == 301);
+        REQUIRE(t == 300 || t == 301);
     }
     /* masking: everything but 2 tokens is -inf */
     p.min_p = 0.0f;
@@ -144,13 +133,12 @@ test_truncation(llm_sampler_t *s)
         l[11] = 0.0f;
         l[12] = 0.0f;
         t = llm_sample(s, &p, l, NULL, 0, 0, &r, NULL);
-        CHECK("mask", t == 11 || t == 12);
+        REQUIRE(t == 11 || t == 12);
     }
     for (int j = 0; j < V; j++) {
         l[j] = -INFINITY;
     }
-    CHECK("mask", llm_sample(s, &p, l, NULL, 0, 0, &r, NULL) < 0);
-    printf("ok truncation\n");
+    REQUIRE(llm_sample(s, &p, l, NULL, 0, 0, &r, NULL) < 0);
 }
 
 static void
@@ -168,30 +156,29 @@ test_penalties(llm_sampler_t *s)
     l[5] = 3.0f;
     l[6] = 2.5f;
     p.frequency_penalty = 0.5f;    /* 5 seen twice: 3 - 1 = 2 < 2.5 */
-    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
-    CHECK("penalty", fabsf(l[5] - 2.0f) < 1e-6f);
+    REQUIRE(llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
+    REQUIRE(fabsf(l[5] - 2.0f) < 1e-6f);
     memset(l, 0, sizeof(l));
     l[5] = 3.0f;
     l[6] = 2.5f;
     p.frequency_penalty = 0.0f;
     p.presence_penalty = 0.6f;     /* once: 2.4 < 2.5 */
-    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
+    REQUIRE(llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
     memset(l, 0, sizeof(l));
     l[1] = 3.0f;
     l[6] = 2.5f;
     p.presence_penalty = 0.0f;     /* token 1 is in the prompt only */
-    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 1);
+    REQUIRE(llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 1);
     p.repetition_penalty = 1.5f;   /* 3 / 1.5 = 2 < 2.5 */
     l[1] = 3.0f;
-    CHECK("penalty", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
+    REQUIRE(llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 6);
     p.repetition_penalty = 0.0f;
     p.bias_ids = &bid;
     p.bias_vals = &bv;
     p.n_bias = 1;
     memset(l, 0, sizeof(l));
     l[6] = 2.5f;
-    CHECK("bias", llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 9);
-    printf("ok penalties\n");
+    REQUIRE(llm_sample(s, &p, l, hist, 2, 2, &r, NULL) == 9);
 }
 
 static void
@@ -208,18 +195,17 @@ test_logprobs(llm_sampler_t *s)
     p.logprobs = 1;
     p.top_logprobs = 20;
     llm_sample(s, &p, l, NULL, 0, 0, &r, &res);
-    CHECK("logprobs", res.n_top == 20);
-    CHECK("logprobs", res.top[0].token == res.token);
-    CHECK("logprobs", fabsf(res.top[0].logprob - res.logprob) < 1e-6f);
+    REQUIRE(res.n_top == 20);
+    REQUIRE(res.top[0].token == res.token);
+    REQUIRE(fabsf(res.top[0].logprob - res.logprob) < 1e-6f);
     for (int i = 1; i < 20; i++) {
-        CHECK("logprobs", res.top[i].logprob <= res.top[i - 1].logprob);
+        REQUIRE(res.top[i].logprob <= res.top[i - 1].logprob);
     }
     for (int i = 0; i < V; i++) {
         sum += exp((double) l[i] - (double) l[res.token]
                    + (double) res.logprob);
     }
-    CHECK("logprobs", fabs(sum - 1.0) < 1e-4);
-    printf("ok logprobs\n");
+    REQUIRE(fabs(sum - 1.0) < 1e-4);
 }
 
 int
@@ -228,14 +214,18 @@ main(void)
     llm_sampler_t *s;
 
     if (llm_sampler_create(&s, V) != 0) {
-        printf("FAIL create\n");
-        return 1;
+        tk_fatal("llm_sampler_create failed");
     }
+    tk_begin("greedy");
     test_greedy(s);
+    tk_begin("seed");
     test_seed(s);
+    tk_begin("truncation");
     test_truncation(s);
+    tk_begin("penalties");
     test_penalties(s);
+    tk_begin("logprobs");
     test_logprobs(s);
     llm_sampler_free(s);
-    return failures ? 1 : 0;
+    return tk_done();
 }

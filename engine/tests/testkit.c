@@ -1,0 +1,440 @@
+/*
+ * The engine unit tests' kit (testkit.h): TAP points and checks, notes,
+ * files and temp dirs, a prompt through the forward pass.  Linked into every test binary (engine/Makefile).
+ */
+
+#include <errno.h>
+#include <ftw.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testkit.h"
+
+#define TK_MAX_TMPDIRS  8
+
+static struct {
+    int     n_points;       /* `ok`/`not ok` lines printed */
+    int     failures;       /* failed points */
+    long    checks;         /* CHECKs evaluated */
+    long    failed_checks;  /* of which failed, or tk_fail calls */
+    int     open;           /* a point is open */
+    int     open_failed;    /* ... and something in it failed */
+    char    name[256];      /* ... its name */
+    int     mid_line;       /* a note ended without its newline */
+    char   *tmpdirs[TK_MAX_TMPDIRS];
+    int     n_tmpdirs;
+} tk;
+
+
+/* Ends a note left without its newline, so a TAP line starts a line. */
+static void
+tk_line_start(void)
+{
+    if (tk.mid_line) {
+        fputc('\n', stdout);
+        tk.mid_line = 0;
+    }
+}
+
+
+/* Writes text to f with `# ` before every line; *mid tracks whether the
+ * last write ended inside a line. */
+static void
+tk_write_diag(FILE *f, const char *text, int *mid)
+{
+    const char  *p = text, *nl;
+
+    while (*p != '\0') {
+        if (!*mid) {
+            fputs("# ", f);
+        }
+        nl = strchr(p, '\n');
+        if (nl == NULL) {
+            fputs(p, f);
+            *mid = 1;
+            return;
+        }
+        fwrite(p, 1, (size_t) (nl - p + 1), f);
+        *mid = 0;
+        p = nl + 1;
+    }
+}
+
+
+/* A failure message on stderr, one or more whole `# ` lines. */
+static void
+tk_vdiag_err(const char *prefix, const char *fmt, va_list ap)
+{
+    char  *msg = NULL;
+    int    mid = 0;
+
+    tk_line_start();
+    fflush(stdout);
+    if (vasprintf(&msg, fmt, ap) < 0) {
+        msg = NULL;
+    }
+    if (prefix != NULL) {
+        tk_write_diag(stderr, prefix, &mid);
+    }
+    tk_write_diag(stderr, msg != NULL ? msg : fmt, &mid);
+    if (mid) {
+        fputc('\n', stderr);
+    }
+    fflush(stderr);
+    free(msg);
+}
+
+
+/* Opens the point a check outside tk_begin counts in: named "setup"
+ * unless tk_end_as names it. */
+static void
+tk_open_implicit(void)
+{
+    if (!tk.open) {
+        snprintf(tk.name, sizeof(tk.name), "setup");
+        tk.open = 1;
+        tk.open_failed = 0;
+    }
+}
+
+
+/* Prints the open point's line (tk.name) and closes it. */
+static int
+tk_emit(void)
+{
+    tk.open = 0;
+    tk.n_points++;
+    tk_line_start();
+    printf("%sok %d - %s\n", tk.open_failed ? "not " : "", tk.n_points,
+           tk.name);
+    fflush(stdout);
+    if (tk.open_failed) {
+        tk.failures++;
+        tk.open_failed = 0;
+        return 0;
+    }
+    return 1;
+}
+
+
+/* Marks the open point failed. */
+static void
+tk_mark_failed(void)
+{
+    tk_open_implicit();
+    tk.open_failed = 1;
+    tk.failed_checks++;
+}
+
+
+void
+tk_begin(const char *fmt, ...)
+{
+    va_list  ap;
+
+    tk_end();
+    va_start(ap, fmt);
+    vsnprintf(tk.name, sizeof(tk.name), fmt, ap);
+    va_end(ap);
+    tk.open = 1;
+    tk.open_failed = 0;
+}
+
+
+int
+tk_end(void)
+{
+    if (!tk.open) {
+        return 1;
+    }
+    return tk_emit();
+}
+
+
+int
+tk_end_as(const char *fmt, ...)
+{
+    va_list  ap;
+
+    va_start(ap, fmt);
+    vsnprintf(tk.name, sizeof(tk.name), fmt, ap);
+    va_end(ap);
+    return tk_emit();
+}
+
+
+void
+tk_skip(const char *name, const char *fmt, ...)
+{
+    va_list  ap;
+
+    tk_end();
+    tk.n_points++;
+    tk_line_start();
+    printf("ok %d - %s # SKIP ", tk.n_points, name);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+
+void
+tk_skip_all(const char *fmt, ...)
+{
+    va_list  ap;
+
+    tk_line_start();
+    printf("1..0 # SKIP ");
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+    exit(0);
+}
+
+
+void
+tk_fail(const char *fmt, ...)
+{
+    va_list  ap;
+
+    tk_mark_failed();
+    va_start(ap, fmt);
+    tk_vdiag_err(NULL, fmt, ap);
+    va_end(ap);
+}
+
+
+void
+tk_fatal(const char *fmt, ...)
+{
+    va_list  ap;
+
+    tk_mark_failed();
+    va_start(ap, fmt);
+    tk_vdiag_err(NULL, fmt, ap);
+    va_end(ap);
+    tk_done();
+    exit(1);
+}
+
+
+int
+tk_pass(void)
+{
+    tk_open_implicit();
+    tk.checks++;
+    return 1;
+}
+
+
+int
+tk_fail_at(const char *file, int line, const char *cond, const char *fmt,
+    ...)
+{
+    va_list  ap;
+    char     where[1024];
+
+    tk.checks++;
+    tk_mark_failed();
+    /* fmt is " " plus the caller's format (CHECK's trick to allow none) */
+    if (fmt[0] == ' ' && fmt[1] == '\0') {
+        snprintf(where, sizeof(where), "%s:%d: failed: %s\n", file, line,
+                 cond);
+        fmt = "";
+    } else {
+        snprintf(where, sizeof(where), "%s:%d: failed: %s\n  ", file, line,
+                 cond);
+        fmt++;
+    }
+    va_start(ap, fmt);
+    tk_vdiag_err(where, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+
+int
+tk_point_ok(void)
+{
+    return !tk.open_failed;
+}
+
+
+int
+tk_failures(void)
+{
+    return tk.failures + (tk.open && tk.open_failed);
+}
+
+
+void
+tk_note(const char *fmt, ...)
+{
+    va_list  ap;
+    char    *msg = NULL;
+
+    va_start(ap, fmt);
+    if (vasprintf(&msg, fmt, ap) < 0) {
+        msg = NULL;
+    }
+    va_end(ap);
+    tk_write_diag(stdout, msg != NULL ? msg : fmt, &tk.mid_line);
+    free(msg);
+}
+
+
+int
+tk_done(void)
+{
+    int  i;
+
+    tk_end();
+    for (i = 0; i < tk.n_tmpdirs; i++) {
+        if (tk_rmtree(tk.tmpdirs[i]) != 0) {
+            tk_note("cannot remove %s: %s\n", tk.tmpdirs[i],
+                    strerror(errno));
+        }
+        free(tk.tmpdirs[i]);
+    }
+    tk.n_tmpdirs = 0;
+    tk_line_start();
+    printf("# %ld checks, %ld failures\n", tk.checks, tk.failed_checks);
+    printf("1..%d\n", tk.n_points);
+    fflush(stdout);
+    return tk.failures != 0 ? 1 : 0;
+}
+
+
+char *
+tk_read_file(const char *path, size_t *len)
+{
+    FILE  *f;
+    char  *p;
+    long   n;
+    int    e;
+
+    f = fopen(path, "rb");
+    if (f == NULL) {
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0
+        || fseek(f, 0, SEEK_SET) != 0)
+    {
+        e = errno;
+        fclose(f);
+        errno = e;
+        return NULL;
+    }
+    p = malloc((size_t) n + 1);
+    if (p == NULL) {
+        fclose(f);
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (fread(p, 1, (size_t) n, f) != (size_t) n) {
+        free(p);
+        fclose(f);
+        errno = EIO;
+        return NULL;
+    }
+    p[n] = '\0';
+    fclose(f);
+    if (len != NULL) {
+        *len = (size_t) n;
+    }
+    return p;
+}
+
+
+const char *
+tk_tmpdir(const char *name)
+{
+    const char  *t = getenv("TMPDIR");
+    char        *dir;
+
+    if (tk.n_tmpdirs == TK_MAX_TMPDIRS) {
+        tk_fatal("tk_tmpdir %s: more than %d temp dirs", name,
+                 TK_MAX_TMPDIRS);
+    }
+    if (asprintf(&dir, "%s/%s.XXXXXX", t && *t ? t : "/tmp", name) < 0) {
+        tk_fatal("tk_tmpdir %s: out of memory", name);
+    }
+    if (mkdtemp(dir) == NULL) {
+        tk_fatal("mkdtemp %s: %s", dir, strerror(errno));
+    }
+    tk.tmpdirs[tk.n_tmpdirs++] = dir;
+    return dir;
+}
+
+
+static int
+tk_rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void) st;
+    (void) ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+
+int
+tk_rmtree(const char *path)
+{
+    return nftw(path, tk_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+
+const char *
+tk_shared_dir(void)
+{
+    const char  *s = getenv("LLM_SHARED");
+
+    return s && *s ? s : "../shared";
+}
+
+
+int
+tk_forward_seq(llm_ctx_t *c, const int32_t *ids, uint32_t n,
+    const uint32_t *blocks, uint32_t n_blocks, float *out, char *err,
+    size_t errlen)
+{
+    int32_t         *pos, *seq;
+    uint8_t         *want;
+    llm_seq_view_t   sv = { blocks, n_blocks };
+    llm_batch_t      b;
+    uint32_t         i;
+    int              rc = -ENOMEM;
+
+    pos = malloc((size_t) n * sizeof(int32_t));
+    seq = malloc((size_t) n * sizeof(int32_t));
+    want = malloc(n);
+    if (pos == NULL || seq == NULL || want == NULL) {
+        snprintf(err, errlen, "tk_forward_seq: out of memory");
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        pos[i] = (int32_t) i;
+        seq[i] = 0;
+        want[i] = 1;
+    }
+    b.n_tokens = n;
+    b.tokens = ids;
+    b.pos = pos;
+    b.seq = seq;
+    b.logits = want;
+    b.n_seqs = 1;
+    b.seqs = &sv;
+    rc = llm_forward(c, &b, out, err, errlen);
+
+done:
+    free(pos);
+    free(seq);
+    free(want);
+    return rc;
+}
