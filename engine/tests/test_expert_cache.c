@@ -20,19 +20,21 @@
 #include "model/gguf.h"
 #include "mkmodel.h"
 #include "model/model.h"
+#include "testkit.h"
 
 #define N_PRE   12
 #define N_DEC   10
 #define N_ALL   (N_PRE + N_DEC)
 
-static int  g_fail;
-
+/* One test point: what (detail) passes when ok. */
 static void
 check(int ok, const char *what, const char *detail)
 {
-    g_fail += !ok;
-    printf("%s%s%s%s: %s\n", what, detail ? " (" : "", detail ? detail : "",
-           detail ? ")" : "", ok ? "pass" : "FAIL");
+    what += strspn(what, " ");
+    tk_begin("%s%s%s%s", what, detail ? " (" : "", detail ? detail : "",
+             detail ? ")" : "");
+    CHECK(ok);
+    tk_end();
 }
 
 /*
@@ -133,7 +135,7 @@ compare(const char *path, uint64_t cache_mb, uint32_t max_slots,
              (unsigned long long) st.prefetch_useful,
              (unsigned long long) st.bytes_read,
              st.direct ? "O_DIRECT" : "buffered");
-    printf("%s: %s\n", name, d);
+    tk_note("%s: %s\n", name, d);
     check(memcmp(a, b, n * sizeof(float)) == 0,
           "  streamed logits bitwise equal to resident", NULL);
     /* smaller than the experts: slots were evicted and experts re-read */
@@ -163,7 +165,9 @@ make_model(const char *path, const char *arch, uint32_t n_embd,
                                                           : "tiny",
                            err, sizeof(err)) < 0)
     {
-        printf("mkmodel: %s\n", err);
+        tk_begin("mkmodel %s", path);
+        tk_fail("%s", err);
+        tk_end();
         return -1;
     }
     p.n_embd = n_embd;
@@ -177,7 +181,9 @@ make_model(const char *path, const char *arch, uint32_t n_embd,
     if (llm_mkmodel_check(&p, err, sizeof(err)) < 0
         || llm_mkmodel_write(&p, path, NULL, err, sizeof(err)) < 0)
     {
-        printf("mkmodel %s: %s\n", path, err);
+        tk_begin("mkmodel %s", path);
+        tk_fail("%s", err);
+        tk_end();
         return -1;
     }
     return 0;
@@ -334,8 +340,8 @@ regrouped_once(const char *path)
         return;
     }
     if (rest == 0) {
-        printf("regrouped tensors known to the cache: skip (no regrouping "
-               "on this CPU)\n");
+        tk_skip("regrouped tensors known to the cache",
+                "no regrouping on this CPU");
         llm_model_free(m);
         return;
     }
@@ -374,8 +380,8 @@ main(void)
         NULL
     };
     llm_model_t        *m;
-    char                dir[512], gen[600], mix[600], big[600], err[512];
-    const char         *tmp = getenv("TMPDIR");
+    const char         *dir;
+    char                gen[600], mix[600], big[600], err[512];
     uint32_t            ne;
     int                 i;
 
@@ -390,12 +396,7 @@ main(void)
         compare(refs[i], 64, ne, 1);
     }
 
-    snprintf(dir, sizeof(dir), "%s/test_expert_cache.XXXXXX",
-             tmp && *tmp ? tmp : "/tmp");
-    if (mkdtemp(dir) == NULL) {
-        printf("mkdtemp %s: %s\n", dir, strerror(errno));
-        return 1;
-    }
+    dir = tk_tmpdir("test_expert_cache");
     snprintf(gen, sizeof(gen), "%s/gen-16x4.gguf", dir);
     snprintf(mix, sizeof(mix), "%s/gen-split.gguf", dir);
     if (make_model(gen, "qwen3moe", 256, 16, 4, 0) == 0) {
@@ -404,25 +405,17 @@ main(void)
         read_error(gen, dir);
         too_small(gen);
         unlink(gen);
-    } else {
-        g_fail++;
     }
     /* attention matrices with rows in runs of 16 (regrouped) */
     snprintf(big, sizeof(big), "%s/gen-1024.gguf", dir);
     if (make_model(big, "qwen3moe", 1024, 8, 2, 0) == 0) {
         regrouped_once(big);
         unlink(big);
-    } else {
-        g_fail++;
     }
     /* old Mixtral layout: one tensor per expert */
     if (make_model(mix, "llama", 128, 8, 2, 1) == 0) {
         compare(mix, 64, 5, 0);
         unlink(mix);
-    } else {
-        g_fail++;
     }
-    rmdir(dir);
-    printf("test_expert_cache: %s\n", g_fail ? "FAILED" : "all pass");
-    return g_fail ? 1 : 0;
+    return tk_done();
 }

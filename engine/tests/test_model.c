@@ -14,6 +14,7 @@
 
 #include "model/gguf.h"
 #include "model/model.h"
+#include "testkit.h"
 
 #define SRC "engine/tests/data/reference/ref-qwen3moe-q4_0.gguf"
 
@@ -149,7 +150,7 @@ write_edited(const edit_t *e, const char *dst, char *err, size_t errlen)
     return rc;
 }
 
-static int
+static void
 check_batches(void)
 {
     llm_model_t    *m = NULL;
@@ -162,14 +163,15 @@ check_batches(void)
     llm_batch_t     b = { 2, tok, pos, seq, want, 1, &sv };
     float          *out;
     char            err[512];
-    int             fail = 0, rc;
+    int             rc;
 
     if (llm_model_load(&m, SRC, NULL, err, sizeof(err)) < 0
         || llm_kv_create(&kv, m, 2, 16, LLM_TYPE_F32, err, sizeof(err)) < 0
         || llm_ctx_create(&c, m, kv, 2, 2, err, sizeof(err)) < 0)
     {
-        printf("batches: FAIL setup: %s\n", err);
-        return 1;
+        tk_begin("batches");
+        tk_fail("setup: %s", err);
+        return;
     }
     out = malloc(2 * 512 * sizeof(float));
 
@@ -179,12 +181,9 @@ check_batches(void)
         err[0] = '\0';                                                       \
         rc = llm_forward(c, &b, out, err, sizeof(err));                      \
         undo;                                                                \
-        if (rc == -EINVAL && strstr(err, sub) != NULL) {                     \
-            printf("batch %-22s pass (%s)\n", label, err);                   \
-        } else {                                                             \
-            printf("batch %-22s FAIL (rc %d, '%s')\n", label, rc, err);      \
-            fail++;                                                          \
-        }                                                                    \
+        tk_begin("batch %s (%s)", label, err);                               \
+        CHECK(rc == -EINVAL && strstr(err, sub) != NULL, "rc %d, '%s'", rc,  \
+              err);                                                          \
     } while (0)
 
     BAD("token out of range", tok[1] = 512, tok[1] = 2, "id 512");
@@ -197,43 +196,32 @@ check_batches(void)
 #undef BAD
 
     rc = llm_forward(c, &b, out, err, sizeof(err));
-    if (rc != 0) {
-        printf("batch after errors: FAIL %s\n", err);
-        fail++;
-    } else {
-        printf("batch %-22s pass\n", "good after bad ones");
-    }
+    tk_begin("batch good after bad ones");
+    CHECK(rc == 0, "%s", err);
     free(out);
     llm_ctx_free(c);
     llm_kv_free(kv);
     llm_model_free(m);
-    return fail;
 }
 
 int
 main(void)
 {
-    char          dst[128], path[160], err[512];
+    const char   *dst;
+    char          path[160], err[512];
     llm_model_t  *m;
     size_t        i;
-    int           fail = 0, rc, k, ok;
+    int           rc, k, ok;
 
-    snprintf(dst, sizeof(dst), "%s/test_model.XXXXXX", (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"));
     if (access(SRC, R_OK) != 0) {
-        printf("test_model: FAIL: %s missing (run from the repo root)\n",
-               SRC);
-        return 1;
+        tk_fatal("%s missing (run from the repo root)", SRC);
     }
-    if (mkdtemp(dst) == NULL) {
-        printf("test_model: FAIL: mkdtemp: %s\n", strerror(errno));
-        return 1;
-    }
+    dst = tk_tmpdir("test_model");
     for (i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
         snprintf(path, sizeof(path), "%s/m.gguf", dst);
         if (write_edited(&edits[i], path, err, sizeof(err)) < 0) {
-            printf("%-22s FAIL: cannot write the copy: %s\n",
-                   edits[i].label, err);
-            fail++;
+            tk_begin("%s", edits[i].label);
+            tk_fail("cannot write the copy: %s", err);
             continue;
         }
         m = NULL;
@@ -244,15 +232,12 @@ main(void)
         for (k = 0; k < 3 && edits[i].expect[k]; k++) {
             ok = ok && strstr(err, edits[i].expect[k]) != NULL;
         }
-        fail += !ok;
-        printf("%-22s %s (%s)\n", edits[i].label, ok ? "pass" : "FAIL",
-               err);
+        tk_begin("%s (%s)", edits[i].label, err);
+        CHECK(ok);
         llm_model_free(m);
         unlink(path);
     }
-    rmdir(dst);
 
-    fail += check_batches();
-    printf("test_model: %s\n", fail ? "FAILED" : "all pass");
-    return fail ? 1 : 0;
+    check_batches();
+    return tk_done();
 }

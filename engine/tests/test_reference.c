@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "model/model.h"
+#include "testkit.h"
 
 #define N_PROMPT    48
 #define N_GREEDY    16
@@ -32,7 +33,6 @@ typedef struct {
     double    cpp_top1;
 } ref_entry_t;
 
-static int   g_fail;
 static int   g_todo;    /* files of a type the engine refuses by name */
 
 static int
@@ -162,11 +162,7 @@ run_one_batch(llm_model_t *m, const int32_t *ids, float *out, char *err,
 {
     llm_kv_t       *kv = NULL;
     llm_ctx_t      *c = NULL;
-    int32_t         pos[N_PROMPT], seq[N_PROMPT];
-    uint8_t         want[N_PROMPT];
     uint32_t        blocks[N_PROMPT / BT + 1], i;
-    llm_seq_view_t  sv;
-    llm_batch_t     b;
     int             rc;
 
     rc = llm_kv_create(&kv, m, N_PROMPT / BT + 1, BT, LLM_TYPE_F32, err,
@@ -175,24 +171,11 @@ run_one_batch(llm_model_t *m, const int32_t *ids, float *out, char *err,
         rc = llm_ctx_create(&c, m, kv, 2, N_PROMPT, err, errlen);
     }
     if (rc == 0) {
-        for (i = 0; i < N_PROMPT; i++) {
-            pos[i] = (int32_t) i;
-            seq[i] = 0;
-            want[i] = 1;
-        }
         for (i = 0; i < N_PROMPT / BT + 1; i++) {
             blocks[i] = i;
         }
-        sv.blocks = blocks;
-        sv.n_blocks = N_PROMPT / BT + 1;
-        b.n_tokens = N_PROMPT;
-        b.tokens = ids;
-        b.pos = pos;
-        b.seq = seq;
-        b.logits = want;
-        b.n_seqs = 1;
-        b.seqs = &sv;
-        rc = llm_forward(c, &b, out, err, errlen);
+        rc = tk_forward_seq(c, ids, N_PROMPT, blocks, N_PROMPT / BT + 1,
+                            out, err, errlen);
     }
     llm_ctx_free(c);
     llm_kv_free(kv);
@@ -367,12 +350,12 @@ check_model(const char *dir, const ref_entry_t *e)
          * the named one, any other load error of a reference file fails.
          */
         if (strstr(err, "which this engine does not support") != NULL) {
-            printf("%-24s TODO type not supported yet: %s\n", e->name, err);
+            tk_skip(e->name, "type not supported yet: %s", err);
             g_todo++;
             return;
         }
-        printf("%-24s FAIL load: %s\n", e->name, err);
-        g_fail++;
+        tk_begin("%s", e->name);
+        tk_fail("load: %s", err);
         return;
     }
     hp = llm_model_hparams(m);
@@ -381,16 +364,16 @@ check_model(const char *dir, const ref_entry_t *e)
         || read_ids(txt, "greedy_continuation", greedy, N_GREEDY) < 0
         || (truth = read_f32(f64, nv)) == NULL)
     {
-        printf("%-24s FAIL: cannot read %s or %s\n", e->name, txt, f64);
-        g_fail++;
+        tk_begin("%s", e->name);
+        tk_fail("cannot read %s or %s", txt, f64);
         goto done;
     }
     got = malloc(nv * sizeof(float));
     first = malloc(nv * sizeof(float));
     split = malloc(2 * nv * sizeof(float));
     if (got == NULL || first == NULL || split == NULL) {
-        printf("%-24s FAIL: out of memory\n", e->name);
-        g_fail++;
+        tk_begin("%s", e->name);
+        tk_fail("out of memory");
         goto done;
     }
 
@@ -398,19 +381,17 @@ check_model(const char *dir, const ref_entry_t *e)
         if (llm_simd_force((llm_simd_t) lvl) != 0) {
             continue;
         }
+        tk_begin("%s %s 1 batch", e->name, llm_simd_name((llm_simd_t) lvl));
         if (run_one_batch(m, ids, got, err, sizeof(err)) < 0) {
-            printf("%-24s %-7s FAIL forward: %s\n", e->name,
-                   llm_simd_name((llm_simd_t) lvl), err);
-            g_fail++;
+            tk_fail("forward: %s", err);
             continue;
         }
         l2 = rel_l2(got, truth, nv);
         t1 = top1_agree(got, truth, N_PROMPT, hp->n_vocab);
-        ok = pass_bar(cls, l2, t1, e);
-        g_fail += !ok;
-        printf("%-24s %-7s %-9s %9.5f %6.3f %11.5f %6.3f  %s\n", e->name,
-               llm_simd_name((llm_simd_t) lvl), "1 batch", l2, t1,
-               e->cpp_l2, e->cpp_top1, ok ? "pass" : "FAIL");
+        CHECK(pass_bar(cls, l2, t1, e), "over the bar");
+        tk_end_as("%s %s 1 batch: relL2 %.5f top1 %.3f (llama.cpp %.5f "
+                  "%.3f)", e->name, llm_simd_name((llm_simd_t) lvl), l2, t1,
+                  e->cpp_l2, e->cpp_top1);
         if (lvl == (int) llm_simd_best()) {
             memcpy(first, got, nv * sizeof(float));
         }
@@ -421,9 +402,10 @@ check_model(const char *dir, const ref_entry_t *e)
     for (i = 0; i < 2; i++) {
         llm_type_t kvt = i == 0 ? LLM_TYPE_F32 : LLM_TYPE_F16;
 
+        tk_begin("%s %s split %s", e->name, llm_simd_name(llm_simd_best()),
+                 i == 0 ? "f32" : "f16");
         if (run_split(m, kvt, ids, split, gen, err, sizeof(err)) < 0) {
-            printf("%-24s FAIL split forward: %s\n", e->name, err);
-            g_fail++;
+            tk_fail("split forward: %s", err);
             continue;
         }
         d = fmax(rel_l2(split, first, nv), rel_l2(split + nv, first, nv));
@@ -451,13 +433,12 @@ check_model(const char *dir, const ref_entry_t *e)
                                  : fmax(2 * e->cpp_l2, 2e-3))
                  && t1 >= e->cpp_top1 - 0.1;
         }
-        g_fail += !ok;
-        printf("%-24s %-7s %-9s %9.5f %6.3f %11.5f %6.3f  %s  (vs 1 batch "
-               "%.1e, greedy %d/%d %d/%d)\n", e->name,
-               llm_simd_name(llm_simd_best()), i == 0 ? "split f32" :
-               "split f16", l2, t1, e->cpp_l2, e->cpp_top1,
-               ok ? "pass" : "FAIL", d, match[0], N_GREEDY, match[1],
-               N_GREEDY);
+        CHECK(ok, "over the bar");
+        tk_end_as("%s %s split %s: relL2 %.5f top1 %.3f (llama.cpp %.5f "
+                  "%.3f), vs 1 batch %.1e, greedy %d/%d %d/%d", e->name,
+                  llm_simd_name(llm_simd_best()), i == 0 ? "f32" : "f16",
+                  l2, t1, e->cpp_l2, e->cpp_top1, d, match[0], N_GREEDY,
+                  match[1], N_GREEDY);
     }
 
 done:
@@ -471,26 +452,21 @@ done:
 int
 main(void)
 {
-    const char   *env = getenv("LLM_SHARED");
     char          shared[1024], idx[1100], gg[1200];
     const char   *local = "engine/tests/data/reference";
     ref_entry_t  *ents = NULL;
     int           n = 0, i, ran = 0;
 
     llm_simd_init();
-    snprintf(shared, sizeof(shared), "%s/reference", env ? env : "../shared");
+    snprintf(shared, sizeof(shared), "%s/reference", tk_shared_dir());
     snprintf(idx, sizeof(idx), "%s/INDEX.tsv", shared);
     if (load_index(idx, &ents, &n) < 0) {
         snprintf(idx, sizeof(idx), "%s/INDEX.tsv", local);
         if (load_index(idx, &ents, &n) < 0) {
-            printf("test_reference: no INDEX.tsv in %s or %s\n", shared,
-                   local);
-            return 1;
+            tk_fatal("no INDEX.tsv in %s or %s", shared, local);
         }
     }
 
-    printf("%-24s %-7s %-9s %9s %6s %11s %6s  %s\n", "file", "simd", "run",
-           "relL2", "top1", "llama.cpp", "top1", "result");
     for (i = 0; i < n; i++) {
         snprintf(gg, sizeof(gg), "%s/%s.gguf", shared, ents[i].name);
         if (exists(gg)) {
@@ -504,16 +480,14 @@ main(void)
             ran++;
             continue;
         }
-        printf("%-24s skipped: not in %s nor %s\n", ents[i].name, shared,
-               local);
+        tk_skip(ents[i].name, "not in %s nor %s", shared, local);
     }
     free(ents);
 
     if (ran == 0) {
-        printf("test_reference: FAIL: no reference model found\n");
-        return 1;
+        tk_fatal("no reference model found");
     }
-    printf("test_reference: %d models, %d of them of a type not supported "
-           "yet, %s\n", ran, g_todo, g_fail ? "FAILED" : "the rest pass");
-    return g_fail ? 1 : 0;
+    tk_note("%d models, %d of them of a type not supported yet\n", ran,
+            g_todo);
+    return tk_done();
 }

@@ -27,42 +27,12 @@
 #include <jansson.h>
 
 #include "template/template.h"
+#include "testkit.h"
 
 #define DATA        "engine/tests/data/templates"
 #define FIXED_NOW   1768473000      /* 2026-01-15 10:30:00 UTC */
 
 static int  verbose;
-
-static char *
-read_file(const char *path, size_t *len)
-{
-    FILE   *f;
-    char   *p;
-    long    n;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0
-        || fseek(f, 0, SEEK_SET) != 0)
-    {
-        fclose(f);
-        return NULL;
-    }
-    p = malloc((size_t) n + 1);
-    if (p == NULL || fread(p, 1, (size_t) n, f) != (size_t) n) {
-        free(p);
-        fclose(f);
-        return NULL;
-    }
-    p[n] = '\0';
-    fclose(f);
-    if (len) {
-        *len = (size_t) n;
-    }
-    return p;
-}
 
 static int
 cmp_str(const void *a, const void *b)
@@ -128,11 +98,11 @@ show_diff(const char *want, size_t wn, const char *got, size_t gn)
     for (i = 0; i < wn && i < gn && want[i] == got[i]; i++) {
     }
     from = i > 60 ? i - 60 : 0;
-    printf("      first difference at byte %zu (want %zu bytes, got %zu)\n",
+    tk_note("      first difference at byte %zu (want %zu bytes, got %zu)\n",
            i, wn, gn);
-    printf("      want: \"%.*s\"\n", (int) (wn - from < 160 ? wn - from : 160),
+    tk_note("      want: \"%.*s\"\n", (int) (wn - from < 160 ? wn - from : 160),
            want + from);
-    printf("      got:  \"%.*s\"\n", (int) (gn - from < 160 ? gn - from : 160),
+    tk_note("      got:  \"%.*s\"\n", (int) (gn - from < 160 ? gn - from : 160),
            got + from);
 }
 
@@ -162,7 +132,7 @@ golden(const char *filter)
     snprintf(path, sizeof(path), "%s/convs", DATA);
     convs = list_dir(path, ".json", &nc);
     if (nt == 0 || nc == 0 || nc > 64) {
-        printf("golden: SKIP, no test data in %s (run from the repo root)\n",
+        tk_note("golden: SKIP, no test data in %s (run from the repo root)\n",
                DATA);
         free_list(tmpls, nt);
         free_list(convs, nc);
@@ -175,7 +145,7 @@ golden(const char *filter)
         snprintf(path, sizeof(path), "%s/convs/%s.json", DATA, convs[j]);
         vars[j] = json_load_file(path, 0, &je);
         if (vars[j] == NULL) {
-            printf("golden: FAIL, %s: %s\n", path, je.text);
+            tk_note("golden: FAIL, %s: %s\n", path, je.text);
             return 1;
         }
     }
@@ -184,9 +154,9 @@ golden(const char *filter)
             continue;
         }
         snprintf(path, sizeof(path), "%s/%s.jinja", DATA, tmpls[i]);
-        src = read_file(path, &slen);
+        src = tk_read_file(path, &slen);
         if (src == NULL) {
-            printf("golden: FAIL, cannot read %s\n", path);
+            tk_note("golden: FAIL, cannot read %s\n", path);
             failed = 1;
             continue;
         }
@@ -195,12 +165,12 @@ golden(const char *filter)
         for (j = 0; j < nc; j++) {
             snprintf(path, sizeof(path), "%s/expected/%s__%s.out", DATA,
                      tmpls[i], convs[j]);
-            want = read_file(path, &wn);
+            want = tk_read_file(path, &wn);
             is_err = 0;
             if (want == NULL) {
                 snprintf(path, sizeof(path), "%s/expected/%s__%s.err", DATA,
                          tmpls[i], convs[j]);
-                want = read_file(path, &wn);
+                want = tk_read_file(path, &wn);
                 is_err = 1;
                 if (want == NULL) {
                     continue;
@@ -219,7 +189,7 @@ golden(const char *filter)
                 ok = rc == 0 && gn == wn && memcmp(got, want, wn) == 0;
                 tally[j].out_ok += ok;
                 if (!ok) {
-                    printf("  MISMATCH %s / %s: %s\n", tmpls[i], convs[j],
+                    tk_note("  MISMATCH %s / %s: %s\n", tmpls[i], convs[j],
                            rc ? err : "output differs");
                     if (rc == 0 && verbose) {
                         show_diff(want, wn, got, gn);
@@ -241,10 +211,10 @@ golden(const char *filter)
                 }
                 tally[j].err_ok += ok;
                 if (!ok) {
-                    printf("  NOT RAISED %s / %s: want \"%s\", got %s\n",
+                    tk_note("  NOT RAISED %s / %s: want \"%s\", got %s\n",
                            tmpls[i], convs[j], want, rc ? err : "output");
                 } else if (verbose) {
-                    printf("  raised %s / %s: jinja2 \"%s\" / C \"%s\"\n",
+                    tk_note("  raised %s / %s: jinja2 \"%s\" / C \"%s\"\n",
                            tmpls[i], convs[j], want, err);
                 }
             }
@@ -252,13 +222,13 @@ golden(const char *filter)
             free(got);
         }
         if (crc != 0 && verbose) {
-            printf("  compile %s: %s\n", tmpls[i], cerr);
+            tk_note("  compile %s: %s\n", tmpls[i], cerr);
         }
         llm_tmpl_free(t);
     }
-    printf("golden: %-14s %8s %8s\n", "conversation", "rendered", "raised");
+    tk_note("golden: %-14s %8s %8s\n", "conversation", "rendered", "raised");
     for (j = 0; j < nc; j++) {
-        printf("golden: %-14s %3u/%-4u %3u/%-4u\n", convs[j], tally[j].out_ok,
+        tk_note("golden: %-14s %3u/%-4u %3u/%-4u\n", convs[j], tally[j].out_ok,
                tally[j].out_n, tally[j].err_ok, tally[j].err_n);
         total.out_ok += tally[j].out_ok;
         total.out_n += tally[j].out_n;
@@ -266,7 +236,7 @@ golden(const char *filter)
         total.err_n += tally[j].err_n;
         json_decref(vars[j]);
     }
-    printf("golden: %-14s %3u/%-4u %3u/%-4u\n", "total", total.out_ok,
+    tk_note("golden: %-14s %3u/%-4u %3u/%-4u\n", "total", total.out_ok,
            total.out_n, total.err_ok, total.err_n);
     if (total.out_ok != total.out_n || total.err_ok != total.err_n) {
         failed = 1;
@@ -276,16 +246,16 @@ golden(const char *filter)
         for (k = 0; required[k] != NULL; k++) {
             snprintf(path, sizeof(path), "%s/%s.jinja", DATA, required[k]);
             if (access(path, R_OK) != 0) {
-                printf("golden: required template %s missing\n", path);
+                tk_note("golden: required template %s missing\n", path);
                 req_bad = 1;
             }
         }
-        printf("golden: required families (MiniMax-M2, Qwen3, DeepSeek-V3.1 "
+        tk_note("golden: required families (MiniMax-M2, Qwen3, DeepSeek-V3.1 "
                "and V3.2, Llama 3.1/3.2/3.3, Mistral Nemo, gpt-oss): %s\n",
                req_bad ? "FAIL" : "ok");
         failed |= req_bad;
     }
-    printf("golden: %s\n", failed ? "FAIL" : "ok");
+    tk_note("golden: %s\n", failed ? "FAIL" : "ok");
     free_list(tmpls, nt);
     free_list(convs, nc);
     return failed;
@@ -315,7 +285,7 @@ snippets(const char *file, const char *filter)
     }
     all = json_load_file(path, 0, &je);
     if (all == NULL) {
-        printf("snippets: SKIP, %s: %s\n", path, je.text);
+        tk_note("snippets: SKIP, %s: %s\n", path, je.text);
         return 0;
     }
     json_array_foreach(all, i, it) {
@@ -341,7 +311,7 @@ snippets(const char *file, const char *filter)
             if (rc == 0 && gn == strlen(want) && memcmp(got, want, gn) == 0) {
                 ok++;
             } else {
-                printf("  snippet %s: %s\n", name, rc ? err : "differs");
+                tk_note("  snippet %s: %s\n", name, rc ? err : "differs");
                 if (rc == 0) {
                     show_diff(want, strlen(want), got, gn);
                 }
@@ -352,17 +322,17 @@ snippets(const char *file, const char *filter)
             if (rc != 0 && (file != NULL || strstr(err, msg) != NULL)) {
                 ok++;
             } else {
-                printf("  snippet %s: want error \"%s\", got %s\n", name,
+                tk_note("  snippet %s: want error \"%s\", got %s\n", name,
                        werr, rc ? err : "output");
             }
             if (verbose && rc != 0) {
-                printf("  snippet %s: C error \"%s\"\n", name, err);
+                tk_note("  snippet %s: C error \"%s\"\n", name, err);
             }
         }
         free(got);
     }
     json_decref(all);
-    printf("%s: %zu/%zu match jinja2 %s\n", file ? file : "snippets", ok, n,
+    tk_note("%s: %zu/%zu match jinja2 %s\n", file ? file : "snippets", ok, n,
            ok == n ? "ok" : "FAIL");
     return ok != n;
 }
@@ -415,14 +385,14 @@ fuzz_templates(void)
     snprintf(path, sizeof(path), "%s/convs/tools.json", DATA);
     vars = json_load_file(path, 0, &je);
     if (nt == 0 || vars == NULL) {
-        printf("fuzz-templates: SKIP, no test data\n");
+        tk_note("fuzz-templates: SKIP, no test data\n");
         free_list(tmpls, nt);
         return 0;
     }
     for (iter = 0; iter < iters; iter++) {
         i = rnd() % nt;
         snprintf(path, sizeof(path), "%s/%s.jinja", DATA, tmpls[i]);
-        src = read_file(path, &slen);
+        src = tk_read_file(path, &slen);
         if (src == NULL) {
             continue;
         }
@@ -482,7 +452,7 @@ fuzz_templates(void)
         free(buf);
         free(src);
     }
-    printf("fuzz-templates: %u mutated templates, %zu rendered, %s\n",
+    tk_note("fuzz-templates: %u mutated templates, %zu rendered, %s\n",
            iters, rendered, failed ? "FAIL" : "ok");
     json_decref(vars);
     free_list(tmpls, nt);
@@ -501,13 +471,13 @@ fuzz_messages(void)
 
     tmpls = list_dir(DATA, ".jinja", &nt);
     if (nt == 0) {
-        printf("fuzz-messages: SKIP, no test data\n");
+        tk_note("fuzz-messages: SKIP, no test data\n");
         return 0;
     }
     for (iter = 0; iter < iters; iter++) {
         i = rnd() % nt;
         snprintf(path, sizeof(path), "%s/%s.jinja", DATA, tmpls[i]);
-        src = read_file(path, &slen);
+        src = tk_read_file(path, &slen);
         if (src == NULL || llm_tmpl_compile(&t, src, slen, err,
                                             sizeof(err)) != 0)
         {
@@ -556,7 +526,7 @@ fuzz_messages(void)
         json_decref(vars);
         llm_tmpl_free(t);
     }
-    printf("fuzz-messages: %u random conversations, %u rendered, %s\n",
+    tk_note("fuzz-messages: %u random conversations, %u rendered, %s\n",
            iters, rendered, failed ? "FAIL" : "ok");
     free_list(tmpls, nt);
     return failed != 0;
@@ -745,7 +715,7 @@ fuzz_grammar(void)
         if (llm_tmpl_compile(&t, g.p, g.n, err, sizeof(err)) != 0) {
             failed += err[0] == '\0';
             if (getenv("LLM_FUZZ_SHOW")) {
-                printf("  compile error %s:\n%s\n", err, g.p);
+                tk_note("  compile error %s:\n%s\n", err, g.p);
             }
             continue;
         }
@@ -763,7 +733,7 @@ fuzz_grammar(void)
     }
     free(g.p);
     json_decref(vars);
-    printf("fuzz-grammar: %u generated templates, %u compiled, %u rendered, "
+    tk_note("fuzz-grammar: %u generated templates, %u compiled, %u rendered, "
            "%s\n", iters, compiled, rendered, failed ? "FAIL" : "ok");
     return failed != 0;
 }
@@ -789,12 +759,12 @@ expect_error(const char *name, const char *src, int want_rc,
     if (rc == 0 || (want_rc && rc != want_rc)
         || (want_substr && strstr(err, want_substr) == NULL))
     {
-        printf("limits: FAIL %s: rc %d, \"%s\"\n", name, rc,
+        tk_note("limits: FAIL %s: rc %d, \"%s\"\n", name, rc,
                rc ? err : "(rendered)");
         return 1;
     }
     if (verbose) {
-        printf("limits: %s -> %s\n", name, err);
+        tk_note("limits: %s -> %s\n", name, err);
     }
     return 0;
 }
@@ -878,13 +848,13 @@ limits(void)
             llm_tmpl_free(t);
         }
         if (rc != -EINVAL || strstr(err, "nested deeper") == NULL) {
-            printf("limits: FAIL deep JSON: rc %d, \"%s\"\n", rc, err);
+            tk_note("limits: FAIL deep JSON: rc %d, \"%s\"\n", rc, err);
             bad = 1;
         }
         free(out);
         json_decref(vars);
     }
-    printf("limits: depth, recursion, iterations, output, range, JSON "
+    tk_note("limits: depth, recursion, iterations, output, range, JSON "
            "depth, errors: %s\n", bad ? "FAIL" : "ok");
     return bad;
 }
@@ -927,22 +897,22 @@ chatml(void)
         || llm_tmpl_compile(&t, llm_tmpl_chatml, strlen(llm_tmpl_chatml),
                             err, sizeof(err)) != 0)
     {
-        printf("chatml: FAIL compile: %s\n", err);
+        tk_note("chatml: FAIL compile: %s\n", err);
         json_decref(vars);
         return 1;
     }
     if (llm_tmpl_render(t, vars, &out, &outlen, err, sizeof(err)) != 0) {
-        printf("chatml: FAIL render: %s\n", err);
+        tk_note("chatml: FAIL render: %s\n", err);
         bad = 1;
     } else if (strcmp(out, want) != 0) {
-        printf("chatml: FAIL output differs\n");
+        tk_note("chatml: FAIL output differs\n");
         show_diff(want, strlen(want), out, outlen);
         bad = 1;
     }
     free(out);
     llm_tmpl_free(t);
     json_decref(vars);
-    printf("chatml: fallback with Hermes tools: %s\n", bad ? "FAIL" : "ok");
+    tk_note("chatml: fallback with Hermes tools: %s\n", bad ? "FAIL" : "ok");
     return bad;
 }
 
@@ -950,7 +920,7 @@ int
 main(int argc, char **argv)
 {
     const char *filter = NULL, *seed;
-    int         i, bad = 0;
+    int         i;
 
     seed = getenv("LLM_FUZZ_SEED");
     if (seed != NULL && strtoull(seed, NULL, 0) != 0) {
@@ -963,7 +933,9 @@ main(int argc, char **argv)
         } else if (strcmp(argv[i], "--cases") == 0 && i + 1 < argc) {
             /* a file in snippets.json's format, e.g. from
              * tools/ref/fuzz_templates.py */
-            return snippets(argv[i + 1], NULL);
+            tk_begin("cases in %s", argv[i + 1]);
+            CHECK(snippets(argv[i + 1], NULL) == 0);
+            return tk_done();
         } else if (strcmp(argv[i], "--help") == 0) {
             printf("usage: test_template [-v] [TEMPLATE-SUBSTRING]\n"
                    "       test_template [-v] --cases FILE.json\n");
@@ -972,17 +944,25 @@ main(int argc, char **argv)
             filter = argv[i];
         }
     }
-    bad |= golden(filter);
-    bad |= snippets(NULL, filter);
+    /* each part prints its findings as notes and returns nonzero when one
+     * failed */
+    tk_begin("golden: every template and conversation as jinja2");
+    CHECK(golden(filter) == 0, "golden");
+    tk_begin("snippets");
+    CHECK(snippets(NULL, filter) == 0, "snippets");
     if (filter == NULL) {
-        bad |= snippets(DATA "/random.json", NULL);
+        tk_begin("random snippets");
+        CHECK(snippets(DATA "/random.json", NULL) == 0, "random.json");
+        tk_begin("limits");
+        CHECK(limits() == 0, "limits");
+        tk_begin("chatml fallback with Hermes tools");
+        CHECK(chatml() == 0, "chatml");
+        tk_begin("fuzz-templates");
+        CHECK(fuzz_templates() == 0, "fuzz-templates");
+        tk_begin("fuzz-messages");
+        CHECK(fuzz_messages() == 0, "fuzz-messages");
+        tk_begin("fuzz-grammar");
+        CHECK(fuzz_grammar() == 0, "fuzz-grammar");
     }
-    if (filter == NULL) {
-        bad |= limits();
-        bad |= chatml();
-        bad |= fuzz_templates();
-        bad |= fuzz_messages();
-        bad |= fuzz_grammar();
-    }
-    return bad ? 1 : 0;
+    return tk_done();
 }

@@ -31,55 +31,7 @@
 #include "model/gguf.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_int.h"      /* pcre_only, llm_bpe_set_pre: cross-check */
-
-static int  failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                     \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
-
-static char *
-read_file(const char *path, size_t *len)
-{
-    FILE    *f;
-    char    *buf;
-    long     n;
-
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0
-        || fseek(f, 0, SEEK_SET) != 0)
-    {
-        fclose(f);
-        return NULL;
-    }
-    buf = malloc((size_t) n + 1);
-    if (buf == NULL || fread(buf, 1, (size_t) n, f) != (size_t) n) {
-        free(buf);
-        fclose(f);
-        return NULL;
-    }
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t) n;
-    return buf;
-}
-
-static const char *
-shared_dir(void)
-{
-    const char *s = getenv("LLM_SHARED");
-
-    return s && *s ? s : "../shared";
-}
+#include "testkit.h"
 
 /*
  * Find NAME.EXT in the repo's test data, else (GGUF only) in
@@ -104,7 +56,7 @@ find_vocab_file(char *out, size_t outlen, const char *name, const char *ext)
             return 0;
         }
     }
-    snprintf(out, outlen, "%s/vocab/%s.%s", shared_dir(), name, ext);
+    snprintf(out, outlen, "%s/vocab/%s.%s", tk_shared_dir(), name, ext);
     return access(out, R_OK) == 0 ? 0 : -ENOENT;
 }
 
@@ -216,11 +168,11 @@ print_ids(const char *label, const int32_t *ids, size_t n)
 {
     size_t i;
 
-    printf("    %s:", label);
+    tk_note("    %s:", label);
     for (i = 0; i < n && i < 40; i++) {
-        printf(" %d", ids[i]);
+        tk_note(" %d", ids[i]);
     }
-    printf(n > 40 ? " ...\n" : "\n");
+    tk_note(n > 40 ? " ...\n" : "\n");
 }
 
 /*
@@ -239,24 +191,25 @@ test_vocab(const char *name)
     int32_t            exp[4096];
     size_t             ne;
     int                shown = 0, pok;
-    int                fail0 = failures;
 
     if (find_vocab_file(ipath, sizeof(ipath), name, "inp") < 0
         || find_vocab_file(opath, sizeof(opath), name, "out") < 0
         || load_vocab(name, &g, &v) == -ENOENT)
     {
-        printf("SKIP vocab %-15s (no %s.gguf/.inp/.out in "
-               "engine/tests/data/vocab or %s/vocab)\n", name, name,
-               shared_dir());
+        snprintf(err, sizeof(err), "vocab %s", name);
+        tk_skip(err, "no %s.gguf/.inp/.out in engine/tests/data/vocab or "
+                "%s/vocab", name, tk_shared_dir());
         return 0;
     }
     if (v == NULL) {
-        printf("FAIL vocab %s: cannot load\n", name);
+        tk_begin("vocab %s", name);
+        tk_fail("cannot load");
+        tk_end();
         return 1;
     }
 
-    inp = read_file(ipath, &il);
-    outp = read_file(opath, &ol);
+    inp = tk_read_file(ipath, &il);
+    outp = tk_read_file(opath, &ol);
     if (inp == NULL || outp == NULL) {
         CHECK(0, "%s: cannot read %s or %s", name, ipath, opath);
         goto done;
@@ -292,9 +245,9 @@ test_vocab(const char *name)
         {
             CHECK(0, "%s: string %zu: %s", name, n_str, err);
         } else if (t.n != ne || memcmp(t.ids, exp, ne * 4) != 0) {
-            failures++;
+            tk_fail_quiet();
             if (shown++ < 5) {
-                printf("  FAIL %s: string %zu '%.*s'\n", name, n_str,
+                tk_note("  FAIL %s: string %zu '%.*s'\n", name, n_str,
                        (int) (q - p) > 60 ? 60 : (int) (q - p), p);
                 print_ids("expected", exp, ne);
                 print_ids("got     ", t.ids, t.n);
@@ -309,9 +262,9 @@ test_vocab(const char *name)
         {
             n_rt++;
         } else {
-            failures++;
+            tk_fail_quiet();
             if (shown++ < 5) {
-                printf("  FAIL %s: round trip of string %zu '%.*s' gave "
+                tk_note("  FAIL %s: round trip of string %zu '%.*s' gave "
                        "'%s'%s\n", name, n_str,
                        (int) (q - p) > 60 ? 60 : (int) (q - p), p,
                        back ? back : "(null)",
@@ -326,9 +279,9 @@ test_vocab(const char *name)
     }
     (void) k;
 
-    printf("%s vocab %-15s %zu/%zu strings exact, %zu/%zu round trips "
-           "(%s, pre %s, %u tokens)\n", failures == fail0 ? "ok  " : "FAIL",
-           name, n_ok, n_str, n_rt, n_str, llm_vocab_model(v),
+    tk_end_as("vocab %s: %zu/%zu strings exact, %zu/%zu round trips "
+              "(%s, pre %s, %u tokens)",
+              name, n_ok, n_str, n_rt, n_str, llm_vocab_model(v),
            llm_vocab_pre(v), llm_vocab_n_tokens(v));
 
 done:
@@ -383,7 +336,7 @@ test_detok_bpe(void)
     llm_vocab_t   *v;
     llm_tokens_t   t = { 0 };
     char          *s, err[256];
-    int            at, pok, fail0 = failures;
+    int            at, pok;
     const char    *text = "Hello world, this is 🦙 and 中文 with stop "
                           "strings here.";
     const char    *stop1[] = { "this is 🦙 an" };     /* spans 3+ tokens */
@@ -392,7 +345,7 @@ test_detok_bpe(void)
     size_t         i;
 
     if (load_vocab("gpt-2", &g, &v) < 0) {
-        printf("SKIP detok (byte-level): no gpt-2 vocabulary\n");
+        tk_skip("detok byte-level", "no gpt-2 vocabulary");
         return;
     }
 
@@ -456,9 +409,8 @@ test_detok_bpe(void)
               "invalid stop string accepted");
     }
 
-    printf("%s detok byte-level: UTF-8 never split, stops across 2-3 "
-           "tokens, false prefixes released, U+FFFD\n",
-           failures == fail0 ? "ok  " : "FAIL");
+    tk_end_as("detok byte-level: UTF-8 never split, stops across 2-3 "
+           "tokens, false prefixes released, U+FFFD");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -474,11 +426,11 @@ test_detok_spm(void)
     char           err[256];
     const char    *o;
     size_t         ol, i, n_byte = 0;
-    int            fail0 = failures, emitted_early = 0;
+    int            emitted_early = 0;
     const char    *text = "🦙";
 
     if (load_vocab("llama-spm", &g, &v) < 0) {
-        printf("SKIP detok (SentencePiece): no llama-spm vocabulary\n");
+        tk_skip("detok SentencePiece", "no llama-spm vocabulary");
         return;
     }
     llm_tokenize(v, text, strlen(text), 0, &t, err, sizeof(err));
@@ -545,9 +497,8 @@ test_detok_spm(void)
         free(back);
     }
 
-    printf("%s SentencePiece: byte-fallback tokens joined, leading space "
-           "handled, word-by-word merging exact, random text round-trips\n",
-           failures == fail0 ? "ok  " : "FAIL");
+    tk_end_as("SentencePiece: byte-fallback tokens joined, leading space "
+           "handled, word-by-word merging exact, random text round-trips");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -562,11 +513,10 @@ test_special(void)
     char           err[256];
     const char    *text = "a<|endoftext|>b";
     int32_t        eot;
-    int            fail0 = failures;
     size_t         i, found = 0;
 
     if (load_vocab("gpt-2", &g, &v) < 0) {
-        printf("SKIP special tokens: no gpt-2 vocabulary\n");
+        tk_skip("special tokens", "no gpt-2 vocabulary");
         return;
     }
     eot = llm_vocab_find(v, "<|endoftext|>", 13);
@@ -612,9 +562,8 @@ test_special(void)
               "control token piece with special");
     }
 
-    printf("%s special tokens: matched only with PARSE_SPECIAL and not "
-           "after a guard, control pieces only when asked\n",
-           failures == fail0 ? "ok  " : "FAIL");
+    tk_end_as("special tokens: matched only with PARSE_SPECIAL and not "
+           "after a guard, control pieces only when asked");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -699,10 +648,9 @@ test_pre_vs_pcre(void)
     llm_tokens_t   a = { 0 }, b = { 0 }, t = { 0 };
     char           buf[512], err[256];
     size_t         p, it, n, bad = 0;
-    int            fail0 = failures;
 
     if (load_vocab("gpt-2", &g, &v) < 0) {
-        printf("SKIP pre-tokenizer cross-check: no gpt-2 vocabulary\n");
+        tk_skip("pre-tokenizer cross-check", "no gpt-2 vocabulary");
         return;
     }
     for (p = 0; p < sizeof(pres) / sizeof(pres[0]); p++) {
@@ -724,23 +672,22 @@ test_pre_vs_pcre(void)
             v->split_log = NULL;
             t.n = 0;
             if (a.n != b.n || memcmp(a.ids, b.ids, a.n * 4) != 0) {
-                failures++;
+                tk_fail_quiet();
                 if (bad++ < 3) {
-                    printf("  FAIL pre %s: hand-written and PCRE2 splits "
+                    tk_note("  FAIL pre %s: hand-written and PCRE2 splits "
                            "differ on (%zu bytes):", pres[p], n);
                     for (size_t i = 0; i < n; i++) {
-                        printf(" %02x", (unsigned char) buf[i]);
+                        tk_note(" %02x", (unsigned char) buf[i]);
                     }
-                    printf("\n");
+                    tk_note("\n");
                     print_ids("hand piece ends", a.ids, a.n);
                     print_ids("pcre piece ends", b.ids, b.n);
                 }
             }
         }
     }
-    printf("%s pre-tokenizer: hand-written gpt-2/llama3/qwen2/o200k splits "
-           "equal PCRE2's on 6 x 20000 random strings\n",
-           failures == fail0 ? "ok  " : "FAIL");
+    tk_end_as("pre-tokenizer: hand-written gpt-2/llama3/qwen2/o200k splits "
+           "equal PCRE2's on 6 x 20000 random strings");
     llm_tokens_free(&a);
     llm_tokens_free(&b);
     llm_tokens_free(&t);
@@ -763,10 +710,10 @@ test_all_pre_sets(void)
     llm_tokens_t   t = { 0 };
     char           buf[512], err[256], *back;
     size_t         p, it, n, bl;
-    int            fail0 = failures, pok;
+    int            pok;
 
     if (load_vocab("gpt-2", &g, &v) < 0) {
-        printf("SKIP pre-tokenizer sets: no gpt-2 vocabulary\n");
+        tk_skip("pre-tokenizer sets", "no gpt-2 vocabulary");
         return;
     }
     for (p = 0; p < sizeof(pres) / sizeof(pres[0]); p++) {
@@ -809,8 +756,8 @@ test_all_pre_sets(void)
         CHECK(llm_bpe_set_pre(bad, "no-such-pre", err, sizeof(err)) < 0,
               "unknown pre accepted");
     }
-    printf("%s pre-tokenizer sets: all %zu compile, tokenize and round-trip "
-           "random text\n", failures == fail0 ? "ok  " : "FAIL",
+    tk_end_as("pre-tokenizer sets: all %zu compile, tokenize and round-trip "
+           "random text",
            sizeof(pres) / sizeof(pres[0]));
     llm_tokens_free(&t);
     llm_vocab_free(v);
@@ -878,7 +825,7 @@ test_bad_vocab(void)
     llm_vocab_t   *v;
     llm_tokens_t   t = { 0 };
     size_t         i;
-    int            rc, fail0 = failures;
+    int            rc;
 
     snprintf(path, sizeof(path), "%s/test_tokenizer.%d.gguf",
              (getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"), (int) getpid());
@@ -911,9 +858,8 @@ test_bad_vocab(void)
     }
     unlink(path);
     llm_tokens_free(&t);
-    printf("%s bad vocabularies: unknown model/pre, wrong array sizes, ids "
-           "out of range rejected with the key named\n",
-           failures == fail0 ? "ok  " : "FAIL");
+    tk_end_as("bad vocabularies: unknown model/pre, wrong array sizes, ids "
+           "out of range rejected with the key named");
 }
 
 static size_t
@@ -937,14 +883,14 @@ test_nfc(void)
     char           path[1024], line[8192], in[2048], ex[2048], *o;
     FILE          *f;
     size_t         ni, ne, ol, n_cases = 0, n_changed = 0;
-    int            r, fail0 = failures;
+    int            r;
     llm_gguf_t    *g;
     llm_vocab_t   *v;
 
     if (find_vocab_file(path, sizeof(path), "nfc-cases", "txt") < 0
         || (f = fopen(path, "r")) == NULL)
     {
-        printf("SKIP NFC: no engine/tests/data/vocab/nfc-cases.txt\n");
+        tk_skip("NFC", "no engine/tests/data/vocab/nfc-cases.txt");
         return;
     }
     while (fgets(line, sizeof(line), f) != NULL) {
@@ -1001,8 +947,8 @@ test_nfc(void)
         llm_gguf_close(g);
     }
 
-    printf("%s NFC: %zu cases as Python's unicodedata (%zu changed), invalid "
-           "bytes kept, only for qwen2\n", failures == fail0 ? "ok  " : "FAIL",
+    tk_end_as("NFC: %zu cases as Python's unicodedata (%zu changed), invalid "
+           "bytes kept, only for qwen2",
            n_cases, n_changed);
 }
 
@@ -1026,10 +972,10 @@ test_linear(void)
     char           err[256], *buf;
     size_t         n = 0, i = 0, frags = 0;
     unsigned long  copied0;
-    int            pass, fail0 = failures;
+    int            pass;
 
     if (load_vocab("gpt-2", &g, &v) < 0) {
-        printf("SKIP linear tokenization: no gpt-2 vocabulary\n");
+        tk_skip("linear tokenization", "no gpt-2 vocabulary");
         return;
     }
     buf = malloc(total + 64);
@@ -1062,9 +1008,8 @@ test_linear(void)
               pass ? "fragments" : "one text", llm_tok_n_copied - copied0,
               t.n);
     }
-    printf("%s linear tokenization: 4 MB in 1 and in %zu fragments, the "
-           "token array grows geometrically\n",
-           failures == fail0 ? "ok  " : "FAIL", frags + 1);
+    tk_end_as("linear tokenization: 4 MB in 1 and in %zu fragments, the "
+           "token array grows geometrically", frags + 1);
     free(buf);
 
 done:
@@ -1094,10 +1039,5 @@ main(void)
     test_detok_bpe();
     test_detok_spm();
 
-    if (failures) {
-        printf("test_tokenizer: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_tokenizer: all passed\n");
-    return 0;
+    return tk_done();
 }

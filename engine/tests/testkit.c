@@ -212,6 +212,13 @@ tk_fail(const char *fmt, ...)
 
 
 void
+tk_fail_quiet(void)
+{
+    tk_mark_failed();
+}
+
+
+void
 tk_fatal(const char *fmt, ...)
 {
     va_list  ap;

@@ -78,6 +78,11 @@ void tk_skip_all(const char *fmt, ...) TK_PRINTF(1, 2)
  * checks that print their own diagnosis. */
 void tk_fail(const char *fmt, ...) TK_PRINTF(1, 2);
 
+/* Fails the open point (opening "setup" if none) without a message: for
+ * a check that prints its own diagnosis with tk_note, or only the first
+ * few of many. */
+void tk_fail_quiet(void);
+
 /* A failure the program cannot go on after: tk_fail, then tk_done's
  * plan and exit 1. */
 void tk_fatal(const char *fmt, ...) TK_PRINTF(1, 2) __attribute__((noreturn));
