@@ -888,7 +888,7 @@ test_q4_0_r16(void)
     }
     llm_simd_force(llm_simd_best());
     tk_end_as("Q4_0_R16: AVX-512 gemm bit-identical to its scalar reference"
-           " and to each column alone, within 2e-5 of Q4_0");
+              " and to each column alone, within 2e-5 of Q4_0");
 }
 
 int
@@ -900,7 +900,7 @@ main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     llm_simd_init();
     tk_note("simd: best %s, in use %s\n", llm_simd_name(llm_simd_best()),
-           llm_simd_name(llm_simd_level()));
+            llm_simd_name(llm_simd_level()));
 
     test_conversions();
     test_type_table();

@@ -99,11 +99,13 @@ show_diff(const char *want, size_t wn, const char *got, size_t gn)
     }
     from = i > 60 ? i - 60 : 0;
     tk_note("      first difference at byte %zu (want %zu bytes, got %zu)\n",
-           i, wn, gn);
-    tk_note("      want: \"%.*s\"\n", (int) (wn - from < 160 ? wn - from : 160),
-           want + from);
-    tk_note("      got:  \"%.*s\"\n", (int) (gn - from < 160 ? gn - from : 160),
-           got + from);
+            i, wn, gn);
+    tk_note("      want: \"%.*s\"\n",
+            (int) (wn - from < 160 ? wn - from : 160),
+            want + from);
+    tk_note("      got:  \"%.*s\"\n",
+            (int) (gn - from < 160 ? gn - from : 160),
+            got + from);
 }
 
 typedef struct {
@@ -133,7 +135,7 @@ golden(const char *filter)
     convs = list_dir(path, ".json", &nc);
     if (nt == 0 || nc == 0 || nc > 64) {
         tk_note("golden: SKIP, no test data in %s (run from the repo root)\n",
-               DATA);
+                DATA);
         free_list(tmpls, nt);
         free_list(convs, nc);
         return 1;
@@ -190,7 +192,7 @@ golden(const char *filter)
                 tally[j].out_ok += ok;
                 if (!ok) {
                     tk_note("  MISMATCH %s / %s: %s\n", tmpls[i], convs[j],
-                           rc ? err : "output differs");
+                            rc ? err : "output differs");
                     if (rc == 0 && verbose) {
                         show_diff(want, wn, got, gn);
                     }
@@ -212,10 +214,10 @@ golden(const char *filter)
                 tally[j].err_ok += ok;
                 if (!ok) {
                     tk_note("  NOT RAISED %s / %s: want \"%s\", got %s\n",
-                           tmpls[i], convs[j], want, rc ? err : "output");
+                            tmpls[i], convs[j], want, rc ? err : "output");
                 } else if (verbose) {
                     tk_note("  raised %s / %s: jinja2 \"%s\" / C \"%s\"\n",
-                           tmpls[i], convs[j], want, err);
+                            tmpls[i], convs[j], want, err);
                 }
             }
             free(want);
@@ -229,7 +231,7 @@ golden(const char *filter)
     tk_note("golden: %-14s %8s %8s\n", "conversation", "rendered", "raised");
     for (j = 0; j < nc; j++) {
         tk_note("golden: %-14s %3u/%-4u %3u/%-4u\n", convs[j], tally[j].out_ok,
-               tally[j].out_n, tally[j].err_ok, tally[j].err_n);
+                tally[j].out_n, tally[j].err_ok, tally[j].err_n);
         total.out_ok += tally[j].out_ok;
         total.out_n += tally[j].out_n;
         total.err_ok += tally[j].err_ok;
@@ -237,7 +239,7 @@ golden(const char *filter)
         json_decref(vars[j]);
     }
     tk_note("golden: %-14s %3u/%-4u %3u/%-4u\n", "total", total.out_ok,
-           total.out_n, total.err_ok, total.err_n);
+            total.out_n, total.err_ok, total.err_n);
     if (total.out_ok != total.out_n || total.err_ok != total.err_n) {
         failed = 1;
     }
@@ -251,8 +253,8 @@ golden(const char *filter)
             }
         }
         tk_note("golden: required families (MiniMax-M2, Qwen3, DeepSeek-V3.1 "
-               "and V3.2, Llama 3.1/3.2/3.3, Mistral Nemo, gpt-oss): %s\n",
-               req_bad ? "FAIL" : "ok");
+                "and V3.2, Llama 3.1/3.2/3.3, Mistral Nemo, gpt-oss): %s\n",
+                req_bad ? "FAIL" : "ok");
         failed |= req_bad;
     }
     tk_note("golden: %s\n", failed ? "FAIL" : "ok");
@@ -323,7 +325,7 @@ snippets(const char *file, const char *filter)
                 ok++;
             } else {
                 tk_note("  snippet %s: want error \"%s\", got %s\n", name,
-                       werr, rc ? err : "output");
+                        werr, rc ? err : "output");
             }
             if (verbose && rc != 0) {
                 tk_note("  snippet %s: C error \"%s\"\n", name, err);
@@ -333,7 +335,7 @@ snippets(const char *file, const char *filter)
     }
     json_decref(all);
     tk_note("%s: %zu/%zu match jinja2 %s\n", file ? file : "snippets", ok, n,
-           ok == n ? "ok" : "FAIL");
+            ok == n ? "ok" : "FAIL");
     return ok != n;
 }
 
@@ -453,7 +455,7 @@ fuzz_templates(void)
         free(src);
     }
     tk_note("fuzz-templates: %u mutated templates, %zu rendered, %s\n",
-           iters, rendered, failed ? "FAIL" : "ok");
+            iters, rendered, failed ? "FAIL" : "ok");
     json_decref(vars);
     free_list(tmpls, nt);
     return failed != 0;
@@ -527,7 +529,7 @@ fuzz_messages(void)
         llm_tmpl_free(t);
     }
     tk_note("fuzz-messages: %u random conversations, %u rendered, %s\n",
-           iters, rendered, failed ? "FAIL" : "ok");
+            iters, rendered, failed ? "FAIL" : "ok");
     free_list(tmpls, nt);
     return failed != 0;
 }
@@ -734,7 +736,7 @@ fuzz_grammar(void)
     free(g.p);
     json_decref(vars);
     tk_note("fuzz-grammar: %u generated templates, %u compiled, %u rendered, "
-           "%s\n", iters, compiled, rendered, failed ? "FAIL" : "ok");
+            "%s\n", iters, compiled, rendered, failed ? "FAIL" : "ok");
     return failed != 0;
 }
 
@@ -760,7 +762,7 @@ expect_error(const char *name, const char *src, int want_rc,
         || (want_substr && strstr(err, want_substr) == NULL))
     {
         tk_note("limits: FAIL %s: rc %d, \"%s\"\n", name, rc,
-               rc ? err : "(rendered)");
+                rc ? err : "(rendered)");
         return 1;
     }
     if (verbose) {
@@ -855,7 +857,7 @@ limits(void)
         json_decref(vars);
     }
     tk_note("limits: depth, recursion, iterations, output, range, JSON "
-           "depth, errors: %s\n", bad ? "FAIL" : "ok");
+            "depth, errors: %s\n", bad ? "FAIL" : "ok");
     return bad;
 }
 

@@ -248,7 +248,7 @@ test_vocab(const char *name)
             tk_fail_quiet();
             if (shown++ < 5) {
                 tk_note("  FAIL %s: string %zu '%.*s'\n", name, n_str,
-                       (int) (q - p) > 60 ? 60 : (int) (q - p), p);
+                        (int) (q - p) > 60 ? 60 : (int) (q - p), p);
                 print_ids("expected", exp, ne);
                 print_ids("got     ", t.ids, t.n);
             }
@@ -265,10 +265,10 @@ test_vocab(const char *name)
             tk_fail_quiet();
             if (shown++ < 5) {
                 tk_note("  FAIL %s: round trip of string %zu '%.*s' gave "
-                       "'%s'%s\n", name, n_str,
-                       (int) (q - p) > 60 ? 60 : (int) (q - p), p,
-                       back ? back : "(null)",
-                       pok ? "" : " (a piece split UTF-8)");
+                        "'%s'%s\n", name, n_str,
+                        (int) (q - p) > 60 ? 60 : (int) (q - p), p,
+                        back ? back : "(null)",
+                        pok ? "" : " (a piece split UTF-8)");
             }
         }
         free(back);
@@ -282,7 +282,7 @@ test_vocab(const char *name)
     tk_end_as("vocab %s: %zu/%zu strings exact, %zu/%zu round trips "
               "(%s, pre %s, %u tokens)",
               name, n_ok, n_str, n_rt, n_str, llm_vocab_model(v),
-           llm_vocab_pre(v), llm_vocab_n_tokens(v));
+              llm_vocab_pre(v), llm_vocab_n_tokens(v));
 
 done:
     free(inp);
@@ -410,7 +410,7 @@ test_detok_bpe(void)
     }
 
     tk_end_as("detok byte-level: UTF-8 never split, stops across 2-3 "
-           "tokens, false prefixes released, U+FFFD");
+              "tokens, false prefixes released, U+FFFD");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -498,7 +498,7 @@ test_detok_spm(void)
     }
 
     tk_end_as("SentencePiece: byte-fallback tokens joined, leading space "
-           "handled, word-by-word merging exact, random text round-trips");
+              "handled, word-by-word merging exact, random text round-trips");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -563,7 +563,7 @@ test_special(void)
     }
 
     tk_end_as("special tokens: matched only with PARSE_SPECIAL and not "
-           "after a guard, control pieces only when asked");
+              "after a guard, control pieces only when asked");
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -675,7 +675,7 @@ test_pre_vs_pcre(void)
                 tk_fail_quiet();
                 if (bad++ < 3) {
                     tk_note("  FAIL pre %s: hand-written and PCRE2 splits "
-                           "differ on (%zu bytes):", pres[p], n);
+                            "differ on (%zu bytes):", pres[p], n);
                     for (size_t i = 0; i < n; i++) {
                         tk_note(" %02x", (unsigned char) buf[i]);
                     }
@@ -687,7 +687,7 @@ test_pre_vs_pcre(void)
         }
     }
     tk_end_as("pre-tokenizer: hand-written gpt-2/llama3/qwen2/o200k splits "
-           "equal PCRE2's on 6 x 20000 random strings");
+              "equal PCRE2's on 6 x 20000 random strings");
     llm_tokens_free(&a);
     llm_tokens_free(&b);
     llm_tokens_free(&t);
@@ -757,8 +757,8 @@ test_all_pre_sets(void)
               "unknown pre accepted");
     }
     tk_end_as("pre-tokenizer sets: all %zu compile, tokenize and round-trip "
-           "random text",
-           sizeof(pres) / sizeof(pres[0]));
+              "random text",
+              sizeof(pres) / sizeof(pres[0]));
     llm_tokens_free(&t);
     llm_vocab_free(v);
     llm_gguf_close(g);
@@ -859,7 +859,7 @@ test_bad_vocab(void)
     unlink(path);
     llm_tokens_free(&t);
     tk_end_as("bad vocabularies: unknown model/pre, wrong array sizes, ids "
-           "out of range rejected with the key named");
+              "out of range rejected with the key named");
 }
 
 static size_t
@@ -948,8 +948,8 @@ test_nfc(void)
     }
 
     tk_end_as("NFC: %zu cases as Python's unicodedata (%zu changed), invalid "
-           "bytes kept, only for qwen2",
-           n_cases, n_changed);
+              "bytes kept, only for qwen2",
+              n_cases, n_changed);
 }
 
 /*
@@ -1009,7 +1009,7 @@ test_linear(void)
               t.n);
     }
     tk_end_as("linear tokenization: 4 MB in 1 and in %zu fragments, the "
-           "token array grows geometrically", frags + 1);
+              "token array grows geometrically", frags + 1);
     free(buf);
 
 done:

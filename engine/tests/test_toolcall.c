@@ -15,8 +15,7 @@
 
 #include "decode/sample.h"
 #include "decode/toolcall.h"
-
-static int failures;
+#include "testkit.h"
 
 #define MAXC  4
 
@@ -104,7 +103,7 @@ run(const case_t *c, const size_t *cuts, size_t n_cuts, rec_t *r)
     rc = llm_toolcall_create(&tc, c->fmt, tools, 42, err, sizeof(err));
     json_decref(tools);
     if (rc != 0) {
-        printf("FAIL %s: create: %s\n", c->what, err);
+        tk_fail("create: %s", err);
         return -1;
     }
     for (size_t i = 0; i <= n_cuts; i++) {
@@ -148,16 +147,15 @@ static int
 expected(const case_t *c, const rec_t *r)
 {
     if (r->bad) {
-        printf("FAIL %s: deltas out of order\n", c->what);
+        tk_fail("deltas out of order");
         return 0;
     }
     if (strcmp(r->content, c->content) != 0) {
-        printf("FAIL %s: content [%s], expected [%s]\n", c->what,
-               r->content, c->content);
+        tk_fail("content [%s], expected [%s]", r->content, c->content);
         return 0;
     }
     if (r->n != c->n) {
-        printf("FAIL %s: %u calls, expected %u\n", c->what, r->n, c->n);
+        tk_fail("%u calls, expected %u", r->n, c->n);
         return 0;
     }
     for (uint32_t i = 0; i < r->n; i++) {
@@ -165,33 +163,32 @@ expected(const case_t *c, const rec_t *r)
         json_t     *j;
 
         if (strncmp(id, "call_", 5) != 0 || strlen(id) != 29) {
-            printf("FAIL %s: id %s\n", c->what, id);
+            tk_fail("id %s", id);
             return 0;
         }
         for (int k = 5; k < 29; k++) {
             if (!isalnum((unsigned char) id[k])) {
-                printf("FAIL %s: id %s\n", c->what, id);
+                tk_fail("id %s", id);
                 return 0;
             }
         }
         if (i > 0 && strcmp(id, r->calls[i - 1].id) == 0) {
-            printf("FAIL %s: ids repeat\n", c->what);
+            tk_fail("ids repeat");
             return 0;
         }
         if (strcmp(r->calls[i].name, c->names[i]) != 0
             || strcmp(r->calls[i].args, c->args[i]) != 0)
         {
-            printf("FAIL %s: call %u is %s %s, expected %s %s\n", c->what, i,
-                   r->calls[i].name, r->calls[i].args, c->names[i],
-                   c->args[i]);
+            tk_fail("call %u is %s %s, expected %s %s", i,
+                    r->calls[i].name, r->calls[i].args, c->names[i],
+                    c->args[i]);
             return 0;
         }
         j = json_loads(r->calls[i].args, 0, NULL);
         if (j == NULL && c->args[i][0] == '{'
             && strchr(c->what, '~') == NULL)
         {
-            printf("FAIL %s: arguments are not JSON: %s\n", c->what,
-                   r->calls[i].args);
+            tk_fail("arguments are not JSON: %s", r->calls[i].args);
             return 0;
         }
         json_decref(j);
@@ -206,8 +203,9 @@ check(const case_t *c)
     rec_t     *whole = malloc(sizeof(rec_t)), *r = malloc(sizeof(rec_t));
     llm_rng_t  rng;
 
+    tk_begin("%s", c->what);
     if (run(c, NULL, 0, whole) != 0 || !expected(c, whole)) {
-        failures++;
+        tk_fail_quiet();
         goto done;
     }
     /* byte by byte */
@@ -218,9 +216,8 @@ check(const case_t *c)
             all[i] = i;
         }
         if (run(c, all, len, r) != 0 || !same(whole, r) || r->bad) {
-            printf("FAIL %s: byte by byte: content [%s], %u calls\n",
-                   c->what, r->content, r->n);
-            failures++;
+            tk_fail("byte by byte: content [%s], %u calls", r->content,
+                    r->n);
             free(all);
             goto done;
         }
@@ -230,9 +227,8 @@ check(const case_t *c)
     for (size_t i = 1; i < len; i++) {
         cuts[0] = i;
         if (run(c, cuts, 1, r) != 0 || !same(whole, r) || r->bad) {
-            printf("FAIL %s: split at %zu: content [%s], %u calls\n",
-                   c->what, i, r->content, r->n);
-            failures++;
+            tk_fail("split at %zu: content [%s], %u calls", i, r->content,
+                    r->n);
             goto done;
         }
     }
@@ -249,13 +245,11 @@ check(const case_t *c)
             cuts[n++] = at;
         }
         if (run(c, cuts, n, r) != 0 || !same(whole, r) || r->bad) {
-            printf("FAIL %s: random chunks %d: content [%s], %u calls\n",
-                   c->what, t, r->content, r->n);
-            failures++;
+            tk_fail("random chunks %d: content [%s], %u calls", t,
+                    r->content, r->n);
             goto done;
         }
     }
-    printf("ok %s\n", c->what);
 done:
     free(whole);
     free(r);
@@ -405,24 +399,17 @@ test_names(void)
         || llm_toolfmt_from_name("xml") != -1
         || strcmp(llm_toolfmt_name(LLM_TOOLFMT_MINIMAX_M2), "minimax-m2"))
     {
-        printf("FAIL names\n");
-        failures++;
-        return;
+        tk_fail("names and formats do not map both ways");
     }
-    printf("ok names\n");
 }
 
 int
 main(void)
 {
+    tk_begin("names");
     test_names();
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         check(&cases[i]);
     }
-    if (failures) {
-        printf("%d FAILED\n", failures);
-        return 1;
-    }
-    printf("all passed\n");
-    return 0;
+    return tk_done();
 }

@@ -78,9 +78,9 @@ void tk_skip_all(const char *fmt, ...) TK_PRINTF(1, 2)
  * checks that print their own diagnosis. */
 void tk_fail(const char *fmt, ...) TK_PRINTF(1, 2);
 
-/* Fails the open point (opening "setup" if none) without a message: for
- * a check that prints its own diagnosis with tk_note, or only the first
- * few of many. */
+/* Fails the open point (opening "setup" if none) without a message, unless
+ * it has failed already: for a check that prints its own diagnosis with
+ * tk_note or tk_fail elsewhere, or only the first few of many. */
 void tk_fail_quiet(void);
 
 /* A failure the program cannot go on after: tk_fail, then tk_done's
@@ -115,8 +115,8 @@ char *tk_read_file(const char *path, size_t *len);
 
 /*
  * A new directory $TMPDIR/NAME.XXXXXX (TMPDIR unset or empty: /tmp),
- * removed with all it holds by tk_done (a note if it cannot be).  Calls tk_fatal when it cannot be
- * made.  The string lives until tk_done.
+ * removed with all it holds by tk_done (a note if it cannot be).  Calls
+ * tk_fatal when it cannot be made.  The string lives until tk_done.
  */
 const char *tk_tmpdir(const char *name);
 
