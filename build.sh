@@ -176,6 +176,35 @@ make_models() {
 }
 
 
+# The engine's unit test binaries in DIR/tests (all but those named in
+# $UNIT_SKIP) through prove, WRAP (an emulator, or "") in front of each,
+# JOBS at a time; the names of the failed ones in UNIT_FAILS.  Run from the
+# repo root (the tests read engine/tests/data).
+
+UNIT_SKIP=
+UNIT_FAILS=()
+
+unit_tests() {
+    local dir=$1 wrap=$2 jobs=$3 t tests=() rc=0
+    for t in "$dir"/tests/test_*; do
+        [ -x "$t" ] || continue
+        case " $UNIT_SKIP " in *" $(basename "$t") "*) continue ;; esac
+        tests+=("$t")
+    done
+    UNIT_FAILS=()
+    [ ${#tests[@]} -ne 0 ] || { UNIT_FAILS=("unit tests (none built)"); return 1; }
+    (cd "$REPO" && prove --exec "$wrap" -j"$jobs" "${tests[@]}" 2>&1 \
+        | tee "$dir/unit.log"; exit "${PIPESTATUS[0]}") || rc=1
+    # prove's summary names each failed file: "<path> (Wstat: ...)"
+    while IFS= read -r t; do
+        UNIT_FAILS+=("$(basename "$t")${wrap:+($wrap)}")
+    done < <(grep -oE '^[^ ]+/tests/test_[A-Za-z0-9_]+ +\(Wstat' \
+             "$dir/unit.log" | cut -d' ' -f1 || true)
+    [ $rc -eq 0 ] || [ ${#UNIT_FAILS[@]} -ne 0 ] || UNIT_FAILS=("unit tests")
+    return $rc
+}
+
+
 # Runs every test suite, keeps going after a failure, prints a summary.
 
 run_tests() {
@@ -185,15 +214,9 @@ run_tests() {
 
     make_models "$dir"
 
-    say "engine unit tests"
-    for t in "$dir"/tests/*; do
-        [ -x "$t" ] || continue
-        name=$(basename "$t")
-        printf -- '--- %s\n' "$name"
-        if ! (cd "$REPO" && "$t"); then
-            fails+=("$name")
-        fi
-    done
+    # TAP from each binary (engine/tests/testkit.h), counted by prove
+    say "engine unit tests (prove, TAP)"
+    unit_tests "$dir" "" 1 || fails+=("${UNIT_FAILS[@]}")
 
     say "integration tests (prove -r t/)"
     rm -f "$dir/prove.log"
@@ -239,7 +262,7 @@ run_tests() {
 CROSS_T=(t/engine_basic.t t/engine_batch.t t/gateway_routes.t t/tool_sdk.t)
 
 run_cross() {
-    local dir=$BUILD/aarch64 fails=() t name
+    local dir=$BUILD/aarch64 fails=()
     command -v qemu-aarch64 >/dev/null || die "qemu-aarch64 is missing"
     say "engine for aarch64 (aarch64-linux-gnu-gcc)"
     make -s -C "$REPO/engine" -j"$JOBS" BUILD="$dir" \
@@ -248,27 +271,12 @@ run_cross() {
     [ -f "$BUILD/models/test-tiny.gguf" ] \
         && cp "$BUILD/models/test-tiny.gguf" "$dir/models/"
 
-    # $JOBS at a time (qemu runs each about 10x slower than native); the
-    # logs are printed in order once all have run
+    # $JOBS at a time (qemu runs each about 10x slower than native)
     say "aarch64 engine unit tests under qemu-aarch64 ($JOBS at a time)"
-    rm -rf "$dir/logs"
-    mkdir -p "$dir/logs"
-    for t in "$dir"/tests/*; do
-        [ -x "$t" ] || continue
-        name=$(basename "$t")
-        [ "$name" = test_expert_cache ] && continue
-        printf '%s\0' "$name"
-    done | (cd "$REPO" && LLM_BUILD="$dir" xargs -0 -P "$JOBS" -I{} \
-            sh -c 'qemu-aarch64 "$1/tests/$2" >"$1/logs/$2.log" 2>&1 \
-                   || touch "$1/logs/$2.failed"' sh "$dir" {}) || true
     printf -- '--- test_expert_cache (aarch64): SKIP, qemu-aarch64 has no'
     printf ' io_uring (it runs natively above)\n'
-    for t in "$dir"/logs/*.log; do
-        name=$(basename "$t" .log)
-        printf -- '--- %s (aarch64)\n' "$name"
-        cat "$t"
-        [ -e "$dir/logs/$name.failed" ] && fails+=("$name(aarch64)")
-    done
+    UNIT_SKIP=test_expert_cache LLM_BUILD="$dir" \
+        unit_tests "$dir" qemu-aarch64 "$JOBS" || fails+=("${UNIT_FAILS[@]}")
 
     say "integration tests, aarch64 engine under qemu-aarch64"
     if ! (cd "$REPO" && LLM_BUILD="$BUILD" \

@@ -1,5 +1,6 @@
 #!/usr/bin/perl
-# The audit's metering and memory defects with the real engine (issue 30):
+# The audit's metering and memory defects with the real engine
+# (docs/RELIABILITY.md, "Faults and the audit's defects"):
 #
 #  2. JSON answers with logprobs (top_logprobs 20) whose client leaves
 #     early do not leave their logprobs trees behind: 100 of them keep the

@@ -1,9 +1,9 @@
 #!/usr/bin/perl
-# Faults with real engines (issue 30, the fault suite): an engine killed
-# with SIGKILL in the middle of a stream gives the client a final error
-# event at once (no [DONE], no waiting for a timeout), and in the middle
-# of a JSON answer an OpenAI error; a restarted engine on the same socket
-# serves again without an nginx restart; the requests that reached no
+# Faults with real engines (the audit's fault suite, docs/RELIABILITY.md): an
+# engine killed with SIGKILL in the middle of a stream gives the client a
+# final error event at once (no [DONE], no waiting for a timeout), and in the
+# middle of a JSON answer an OpenAI error; a restarted engine on the same
+# socket serves again without an nginx restart; the requests that reached no
 # engine while it was down went to the other one.
 
 use strict;

@@ -1,6 +1,7 @@
 #!/usr/bin/perl
-# The gateway defects of the reliability audit (issue 30), with the fake
-# engine for the timing and the faults: each check failed before its fix.
+# The gateway defects of the reliability audit (docs/RELIABILITY.md, "Faults
+# and the audit's defects"), with the fake engine for the timing and the
+# faults: each check failed before its fix.
 #
 #  1. llm_sse_flush_interval: a stream longer than the interval is not cut
 #     off ("zero size buf in writer"), it ends with [DONE].

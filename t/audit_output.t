@@ -1,11 +1,11 @@
 #!/usr/bin/perl
-# Issue 30, items 10 and 13: every body the gateway writes is valid JSON
-# and valid UTF-8, whatever the client or the engine sent: long names cut
-# in error messages, raw URI bytes, an engine's invalid UTF-8 in deltas,
-# token bytes, errors, model names and Info, a fingerprint that tries to
-# add a JSON field; the logprob text of a token with a partial character
-# keeps its ASCII; /v1/completions with echo counts text_offset from the
-# end of the prompt.
+# The audit's items 10 and 13 (docs/RELIABILITY.md): every body the gateway
+# writes is valid JSON and valid UTF-8, whatever the client or the engine
+# sent: long names cut in error messages, raw URI bytes, an engine's invalid
+# UTF-8 in deltas, token bytes, errors, model names and Info, a fingerprint
+# that tries to add a JSON field; the logprob text of a token with a partial
+# character keeps its ASCII; /v1/completions with echo counts text_offset from
+# the end of the prompt.
 
 use strict;
 use warnings;

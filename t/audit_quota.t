@@ -1,9 +1,9 @@
 #!/usr/bin/perl
 # The reliability audit (docs/RELIABILITY.md): a request without
-# max_tokens reserves what it may really generate (the model's window minus the prompt) and is capped at
-# what the key has left, so concurrent requests cannot overrun a quota
-# or a tokens/min bucket (before: 10 requests on a 3000-token quota used
-# 12,288 tokens).
+# max_tokens reserves what it may really generate (the model's window minus
+# the prompt) and is capped at what the key has left, so concurrent
+# requests cannot overrun a quota or a tokens/min bucket (before: 10
+# requests on a 3000-token quota used 12,288 tokens).
 
 use strict;
 use warnings;

@@ -1,13 +1,13 @@
 #!/usr/bin/perl
 # llm-engine chooses at start how to hold a model in the memory it may use
-# (issue 30 item 12, docs/STREAMING.md "Choosing at start"): resident,
-# streamed experts with a cache that fits, or resident without the
-# regrouped (anonymous) copy, logged in one "memory:" line; it refuses to
-# start, with what to lower, when not even the KV cache fits; and inside
-# a real memory cgroup with a limit below the file's size (v1 or v2, a
-# child of this test's own cgroup) it streams, serves and is not
-# OOM-killed.  That part needs root and a writable memory cgroup, and
-# skips with the reason otherwise.
+# (the audit's item 12 in docs/RELIABILITY.md, docs/STREAMING.md "Choosing at
+# start"): resident, streamed experts with a cache that fits, or resident
+# without the regrouped (anonymous) copy, logged in one "memory:" line; it
+# refuses to start, with what to lower, when not even the KV cache fits; and
+# inside a real memory cgroup with a limit below the file's size (v1 or v2, a
+# child of this test's own cgroup) it streams, serves and is not OOM-killed.
+# That part needs root and a writable memory cgroup, and skips with the reason
+# otherwise.
 
 use strict;
 use warnings;

@@ -1,10 +1,10 @@
 #!/usr/bin/perl
-# The model file changed under a running llm-engine (issue 30 item 9,
-# docs/DEPLOY.md "Replacing the model file"): a new file renamed over the
-# path leaves the engine serving the one it loaded (the mapping stays
-# valid), logged once; truncated (as `cp` does first) or overwritten in
-# place, the next request gets an Error naming the cause, and the engine
-# drains and exits with code 3 -- never a death by SIGBUS.
+# The model file changed under a running llm-engine (the audit's item 9 in
+# docs/RELIABILITY.md, docs/DEPLOY.md "Replacing the model file"): a new file
+# renamed over the path leaves the engine serving the one it loaded (the
+# mapping stays valid), logged once; truncated (as `cp` does first) or
+# overwritten in place, the next request gets an Error naming the cause, and
+# the engine drains and exits with code 3 -- never a death by SIGBUS.
 
 use strict;
 use warnings;

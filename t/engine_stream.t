@@ -1,9 +1,9 @@
 #!/usr/bin/perl
-# llm-engine with --expert-cache-mb (streamed experts, issue 7): on a
-# generated model whose experts are several times the cache, greedy
-# completions equal those of the engine mapping the whole file; Info
-# carries the cache's counters; a cache below one token's experts is
-# refused at start with the minimum named.
+# llm-engine with --expert-cache-mb (streamed experts, docs/STREAMING.md): on
+# a generated model whose experts are several times the cache, greedy
+# completions equal those of the engine mapping the whole file; Info carries
+# the cache's counters; a cache below one token's experts is refused at start
+# with the minimum named.
 
 use strict;
 use warnings;

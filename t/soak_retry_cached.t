@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# Found by bench/soak.sh (issue 30): a non-streaming request whose engine
+# Found by bench/soak.sh: a non-streaming request whose engine
 # dies after producing tokens is generated again on the next server when
 # the connection to the dead engine came from the keepalive cache.
 #
@@ -23,9 +23,6 @@ use strict;
 use warnings;
 use lib 't/lib';
 use Test::More;
-use IO::Socket::UNIX;
-use POSIX ();
-use Socket qw(SOCK_STREAM);
 use LlmTest;
 use FakeEngine;
 
@@ -43,25 +40,8 @@ sub delta {
 # are answered in full, that one gets Started, three deltas, then a close.
 sub start_flaky {
     my ($path, $die_at) = @_;
-    my $l = IO::Socket::UNIX->new(Local => $path, Type => SOCK_STREAM,
-                                  Listen => 16) or die "listen $path: $!";
-    chmod 0777, $path;
-    my $pid = fork // die "fork: $!";
-    if ($pid == 0) {
-        $SIG{CHLD} = 'IGNORE';
-        while (my $c = $l->accept) {
-            my $p = fork;
-            if (defined $p && $p == 0) {
-                close $l;
-                serve_flaky($c, $die_at);
-                POSIX::_exit(0);
-            }
-            close $c;
-        }
-        POSIX::_exit(0);
-    }
-    close $l;
-    return $pid;
+    return FakeEngine->start($path,
+                             serve => sub { serve_flaky($_[0], $die_at) });
 }
 
 sub serve_flaky {
@@ -87,7 +67,8 @@ sub serve_flaky {
     }
 }
 
-my @pids = (start_flaky("$d/flaky.sock", 2), start_flaky("$d/flaky1.sock", 1));
+my @flaky = (start_flaky("$d/flaky.sock", 2),
+             start_flaky("$d/flaky1.sock", 1));
 my $ok = FakeEngine->start("$d/ok.sock", mode => 'ok',
                            count_file => "$d/ok.count");
 
@@ -146,9 +127,5 @@ ok(!-e "$d/ok.count",
 is($r->{status}, 502, 'the engine died after tokens: 502');
 like($second, qr/completion=3 /, 'the three tokens produced are billed');
 
-$ok->stop;
-for my $pid (@pids) {
-    kill 'KILL', $pid;
-    waitpid($pid, 0);
-}
+$_->stop for $ok, @flaky;
 $t->done;

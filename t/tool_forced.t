@@ -14,42 +14,24 @@ use warnings;
 use lib 't/lib';
 use Test::More;
 use LlmTest;
-use LlmKeys;
+use LlmClient;
 use LlmNpm;
 
 my $client = LlmTest->repo . '/tests/client';
 LlmNpm::need('tests/client', 'openai', 'ajv');
 
 my $t = LlmTest->new;
-my ($key, $line) = LlmKeys::new_key('tools', rpm => 100000,
-                                    tpm => 100000000);
-LlmKeys::write_keys($t, $line);
-$t->start_engine('a', threads => 2, args => ['--max-batch', '8']);
-my $user = $> == 0 ? 'user root;' : '';
-$t->start_nginx(<<"EOF", main => $user);
-    llm_zone llm 1m;
-    llm_keys @{[ $t->dir ]}/keys;
-    upstream engines { server unix:%%SOCK_a%%; keepalive 8; }
-    llm_model tiny upstream=engines;
-    server {
-        listen 127.0.0.1:%%PORT%%;
-        location /v1/ { llm_api on; }
-    }
-EOF
+my ($url, $key) = LlmClient::start_gateway($t,
+    keys => [ [ 'tools', rpm => 100000, tpm => 100000000 ] ],
+    engine => { threads => 2, args => ['--max-batch', '8'] },
+    keepalive => 8);
 
-local $ENV{LLM_URL} = 'http://127.0.0.1:' . $t->port . '/v1';
+local $ENV{LLM_URL} = $url;
 local $ENV{LLM_KEY} = $key;
 local $ENV{LLM_N} = $ENV{LLM_N} // 100;
-open my $fh, '-|', 'node', "$client/tool_forced.mjs" or die "node: $!";
-my ($oks, $fails) = (0, 0);
-while (my $l = <$fh>) {
-    print "# $l" if $l =~ /^#/;
-    $oks++ if $l =~ /^ok /;
-    $fails++ if $l =~ /^not ok /;
-    diag($l) if $l =~ /^(not )?ok 1 /;
-}
-close $fh;
-is($? >> 8, 0, 'tool_forced.mjs exits 0');
+my ($rc, $oks, $fails) = LlmClient::run_tap("$client/tool_forced.mjs",
+    echo => qr/^#/, diag => qr/^(not )?ok 1 /);
+is($rc, 0, 'tool_forced.mjs exits 0');
 is($fails, 0, 'every call parsed, named a tool and validated');
 is($oks, 1, 'the request loop ran');
 

@@ -11,30 +11,17 @@ use warnings;
 use lib 't/lib';
 use Test::More;
 use LlmTest;
-use LlmKeys;
+use LlmClient;
 use LlmNpm;
 
 my $t = LlmTest->new;
 my $client = $t->repo . '/tests/client';
 LlmNpm::need('tests/client', 'openai', 'ajv');
 
-my ($key, $line) = LlmKeys::new_key('tools', rpm => 1000);
-LlmKeys::write_keys($t, $line);
-$t->start_engine('a');
-my $user = $> == 0 ? 'user root;' : '';
-$t->start_nginx(<<"EOF", main => $user);
-    llm_zone llm 1m;
-    llm_keys @{[ $t->dir ]}/keys;
-    upstream engines { server unix:%%SOCK_a%%; keepalive 4; }
-    llm_model tiny upstream=engines;
-    server {
-        listen 127.0.0.1:%%PORT%%;
-        location /v1/ { llm_api on; }
-    }
-EOF
+my ($url, $key) = LlmClient::start_gateway($t,
+    keys => [ [ 'tools', rpm => 1000 ] ]);
 
 my $dir = $t->dir;
-my $url = 'http://127.0.0.1:' . $t->port . '/v1';
 my $out = `cd '$client' && LLM_URL='$url' LLM_KEY='$key' LLM_DUMP='$dir' node --test tools.test.mjs 2>&1`;
 my $rc = $? >> 8;
 is($rc, 0, 'tools.test.mjs passes') or diag($out);

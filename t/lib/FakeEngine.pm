@@ -9,6 +9,11 @@ package FakeEngine;
 #   ...
 #   $fe->stop;
 #
+# A test with an engine of its own passes serve => sub { my ($c) = @_; ... }
+# (called with each accepted connection, in a process of its own) instead
+# of a mode, and uses the frame helpers (frame, field_bytes, ev_info,
+# ev_started, ev_done, read_n) to speak the protocol.
+#
 # Modes: ok, split (one byte per write), garbage (an undecodable frame
 # first), close_mid (two deltas, then close), overloaded (Error
 # OVERLOADED), huge (a frame length over any limit), slow (Started, then
@@ -139,7 +144,7 @@ sub start {
             my $p = fork;
             if (defined $p && $p == 0) {
                 close $l;
-                serve($c, %o);
+                $o{serve} ? $o{serve}->($c) : serve($c, %o);
                 exit 0;
             }
             close $c;

@@ -10,26 +10,13 @@ use warnings;
 use FindBin;
 use lib "$FindBin::Bin/../../t/lib";
 use LlmTest;
-use LlmKeys;
+use LlmClient;
 
 $| = 1;
 my $t = LlmTest->new;
-my ($key, $line) = LlmKeys::new_key('client', rpm => 1000);
-my ($lim, $lline) = LlmKeys::new_key('limited', rpm => 1);
-LlmKeys::write_keys($t, $line, $lline);
-$t->start_engine('a');
-my $user = $> == 0 ? 'user root;' : '';
-$t->start_nginx(<<"EOF2", main => $user);
-    llm_zone llm 1m;
-    llm_keys @{[ $t->dir ]}/keys;
-    upstream engines { server unix:%%SOCK_a%%; keepalive 4; }
-    llm_model tiny upstream=engines;
-    server {
-        listen 127.0.0.1:%%PORT%%;
-        location /v1/ { llm_api on; }
-    }
-EOF2
-print "URL=http://127.0.0.1:", $t->port, "/v1\nKEY=$key\nLIMITED=$lim\n";
+my ($url, $key, $lim) = LlmClient::start_gateway($t,
+    keys => [ [ 'client', rpm => 1000 ], [ 'limited', rpm => 1 ] ]);
+print "URL=$url\nKEY=$key\nLIMITED=$lim\n";
 print "READY\n";
 1 while <STDIN>;
 $t->stop_nginx;

@@ -1,11 +1,11 @@
-// Tool calls through the gateway with the official openai SDK (issue 8):
-// forced calls (tool_choice named and required) arrive as the SDK expects,
-// non-streamed and streamed, and the SDK's stream helper assembles them;
-// their arguments validate against the tool's parameters with ajv (not
-// the engine's own code).  A follow-up request carrying the assistant's
-// tool_calls and a tool result is answered; its body, with arguments as
-// objects the way the engine renders them, and its prompt_tokens are
-// written to $LLM_DUMP for t/tool_sdk.t to check against llm-template.
+// Tool calls through the gateway with the official openai SDK
+// (docs/TOOLS.md): forced calls (tool_choice named and required) arrive as
+// the SDK expects, non-streamed and streamed, and the SDK's stream helper
+// assembles them; their arguments validate against the tool's parameters with
+// ajv (not the engine's own code).  A follow-up request carrying the
+// assistant's tool_calls and a tool result is answered; its body, with
+// arguments as objects the way the engine renders them, and its prompt_tokens
+// are written to $LLM_DUMP for t/tool_sdk.t to check against llm-template.
 // Env: LLM_URL, LLM_KEY, LLM_MODEL (default tiny), LLM_DUMP (a directory).
 
 import test from 'node:test';
