@@ -18,20 +18,8 @@
 #include "decode/hooks.h"
 #include "decode/sample.h"
 #include "text/tokenizer.h"
+#include "testkit.h"
 
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                \
-    do {                                                                \
-        checks++;                                                       \
-        if (!(cond)) {                                                  \
-            printf("FAIL line %d: ", __LINE__);                         \
-            printf(__VA_ARGS__);                                        \
-            printf("\n");                                               \
-            failures++;                                                 \
-        }                                                               \
-    } while (0)
 
 #define ACC  1      /* accepted, complete */
 #define PRE  2      /* accepted, incomplete */
@@ -272,7 +260,7 @@ test_tables(void)
     table("{\"type\":\"array\",\"minItems\":2,\"maxItems\":2,\"items\":"
           "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
           "\"minItems\":1,\"maxItems\":2}}", 0, minmax);
-    printf("ok tables\n");
+    tk_end_as("tables");
 }
 
 static void
@@ -371,7 +359,7 @@ test_errors(void)
         n += (size_t) snprintf(big + n, sizeof(big) - n, "}");
     }
     expect_error(big, "nested too deeply");
-    printf("ok errors\n");
+    tk_end_as("errors");
 }
 
 static void
@@ -408,7 +396,7 @@ test_response_format(void)
           && strcmp(err, "response_format.json_schema.schema: unsupported "
                     "JSON schema keyword 'pattern' at the root") == 0,
           "error text: %s", err);
-    printf("ok response_format\n");
+    tk_end_as("response_format");
 }
 
 
@@ -526,7 +514,7 @@ test_byte_walks(void)
         llm_gstate_free(st);
         llm_grammar_free(g);
     }
-    printf("ok byte walks\n");
+    tk_end_as("byte walks");
 }
 
 
@@ -699,8 +687,8 @@ test_token_walks(const char *vocab)
         llm_gstate_free(tmp);
         llm_grammar_free(g);
     }
-    printf("ok token walks (%s, %u tokens, %d masks checked)\n", vocab, nv,
-           masks);
+    tk_end_as("token walks (%s, %u tokens, %d masks checked)", vocab, nv,
+              masks);
     free(row);
     llm_tokindex_free(ti);
     llm_vocab_free(v);
@@ -807,19 +795,25 @@ test_hooks(void)
     llm_hooks_ctx_free(&ctx);
     llm_vocab_free(v);
     llm_gguf_close(gg);
-    printf("ok hooks\n");
+    tk_end_as("hooks");
 }
 
 int
 main(void)
 {
+    tk_begin("tables");
     test_tables();
+    tk_begin("errors");
     test_errors();
+    tk_begin("response_format");
     test_response_format();
+    tk_begin("byte walks");
     test_byte_walks();
+    tk_begin("token walks (gpt-2)");
     test_token_walks("gpt-2");
+    tk_begin("token walks (llama-spm)");
     test_token_walks("llama-spm");
+    tk_begin("hooks");
     test_hooks();
-    printf("%d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    return tk_done();
 }

@@ -182,21 +182,21 @@ test_plan(void)
 
     /* exactly the file: resident; a byte less: streamed */
     REQUIRE(llm_mem_plan(&n, (n.file_bytes + fixed) / 9 * 10 + 10, &p,
-                               err, sizeof(err)) == 0);
+                         err, sizeof(err)) == 0);
     REQUIRE(p.mode == LLM_MEM_RESIDENT);
     REQUIRE(llm_mem_plan(&n, (n.file_bytes + fixed) / 9 * 10 - 20, &p,
-                               err, sizeof(err)) == 0);
+                         err, sizeof(err)) == 0);
     REQUIRE(p.mode == LLM_MEM_STREAMED);
     /* the cache never exceeds every expert */
     REQUIRE(p.cache_mb << 20 <= 16 * layer);
 
     /* one layer of slots is the least worth streaming */
     REQUIRE(llm_mem_plan(&n, (rest + fixed + layer) / 9 * 10 + 10, &p,
-                               err, sizeof(err)) == 0);
+                         err, sizeof(err)) == 0);
     REQUIRE(p.mode == LLM_MEM_STREAMED);
     REQUIRE((p.cache_mb << 20) + MIB > layer);
     REQUIRE(llm_mem_plan(&n, (rest + fixed + layer) / 9 * 10 - 20, &p,
-                               err, sizeof(err)) == 0);
+                         err, sizeof(err)) == 0);
     REQUIRE(p.mode == LLM_MEM_NO_REGROUP);
     REQUIRE(p.anon_bytes == fixed);
 
@@ -208,7 +208,7 @@ test_plan(void)
 
     /* not even the KV cache fits: an error naming what to lower */
     REQUIRE(llm_mem_plan(&n, 300 * MIB, &p, err, sizeof(err))
-                  == -ENOMEM);
+            == -ENOMEM);
     REQUIRE(strstr(err, "KV cache (256.0 MiB)") != NULL);
     REQUIRE(strstr(err, "--kv-mb") != NULL);
 }

@@ -37,18 +37,7 @@
 #include "template/template.h"
 #include "text/tokenizer.h"
 #include "text/tokenizer_int.h"      /* llm_bpe_byte_cp, llm_tok_n_copied */
-
-static int  failures;
-
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            failures++;                                                       \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                     \
-            printf(__VA_ARGS__);                                              \
-            printf("\n");                                                     \
-        }                                                                     \
-    } while (0)
+#include "testkit.h"
 
 /* The prompt of g as the engine builds it: decoded (serve/wire.c), then
  * built. */
@@ -104,7 +93,7 @@ synth_vocab(const char *const *spec, size_t n, int ttype)
     types = calloc(256 + n, sizeof(*types));
     bytes = calloc(256, sizeof(*bytes));
     if (toks == NULL || lens == NULL || types == NULL || bytes == NULL) {
-        printf("  synth_vocab: out of memory\n");
+        tk_note("  synth_vocab: out of memory\n");
         goto done;
     }
     for (i = 0; i < 256; i++) {
@@ -130,7 +119,7 @@ synth_vocab(const char *const *spec, size_t n, int ttype)
              getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR")
                                                    : "/tmp", (int) getpid());
     if (llm_gguf_writer_open(&w, path, err, sizeof(err)) < 0) {
-        printf("  synth_vocab: %s\n", err);
+        tk_note("  synth_vocab: %s\n", err);
         goto done;
     }
     llm_gguf_w_str(w, "general.architecture", "llama", 5);
@@ -143,7 +132,7 @@ synth_vocab(const char *const *spec, size_t n, int ttype)
         || llm_gguf_open(&g, path, err, sizeof(err)) < 0
         || llm_vocab_load(&v, g, err, sizeof(err)) < 0)
     {
-        printf("  synth_vocab: %s\n", err);
+        tk_note("  synth_vocab: %s\n", err);
         v = NULL;
     }
     llm_gguf_close(g);
@@ -184,7 +173,7 @@ test_linear(void)
     char                   err[512], (*text)[32] = NULL;
     unsigned long          copied0;
     size_t                 i;
-    int                    rc, fail0 = failures;
+    int                    rc;
 
     v = synth_vocab(spec, 2, 3);
     if (v == NULL) {
@@ -222,10 +211,9 @@ test_linear(void)
     CHECK(llm_tok_n_copied - copied0 <= 3 * toks.n, "%lu ids copied growing "
           "token arrays for %zu tokens", llm_tok_n_copied - copied0, toks.n);
 
-    printf("%s linear: %zu messages rendered and tokenized into %zu tokens, "
-           "%lu ids copied growing arrays\n",
-           failures == fail0 ? "ok  " : "FAIL", n_msgs, toks.n,
-           llm_tok_n_copied - copied0);
+    tk_end_as("linear: %zu messages rendered and tokenized into %zu tokens, "
+              "%lu ids copied growing arrays", n_msgs, toks.n,
+              llm_tok_n_copied - copied0);
 
 done:
     llm_tokens_free(&toks);
@@ -613,7 +601,7 @@ test_templates(void)
     llm_vocab_t    *v;
     FILE           *fp;
     long            fl;
-    int             type, f, fail0 = failures;
+    int             type, f;
 
     d = opendir(dir);
     if (d == NULL) {
@@ -671,8 +659,8 @@ test_templates(void)
         }
         n_covered += st.injected > inj0;
         if (st.injected == inj0) {
-            printf("  note: %s: no special text reached its prompt from "
-                   "the request\n", names[i]);
+            tk_note("note: %s: no special text reached its prompt from "
+                    "the request\n", names[i]);
         }
         free_list(sp, n_sp);
         llm_tmpl_free(t);
@@ -689,12 +677,11 @@ test_templates(void)
     }
     CHECK(n_covered + 3 >= n_names, "only %zu of %zu templates covered",
           n_covered, n_names);
-    printf("%s injection: %zu templates (%zu with injections in their "
-           "prompt), %zu special texts as control and as user-defined "
-           "tokens, %zu renders, %zu injected copies reached the prompt as "
-           "plain text, markup kept\n",
-           failures == fail0 ? "ok  " : "FAIL", n_names, n_covered, total_sp,
-           st.renders, st.injected);
+    tk_end_as("injection: %zu templates (%zu with injections in their "
+              "prompt), %zu special texts as control and as user-defined "
+              "tokens, %zu renders, %zu injected copies reached the prompt as "
+              "plain text, markup kept", n_names, n_covered, total_sp,
+              st.renders, st.injected);
 }
 
 static llm_tmpl_t *
@@ -760,7 +747,7 @@ test_vocabs(void)
     size_t         i, n_tok = 0, n_vocab = 0, tl, tsl;
     uint32_t       id;
     const char    *tsrc;
-    int            type, f, guarded, fail0 = failures;
+    int            type, f, guarded;
 
     for (i = 0; i < sizeof(vocabs) / sizeof(vocabs[0]); i++) {
         snprintf(path, sizeof(path), "engine/tests/data/vocab/%s.gguf",
@@ -769,9 +756,9 @@ test_vocabs(void)
             snprintf(path, sizeof(path), "%s/%s.gguf", dir ? dir : ".",
                      vocabs[i].name);
             if (dir == NULL || access(path, R_OK) != 0) {
-                printf("SKIP injection, %s: no %s.gguf in "
-                       "$LLM_TOK_VOCAB_DIR\n", vocabs[i].name,
-                       vocabs[i].name);
+                tk_note("SKIP injection, %s: no %s.gguf in "
+                        "$LLM_TOK_VOCAB_DIR\n", vocabs[i].name,
+                        vocabs[i].name);
                 continue;
             }
         }
@@ -813,10 +800,9 @@ test_vocabs(void)
         llm_gguf_close(g);
     }
     CHECK(n_tok >= 50, "only %zu special tokens", n_tok);
-    printf("%s injection, real vocabularies: %zu control/user-defined/"
-           "unknown tokens of %zu vocabularies, %zu injected copies as "
-           "plain text\n", failures == fail0 ? "ok  " : "FAIL", n_tok,
-           n_vocab, st.injected);
+    tk_end_as("injection, real vocabularies: %zu control/user-defined/"
+              "unknown tokens of %zu vocabularies, %zu injected copies as "
+              "plain text", n_tok, n_vocab, st.injected);
 }
 
 /* A completion prompt is raw text: special tokens parsed, as llama.cpp. */
@@ -830,7 +816,6 @@ test_completion(void)
     llm_tokens_t          toks = { 0 };
     const char           *param;
     char                  err[512];
-    int                   fail0 = failures;
 
     v = synth_vocab(spec, 2, 3);
     if (v == NULL || llm_tmpl_compile(&t, llm_tmpl_chatml,
@@ -849,8 +834,8 @@ test_completion(void)
           && toks.ids[0] == llm_vocab_find(v, "<|im_start|>", 12)
           && toks.ids[8] == llm_vocab_find(v, "<|im_end|>", 10),
           "completion prompt: %zu tokens, special tokens not parsed", toks.n);
-    printf("%s completion prompt: special tokens parsed as llama.cpp's "
-           "server does\n", failures == fail0 ? "ok  " : "FAIL");
+    tk_end_as("completion prompt: special tokens parsed as llama.cpp's "
+              "server does");
     llm_tokens_free(&toks);
     llm_tmpl_free(t);
     llm_vocab_free(v);
@@ -897,7 +882,6 @@ test_guard_edges(void)
     char                  err[512], dec[256];
     size_t                i, k, dn, pl;
     int32_t               s_id, e_id;
-    int                   fail0 = failures;
 
     v = synth_vocab(spec, 2, 3);
     if (v == NULL) {
@@ -970,25 +954,24 @@ test_guard_edges(void)
         llm_vocab_free(v);
     }
 
-    printf("%s guard edges: split over two strings, before the template's "
-           "own token, tojson ascii, case mapping, kwargs, inside a "
-           "character\n", failures == fail0 ? "ok  " : "FAIL");
+    tk_end_as("guard edges: split over two strings, before the template's "
+              "own token, tojson ascii, case mapping, kwargs, inside a "
+              "character");
     llm_tokens_free(&toks);
 }
 
 int
 main(void)
 {
+    tk_begin("linear");
     test_linear();
+    tk_begin("completion prompt");
     test_completion();
+    tk_begin("guard edges");
     test_guard_edges();
+    tk_begin("injection, real vocabularies");
     test_vocabs();
+    tk_begin("injection");
     test_templates();
-
-    if (failures) {
-        printf("test_prompt: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_prompt: all passed\n");
-    return 0;
+    return tk_done();
 }

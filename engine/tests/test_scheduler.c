@@ -24,17 +24,8 @@
 #include "model/gguf.h"
 #include "serve/scheduler.h"
 #include "text/tokenizer.h"
+#include "testkit.h"
 
-static int failures;
-
-#define CHECK(group, cond)                                              \
-    do {                                                                \
-        if (!(cond)) {                                                  \
-            printf("FAIL %s: %s (line %d)\n", group, #cond, __LINE__);  \
-            failures++;                                                 \
-            return;                                                     \
-        }                                                               \
-    } while (0)
 
 #define BT     4
 #define MAXR   64
@@ -182,7 +173,7 @@ make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     shadow_n = n_blocks * BT;
     shadow = calloc(shadow_n, sizeof(int32_t));
     if (llm_sched_create(&s, &c, err, sizeof(err)) != 0) {
-        printf("FAIL create: %s\n", err);
+        tk_fail("create: %s", err);
         return NULL;
     }
     return s;
@@ -261,27 +252,27 @@ test_batching(void)
     llm_sched_t      *s = make(4096, 16, 64, 0, 256);
     llm_sched_stats_t st;
 
-    CHECK("batching", s != NULL);
+    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
     for (int i = 0; i < MAXR; i++) {
-        CHECK("batching", submit(s, &w[i], prompts[i], plen[i],
-                                 5 + (uint32_t) i % 23, 1) != NULL);
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i],
+                       5 + (uint32_t) i % 23, 1) != NULL);
     }
-    CHECK("batching", run(s) > 0);
+    REQUIRE(run(s) > 0);
     for (int i = 0; i < MAXR; i++) {
-        CHECK("batching", w[i].done && !w[i].error);
-        CHECK("batching", w[i].n[0] == 5 + (uint32_t) i % 23);
-        CHECK("batching", follows(&w[i], 0, prompts[i], plen[i]));
-        CHECK("batching", w[i].finish[0] == LLM_FINISH_LENGTH);
+        REQUIRE(w[i].done && !w[i].error);
+        REQUIRE(w[i].n[0] == 5 + (uint32_t) i % 23);
+        REQUIRE(follows(&w[i], 0, prompts[i], plen[i]));
+        REQUIRE(w[i].finish[0] == LLM_FINISH_LENGTH);
     }
     llm_sched_get_stats(s, &st);
-    CHECK("batching", st.kv_blocks_free == st.kv_blocks_total);
-    CHECK("batching", st.cached_tokens_total > 0);
-    CHECK("batching", st.requests_running == 0 && st.requests_queued == 0);
+    REQUIRE(st.kv_blocks_free == st.kv_blocks_total);
+    REQUIRE(st.cached_tokens_total > 0);
+    REQUIRE(st.requests_running == 0 && st.requests_queued == 0);
     llm_sched_free(s);
-    printf("ok batching (%llu steps, %llu cached prompt tokens)\n",
-           (unsigned long long) st.steps_total,
-           (unsigned long long) st.cached_tokens_total);
+    tk_end_as("batching (%llu steps, %llu cached prompt tokens)",
+              (unsigned long long) st.steps_total,
+              (unsigned long long) st.cached_tokens_total);
 }
 
 static void
@@ -292,22 +283,22 @@ test_preemption(void)
     llm_sched_stats_t st;
     int               i;
 
-    CHECK("preemption", s != NULL);
+    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
     for (i = 0; i < 24; i++) {
-        CHECK("preemption", submit(s, &w[i], prompts[i], plen[i], 60, 1));
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 60, 1));
     }
-    CHECK("preemption", run(s) > 0);
+    REQUIRE(run(s) > 0);
     for (i = 0; i < 24; i++) {
-        CHECK("preemption", w[i].done && w[i].n[0] == 60);
-        CHECK("preemption", follows(&w[i], 0, prompts[i], plen[i]));
+        REQUIRE(w[i].done && w[i].n[0] == 60);
+        REQUIRE(follows(&w[i], 0, prompts[i], plen[i]));
     }
     llm_sched_get_stats(s, &st);
-    CHECK("preemption", st.requests_preempted > 0);
-    CHECK("preemption", st.kv_blocks_free == st.kv_blocks_total);
+    REQUIRE(st.requests_preempted > 0);
+    REQUIRE(st.kv_blocks_free == st.kv_blocks_total);
     llm_sched_free(s);
-    printf("ok preemption (%llu preempted)\n",
-           (unsigned long long) st.requests_preempted);
+    tk_end_as("preemption (%llu preempted)",
+              (unsigned long long) st.requests_preempted);
 }
 
 static void
@@ -316,22 +307,22 @@ test_prefix_and_n(void)
     static owner_t w[3];
     llm_sched_t   *s = make(512, 16, 64, 0, 256);
 
-    CHECK("prefix", s != NULL);
+    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
-    CHECK("prefix", submit(s, &w[0], prompts[0], plen[0], 8, 1));
+    REQUIRE(submit(s, &w[0], prompts[0], plen[0], 8, 1));
     run(s);
-    CHECK("prefix", submit(s, &w[1], prompts[0], plen[0], 8, 1));
+    REQUIRE(submit(s, &w[1], prompts[0], plen[0], 8, 1));
     run(s);
-    CHECK("prefix", w[1].cached == (int) ((plen[0] - 1) / BT * BT));
-    CHECK("prefix", memcmp(w[0].toks[0], w[1].toks[0], 8 * 4) == 0);
+    REQUIRE(w[1].cached == (int) ((plen[0] - 1) / BT * BT));
+    REQUIRE(memcmp(w[0].toks[0], w[1].toks[0], 8 * 4) == 0);
     /* n = 3: all three follow the oracle (greedy: the same tokens) */
-    CHECK("n", submit(s, &w[2], prompts[5], plen[5], 10, 3));
+    REQUIRE(submit(s, &w[2], prompts[5], plen[5], 10, 3));
     run(s);
     for (int k = 0; k < 3; k++) {
-        CHECK("n", w[2].n[k] == 10 && follows(&w[2], k, prompts[5], plen[5]));
+        REQUIRE(w[2].n[k] == 10 && follows(&w[2], k, prompts[5], plen[5]));
     }
     llm_sched_free(s);
-    printf("ok prefix and n\n");
+    tk_end_as("prefix and n");
 }
 
 static void
@@ -342,45 +333,45 @@ test_cancel_and_limits(void)
     llm_sched_stats_t st;
     llm_sched_limits_t lim;
 
-    CHECK("cancel", s != NULL);
+    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
     /* the limits Info reports are the ones submit enforces */
     llm_sched_get_limits(s, &lim);
-    CHECK("limits", lim.max_choices == 1 && lim.max_stop == 16
-          && lim.max_stop_bytes == 0 && lim.max_top_logprobs == 20);
-    CHECK("limits", submit(s, &w[0], prompts[1], plen[1], 4, 2) == NULL);
-    CHECK("limits", w[0].error
-          && w[0].code == LLM_ERR_INVALID_REQUEST
-          && strstr(w[0].msg, "between 1 and 1") != NULL);
+    REQUIRE(lim.max_choices == 1 && lim.max_stop == 16
+            && lim.max_stop_bytes == 0 && lim.max_top_logprobs == 20);
+    REQUIRE(submit(s, &w[0], prompts[1], plen[1], 4, 2) == NULL);
+    REQUIRE(w[0].error
+            && w[0].code == LLM_ERR_INVALID_REQUEST
+            && strstr(w[0].msg, "between 1 and 1") != NULL);
     memset(w, 0, sizeof(w));
-    CHECK("cancel", submit(s, &w[0], prompts[1], plen[1], 40, 1));
+    REQUIRE(submit(s, &w[0], prompts[1], plen[1], 40, 1));
     llm_sched_step(s);      /* admitted: the queue is empty again */
-    CHECK("cancel", submit(s, &w[1], prompts[2], plen[2], 5, 1));
-    CHECK("cancel", w[1].queued);
-    CHECK("limits", submit(s, &w[2], prompts[3], plen[3], 5, 1) == NULL);
-    CHECK("limits", w[2].error
-          && w[2].code == LLM_ERR_OVERLOADED);
+    REQUIRE(submit(s, &w[1], prompts[2], plen[2], 5, 1));
+    REQUIRE(w[1].queued);
+    REQUIRE(submit(s, &w[2], prompts[3], plen[3], 5, 1) == NULL);
+    REQUIRE(w[2].error
+            && w[2].code == LLM_ERR_OVERLOADED);
     for (int i = 0; i < 5; i++) {
         llm_sched_step(s);
     }
     llm_sched_cancel(s, w[0].r);
     llm_sched_get_stats(s, &st);
-    CHECK("cancel", st.requests_cancelled == 1);
-    CHECK("cancel", st.kv_blocks_free == st.kv_blocks_total);
+    REQUIRE(st.requests_cancelled == 1);
+    REQUIRE(st.kv_blocks_free == st.kv_blocks_total);
     run(s);
-    CHECK("cancel", !w[0].done && w[1].done);
+    REQUIRE(!w[0].done && w[1].done);
     /* context */
-    CHECK("limits", submit(s, &w[3], prompts[4], plen[4], 64, 1) == NULL);
-    CHECK("limits", w[3].code
-          == LLM_ERR_CONTEXT_LENGTH_EXCEEDED);
-    CHECK("limits", strstr(w[3].msg, "64 tokens") != NULL);
+    REQUIRE(submit(s, &w[3], prompts[4], plen[4], 64, 1) == NULL);
+    REQUIRE(w[3].code
+            == LLM_ERR_CONTEXT_LENGTH_EXCEEDED);
+    REQUIRE(strstr(w[3].msg, "64 tokens") != NULL);
     llm_sched_free(s);
     s = make(256, 32, 64, 1, 64);
-    CHECK("limits", s != NULL);
+    REQUIRE(s != NULL);
     llm_sched_get_limits(s, &lim);
-    CHECK("limits", lim.max_choices == 16);
+    REQUIRE(lim.max_choices == 16);
     llm_sched_free(s);
-    printf("ok cancel and limits\n");
+    tk_end_as("cancel and limits");
 }
 
 /* Cancel (llm_sched_stop): a running request of n = 2 and a queued one
@@ -392,36 +383,36 @@ test_stop(void)
     llm_sched_t      *s = make(256, 2, 64, 4, 128);
     llm_sched_stats_t st;
 
-    CHECK("stop", s != NULL);
+    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
-    CHECK("stop", submit(s, &w[0], prompts[1], plen[1], 60, 2));
+    REQUIRE(submit(s, &w[0], prompts[1], plen[1], 60, 2));
     for (int i = 0; i < 6; i++) {
         llm_sched_step(s);
     }
-    CHECK("stop", submit(s, &w[1], prompts[2], plen[2], 5, 1));
-    CHECK("stop", w[1].queued);
-    CHECK("stop", w[0].n[0] > 0 && w[0].n[1] > 0);
+    REQUIRE(submit(s, &w[1], prompts[2], plen[2], 5, 1));
+    REQUIRE(w[1].queued);
+    REQUIRE(w[0].n[0] > 0 && w[0].n[1] > 0);
     llm_sched_stop(s, w[0].r, "cancelled by the client");
-    CHECK("stop", w[0].error && !w[0].done);
-    CHECK("stop", w[0].code == LLM_ERR_CANCELLED);
-    CHECK("stop", w[0].has_usage && w[0].u_prompt == plen[1]);
-    CHECK("stop", w[0].u_completion == w[0].n[0] + w[0].n[1]);
+    REQUIRE(w[0].error && !w[0].done);
+    REQUIRE(w[0].code == LLM_ERR_CANCELLED);
+    REQUIRE(w[0].has_usage && w[0].u_prompt == plen[1]);
+    REQUIRE(w[0].u_completion == w[0].n[0] + w[0].n[1]);
     llm_sched_stop(s, w[1].r, "cancelled by the client");
-    CHECK("stop", w[1].code == LLM_ERR_CANCELLED);
-    CHECK("stop", w[1].has_usage && w[1].u_prompt == 0
-          && w[1].u_completion == 0);
+    REQUIRE(w[1].code == LLM_ERR_CANCELLED);
+    REQUIRE(w[1].has_usage && w[1].u_prompt == 0
+            && w[1].u_completion == 0);
     llm_sched_get_stats(s, &st);
-    CHECK("stop", st.requests_cancelled == 2);
-    CHECK("stop", st.requests_running == 0 && st.requests_queued == 0);
-    CHECK("stop", st.kv_blocks_free == st.kv_blocks_total);
-    CHECK("stop", st.completion_tokens_total == w[0].u_completion);
-    CHECK("stop", llm_sched_pending(s) == 0 && llm_sched_step(s) == 0);
+    REQUIRE(st.requests_cancelled == 2);
+    REQUIRE(st.requests_running == 0 && st.requests_queued == 0);
+    REQUIRE(st.kv_blocks_free == st.kv_blocks_total);
+    REQUIRE(st.completion_tokens_total == w[0].u_completion);
+    REQUIRE(llm_sched_pending(s) == 0 && llm_sched_step(s) == 0);
     /* the scheduler goes on */
-    CHECK("stop", submit(s, &w[2], prompts[3], plen[3], 5, 1));
+    REQUIRE(submit(s, &w[2], prompts[3], plen[3], 5, 1));
     run(s);
-    CHECK("stop", w[2].done && w[2].n[0] == 5);
+    REQUIRE(w[2].done && w[2].n[0] == 5);
     llm_sched_free(s);
-    printf("ok stop (%u tokens billed)\n", w[0].u_completion);
+    tk_end_as("stop (%u tokens billed)", w[0].u_completion);
 }
 
 static void
@@ -432,21 +423,21 @@ test_eog(void)
 
     eog_token = llm_vocab_eos(vocab);
     if (eog_token < 0) {
-        printf("skip eog: the vocabulary has no EOS\n");
+        tk_skip("eog", "the vocabulary has no EOS");
         return;
     }
     s = make(256, 4, 64, 0, 256);
-    CHECK("eog", s != NULL);
+    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
-    CHECK("eog", submit(s, &w[0], prompts[0], plen[0], 100, 1));
+    REQUIRE(submit(s, &w[0], prompts[0], plen[0], 100, 1));
     run(s);
-    CHECK("eog", w[0].done);
-    CHECK("eog", w[0].finish[0] == LLM_FINISH_STOP);
+    REQUIRE(w[0].done);
+    REQUIRE(w[0].finish[0] == LLM_FINISH_STOP);
     /* positions plen-1 .. 39 give tokens, 40 gives the EOS (not emitted) */
-    CHECK("eog", w[0].n[0] == 41 - plen[0]);
+    REQUIRE(w[0].n[0] == 41 - plen[0]);
     eog_token = -1;
     llm_sched_free(s);
-    printf("ok eog\n");
+    tk_end_as("eog");
 }
 
 int
@@ -457,24 +448,28 @@ main(void)
     char        err[512];
 
     if (llm_gguf_open(&g, path, err, sizeof(err)) != 0) {
-        printf("skip scheduler: %s\n", err);
-        return 0;
+        tk_skip_all("%s", err);
     }
     if (llm_vocab_load(&vocab, g, err, sizeof(err)) != 0) {
-        printf("FAIL vocab: %s\n", err);
-        return 1;
+        tk_fatal("vocab: %s", err);
     }
     V = llm_vocab_n_tokens(vocab);
     make_prompts();
+    tk_begin("batching");
     test_batching();
+    tk_begin("preemption");
     test_preemption();
+    tk_begin("prefix and n");
     test_prefix_and_n();
+    tk_begin("cancel and limits");
     test_cancel_and_limits();
+    tk_begin("stop");
     test_stop();
+    tk_begin("eog");
     test_eog();
     llm_sched_free(NULL);
     free(shadow);
     llm_vocab_free(vocab);
     llm_gguf_close(g);
-    return failures ? 1 : 0;
+    return tk_done();
 }

@@ -23,6 +23,7 @@ static struct {
     long    failed_checks;  /* of which failed, or tk_fail calls */
     int     open;           /* a point is open */
     int     open_failed;    /* ... and something in it failed */
+    long    open_checks;    /* ... and this many checks ran in it */
     char    name[256];      /* ... its name */
     int     mid_line;       /* a note ended without its newline */
     char   *tmpdirs[TK_MAX_TMPDIRS];
@@ -98,6 +99,7 @@ tk_open_implicit(void)
         snprintf(tk.name, sizeof(tk.name), "setup");
         tk.open = 1;
         tk.open_failed = 0;
+        tk.open_checks = 0;
     }
 }
 
@@ -142,6 +144,7 @@ tk_begin(const char *fmt, ...)
     va_end(ap);
     tk.open = 1;
     tk.open_failed = 0;
+    tk.open_checks = 0;
 }
 
 
@@ -172,6 +175,9 @@ tk_skip(const char *name, const char *fmt, ...)
 {
     va_list  ap;
 
+    if (tk.open && !tk.open_failed && tk.open_checks == 0) {
+        tk.open = 0;            /* begun, then skipped before any check */
+    }
     tk_end();
     tk.n_points++;
     tk_line_start();
@@ -240,6 +246,7 @@ tk_pass(void)
 {
     tk_open_implicit();
     tk.checks++;
+    tk.open_checks++;
     return 1;
 }
 
@@ -253,6 +260,7 @@ tk_fail_at(const char *file, int line, const char *cond, const char *fmt,
 
     tk.checks++;
     tk_mark_failed();
+    tk.open_checks++;
     /* fmt is " " plus the caller's format (CHECK's trick to allow none) */
     if (fmt[0] == ' ' && fmt[1] == '\0') {
         snprintf(where, sizeof(where), "%s:%d: failed: %s\n", file, line,

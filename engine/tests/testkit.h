@@ -66,7 +66,9 @@ int tk_end(void);
  * says what it found); prints one even when none was open (no checks). */
 int tk_end_as(const char *fmt, ...) TK_PRINTF(1, 2);
 
-/* A skipped point: `ok N - name # SKIP reason` (the open one ends first). */
+/* A skipped point: `ok N - name # SKIP reason`.  It takes the place of
+ * the open point when nothing was checked in that one yet (begun, then
+ * found to have nothing to run); else the open one ends first. */
 void tk_skip(const char *name, const char *fmt, ...) TK_PRINTF(2, 3);
 
 /* Nothing to test here: `1..0 # SKIP reason` and exit 0.  Only before the
