@@ -419,6 +419,16 @@ tk_shared_dir(void)
 }
 
 
+uint64_t
+tk_xorshift64(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
+
 int
 tk_forward_seq(llm_ctx_t *c, const int32_t *ids, uint32_t n,
     const uint32_t *blocks, uint32_t n_blocks, float *out, char *err,

@@ -24,7 +24,8 @@
  *
  * The helpers test programs share: tk_read_file (a whole file), temp dirs
  * removed at the end (tk_tmpdir), the shared reference data directory
- * (tk_shared_dir), one prompt through the forward pass (tk_forward_seq).
+ * (tk_shared_dir), one prompt through the forward pass (tk_forward_seq),
+ * the tests' random numbers (tk_xorshift64).
  */
 
 #ifndef LLM_TESTKIT_H
@@ -127,6 +128,11 @@ int tk_rmtree(const char *path);
 
 /* The shared reference data: $LLM_SHARED, else "../shared". */
 const char *tk_shared_dir(void);
+
+/* The next state of a xorshift64 generator (13, 7, 17): the random
+ * numbers of the fuzz-style tests, the same on every machine.  *state
+ * must not be 0. */
+uint64_t tk_xorshift64(uint64_t *state);
 
 /*
  * One prompt as one batch: ids[0..n) as sequence 0 at positions 0..n-1,
