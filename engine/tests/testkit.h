@@ -11,16 +11,18 @@
  *     REQUIRE(p != NULL, "open");    the same, then returns from a void
  *                                    function (what follows needs it)
  *     tk_note("%d tokens\n", n);     a diagnostic: `# ` before every line
+ *     tk_end_as("fuzz: %d refused", n);  ends the open point under a name
+ *                                    that says what it found
  *     tk_skip("vocab x", "absent");  a point that is skipped, with why
  *     return tk_done();              ends the open point, prints the count
  *                                    of checks and the plan; 0 if every
  *                                    point passed, else 1
  *
  * A check outside any point opens one, named "setup" unless tk_end_as
- * names it when it ends.  A program
- * with nothing to do calls tk_skip_all(why) first: `1..0 # SKIP why`,
- * exit 0, as prove expects.  Failure messages go to stderr as `# ` lines
- * (prove shows them without -v); notes go to stdout.
+ * names it when it ends.  A program with nothing to do calls
+ * tk_skip_all(why) first: `1..0 # SKIP why`, exit 0, as prove expects.
+ * Failure messages go to stderr as `# ` lines (prove shows them without
+ * -v); notes go to stdout.  Not thread-safe: check on the test's thread.
  *
  * The helpers test programs share: tk_read_file (a whole file), temp dirs
  * removed at the end (tk_tmpdir), the shared reference data directory
