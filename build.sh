@@ -192,7 +192,10 @@ unit_tests() {
         tests+=("$t")
     done
     UNIT_FAILS=()
-    [ ${#tests[@]} -ne 0 ] || { UNIT_FAILS=("unit tests (none built)"); return 1; }
+    if [ ${#tests[@]} -eq 0 ]; then
+        UNIT_FAILS=("unit tests (none built in $dir/tests)")
+        return 1
+    fi
     (cd "$REPO" && prove --exec "$wrap" -j"$jobs" "${tests[@]}" 2>&1 \
         | tee "$dir/unit.log"; exit "${PIPESTATUS[0]}") || rc=1
     # prove's summary names each failed file: "<path> (Wstat: ...)"
