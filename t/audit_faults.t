@@ -37,9 +37,8 @@ $fe{over2} = FakeEngine->start("$d/over2.sock", mode => 'overloaded');
 $fe{qdie} = FakeEngine->start("$d/qdie.sock", mode => 'queued_die',
                               delay => 0.1);
 
-my $user = $> == 0 ? 'user root;' : '';
 
-$t->start_nginx(<<"EOF", main => $user);
+$t->start_nginx(<<"EOF");
     log_format llm '\$status finish=\$llm_finish_reason '
                    'completion=\$llm_completion_tokens';
     access_log $d/llm.log llm;

@@ -18,7 +18,6 @@ $t->start_engine('a');
 $t->start_engine('b');
 my $dead = $t->dir . '/nobody.sock';
 
-my $user = $> == 0 ? 'user root;' : '';
 
 my $conf = <<"EOF";
     log_format llm '\$status model=\$llm_model completion=\$llm_completion_tokens '
@@ -37,7 +36,7 @@ my $conf = <<"EOF";
         location = /healthz { llm_health on; }
     }
 EOF
-$t->start_nginx($conf, main => $user);
+$t->start_nginx($conf);
 
 sub chat {
     my ($model, %o) = @_;

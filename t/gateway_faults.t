@@ -20,9 +20,8 @@ for my $m (qw(ok split garbage huge close_mid error_mid overloaded tools
 }
 $fe{slow} = FakeEngine->start("$d/fake-slow.sock", mode => 'slow', delay => 1.2);
 
-my $user = $> == 0 ? 'user root;' : '';
 
-$t->start_nginx(<<"EOF", main => $user);
+$t->start_nginx(<<"EOF");
     upstream u_ok { server unix:$d/fake-ok.sock; }
     upstream u_split { server unix:$d/fake-split.sock; }
     upstream u_garbage { server unix:$d/fake-garbage.sock; }

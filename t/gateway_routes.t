@@ -15,9 +15,8 @@ use LlmTest;
 my $t = LlmTest->new;
 $t->start_engine('a');
 
-my $user = $> == 0 ? 'user root;' : '';
 
-$t->start_nginx(<<'EOF', main => $user);
+$t->start_nginx(<<'EOF');
     log_format llm '$status model=$llm_model key=$llm_key_name '
                    'prompt=$llm_prompt_tokens completion=$llm_completion_tokens '
                    'cached=$llm_cached_tokens ttft=$llm_ttft_ms '

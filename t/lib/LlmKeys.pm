@@ -152,11 +152,11 @@ sub sample {
     return $m->{samples}{$k} // 0;
 }
 
-# Starts nginx (LlmTest::start_nginx) with "user root;" when run as root,
-# so that the workers can reach the engine's socket in the test's dir.
+# Starts nginx (LlmTest::start_nginx, which adds "user root;" when run as
+# root, so that the workers can reach the engine's socket in the test's
+# dir).
 sub start {
     my ($t, $conf, %o) = @_;
-    $o{main} = ($> == 0 ? "user root;\n" : '') . ($o{main} // '');
     return $t->start_nginx($conf, %o);
 }
 
@@ -166,7 +166,6 @@ sub reload {
     my ($t, $conf, %o) = @_;
     my $workers = $o{workers} // 1;
     my $before = () = $t->error_log =~ /worker process \d+ exited/g;
-    $o{main} = ($> == 0 ? "user root;\n" : '') . ($o{main} // '');
     $t->reload_nginx($conf, %o) or return 0;
     my $deadline = time + 15;
     while (time < $deadline) {
