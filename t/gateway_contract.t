@@ -16,9 +16,8 @@ use LlmEngine;
 my $t = LlmTest->new;
 my $sock = $t->start_engine('a');
 
-my $user = $> == 0 ? 'user root;' : '';
 
-$t->start_nginx(<<'EOF', main => $user);
+$t->start_nginx(<<'EOF');
     log_format up '$status n=$arg_n upstream=$upstream_addr';
     upstream engines { server unix:%%SOCK_a%%; }
     llm_model tiny upstream=engines;
