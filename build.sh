@@ -217,6 +217,9 @@ run_tests() {
 
     make_models "$dir"
 
+    say "engine layers (engine/layers.sh)"
+    "$REPO/engine/layers.sh" || fails+=("engine layers")
+
     # TAP from each binary (engine/tests/testkit.h), counted by prove
     say "engine unit tests (prove, TAP)"
     unit_tests "$dir" "" 1 || fails+=("${UNIT_FAILS[@]}")

@@ -13,6 +13,7 @@
 
 #include "model/model.h"
 #include "testkit.h"
+#include "onepass.h"
 
 #define N_TOK 24
 
@@ -106,7 +107,7 @@ run(llm_model_t *m, const llm_expert_source_t *xs, float *out, char *err,
         for (i = 0; i < N_TOK; i++) {
             tok[i] = (int32_t) ((i * 53 + 7) % 512);
         }
-        rc = tk_forward_seq(c, tok, N_TOK, blocks, 2, out, err, errlen);
+        rc = llm_onepass(c, tok, N_TOK, blocks, 2, out, err, errlen);
     }
     llm_ctx_free(c);
     llm_kv_free(kv);

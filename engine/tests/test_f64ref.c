@@ -20,6 +20,7 @@
 #include "mkmodel.h"
 #include "model/model.h"
 #include "testkit.h"
+#include "onepass.h"
 
 #define N_TOK   20
 
@@ -80,7 +81,7 @@ engine_logits(const char *path, const int32_t *ids, uint32_t n, float **out,
         rc = *out ? 0 : -ENOMEM;
     }
     if (rc == 0) {
-        rc = tk_forward_seq(c, ids, n, blocks, 4, *out, err, errlen);
+        rc = llm_onepass(c, ids, n, blocks, 4, *out, err, errlen);
     }
     llm_ctx_free(c);
     llm_kv_free(kv);

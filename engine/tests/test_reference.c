@@ -21,6 +21,7 @@
 
 #include "model/model.h"
 #include "testkit.h"
+#include "onepass.h"
 
 #define N_PROMPT    48
 #define N_GREEDY    16
@@ -174,7 +175,7 @@ run_one_batch(llm_model_t *m, const int32_t *ids, float *out, char *err,
         for (i = 0; i < N_PROMPT / BT + 1; i++) {
             blocks[i] = i;
         }
-        rc = tk_forward_seq(c, ids, N_PROMPT, blocks, N_PROMPT / BT + 1,
+        rc = llm_onepass(c, ids, N_PROMPT, blocks, N_PROMPT / BT + 1,
                             out, err, errlen);
     }
     llm_ctx_free(c);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "testkit.h"
+#include "readfile.h"
 
 #define TK_MAX_TMPDIRS  8
 
@@ -335,41 +336,9 @@ tk_done(void)
 char *
 tk_read_file(const char *path, size_t *len)
 {
-    FILE  *f;
-    char  *p;
-    long   n;
-    int    e;
+    size_t  n;
 
-    f = fopen(path, "rb");
-    if (f == NULL) {
-        return NULL;
-    }
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0
-        || fseek(f, 0, SEEK_SET) != 0)
-    {
-        e = errno;
-        fclose(f);
-        errno = e;
-        return NULL;
-    }
-    p = malloc((size_t) n + 1);
-    if (p == NULL) {
-        fclose(f);
-        errno = ENOMEM;
-        return NULL;
-    }
-    if (fread(p, 1, (size_t) n, f) != (size_t) n) {
-        free(p);
-        fclose(f);
-        errno = EIO;
-        return NULL;
-    }
-    p[n] = '\0';
-    fclose(f);
-    if (len != NULL) {
-        *len = (size_t) n;
-    }
-    return p;
+    return llm_read_file(path, len != NULL ? len : &n);
 }
 
 
@@ -426,45 +395,4 @@ tk_xorshift64(uint64_t *state)
     *state ^= *state >> 7;
     *state ^= *state << 17;
     return *state;
-}
-
-
-int
-tk_forward_seq(llm_ctx_t *c, const int32_t *ids, uint32_t n,
-    const uint32_t *blocks, uint32_t n_blocks, float *out, char *err,
-    size_t errlen)
-{
-    int32_t         *pos, *seq;
-    uint8_t         *want;
-    llm_seq_view_t   sv = { blocks, n_blocks };
-    llm_batch_t      b;
-    uint32_t         i;
-    int              rc = -ENOMEM;
-
-    pos = malloc((size_t) n * sizeof(int32_t));
-    seq = malloc((size_t) n * sizeof(int32_t));
-    want = malloc(n);
-    if (pos == NULL || seq == NULL || want == NULL) {
-        snprintf(err, errlen, "tk_forward_seq: out of memory");
-        goto done;
-    }
-    for (i = 0; i < n; i++) {
-        pos[i] = (int32_t) i;
-        seq[i] = 0;
-        want[i] = 1;
-    }
-    b.n_tokens = n;
-    b.tokens = ids;
-    b.pos = pos;
-    b.seq = seq;
-    b.logits = want;
-    b.n_seqs = 1;
-    b.seqs = &sv;
-    rc = llm_forward(c, &b, out, err, errlen);
-
-done:
-    free(pos);
-    free(seq);
-    free(want);
-    return rc;
 }

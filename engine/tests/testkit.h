@@ -26,8 +26,9 @@
  *
  * The helpers test programs share: tk_read_file (a whole file), temp dirs
  * removed at the end (tk_tmpdir), the shared reference data directory
- * (tk_shared_dir), one prompt through the forward pass (tk_forward_seq),
- * the tests' random numbers (tk_xorshift64).
+ * (tk_shared_dir), the tests' random numbers (tk_xorshift64).  One prompt
+ * through the forward pass is tools/lib/onepass.h's llm_onepass, which
+ * llm-logits uses too.
  */
 
 #ifndef LLM_TESTKIT_H
@@ -36,7 +37,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model.h"
 
 #define TK_PRINTF(a, b)  __attribute__((format(printf, a, b)))
 
@@ -135,15 +135,5 @@ const char *tk_shared_dir(void);
  * numbers of the fuzz-style tests, the same on every machine.  *state
  * must not be 0. */
 uint64_t tk_xorshift64(uint64_t *state);
-
-/*
- * One prompt as one batch: ids[0..n) as sequence 0 at positions 0..n-1,
- * with the block table blocks[0..n_blocks), every position's logits into
- * out (n * n_vocab floats).  llm_forward's result (-ENOMEM when the batch
- * arrays cannot be allocated).
- */
-int tk_forward_seq(llm_ctx_t *c, const int32_t *ids, uint32_t n,
-    const uint32_t *blocks, uint32_t n_blocks, float *out, char *err,
-    size_t errlen);
 
 #endif /* LLM_TESTKIT_H */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "model/model.h"
+#include "onepass.h"
 
 static void
 usage(FILE *f)
@@ -78,12 +79,9 @@ main(int argc, char **argv)
     llm_kv_t            *kv = NULL;
     llm_ctx_t           *c = NULL;
     const llm_hparams_t *hp;
-    int32_t             *ids = NULL, *pos = NULL, *seq = NULL;
-    uint8_t             *want = NULL;
+    int32_t             *ids = NULL;
     uint32_t            *blocks = NULL;
     float               *logits = NULL;
-    llm_seq_view_t       sv;
-    llm_batch_t          b;
     char                 err[512];
     FILE                *f;
     int                  ch, rc = 1;
@@ -129,33 +127,17 @@ main(int argc, char **argv)
         goto done;
     }
 
-    pos = malloc(n * sizeof(int32_t));
-    seq = calloc(n, sizeof(int32_t));
-    want = malloc(n);
     blocks = malloc(nb * sizeof(uint32_t));
     logits = malloc((size_t) n * hp->n_vocab * sizeof(float));
-    if (!pos || !seq || !want || !blocks || !logits) {
+    if (!blocks || !logits) {
         fprintf(stderr, "llm-logits: out of memory\n");
         goto done;
-    }
-    for (i = 0; i < n; i++) {
-        pos[i] = (int32_t) i;
-        want[i] = 1;
     }
     for (i = 0; i < nb; i++) {
         blocks[i] = i;
     }
-    sv.blocks = blocks;
-    sv.n_blocks = nb;
-    b.n_tokens = n;
-    b.tokens = ids;
-    b.pos = pos;
-    b.seq = seq;
-    b.logits = want;
-    b.n_seqs = 1;
-    b.seqs = &sv;
 
-    if (llm_forward(c, &b, logits, err, sizeof(err)) < 0) {
+    if (llm_onepass(c, ids, n, blocks, nb, logits, err, sizeof(err)) < 0) {
         fprintf(stderr, "llm-logits: %s\n", err);
         goto done;
     }
@@ -178,9 +160,6 @@ done:
     llm_kv_free(kv);
     llm_model_free(m);
     free(ids);
-    free(pos);
-    free(seq);
-    free(want);
     free(blocks);
     free(logits);
     return rc;
