@@ -881,12 +881,10 @@ llm_tc_tool_props(const llm_toolcall_t *tc, const char *name)
     return NULL;
 }
 
-/* Does the schema make the parameter a string? (only "string", or a type
- * list of "string" and "null") */
-static int
-llm_tc_is_string(const json_t *props, const char *key)
+int
+llm_toolcall_param_is_string(const json_t *param)
 {
-    const json_t *t = json_object_get(json_object_get(props, key), "type");
+    const json_t *t = json_object_get(param, "type");
     size_t        i;
     json_t       *e;
     int           str = 0;
@@ -1004,7 +1002,8 @@ llm_tc_mm_phead(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
         if (rc != 0) {
             return rc;
         }
-        tc->vstring = llm_tc_is_string(tc->props, key);
+        tc->vstring = llm_toolcall_param_is_string(
+                          json_object_get(tc->props, key));
         llm_tc_args(tc, out, tc->vstring ? "\": \"" : "\": ",
                     tc->vstring ? 4 : 3);
         tc->n_params++;

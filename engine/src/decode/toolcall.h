@@ -50,6 +50,13 @@ const char *llm_toolfmt_name(int fmt);
 /* The names, comma separated, for messages and --help. */
 const char *llm_toolfmt_names(void);
 
+/*
+ * minimax-m2 writes a parameter raw (not as JSON) when its schema makes
+ * it a string: type "string", or a type list of "string" and "null".
+ * The parser and the tool grammar (toolhooks.c) share this rule.
+ */
+int llm_toolcall_param_is_string(const json_t *param);
+
 typedef struct llm_toolcall_s llm_toolcall_t;
 
 /*

@@ -536,32 +536,6 @@ llm_th_grammar_per_tool(llm_th_t *th, json_t *tools, const char *only,
 }
 
 
-/* minimax-m2: is the parameter a string (written raw)?  The parser's rule
- * (toolcall.c): type "string", or a list of "string" and "null". */
-static int
-llm_th_mm_string(const json_t *p)
-{
-    const json_t *t = json_object_get(p, "type");
-    size_t        i;
-    json_t       *e;
-    int           str = 0;
-
-    if (json_is_string(t)) {
-        return strcmp(json_string_value(t), "string") == 0;
-    }
-    json_array_foreach(t, i, e) {
-        if (!json_is_string(e)) {
-            return 0;
-        }
-        if (strcmp(json_string_value(e), "string") == 0) {
-            str = 1;
-        } else if (strcmp(json_string_value(e), "null") != 0) {
-            return 0;
-        }
-    }
-    return str;
-}
-
 static char *
 llm_th_cat3(const char *a, const char *b, const char *c, size_t *len)
 {
@@ -614,7 +588,7 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, size_t ti, char *err,
         }
         c->next = NX_MM_VALUE;
         c->tool = (int) t->n;
-        if (!llm_th_mm_string(p)) {
+        if (!llm_toolcall_param_is_string(p)) {
             json_t *sub = json_deep_copy(p);
 
             if (sub == NULL) {

@@ -20,13 +20,6 @@
 
 #include "tokenizer_int.h"
 
-#define ERR(...)                                                              \
-    do {                                                                      \
-        if (err && errlen) {                                                  \
-            snprintf(err, errlen, __VA_ARGS__);                               \
-        }                                                                     \
-    } while (0)
-
 static int
 vocab_get_id(const llm_gguf_t *g, const char *key, uint32_t n, int32_t *id,
     int strict, char *err, size_t errlen)

@@ -24,13 +24,6 @@
 
 #include "tokenizer_int.h"
 
-#define ERR(...)                                                              \
-    do {                                                                      \
-        if (err && errlen) {                                                  \
-            snprintf(err, errlen, __VA_ARGS__);                               \
-        }                                                                     \
-    } while (0)
-
 /*
  * Regexes.  GPT2 is the original GPT-2 pattern (ByteLevel use_regex);
  * LLAMA3 / QWEN2 / GPT4O / TEKKEN are the Split patterns of those

@@ -8,12 +8,22 @@
 #define LLM_TOKENIZER_INT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include "tokenizer.h"
+
+/* The message of a failure into the caller's err buffer (err may be NULL
+ * or errlen 0: no message wanted), in functions taking (err, errlen). */
+#define ERR(...)                                                              \
+    do {                                                                      \
+        if (err && errlen) {                                                  \
+            snprintf(err, errlen, __VA_ARGS__);                               \
+        }                                                                     \
+    } while (0)
 
 /* tokenizer.ggml.token_type values, as llama.cpp's converter writes them */
 #define LLM_TT_UNDEFINED     0

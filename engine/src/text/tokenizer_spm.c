@@ -16,13 +16,6 @@
 
 #include "tokenizer_int.h"
 
-#define ERR(...)                                                              \
-    do {                                                                      \
-        if (err && errlen) {                                                  \
-            snprintf(err, errlen, __VA_ARGS__);                               \
-        }                                                                     \
-    } while (0)
-
 typedef struct {
     uint32_t  off;          /* into the escaped text */
     uint32_t  n;            /* bytes; 0 once merged away */
