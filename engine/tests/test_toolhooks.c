@@ -102,6 +102,7 @@ typedef struct {
     const char       *tools_json;
     const char       *tool_choice_json;
     int               parallel_tool_calls;
+    const char       *response_format_json;
 } treq_t;
 
 /* llm_tool_hooks_make() on g decoded as the engine decodes it. */
@@ -115,7 +116,9 @@ tool_hooks(const llm_hooks_ctx_t *ctx, const treq_t *g, llm_seq_hooks_t *h,
     llm_request_init(&rq);
     rq.parallel_tool_calls = g->parallel_tool_calls;
     if (llm_request_set_tools(&rq, g->tools_json) != 0
-        || llm_request_set_tool_choice(&rq, g->tool_choice_json) != 0)
+        || llm_request_set_tool_choice(&rq, g->tool_choice_json) != 0
+        || llm_request_set_response_format(&rq, g->response_format_json)
+           != 0)
     {
         llm_request_free(&rq);
         snprintf(err, errlen, "out of memory");
@@ -598,7 +601,31 @@ test_errors(env_t *e)
     REQUIRE(rc == -EINVAL && strncmp(err, "tool_choice: ", 13) == 0,
             "bad choice: %d %s", rc, err);
 
+    /* a JSON response_format owns the answer: with tools it needs
+     * tool_choice "none", whatever words its schema uses ("text" too) */
     g.tool_choice_json = (char *) "auto";
+    g.response_format_json = "{\"type\": \"json_schema\", \"json_schema\": "
+        "{\"name\": \"note\", \"schema\": {\"type\": \"object\", "
+        "\"properties\": {\"text\": {\"type\": \"string\"}}}}}";
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
+    REQUIRE(rc == -EINVAL && strncmp(err, "response_format: ", 17) == 0,
+            "json_schema with a 'text' property and tools: %d %s", rc, err);
+    g.tool_choice_json = (char *) "none";
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
+    REQUIRE(rc == 0 && h.mask == NULL,
+            "json_schema with tool_choice none leaves the answer to it: %d",
+            rc);
+    g.tool_choice_json = (char *) "auto";
+    g.response_format_json = "{\"type\": \"text\"}";
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
+    REQUIRE(rc == 1 && h.mask != NULL, "response_format text and tools: %d "
+            "%s", rc, err);
+    if (h.free) {
+        h.free(h.ud);
+    }
+    memset(&h, 0, sizeof(h));
+    g.response_format_json = NULL;
+
     g.tools_json = (char *) "";
     rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     REQUIRE(rc == 0 && h.mask == NULL, "no tools: %d", rc);

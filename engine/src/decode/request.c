@@ -152,42 +152,19 @@ llm_request_set_template_kwargs(llm_request_t *r, const char *json)
     return 0;
 }
 
-/* A key or a string in j is s. */
-static int
-llm_json_mentions(const json_t *j, const char *s)
-{
-    const char  *k;
-    json_t      *x;
-    size_t       i;
-
-    switch (json_typeof(j)) {
-    case JSON_STRING:
-        return strcmp(json_string_value(j), s) == 0;
-    case JSON_ARRAY:
-        json_array_foreach(j, i, x) {
-            if (llm_json_mentions(x, s)) {
-                return 1;
-            }
-        }
-        return 0;
-    case JSON_OBJECT:
-        json_object_foreach((json_t *) j, k, x) {
-            if (strcmp(k, s) == 0 || llm_json_mentions(x, s)) {
-                return 1;
-            }
-        }
-        return 0;
-    default:
-        return 0;
-    }
-}
-
 int
 llm_request_wants_json(const llm_request_t *r)
 {
+    const char  *type;
+
     if (r->response_format_bad) {
         return 1;
     }
-    return r->response_format != NULL
-           && !llm_json_mentions(r->response_format, "text");
+    if (r->response_format == NULL) {
+        return 0;
+    }
+    /* json_object or json_schema (another type is refused by the
+     * response_format grammar): anything but "text" asks for JSON */
+    type = json_string_value(json_object_get(r->response_format, "type"));
+    return type == NULL || strcmp(type, "text") != 0;
 }

@@ -109,10 +109,10 @@ int llm_request_set_response_format(llm_request_t *r, const char *json);
 int llm_request_set_template_kwargs(llm_request_t *r, const char *json);
 
 /*
- * response_format asks for a JSON answer, as the tool hooks have always
- * judged it: given, and neither a key nor a string in it is "text" (so
- * {"type": "text"} does not).  A response_format that did not parse
- * counts as asking for JSON.
+ * response_format asks for a JSON answer: given, and its type is not
+ * "text" (json_object, json_schema; another type is refused by the
+ * response_format grammar).  A response_format that did not parse counts
+ * as asking for JSON.
  */
 int llm_request_wants_json(const llm_request_t *r);
 
