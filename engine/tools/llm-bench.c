@@ -317,6 +317,9 @@ main(int argc, char **argv)
     }
 
     mopts.expert_cache_mb = xmb;
+    if (llm_simd_note() != NULL) {
+        fprintf(stderr, "llm-bench: %s\n", llm_simd_note());
+    }
     if (llm_model_load(&m, model, &mopts, err, sizeof(err)) < 0) {
         fprintf(stderr, "llm-bench: %s\n", err);
         return 1;

@@ -629,6 +629,9 @@ main(int argc, char **argv)
             kv_type == LLM_TYPE_F16 ? "f16" : "f32", n_ctx, step_tokens,
             max_queue, llm_simd_name(llm_simd_level()),
             llm_simd_name(llm_simd_best()));
+    if (llm_simd_note() != NULL) {
+        llm_log(LLM_LOG_WARN, "%s", llm_simd_note());
+    }
 
     memset(&sc, 0, sizeof(sc));
     sc.socket_path = sock;

@@ -250,6 +250,9 @@ main(int argc, char **argv)
     }
 
     llm_simd_init();
+    if (llm_simd_note() != NULL) {
+        fprintf(stderr, "llm-kbench: %s\n", llm_simd_note());
+    }
     if (ns == 0) {
         for (int l = 0; l < LLM_SIMD_COUNT; l++) {
             if (llm_simd_supported((llm_simd_t) l)) {

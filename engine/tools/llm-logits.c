@@ -114,6 +114,9 @@ main(int argc, char **argv)
         return 2;
     }
 
+    if (llm_simd_note() != NULL) {
+        fprintf(stderr, "llm-logits: %s\n", llm_simd_note());
+    }
     if (llm_model_load(&m, model, NULL, err, sizeof(err)) < 0) {
         fprintf(stderr, "llm-logits: %s\n", err);
         goto done;

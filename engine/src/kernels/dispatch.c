@@ -29,6 +29,7 @@ static llm_simd_t       llm_level;
 static llm_simd_t       llm_best;
 static pthread_once_t   llm_once = PTHREAD_ONCE_INIT;
 static int              llm_ready;      /* tables filled (acquire/release) */
+static char             llm_note[128];  /* LLM_SIMD not honoured: why */
 
 
 /* The hot entry points check this flag instead of calling pthread_once. */
@@ -143,16 +144,18 @@ llm_simd_once(void)
             }
         }
         if (want == LLM_SIMD_COUNT) {
-            fprintf(stderr, "LLM_SIMD=%s: expected scalar, avx2, avx512 or"
-                    " neon; using %s\n", env, llm_simd_name(llm_best));
+            snprintf(llm_note, sizeof(llm_note), "LLM_SIMD=%.32s: expected "
+                     "scalar, avx2, avx512 or neon; using %s", env,
+                     llm_simd_name(llm_best));
             want = llm_best;
         } else if (want != LLM_SIMD_SCALAR
                    && !(want == llm_best
                         || (want == LLM_SIMD_AVX2
                             && llm_best == LLM_SIMD_AVX512)))
         {
-            fprintf(stderr, "LLM_SIMD=%s: this CPU or build does not run"
-                    " it; using %s\n", env, llm_simd_name(llm_best));
+            snprintf(llm_note, sizeof(llm_note), "LLM_SIMD=%.32s: this CPU "
+                     "or build does not run it; using %s", env,
+                     llm_simd_name(llm_best));
             want = llm_best;
         }
     }
@@ -168,6 +171,14 @@ void
 llm_simd_init(void)
 {
     pthread_once(&llm_once, llm_simd_once);
+}
+
+
+const char *
+llm_simd_note(void)
+{
+    llm_simd_init();
+    return llm_note[0] ? llm_note : NULL;
 }
 
 

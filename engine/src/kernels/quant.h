@@ -73,6 +73,9 @@ void llm_simd_init(void);
 llm_simd_t llm_simd_level(void);      /* the level in use */
 llm_simd_t llm_simd_best(void);       /* the best the CPU supports */
 const char *llm_simd_name(llm_simd_t s);
+/* Why LLM_SIMD was not honoured (a name it does not know, a level this
+ * CPU or build cannot run), or NULL: for the program to report. */
+const char *llm_simd_note(void);
 /* 1 if this build and CPU can run level s (SCALAR always). */
 int llm_simd_supported(llm_simd_t s);
 /* For tests: force a level (must be supported). */
