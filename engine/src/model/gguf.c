@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "gguf.h"
 
 #define GG_NAME_MAX   63        /* llama.cpp: GGML_MAX_NAME - 1 */
@@ -110,19 +111,6 @@ gg_hash(const char *p, size_t n)
         h *= 1099511628211ull;
     }
     return h;
-}
-
-static void
-gg_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 /* ------------------------------------------------------------------ */
@@ -279,7 +267,7 @@ read_value(llm_gguf_t *g, gg_rd_t *r, llm_gguf_kv_t *kv, char *err,
             return -ENOMEM;
         }
         if (rd_str(r, kv->strs) != 0) {
-            gg_err(err, errlen, "%s: key '%.*s': string length beyond end "
+            llm_err(err, errlen, "%s: key '%.*s': string length beyond end "
                 "of file (size %llu)", p, klen, kv->key.ptr,
                 (unsigned long long) g->size);
             return -EINVAL;
@@ -291,12 +279,12 @@ read_value(llm_gguf_t *g, gg_rd_t *r, llm_gguf_kv_t *kv, char *err,
     if (kv->type != LLM_GGUF_ARRAY) {
         es = gg_vsize(kv->type);
         if (es == 0) {
-            gg_err(err, errlen, "%s: key '%.*s': unknown value type %u",
+            llm_err(err, errlen, "%s: key '%.*s': unknown value type %u",
                 p, klen, kv->key.ptr, (unsigned) kv->type);
             return -EINVAL;
         }
         if (es > r->size - r->off) {
-            gg_err(err, errlen, "%s: key '%.*s': value beyond end of file "
+            llm_err(err, errlen, "%s: key '%.*s': value beyond end of file "
                 "(size %llu)", p, klen, kv->key.ptr,
                 (unsigned long long) g->size);
             return -EINVAL;
@@ -307,7 +295,7 @@ read_value(llm_gguf_t *g, gg_rd_t *r, llm_gguf_kv_t *kv, char *err,
     }
 
     if (rd_u32(r, &et) != 0 || rd_u64(r, &n) != 0) {
-        gg_err(err, errlen, "%s: key '%.*s': array header beyond end of "
+        llm_err(err, errlen, "%s: key '%.*s': array header beyond end of "
             "file (size %llu)", p, klen, kv->key.ptr,
             (unsigned long long) g->size);
         return -EINVAL;
@@ -318,7 +306,7 @@ read_value(llm_gguf_t *g, gg_rd_t *r, llm_gguf_kv_t *kv, char *err,
     if (et == LLM_GGUF_STRING) {
         /* every element takes at least its 8-byte length */
         if (n > (r->size - r->off) / 8) {
-            gg_err(err, errlen, "%s: key '%.*s': array of %llu strings "
+            llm_err(err, errlen, "%s: key '%.*s': array of %llu strings "
                 "does not fit in the %llu bytes left in the file", p, klen,
                 kv->key.ptr, (unsigned long long) n,
                 (unsigned long long) (r->size - r->off));
@@ -331,7 +319,7 @@ read_value(llm_gguf_t *g, gg_rd_t *r, llm_gguf_kv_t *kv, char *err,
         kv->data = r->base + r->off;
         for (i = 0; i < n; i++) {
             if (rd_str(r, &kv->strs[i]) != 0) {
-                gg_err(err, errlen, "%s: key '%.*s': string %llu of %llu "
+                llm_err(err, errlen, "%s: key '%.*s': string %llu of %llu "
                     "beyond end of file (size %llu)", p, klen, kv->key.ptr,
                     (unsigned long long) i, (unsigned long long) n,
                     (unsigned long long) g->size);
@@ -343,13 +331,13 @@ read_value(llm_gguf_t *g, gg_rd_t *r, llm_gguf_kv_t *kv, char *err,
 
     es = gg_vsize(et);
     if (es == 0) {
-        gg_err(err, errlen, "%s: key '%.*s': array of unsupported element "
+        llm_err(err, errlen, "%s: key '%.*s': array of unsupported element "
             "type %u (%s)", p, klen, kv->key.ptr, (unsigned) et,
             gg_vname(et));
         return -EINVAL;
     }
     if (n > (r->size - r->off) / es) {
-        gg_err(err, errlen, "%s: key '%.*s': array of %llu %s elements "
+        llm_err(err, errlen, "%s: key '%.*s': array of %llu %s elements "
             "does not fit in the %llu bytes left in the file", p, klen,
             kv->key.ptr, (unsigned long long) n, gg_vname(et),
             (unsigned long long) (r->size - r->off));
@@ -391,23 +379,23 @@ read_kvs(llm_gguf_t *g, gg_rd_t *r, char *err, size_t errlen)
         llm_gguf_kv_t *kv = &g->kvs[i];
 
         if (rd_str(r, &kv->key) != 0) {
-            gg_err(err, errlen, "%s: key %llu of %llu: name beyond end of "
+            llm_err(err, errlen, "%s: key %llu of %llu: name beyond end of "
                 "file (size %llu)", g->path, (unsigned long long) i,
                 (unsigned long long) g->n_kv, (unsigned long long) g->size);
             return -EINVAL;
         }
         if (kv->key.len == 0 || memchr(kv->key.ptr, 0, kv->key.len)) {
-            gg_err(err, errlen, "%s: key %llu: empty or contains NUL",
+            llm_err(err, errlen, "%s: key %llu: empty or contains NUL",
                 g->path, (unsigned long long) i);
             return -EINVAL;
         }
         if (kv_lookup(g, kv->key.ptr, kv->key.len) != NULL) {
-            gg_err(err, errlen, "%s: duplicate key '%.*s'", g->path,
+            llm_err(err, errlen, "%s: duplicate key '%.*s'", g->path,
                 (int) (kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr);
             return -EINVAL;
         }
         if (rd_u32(r, &t) != 0) {
-            gg_err(err, errlen, "%s: key '%.*s': type beyond end of file "
+            llm_err(err, errlen, "%s: key '%.*s': type beyond end of file "
                 "(size %llu)", g->path,
                 (int) (kv->key.len > 200 ? 200 : kv->key.len), kv->key.ptr,
                 (unsigned long long) g->size);
@@ -452,7 +440,7 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     uint32_t d;
 
     if (rd_str(r, &name) != 0) {
-        gg_err(err, errlen, "%s: tensor %llu of %llu: name beyond end of "
+        llm_err(err, errlen, "%s: tensor %llu of %llu: name beyond end of "
             "file (size %llu)", g->path, (unsigned long long) i,
             (unsigned long long) g->n_tensors, (unsigned long long) g->size);
         return -EINVAL;
@@ -460,7 +448,7 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     if (name.len == 0 || name.len >= sizeof(t->name)
         || memchr(name.ptr, 0, name.len))
     {
-        gg_err(err, errlen, "%s: tensor %llu: name of %llu bytes is empty, "
+        llm_err(err, errlen, "%s: tensor %llu: name of %llu bytes is empty, "
             "too long (max %zu) or contains NUL", g->path,
             (unsigned long long) i, (unsigned long long) name.len,
             sizeof(t->name) - 1);
@@ -470,7 +458,7 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     t->name[name.len] = '\0';
 
     if (t_lookup(g, t->name, name.len) != NULL) {
-        gg_err(err, errlen, "%s: duplicate tensor name '%s'", g->path,
+        llm_err(err, errlen, "%s: duplicate tensor name '%s'", g->path,
             t->name);
         return -EINVAL;
     }
@@ -479,7 +467,7 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
         goto truncated;
     }
     if (t->n_dims < 1 || t->n_dims > LLM_GGUF_MAX_DIMS) {
-        gg_err(err, errlen, "%s: tensor '%s': %u dimensions (expected 1 "
+        llm_err(err, errlen, "%s: tensor '%s': %u dimensions (expected 1 "
             "to %d)", g->path, t->name, t->n_dims, LLM_GGUF_MAX_DIMS);
         return -EINVAL;
     }
@@ -490,12 +478,12 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
             goto truncated;
         }
         if (ne == 0 || ne > (uint64_t) INT64_MAX) {
-            gg_err(err, errlen, "%s: tensor '%s': ne[%u] = %lld (expected "
+            llm_err(err, errlen, "%s: tensor '%s': ne[%u] = %lld (expected "
                 "> 0)", g->path, t->name, d, (long long) ne);
             return -EINVAL;
         }
         if (nel > (uint64_t) INT64_MAX / ne) {
-            gg_err(err, errlen, "%s: tensor '%s': element count overflows "
+            llm_err(err, errlen, "%s: tensor '%s': element count overflows "
                 "int64", g->path, t->name);
             return -EINVAL;
         }
@@ -508,12 +496,12 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     }
     ti = gg_type(t->type);
     if (ti == NULL) {
-        gg_err(err, errlen, "%s: tensor '%s': unknown type id %u", g->path,
+        llm_err(err, errlen, "%s: tensor '%s': unknown type id %u", g->path,
             t->name, t->type);
         return -EINVAL;
     }
     if (t->ne[0] % ti->block != 0) {
-        gg_err(err, errlen, "%s: tensor '%s': row length ne[0] = %lld is "
+        llm_err(err, errlen, "%s: tensor '%s': row length ne[0] = %lld is "
             "not a multiple of the %s block size %u", g->path, t->name,
             (long long) t->ne[0], ti->name, ti->block);
         return -EINVAL;
@@ -521,7 +509,7 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     rows = nel / (uint64_t) t->ne[0];
     t->nbytes = (uint64_t) t->ne[0] / ti->block * ti->bytes;
     if (t->nbytes > UINT64_MAX / rows) {
-        gg_err(err, errlen, "%s: tensor '%s': byte size overflows",
+        llm_err(err, errlen, "%s: tensor '%s': byte size overflows",
             g->path, t->name);
         return -EINVAL;
     }
@@ -535,7 +523,7 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     return 0;
 
 truncated:
-    gg_err(err, errlen, "%s: tensor '%s': info beyond end of file (size "
+    llm_err(err, errlen, "%s: tensor '%s': info beyond end of file (size "
         "%llu)", g->path, t->name, (unsigned long long) g->size);
     return -EINVAL;
 }
@@ -551,7 +539,7 @@ check_layout(llm_gguf_t *g, char *err, size_t errlen)
         return 0;
     }
     if (g->data_offset > g->size) {
-        gg_err(err, errlen, "%s: data section starts at %llu, beyond end of "
+        llm_err(err, errlen, "%s: data section starts at %llu, beyond end of "
             "file (size %llu)", g->path, (unsigned long long) g->data_offset,
             (unsigned long long) g->size);
         return -EINVAL;
@@ -561,14 +549,14 @@ check_layout(llm_gguf_t *g, char *err, size_t errlen)
     for (i = 0; i < g->n_tensors; i++) {
         llm_gguf_tensor_t *t = &g->tensors[i];
         if (t->offset % g->alignment != 0) {
-            gg_err(err, errlen, "%s: tensor '%s': data offset %llu is not a "
+            llm_err(err, errlen, "%s: tensor '%s': data offset %llu is not a "
                 "multiple of the alignment %llu", g->path, t->name,
                 (unsigned long long) t->offset,
                 (unsigned long long) g->alignment);
             return -EINVAL;
         }
         if (t->offset > avail || t->nbytes > avail - t->offset) {
-            gg_err(err, errlen, "%s: tensor '%s': data [%llu, %llu) beyond "
+            llm_err(err, errlen, "%s: tensor '%s': data [%llu, %llu) beyond "
                 "end of file (size %llu)", g->path, t->name,
                 (unsigned long long) (g->data_offset + t->offset),
                 (unsigned long long) (g->data_offset + t->offset
@@ -589,7 +577,7 @@ check_layout(llm_gguf_t *g, char *err, size_t errlen)
     qsort(order, g->n_tensors, sizeof(*order), cmp_off);
     for (i = 1; i < g->n_tensors; i++) {
         if (order[i - 1]->offset + order[i - 1]->nbytes > order[i]->offset) {
-            gg_err(err, errlen, "%s: tensor '%s' (data [%llu, %llu)) "
+            llm_err(err, errlen, "%s: tensor '%s' (data [%llu, %llu)) "
                 "overlaps tensor '%s' (data from %llu)", g->path,
                 order[i - 1]->name,
                 (unsigned long long) order[i - 1]->offset,
@@ -622,7 +610,7 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
     *out = NULL;
     g = calloc(1, sizeof(*g));
     if (g == NULL) {
-        gg_err(err, errlen, "%s: out of memory", path);
+        llm_err(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
     }
     g->fd = -1;
@@ -635,11 +623,11 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
     g->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (g->fd < 0 || fstat(g->fd, &st) != 0) {
         rc = -errno;
-        gg_err(err, errlen, "%s: %s", path, strerror(errno));
+        llm_err(err, errlen, "%s: %s", path, strerror(errno));
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        gg_err(err, errlen, "%s: not a regular file", path);
+        llm_err(err, errlen, "%s: not a regular file", path);
         goto fail;
     }
     g->size = (uint64_t) st.st_size;
@@ -647,7 +635,7 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
     g->ino = st.st_ino;
     g->mtime = st.st_mtim;
     if (g->size < 24) {
-        gg_err(err, errlen, "%s: truncated: %llu bytes, a GGUF header needs "
+        llm_err(err, errlen, "%s: truncated: %llu bytes, a GGUF header needs "
             "24", path, (unsigned long long) g->size);
         goto fail;
     }
@@ -655,7 +643,7 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
     if (g->map == MAP_FAILED) {
         g->map = NULL;
         rc = -errno;
-        gg_err(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        llm_err(err, errlen, "%s: mmap: %s", path, strerror(errno));
         goto fail;
     }
 
@@ -664,13 +652,13 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
     r.size = g->size;
     rd_u32(&r, &magic);
     if (magic != LLM_GGUF_MAGIC) {
-        gg_err(err, errlen, "%s: bad magic 0x%08x (expected \"GGUF\")", path,
+        llm_err(err, errlen, "%s: bad magic 0x%08x (expected \"GGUF\")", path,
             magic);
         goto fail;
     }
     rd_u32(&r, &g->version);
     if (g->version != 2 && g->version != 3) {
-        gg_err(err, errlen, "%s: unsupported GGUF version %u (expected 2 or "
+        llm_err(err, errlen, "%s: unsupported GGUF version %u (expected 2 or "
             "3)", path, g->version);
         goto fail;
     }
@@ -681,7 +669,7 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
     if (g->n_tensors > g->size / 32 || g->n_kv > g->size / 13
         || (min_need = g->n_tensors * 32 + g->n_kv * 13) > g->size - 24)
     {
-        gg_err(err, errlen, "%s: absurd counts: %llu tensors and %llu keys "
+        llm_err(err, errlen, "%s: absurd counts: %llu tensors and %llu keys "
             "cannot fit in a file of %llu bytes", path,
             (unsigned long long) g->n_tensors, (unsigned long long) g->n_kv,
             (unsigned long long) g->size);
@@ -698,14 +686,14 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
     if (al != NULL) {
         uint32_t a;
         if (al->type != LLM_GGUF_UINT32) {
-            gg_err(err, errlen, "%s: key 'general.alignment': type %s "
+            llm_err(err, errlen, "%s: key 'general.alignment': type %s "
                 "(expected u32)", path, gg_vname(al->type));
             rc = -EINVAL;
             goto fail;
         }
         memcpy(&a, al->data, 4);
         if (a == 0 || (a & (a - 1)) != 0) {
-            gg_err(err, errlen, "%s: key 'general.alignment': %u is not a "
+            llm_err(err, errlen, "%s: key 'general.alignment': %u is not a "
                 "power of two", path, a);
             rc = -EINVAL;
             goto fail;
@@ -740,7 +728,7 @@ llm_gguf_open(llm_gguf_t **out, const char *path, char *err, size_t errlen)
 
 fail:
     if (rc == -ENOMEM) {
-        gg_err(err, errlen, "%s: out of memory", path);
+        llm_err(err, errlen, "%s: out of memory", path);
     }
     llm_gguf_close(g);
     return rc;
@@ -785,7 +773,7 @@ llm_gguf_check_file(const llm_gguf_t *g, char *err, size_t errlen)
     struct stat  st;
 
     if (fstat(g->fd, &st) != 0) {
-        gg_err(err, errlen, "model file %s: fstat: %s", g->path,
+        llm_err(err, errlen, "model file %s: fstat: %s", g->path,
                strerror(errno));
         return -errno;
     }
@@ -793,7 +781,7 @@ llm_gguf_check_file(const llm_gguf_t *g, char *err, size_t errlen)
         || st.st_mtim.tv_sec != g->mtime.tv_sec
         || st.st_mtim.tv_nsec != g->mtime.tv_nsec)
     {
-        gg_err(err, errlen, "model file %s was %s while mapped (%llu bytes, "
+        llm_err(err, errlen, "model file %s was %s while mapped (%llu bytes, "
                "%llu at load); deploy by rename, see docs/DEPLOY.md",
                g->path, (uint64_t) st.st_size < g->size ? "truncated"
                : "overwritten in place", (unsigned long long) st.st_size,
@@ -1010,7 +998,7 @@ get_kv(const llm_gguf_t *g, const char *key, char *err, size_t errlen)
 {
     const llm_gguf_kv_t *kv = llm_gguf_find_kv(g, key);
     if (kv == NULL) {
-        gg_err(err, errlen, "%s: key '%s' not found", g->path, key);
+        llm_err(err, errlen, "%s: key '%s' not found", g->path, key);
     }
     return kv;
 }
@@ -1059,7 +1047,7 @@ get_int(const llm_gguf_t *g, const char *key, int64_t lo, uint64_t hi,
         return -ENOENT;
     }
     if (kv_int(kv, &sv, &uv, &is_signed) != 0) {
-        gg_err(err, errlen, "%s: key '%s': type %s (expected %s)", g->path,
+        llm_err(err, errlen, "%s: key '%s': type %s (expected %s)", g->path,
             key, gg_vname(kv->type), want);
         return -EINVAL;
     }
@@ -1080,10 +1068,10 @@ get_int(const llm_gguf_t *g, const char *key, int64_t lo, uint64_t hi,
 
 range:
     if (is_signed) {
-        gg_err(err, errlen, "%s: key '%s': value %lld does not fit in %s",
+        llm_err(err, errlen, "%s: key '%s': value %lld does not fit in %s",
             g->path, key, (long long) sv, want);
     } else {
-        gg_err(err, errlen, "%s: key '%s': value %llu does not fit in %s",
+        llm_err(err, errlen, "%s: key '%s': value %llu does not fit in %s",
             g->path, key, (unsigned long long) uv, want);
     }
     return -EINVAL;
@@ -1148,7 +1136,7 @@ llm_gguf_get_f32(const llm_gguf_t *g, const char *key, float *v,
         *v = (float) d;
         return 0;
     }
-    gg_err(err, errlen, "%s: key '%s': type %s (expected f32)", g->path, key,
+    llm_err(err, errlen, "%s: key '%s': type %s (expected f32)", g->path, key,
         gg_vname(kv->type));
     return -EINVAL;
 }
@@ -1164,7 +1152,7 @@ llm_gguf_get_bool(const llm_gguf_t *g, const char *key, int *v, char *err,
         return -ENOENT;
     }
     if (kv->type != LLM_GGUF_BOOL) {
-        gg_err(err, errlen, "%s: key '%s': type %s (expected bool)", g->path,
+        llm_err(err, errlen, "%s: key '%s': type %s (expected bool)", g->path,
             key, gg_vname(kv->type));
         return -EINVAL;
     }
@@ -1183,7 +1171,7 @@ llm_gguf_get_str(const llm_gguf_t *g, const char *key, llm_gguf_str_t *v,
         return -ENOENT;
     }
     if (kv->type != LLM_GGUF_STRING) {
-        gg_err(err, errlen, "%s: key '%s': type %s (expected string)",
+        llm_err(err, errlen, "%s: key '%s': type %s (expected string)",
             g->path, key, gg_vname(kv->type));
         return -EINVAL;
     }
@@ -1201,7 +1189,7 @@ llm_gguf_get_arr(const llm_gguf_t *g, const char *key, llm_gguf_vtype_t elem,
         return -ENOENT;
     }
     if (kv->type != LLM_GGUF_ARRAY || kv->arr_type != elem) {
-        gg_err(err, errlen, "%s: key '%s': type %s%s%s (expected array of "
+        llm_err(err, errlen, "%s: key '%s': type %s%s%s (expected array of "
             "%s)", g->path, key, gg_vname(kv->type),
             kv->type == LLM_GGUF_ARRAY ? " of " : "",
             kv->type == LLM_GGUF_ARRAY ? gg_vname(kv->arr_type) : "",
@@ -1223,7 +1211,7 @@ llm_gguf_get_str_arr(const llm_gguf_t *g, const char *key, uint64_t *n,
         return -ENOENT;
     }
     if (kv->type != LLM_GGUF_ARRAY || kv->arr_type != LLM_GGUF_STRING) {
-        gg_err(err, errlen, "%s: key '%s': type %s%s%s (expected array of "
+        llm_err(err, errlen, "%s: key '%s': type %s%s%s (expected array of "
             "string)", g->path, key, gg_vname(kv->type),
             kv->type == LLM_GGUF_ARRAY ? " of " : "",
             kv->type == LLM_GGUF_ARRAY ? gg_vname(kv->arr_type) : "");
@@ -1370,14 +1358,14 @@ llm_gguf_writer_open(llm_gguf_writer_t **out, const char *path, char *err,
     w = calloc(1, sizeof(*w));
     if (w == NULL || (w->path = strdup(path)) == NULL) {
         free(w);
-        gg_err(err, errlen, "%s: out of memory", path);
+        llm_err(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
     }
     w->alignment = LLM_GGUF_ALIGNMENT;
     w->fp = fopen(path, "wb");
     if (w->fp == NULL) {
         int rc = -errno;
-        gg_err(err, errlen, "%s: %s", path, strerror(errno));
+        llm_err(err, errlen, "%s: %s", path, strerror(errno));
         free(w->path);
         free(w);
         return rc;
@@ -1746,7 +1734,7 @@ llm_gguf_writer_close(llm_gguf_writer_t *w, char *err, size_t errlen)
     }
     rc = w->rc;
     if (rc != 0) {
-        gg_err(err, errlen, "%s", w->msg);
+        llm_err(err, errlen, "%s", w->msg);
         unlink(w->path);
     }
     w_free(w);

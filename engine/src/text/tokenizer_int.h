@@ -14,16 +14,12 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "base/err.h"
 #include "tokenizer.h"
 
 /* The message of a failure into the caller's err buffer (err may be NULL
  * or errlen 0: no message wanted), in functions taking (err, errlen). */
-#define ERR(...)                                                              \
-    do {                                                                      \
-        if (err && errlen) {                                                  \
-            snprintf(err, errlen, __VA_ARGS__);                               \
-        }                                                                     \
-    } while (0)
+#define ERR(...)  llm_err(err, errlen, __VA_ARGS__)
 
 /* tokenizer.ggml.token_type values, as llama.cpp's converter writes them */
 #define LLM_TT_UNDEFINED     0

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "model/gguf.h"
 #include "mkmodel.h"
 #include "kernels/quant.h"
@@ -54,19 +55,6 @@ const char *const llm_mkmodel_presets[] = {
     "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
     "tiny-qwen3", "tiny-minimax", NULL
 };
-
-static void
-mk_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static int
 mk_is_moe_arch(const char *arch)
@@ -122,7 +110,7 @@ llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
         p->eps = 1e-6f;
         mk_set_pre(p, "gpt-2");
     } else {
-        mk_err(err, errlen, "unknown architecture '%s' (expected llama, "
+        llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
             "qwen2, qwen3, qwen3moe or minimax-m2)", p->arch);
         return -EINVAL;
     }
@@ -178,7 +166,7 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
         mk_shape(p, "minimax-m2", 128, 4, 4, 2, 64, 128, 8, 2, 128, 1000,
             2048);
     } else {
-        mk_err(err, errlen, "unknown preset '%s'", preset);
+        llm_err(err, errlen, "unknown preset '%s'", preset);
         return -EINVAL;
     }
     snprintf(p->name, sizeof(p->name), "synthetic-%s", preset);
@@ -194,62 +182,62 @@ llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
     if (strcmp(p->arch, "llama") != 0 && strcmp(p->arch, "qwen2") != 0
         && strcmp(p->arch, "qwen3") != 0 && !moe_arch)
     {
-        mk_err(err, errlen, "unknown architecture '%s' (expected llama, "
+        llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
             "qwen2, qwen3, qwen3moe or minimax-m2)", p->arch);
         return -EINVAL;
     }
     if (p->n_embd == 0 || p->n_layer == 0 || p->n_head == 0
         || p->n_head_kv == 0 || p->head_dim == 0 || p->n_ctx == 0)
     {
-        mk_err(err, errlen, "embd, layers, heads, heads-kv, head-dim and ctx "
+        llm_err(err, errlen, "embd, layers, heads, heads-kv, head-dim and ctx "
             "must all be > 0");
         return -EINVAL;
     }
     if (p->n_head % p->n_head_kv != 0) {
-        mk_err(err, errlen, "heads (%u) must be a multiple of heads-kv (%u)",
+        llm_err(err, errlen, "heads (%u) must be a multiple of heads-kv (%u)",
             p->n_head, p->n_head_kv);
         return -EINVAL;
     }
     if (p->head_dim % 2 != 0 || p->rope_dim == 0 || p->rope_dim % 2 != 0
         || p->rope_dim > p->head_dim)
     {
-        mk_err(err, errlen, "head-dim (%u) and rope-dim (%u) must be even, "
+        llm_err(err, errlen, "head-dim (%u) and rope-dim (%u) must be even, "
             "0 < rope-dim <= head-dim", p->head_dim, p->rope_dim);
         return -EINVAL;
     }
     if ((strcmp(p->arch, "qwen2") == 0 || strcmp(p->arch, "qwen3") == 0)
         && p->n_expert != 0)
     {
-        mk_err(err, errlen, "%s is dense: --experts must be 0 (use qwen3moe)",
+        llm_err(err, errlen, "%s is dense: --experts must be 0 (use qwen3moe)",
             p->arch);
         return -EINVAL;
     }
     if (p->split_experts && (strcmp(p->arch, "llama") != 0
                              || p->n_expert < 2))
     {
-        mk_err(err, errlen, "--split-experts is the old Mixtral layout: "
+        llm_err(err, errlen, "--split-experts is the old Mixtral layout: "
             "llama with --experts >= 2");
         return -EINVAL;
     }
     if (moe_arch && p->n_expert < 2) {
-        mk_err(err, errlen, "%s needs --experts >= 2", p->arch);
+        llm_err(err, errlen, "%s needs --experts >= 2", p->arch);
         return -EINVAL;
     }
     if (p->n_expert > 0) {
         if (p->n_expert_used == 0 || p->n_expert_used > p->n_expert
             || p->n_ff_exp == 0)
         {
-            mk_err(err, errlen, "experts-used (%u) must be in 1..experts "
+            llm_err(err, errlen, "experts-used (%u) must be in 1..experts "
                 "(%u) and ff-exp (%u) > 0", p->n_expert_used, p->n_expert,
                 p->n_ff_exp);
             return -EINVAL;
         }
     } else if (p->n_ff == 0) {
-        mk_err(err, errlen, "a dense model needs --ff > 0");
+        llm_err(err, errlen, "a dense model needs --ff > 0");
         return -EINVAL;
     }
     if (p->n_vocab < llm_vocabgen_min_size()) {
-        mk_err(err, errlen, "vocab %u is below the minimum %u", p->n_vocab,
+        llm_err(err, errlen, "vocab %u is below the minimum %u", p->n_vocab,
             llm_vocabgen_min_size());
         return -EINVAL;
     }
@@ -258,7 +246,7 @@ llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
                        && p->type != LLM_TYPE_Q8_0
                        && p->type != LLM_TYPE_Q4_0))
     {
-        mk_err(err, errlen, "--type %s: expected F32, F16, BF16, Q8_0 or "
+        llm_err(err, errlen, "--type %s: expected F32, F16, BF16, Q8_0 or "
             "Q4_0 (use llm-quantize for K-quants)", llm_type_name(p->type));
         return -EINVAL;
     }
@@ -658,7 +646,7 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
     }
     rc = mk_tensors(p, &l);
     if (rc != 0) {
-        mk_err(err, errlen, "out of memory");
+        llm_err(err, errlen, "out of memory");
         goto done;
     }
     if (nth > 64) {
@@ -673,14 +661,14 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
     slab = malloc(MK_SLAB_BYTES + (size_t) max_ne0 * 4);
     if (scratch == NULL || slab == NULL) {
         rc = -ENOMEM;
-        mk_err(err, errlen, "out of memory");
+        llm_err(err, errlen, "out of memory");
         goto done;
     }
     for (uint32_t i = 0; i < nth; i++) {
         scratch[i] = malloc((size_t) max_ne0 * sizeof(float));
         if (scratch[i] == NULL) {
             rc = -ENOMEM;
-            mk_err(err, errlen, "out of memory");
+            llm_err(err, errlen, "out of memory");
             goto done;
         }
     }

@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/err.h"
 #include "model/gguf.h"
 #include "kernels/quant.h"
 #include "quantize.h"
@@ -71,19 +72,6 @@ llm_qtype_find(const char *name)
         }
     }
     return NULL;
-}
-
-static void
-qz_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 static int
@@ -364,7 +352,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
             s.has_output = 1;
         }
         if (qz_wants(t) && (ti == NULL || !ti->supported)) {
-            qz_err(err, errlen, "%s: tensor '%s': type %s cannot be "
+            llm_err(err, errlen, "%s: tensor '%s': type %s cannot be "
                 "converted by this engine", in_path, t->name,
                 llm_gguf_type_name(t->type));
             rc = -EINVAL;
@@ -373,7 +361,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
         if (qz_wants(t) && qz_is_quantized(t->type)
             && !params->allow_requantize)
         {
-            qz_err(err, errlen, "%s: tensor '%s' is already %s: "
+            llm_err(err, errlen, "%s: tensor '%s' is already %s: "
                 "requantizing loses accuracy (pass --allow-requantize)",
                 in_path, t->name, llm_type_name(t->type));
             rc = -EINVAL;
@@ -390,7 +378,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
     slab = malloc(QZ_SLAB_BYTES + (size_t) max_ne0 * 4);
     if (types == NULL || order == NULL || scratch == NULL || slab == NULL) {
         rc = -ENOMEM;
-        qz_err(err, errlen, "out of memory");
+        llm_err(err, errlen, "out of memory");
         goto done;
     }
     for (uint32_t k = 0; k < nth; k++) {
@@ -398,7 +386,7 @@ llm_model_quantize(const char *in_path, const char *out_path,
                             * sizeof(float));
         if (scratch[k] == NULL) {
             rc = -ENOMEM;
-            qz_err(err, errlen, "out of memory");
+            llm_err(err, errlen, "out of memory");
             goto done;
         }
     }

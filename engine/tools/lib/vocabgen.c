@@ -21,6 +21,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "base/err.h"
 #include "vocabgen.h"
 
 static const char vg_corpus[] =
@@ -300,19 +301,6 @@ typedef struct {
     size_t      n_syms;         /* total symbols over all words */
 } vg_train_t;
 
-static void
-vg_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0) {
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static uint64_t
 vg_hash(const void *p, size_t n)
 {
@@ -456,7 +444,7 @@ vg_pretokenize(vg_train_t *t, const char *re_src, const char *text,
     re = pcre2_compile((PCRE2_SPTR) re_src, PCRE2_ZERO_TERMINATED,
         PCRE2_UTF | PCRE2_UCP, &ecode, &eoff, NULL);
     if (re == NULL) {
-        vg_err(err, errlen, "vocabgen: pre-tokenizer regex does not compile "
+        llm_err(err, errlen, "vocabgen: pre-tokenizer regex does not compile "
             "at offset %zu", (size_t) eoff);
         return -EINVAL;
     }
@@ -905,7 +893,7 @@ llm_vocabgen_build(llm_vocabgen_t *v, uint32_t n_vocab, const char *pre,
     memset(v, 0, sizeof(*v));
     memset(&t, 0, sizeof(t));
     if (n_vocab < llm_vocabgen_min_size()) {
-        vg_err(err, errlen, "vocabgen: vocabulary of %u tokens is below the "
+        llm_err(err, errlen, "vocabgen: vocabulary of %u tokens is below the "
             "minimum %u (256 bytes + %zu special tokens)", n_vocab,
             llm_vocabgen_min_size(), VG_NSPECIAL);
         return -EINVAL;
@@ -915,7 +903,7 @@ llm_vocabgen_build(llm_vocabgen_t *v, uint32_t n_vocab, const char *pre,
     } else if (strcmp(pre, "gpt-2") == 0) {
         re = vg_re_gpt2;
     } else {
-        vg_err(err, errlen, "vocabgen: unknown pre-tokenizer '%s' (expected "
+        llm_err(err, errlen, "vocabgen: unknown pre-tokenizer '%s' (expected "
             "qwen2 or gpt-2)", pre);
         return -EINVAL;
     }
@@ -1006,7 +994,7 @@ done:
     vg_train_free(&t);
     if (rc != 0) {
         if (rc == -ENOMEM) {
-            vg_err(err, errlen, "vocabgen: out of memory");
+            llm_err(err, errlen, "vocabgen: out of memory");
         }
         llm_vocabgen_free(v);
     }
