@@ -33,20 +33,21 @@ typedef struct {
     uint8_t   qs[4][64];            /* qs[i][4r + j] = row r's qs[4i + j] */
 } llm_block_q4_0x16;
 
-/* Q4_1: 5 bpw; w = d * q + m (known, not supported). */
+/* Q4_1: 5 bpw; w = d * q + m, q in 0..15, nibbles as Q4_0. */
 typedef struct __attribute__((packed)) {
     uint16_t  d, m;
     uint8_t   qs[LLM_QK / 2];
 } llm_block_q4_1;
 
-/* Q5_0: 5.5 bpw (known, not supported). */
+/* Q5_0: 5.5 bpw; w = d * (q - 16), q in 0..31: nibbles as Q4_0, the
+ * 5th bit of element j is bit j of qh (read as a little-endian u32). */
 typedef struct __attribute__((packed)) {
     uint16_t  d;
     uint8_t   qh[4];
     uint8_t   qs[LLM_QK / 2];
 } llm_block_q5_0;
 
-/* Q5_1: 6 bpw (known, not supported). */
+/* Q5_1: 6 bpw; w = d * q + m, q in 0..31, bits as Q5_0. */
 typedef struct __attribute__((packed)) {
     uint16_t  d, m;
     uint8_t   qh[4];
@@ -59,20 +60,22 @@ typedef struct __attribute__((packed)) {
     int8_t    qs[LLM_QK];
 } llm_block_q8_0;
 
-/* Q8_1: 9 bpw (known, not supported). */
+/* Q8_1: activation type of Q4_1/Q5_1; w = d * q, s = d * sum(q). */
 typedef struct __attribute__((packed)) {
     uint16_t  d, s;
     int8_t    qs[LLM_QK];
 } llm_block_q8_1;
 
-/* Q2_K: 2.625 bpw (known, not supported). */
+/* Q2_K: 2.625 bpw; 16 sub-blocks of 16, scales[i] = scale | min << 4
+ * (quant_k23.c has the bit layout). */
 typedef struct __attribute__((packed)) {
     uint8_t   scales[LLM_QK_K / 16];
     uint8_t   qs[LLM_QK_K / 4];
     uint16_t  d, dmin;
 } llm_block_q2_K;
 
-/* Q3_K: 3.4375 bpw (known, not supported). */
+/* Q3_K: 3.4375 bpw; 2 bits in qs, the 3rd in hmask, 16 six-bit scales
+ * in scales[12] (quant_k23.c has the bit layout). */
 typedef struct __attribute__((packed)) {
     uint8_t   hmask[LLM_QK_K / 8];
     uint8_t   qs[LLM_QK_K / 4];
@@ -157,6 +160,22 @@ void llm_kernels_init_scalar(llm_kernels_t *k);
 void llm_kernels_init_avx2(llm_kernels_t *k);
 void llm_kernels_init_avx512(llm_kernels_t *k);
 void llm_kernels_init_neon(llm_kernels_t *k);
+
+/* quant_legacy.c, quant_k23.c: scalar references of Q4_1, Q5_0, Q5_1,
+ * Q2_K, Q3_K and the Q8_1 activations (dequantize nb blocks; vec_dot and
+ * quantize_act with the kernel table's signatures). */
+void llm_dequant_q4_1(const void *src, float *y, int64_t nb);
+void llm_dequant_q5_0(const void *src, float *y, int64_t nb);
+void llm_dequant_q5_1(const void *src, float *y, int64_t nb);
+void llm_dequant_q8_1(const void *src, float *y, int64_t nb);
+void llm_dequant_q2_K(const void *src, float *y, int64_t nb);
+void llm_dequant_q3_K(const void *src, float *y, int64_t nb);
+void llm_act_q8_1(const float *x, void *dst, int64_t n);
+void llm_dot_q4_1(int64_t n, float *s, const void *w, const void *x);
+void llm_dot_q5_0(int64_t n, float *s, const void *w, const void *x);
+void llm_dot_q5_1(int64_t n, float *s, const void *w, const void *x);
+void llm_dot_q2_K(int64_t n, float *s, const void *w, const void *x);
+void llm_dot_q3_K(int64_t n, float *s, const void *w, const void *x);
 
 #define LLM_INLINE  static inline __attribute__((always_inline))
 

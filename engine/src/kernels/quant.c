@@ -27,6 +27,7 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     [LLM_TYPE_Q5_0] = { "Q5_0", LLM_QK, sizeof(llm_block_q5_0), 0 },
     [LLM_TYPE_Q5_1] = { "Q5_1", LLM_QK, sizeof(llm_block_q5_1), 0 },
     [LLM_TYPE_Q8_0] = { "Q8_0", LLM_QK, sizeof(llm_block_q8_0), 1 },
+    /* activation type only: not a weight type */
     [LLM_TYPE_Q8_1] = { "Q8_1", LLM_QK, sizeof(llm_block_q8_1), 0 },
     [LLM_TYPE_Q2_K] = { "Q2_K", LLM_QK_K, sizeof(llm_block_q2_K), 0 },
     [LLM_TYPE_Q3_K] = { "Q3_K", LLM_QK_K, sizeof(llm_block_q3_K), 0 },
@@ -81,7 +82,13 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q4_0:
     case LLM_TYPE_Q4_0_R16:
     case LLM_TYPE_Q8_0:
+    case LLM_TYPE_Q5_0:
         return LLM_TYPE_Q8_0;
+    case LLM_TYPE_Q4_1:
+    case LLM_TYPE_Q5_1:
+        return LLM_TYPE_Q8_1;
+    case LLM_TYPE_Q2_K:
+    case LLM_TYPE_Q3_K:
     case LLM_TYPE_Q4_K:
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
@@ -326,6 +333,24 @@ llm_dequantize_row(llm_type_t t, const void *src, float *dst, int64_t n)
         break;
     case LLM_TYPE_Q8_K:
         llm_dequant_q8_K(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_Q4_1:
+        llm_dequant_q4_1(src, dst, n / LLM_QK);
+        break;
+    case LLM_TYPE_Q5_0:
+        llm_dequant_q5_0(src, dst, n / LLM_QK);
+        break;
+    case LLM_TYPE_Q5_1:
+        llm_dequant_q5_1(src, dst, n / LLM_QK);
+        break;
+    case LLM_TYPE_Q8_1:
+        llm_dequant_q8_1(src, dst, n / LLM_QK);
+        break;
+    case LLM_TYPE_Q2_K:
+        llm_dequant_q2_K(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_Q3_K:
+        llm_dequant_q3_K(src, dst, n / LLM_QK_K);
         break;
     default:
         memset(dst, 0, n * sizeof(float));
@@ -861,6 +886,9 @@ llm_quantize_row(llm_type_t t, const float *src, void *dst, int64_t n)
     case LLM_TYPE_Q8_K:
         llm_act_q8_K(src, dst, n);
         break;
+    case LLM_TYPE_Q8_1:
+        llm_act_q8_1(src, dst, n);
+        break;
     default:
         memset(dst, 0, llm_row_bytes(t, n));
         break;
@@ -1106,6 +1134,12 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
+    k->vec_dot[LLM_TYPE_Q4_1] = llm_dot_q4_1;
+    k->vec_dot[LLM_TYPE_Q5_0] = llm_dot_q5_0;
+    k->vec_dot[LLM_TYPE_Q5_1] = llm_dot_q5_1;
+    k->vec_dot[LLM_TYPE_Q2_K] = llm_dot_q2_K;
+    k->vec_dot[LLM_TYPE_Q3_K] = llm_dot_q3_K;
+    k->quantize_act[LLM_TYPE_Q8_1] = llm_act_q8_1;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;

@@ -4,9 +4,10 @@
  * Type ids are ggml's (they are what GGUF files store).  Every block format
  * is a packed struct with a static assert on its size (quant.c).  Each
  * weight type names the activation type its dot product takes
- * (llm_type_vec_dot_type): Q8_0 for Q4_0/Q8_0, Q8_K for the K-quants,
- * F32 for the float types.  Activations are converted once per row with
- * llm_quantize_act() and then dotted with many weight rows.
+ * (llm_type_vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1,
+ * Q8_K for the K-quants, F32 for the float types.  Activations are
+ * converted once per row with llm_quantize_act() and then dotted with many
+ * weight rows.
  *
  * Every kernel has a scalar reference; SIMD versions (x86-64: AVX2,
  * AVX-512 with VNNI; aarch64: NEON with the dot-product extension) are

@@ -33,7 +33,7 @@
 #include "kernels/attn.h"
 #include "model_impl.h"
 
-#define LLM_ACT_KINDS     3         /* F32, Q8_0, Q8_K */
+#define LLM_ACT_KINDS     4         /* F32, Q8_0, Q8_K, Q8_1 */
 #define LLM_CHUNK_MIN     16        /* weight rows per work item, minimum */
 
 typedef struct {
@@ -145,13 +145,15 @@ llm_act_kind(llm_type_t t)
         return 1;
     case LLM_TYPE_Q8_K:
         return 2;
+    case LLM_TYPE_Q8_1:
+        return 3;
     default:
         return -1;
     }
 }
 
 static const llm_type_t llm_act_types[LLM_ACT_KINDS] = {
-    LLM_TYPE_F32, LLM_TYPE_Q8_0, LLM_TYPE_Q8_K
+    LLM_TYPE_F32, LLM_TYPE_Q8_0, LLM_TYPE_Q8_K, LLM_TYPE_Q8_1
 };
 
 /* Bytes of an activation row of n values of type t (rounded up). */
