@@ -23,7 +23,7 @@ typedef enum {
     EDIT_DROP_KEY,      /* drop a key */
     EDIT_DROP_TENSOR,   /* drop a tensor */
     EDIT_SHAPE,         /* halve a tensor's rows */
-    EDIT_TYPE,          /* declare a tensor Q4_1 (known, unsupported) */
+    EDIT_TYPE,          /* declare a tensor Q8_1 (known, not a weight) */
     EDIT_U32            /* set a u32 key */
 } edit_kind_t;
 
@@ -56,7 +56,7 @@ static const edit_t edits[] = {
       { "tensor 'blk.1.ffn_down_exps.weight' has shape",
         "(n_ff_exp, n_embd, n_expert)", NULL } },
     { "unsupported type", EDIT_TYPE, "blk.0.attn_k.weight", 0,
-      { "tensor 'blk.0.attn_k.weight' has type Q4_1", "not support",
+      { "tensor 'blk.0.attn_k.weight' has type Q8_1", "not support",
         NULL } },
     { "heads not multiple", EDIT_U32, "qwen3moe.attention.head_count_kv", 3,
       { "head_count_kv 3", "multiple", NULL } },
@@ -115,7 +115,7 @@ write_edited(const edit_t *e, const char *dst, char *err, size_t errlen)
             ne[1] /= 2;
         }
         rc = llm_gguf_w_tensor(w, t->name, t->n_dims, ne,
-                               hit && e->kind == EDIT_TYPE ? LLM_TYPE_Q4_1
+                               hit && e->kind == EDIT_TYPE ? LLM_TYPE_Q8_1
                                                            : t->type);
     }
     if (rc == 0) {
@@ -132,7 +132,7 @@ write_edited(const edit_t *e, const char *dst, char *err, size_t errlen)
             nb = t->nbytes / 2;
         }
         if (hit && e->kind == EDIT_TYPE) {
-            nb = (size_t) (t->ne[0] / 32) * 20 * t->ne[1];
+            nb = (size_t) (t->ne[0] / 32) * 36 * t->ne[1];
             zero = calloc(1, nb);
             rc = llm_gguf_w_data(w, zero, nb);
             free(zero);

@@ -168,8 +168,8 @@ test_type_table(void)
     CHECK(llm_row_bytes(LLM_TYPE_Q8_K, 256) == 292, "q8_K row");
     CHECK(llm_row_bytes(LLM_TYPE_BF16, 3) == 6, "bf16 row");
     CHECK(llm_row_bytes(LLM_TYPE_Q4_0, 33) == 0, "q4_0 odd row");
-    CHECK(llm_type_info(LLM_TYPE_Q3_K) != NULL
-          && !llm_type_info(LLM_TYPE_Q3_K)->supported, "q3_K known");
+    CHECK(llm_type_info(LLM_TYPE_Q8_1) != NULL
+          && !llm_type_info(LLM_TYPE_Q8_1)->supported, "q8_1 known");
     CHECK(llm_type_info(4) == NULL, "type 4 unknown");
     CHECK(llm_type_info(1000) == NULL, "type 1000 unknown");
     CHECK(strcmp(llm_type_name(LLM_TYPE_Q5_K), "Q5_K") == 0, "name");
