@@ -136,6 +136,72 @@ _Static_assert(sizeof(llm_block_q5_K) == 4 + 12 + 32 + 128, "q5_K size");
 _Static_assert(sizeof(llm_block_q6_K) == 128 + 64 + 16 + 2, "q6_K size");
 _Static_assert(sizeof(llm_block_q8_K) == 4 + 256 + 32, "q8_K size");
 
+/* quant_iq4.c, quant_mxfp4.c */
+
+/*
+ * IQ4_NL: 4.5 bpw; w = d * llm_iq4_kvalues[q], q in 0..15 an index into
+ * the 16 non-linear levels; low nibbles hold elements 0..15, high nibbles
+ * 16..31 (Q4_0's order).  Dotted with Q8_0.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint8_t   qs[LLM_QK / 2];
+} llm_block_iq4_nl;
+
+/*
+ * IQ4_XS: 4.25 bpw.  8 sub-blocks of 32 with 6-bit scales ls (low 4 bits
+ * in scales_l, a nibble each, sub-block 2k in the low one; high 2 bits in
+ * scales_h, bits 2j..2j+1 for sub-block j); w = d * (ls - 32) *
+ * llm_iq4_kvalues[q], each sub-block's 16 qs bytes in IQ4_NL's nibble
+ * order.  Dotted with Q8_K.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint16_t  scales_h;
+    uint8_t   scales_l[LLM_QK_K / 64];
+    uint8_t   qs[LLM_QK_K / 2];
+} llm_block_iq4_xs;
+
+/*
+ * MXFP4 (OCP microscaling FP4): 4.25 bpw; w = 2^(e - 128) *
+ * llm_mxfp4_kvalues[q]: the table holds twice the E2M1 values so they are
+ * integers, and the scale is half of E8M0's 2^(e - 127).  Q4_0's nibble
+ * order.  Dotted with Q8_0.
+ */
+typedef struct __attribute__((packed)) {
+    uint8_t   e;                    /* E8M0 exponent, bias 127 */
+    uint8_t   qs[LLM_QK / 2];
+} llm_block_mxfp4;
+
+_Static_assert(sizeof(llm_block_iq4_nl) == 2 + 16, "iq4_nl size");
+_Static_assert(sizeof(llm_block_iq4_xs) == 2 + 2 + 4 + 128, "iq4_xs size");
+_Static_assert(sizeof(llm_block_mxfp4) == 1 + 16, "mxfp4 size");
+
+/* The levels of a 4-bit index (tables from the formats' definitions). */
+extern const int8_t  llm_iq4_kvalues[16];
+extern const int8_t  llm_mxfp4_kvalues[16];
+
+/* 2^(e - 128) exactly, subnormal for e < 2 (ggml's
+ * ggml_e8m0_to_fp32_half: e = 255 is 2^127, not NaN). */
+static inline float
+llm_mxfp4_e8m0_half(uint8_t e)
+{
+    uint32_t  u = e < 2 ? 0x00200000u << e : (uint32_t) (e - 1) << 23;
+    float     f;
+
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Scalar references: dequantize nb blocks; dot over n values with the
+ * activation type of llm_type_vec_dot_type (quant.c's table slots). */
+void llm_iq4_nl_dequant(const void *src, float *y, int64_t nb);
+void llm_iq4_xs_dequant(const void *src, float *y, int64_t nb);
+void llm_mxfp4_dequant(const void *src, float *y, int64_t nb);
+void llm_iq4_nl_dot(int64_t n, float *s, const void *w, const void *x);
+void llm_iq4_xs_dot(int64_t n, float *s, const void *w, const void *x);
+void llm_mxfp4_dot(int64_t n, float *s, const void *w, const void *x);
+
 /* Kernel signatures (the type is implied by the table slot). */
 typedef void (*llm_vec_dot_fn)(int64_t n, float *s, const void *w,
     const void *x);

@@ -36,7 +36,10 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     [LLM_TYPE_Q6_K] = { "Q6_K", LLM_QK_K, sizeof(llm_block_q6_K), 1 },
     /* activation type only: not a weight type */
     [LLM_TYPE_Q8_K] = { "Q8_K", LLM_QK_K, sizeof(llm_block_q8_K), 0 },
+    [LLM_TYPE_IQ4_NL] = { "IQ4_NL", LLM_QK, sizeof(llm_block_iq4_nl), 1 },
+    [LLM_TYPE_IQ4_XS] = { "IQ4_XS", LLM_QK_K, sizeof(llm_block_iq4_xs), 1 },
     [LLM_TYPE_BF16] = { "BF16", 1, 2, 1 },
+    [LLM_TYPE_MXFP4] = { "MXFP4", LLM_QK, sizeof(llm_block_mxfp4), 1 },
     /* made at load (llm_repack_rows), never read from a file */
     [LLM_TYPE_Q4_0_R16] = { "Q4_0_R16", LLM_QK, sizeof(llm_block_q4_0), 0 },
 };
@@ -83,6 +86,8 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q4_0_R16:
     case LLM_TYPE_Q8_0:
     case LLM_TYPE_Q5_0:
+    case LLM_TYPE_IQ4_NL:
+    case LLM_TYPE_MXFP4:
         return LLM_TYPE_Q8_0;
     case LLM_TYPE_Q4_1:
     case LLM_TYPE_Q5_1:
@@ -92,6 +97,7 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q4_K:
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
+    case LLM_TYPE_IQ4_XS:
         return LLM_TYPE_Q8_K;
     default:
         return LLM_TYPE_F32;
@@ -351,6 +357,15 @@ llm_dequantize_row(llm_type_t t, const void *src, float *dst, int64_t n)
         break;
     case LLM_TYPE_Q3_K:
         llm_dequant_q3_K(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_IQ4_NL:
+        llm_iq4_nl_dequant(src, dst, n / LLM_QK);
+        break;
+    case LLM_TYPE_IQ4_XS:
+        llm_iq4_xs_dequant(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_MXFP4:
+        llm_mxfp4_dequant(src, dst, n / LLM_QK);
         break;
     default:
         memset(dst, 0, n * sizeof(float));
@@ -1140,6 +1155,9 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q2_K] = llm_dot_q2_K;
     k->vec_dot[LLM_TYPE_Q3_K] = llm_dot_q3_K;
     k->quantize_act[LLM_TYPE_Q8_1] = llm_act_q8_1;
+    k->vec_dot[LLM_TYPE_IQ4_NL] = llm_iq4_nl_dot;
+    k->vec_dot[LLM_TYPE_IQ4_XS] = llm_iq4_xs_dot;
+    k->vec_dot[LLM_TYPE_MXFP4] = llm_mxfp4_dot;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;
