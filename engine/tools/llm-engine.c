@@ -340,7 +340,7 @@ main(int argc, char **argv)
     engine_fwd_t        ef = { 0 };
     const llm_hparams_t *hp;
     llm_gguf_str_t      ts = { 0 };
-    char                err[512] = "", rev[16], fp[32];
+    char                err[512] = "", rev[16], fp[32], mix[512];
     const char         *tsrc = "gguf", *tfmt = "none", *tool_format = NULL;
     sigset_t            set;
     int                 o, rc = 1, lvl;
@@ -622,6 +622,8 @@ main(int argc, char **argv)
             hp->n_params >= 1000000000 ? "B" : "M",
             (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
             tsrc, tfmt, tool_format ? " (--tool-format)" : "");
+    llm_gguf_type_mix(llm_model_gguf(m), mix, sizeof(mix));
+    llm_log(LLM_LOG_INFO, "types: %s", mix);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
             "context %u, step budget %u tokens, max queue %u, kernels %s "
             "(this CPU's best %s)", n_blocks,

@@ -90,7 +90,7 @@ main(int argc, char **argv)
 {
     const char *path = NULL;
     int full = 0, want_kv = 1, want_t = 1;
-    char err[512];
+    char err[512], mix[512];
     llm_gguf_t *g;
     uint64_t i, j, lim;
 
@@ -127,6 +127,8 @@ main(int argc, char **argv)
         (unsigned long long) llm_gguf_n_tensors(g),
         (unsigned long long) llm_gguf_alignment(g),
         (unsigned long long) llm_gguf_data_offset(g));
+    llm_gguf_type_mix(g, mix, sizeof(mix));
+    printf("# types: %s\n", mix);
 
     for (i = 0; want_kv && i < llm_gguf_n_kv(g); i++) {
         const llm_gguf_kv_t *kv = llm_gguf_kv_at(g, i);

@@ -45,6 +45,29 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
 };
 
 
+/*
+ * The name of every type id in ggml's enum (ggml.h, enum ggml_type), run
+ * here or not, so a message about any tensor a file may hold names its
+ * type.  The gaps are ids ggml retired: 4 and 5 (Q4_2, Q4_3), 31-33
+ * (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8), 36-38 (IQ4_NL_4_4, _4_8, _8_8).
+ * llm_types above names the types this engine knows the layout of; the
+ * two agree (test_type_names).
+ */
+static const char *const  llm_ggml_names[] = {
+    [0] = "F32",        [1] = "F16",        [2] = "Q4_0",
+    [3] = "Q4_1",       [6] = "Q5_0",       [7] = "Q5_1",
+    [8] = "Q8_0",       [9] = "Q8_1",       [10] = "Q2_K",
+    [11] = "Q3_K",      [12] = "Q4_K",      [13] = "Q5_K",
+    [14] = "Q6_K",      [15] = "Q8_K",      [16] = "IQ2_XXS",
+    [17] = "IQ2_XS",    [18] = "IQ3_XXS",   [19] = "IQ1_S",
+    [20] = "IQ4_NL",    [21] = "IQ3_S",     [22] = "IQ2_S",
+    [23] = "IQ4_XS",    [24] = "I8",        [25] = "I16",
+    [26] = "I32",       [27] = "I64",       [28] = "F64",
+    [29] = "IQ1_M",     [30] = "BF16",      [34] = "TQ1_0",
+    [35] = "TQ2_0",     [39] = "MXFP4",
+};
+
+
 const llm_type_info_t *
 llm_type_info(uint32_t type)
 {
@@ -60,8 +83,50 @@ const char *
 llm_type_name(uint32_t type)
 {
     const llm_type_info_t  *ti = llm_type_info(type);
+    size_t                  n = sizeof(llm_ggml_names)
+                                / sizeof(llm_ggml_names[0]);
 
-    return ti ? ti->name : "?";
+    if (ti != NULL) {
+        return ti->name;
+    }
+
+    return type < n && llm_ggml_names[type] != NULL ? llm_ggml_names[type]
+                                                    : "?";
+}
+
+
+/*
+ * The float types first (they are what a file's norms and small tensors
+ * hold), then the block types in id order: "F32, F16, BF16, Q4_0, ...".
+ */
+size_t
+llm_type_list_supported(char *buf, size_t len)
+{
+    size_t    used = 0;
+    int       n, pass;
+    uint32_t  t;
+
+    if (len > 0) {
+        buf[0] = '\0';
+    }
+
+    for (pass = 0; pass < 2; pass++) {
+        for (t = 0; t < LLM_TYPE_COUNT; t++) {
+            const llm_type_info_t  *ti = &llm_types[t];
+
+            if (ti->name == NULL || !ti->supported
+                || (ti->block == 1) != (pass == 0))
+            {
+                continue;
+            }
+            n = snprintf(buf + (used < len ? used : len),
+                         used < len ? len - used : 0, "%s%s",
+                         used ? ", " : "", ti->name);
+            used += (size_t) n;
+        }
+    }
+
+    return used;
 }
 
 

@@ -65,7 +65,16 @@ typedef struct {
 } llm_type_info_t;
 
 const llm_type_info_t *llm_type_info(uint32_t type);   /* NULL if unknown */
-const char *llm_type_name(uint32_t type);              /* "?" if unknown */
+/* The name of any type id ggml defines ("IQ2_XXS" too, which this engine
+ * does not run); "?" for an id ggml does not define. */
+const char *llm_type_name(uint32_t type);
+/*
+ * The names of the weight types this engine runs, from the type table,
+ * as "F32, F16, BF16, Q4_0, ...": floats first, then by id.  Writes at
+ * most len bytes, NUL-terminated when len > 0; returns the length of the
+ * whole list (as snprintf: >= len means it was cut).
+ */
+size_t llm_type_list_supported(char *buf, size_t len);
 /* Bytes of a row of n values; 0 if n is not a multiple of the block. */
 size_t llm_row_bytes(uint32_t type, int64_t n);
 

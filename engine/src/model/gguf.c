@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "kernels/quant.h"
 #include "gguf.h"
 
 #define GG_NAME_MAX   63        /* llama.cpp: GGML_MAX_NAME - 1 */
@@ -36,31 +37,31 @@
 /*
  * Block geometry of every ggml type id, including the ones this engine does
  * not compute with: the file level only needs the sizes to validate the
- * layout; whether a type can be used is the model loader's decision.
+ * layout; whether a type can be used is the model loader's decision.  The
+ * names are the type table's (llm_type_name, kernels/quant.c).
  */
 typedef struct {
-    const char  *name;
     uint32_t     block;
     uint32_t     bytes;
 } gg_type_t;
 
 static const gg_type_t gg_types[] = {
-    [0]  = { "F32", 1, 4 },       [1]  = { "F16", 1, 2 },
-    [2]  = { "Q4_0", 32, 18 },    [3]  = { "Q4_1", 32, 20 },
-    [6]  = { "Q5_0", 32, 22 },    [7]  = { "Q5_1", 32, 24 },
-    [8]  = { "Q8_0", 32, 34 },    [9]  = { "Q8_1", 32, 36 },
-    [10] = { "Q2_K", 256, 84 },   [11] = { "Q3_K", 256, 110 },
-    [12] = { "Q4_K", 256, 144 },  [13] = { "Q5_K", 256, 176 },
-    [14] = { "Q6_K", 256, 210 },  [15] = { "Q8_K", 256, 292 },
-    [16] = { "IQ2_XXS", 256, 66 }, [17] = { "IQ2_XS", 256, 74 },
-    [18] = { "IQ3_XXS", 256, 98 }, [19] = { "IQ1_S", 256, 50 },
-    [20] = { "IQ4_NL", 32, 18 },  [21] = { "IQ3_S", 256, 110 },
-    [22] = { "IQ2_S", 256, 82 },  [23] = { "IQ4_XS", 256, 136 },
-    [24] = { "I8", 1, 1 },        [25] = { "I16", 1, 2 },
-    [26] = { "I32", 1, 4 },       [27] = { "I64", 1, 8 },
-    [28] = { "F64", 1, 8 },       [29] = { "IQ1_M", 256, 56 },
-    [30] = { "BF16", 1, 2 },      [34] = { "TQ1_0", 256, 54 },
-    [35] = { "TQ2_0", 256, 66 },  [39] = { "MXFP4", 32, 17 },
+    [0]  = { 1, 4 },      /* F32 */      [1]  = { 1, 2 },      /* F16 */
+    [2]  = { 32, 18 },    /* Q4_0 */     [3]  = { 32, 20 },    /* Q4_1 */
+    [6]  = { 32, 22 },    /* Q5_0 */     [7]  = { 32, 24 },    /* Q5_1 */
+    [8]  = { 32, 34 },    /* Q8_0 */     [9]  = { 32, 36 },    /* Q8_1 */
+    [10] = { 256, 84 },   /* Q2_K */     [11] = { 256, 110 },  /* Q3_K */
+    [12] = { 256, 144 },  /* Q4_K */     [13] = { 256, 176 },  /* Q5_K */
+    [14] = { 256, 210 },  /* Q6_K */     [15] = { 256, 292 },  /* Q8_K */
+    [16] = { 256, 66 },   /* IQ2_XXS */  [17] = { 256, 74 },   /* IQ2_XS */
+    [18] = { 256, 98 },   /* IQ3_XXS */  [19] = { 256, 50 },   /* IQ1_S */
+    [20] = { 32, 18 },    /* IQ4_NL */   [21] = { 256, 110 },  /* IQ3_S */
+    [22] = { 256, 82 },   /* IQ2_S */    [23] = { 256, 136 },  /* IQ4_XS */
+    [24] = { 1, 1 },      /* I8 */       [25] = { 1, 2 },      /* I16 */
+    [26] = { 1, 4 },      /* I32 */      [27] = { 1, 8 },      /* I64 */
+    [28] = { 1, 8 },      /* F64 */      [29] = { 256, 56 },   /* IQ1_M */
+    [30] = { 1, 2 },      /* BF16 */     [34] = { 256, 54 },   /* TQ1_0 */
+    [35] = { 256, 66 },   /* TQ2_0 */    [39] = { 32, 17 },    /* MXFP4 */
 };
 
 #define GG_NTYPES  (sizeof(gg_types) / sizeof(gg_types[0]))
@@ -503,7 +504,7 @@ read_tensor_info(llm_gguf_t *g, gg_rd_t *r, uint64_t i, char *err,
     if (t->ne[0] % ti->block != 0) {
         llm_err(err, errlen, "%s: tensor '%s': row length ne[0] = %lld is "
             "not a multiple of the %s block size %u", g->path, t->name,
-            (long long) t->ne[0], ti->name, ti->block);
+            (long long) t->ne[0], llm_type_name(t->type), ti->block);
         return -EINVAL;
     }
     rows = nel / (uint64_t) t->ne[0];
@@ -981,8 +982,62 @@ llm_gguf_find_tensor(const llm_gguf_t *g, const char *name)
 const char *
 llm_gguf_type_name(uint32_t type)
 {
+    return gg_type(type) ? llm_type_name(type) : "?";
+}
+
+uint64_t
+llm_gguf_row_bytes(uint32_t type, int64_t n)
+{
     const gg_type_t *t = gg_type(type);
-    return t ? t->name : "?";
+
+    if (t == NULL || n < 0 || n % t->block != 0) {
+        return 0;
+    }
+    return (uint64_t) n / t->block * t->bytes;
+}
+
+/*
+ * Counts and bytes per type id over the tensors, then the types in order
+ * of bytes (most first, ties by id): the one that makes the file's size
+ * leads, the norms' F32 usually trails.
+ */
+size_t
+llm_gguf_type_mix(const llm_gguf_t *g, char *buf, size_t len)
+{
+    uint64_t  count[GG_NTYPES], bytes[GG_NTYPES], i;
+    uint32_t  t, best;
+    size_t    used = 0;
+    int       n, found;
+
+    memset(count, 0, sizeof(count));
+    memset(bytes, 0, sizeof(bytes));
+    for (i = 0; i < g->n_tensors; i++) {
+        t = g->tensors[i].type;         /* known: checked at open */
+        count[t]++;
+        bytes[t] += g->tensors[i].nbytes;
+    }
+    if (len > 0) {
+        buf[0] = '\0';
+    }
+    for (;;) {
+        found = 0;
+        best = 0;
+        for (t = 0; t < GG_NTYPES; t++) {
+            if (count[t] != 0 && (!found || bytes[t] > bytes[best])) {
+                best = t;
+                found = 1;
+            }
+        }
+        if (!found) {
+            break;
+        }
+        n = snprintf(buf + (used < len ? used : len),
+            used < len ? len - used : 0, "%s%s x %llu", used ? ", " : "",
+            llm_type_name(best), (unsigned long long) count[best]);
+        used += (size_t) n;
+        count[best] = 0;
+    }
+    return used;
 }
 
 const char *
@@ -1573,7 +1628,7 @@ llm_gguf_w_tensor(llm_gguf_writer_t *w, const char *name, uint32_t n_dims,
     if (t->ne[0] % ti->block != 0) {
         return w_fail(w, -EINVAL, "tensor '%s': ne[0] = %lld is not a "
             "multiple of the %s block size %u", name, (long long) t->ne[0],
-            ti->name, ti->block);
+            llm_type_name(type), ti->block);
     }
     t->nbytes = nel / ti->block * ti->bytes;
     w->n_tensors++;

@@ -108,6 +108,17 @@ int llm_gguf_guard(const llm_gguf_t *g, const char *prog, int exit_code);
 /* Names for messages and dumps: "Q4_K", "u32"; "?" if unknown. */
 const char *llm_gguf_type_name(uint32_t type);
 const char *llm_gguf_vtype_name(uint32_t vtype);
+/* Bytes of a row of n values of any ggml type id (run here or not); 0
+ * for an unknown id or n not a multiple of the type's block. */
+uint64_t llm_gguf_row_bytes(uint32_t type, int64_t n);
+/*
+ * The file's type mix, for llm-gguf-dump and the engine's start-up log:
+ * "Q8_0 x 42, MXFP4 x 48, F32 x 97", the tensor count of each type, the
+ * types in order of the bytes they hold (most first, ties by id).
+ * Writes at most len bytes, NUL-terminated when len > 0; returns the
+ * length of the whole line (as snprintf: >= len means it was cut).
+ */
+size_t llm_gguf_type_mix(const llm_gguf_t *g, char *buf, size_t len);
 
 /* Metadata. */
 uint64_t llm_gguf_n_kv(const llm_gguf_t *g);

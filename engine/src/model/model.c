@@ -383,7 +383,7 @@ llm_bind_tensor(llm_bind_t *b, const char *name, uint32_t nd,
     const llm_gguf_tensor_t  *x;
     const llm_type_info_t    *ti;
     uint32_t                  i, xd;
-    char                      got[96], want[96];
+    char                      got[96], want[96], runs[256];
 
     *t = NULL;
     x = llm_gguf_find_tensor(b->m->gguf, name);
@@ -412,9 +412,11 @@ llm_bind_tensor(llm_bind_t *b, const char *name, uint32_t nd,
 
     ti = llm_type_info(x->type);
     if (ti == NULL || !ti->supported) {
+        llm_type_list_supported(runs, sizeof(runs));
         return llm_bind_fail(b, -EINVAL, "tensor '%s' has type %s (%u), "
-                             "which this engine does not support", name,
-                             llm_type_name(x->type), x->type);
+                             "which this engine does not run yet; it runs "
+                             "%s", name, llm_type_name(x->type), x->type,
+                             runs);
     }
     if (llm_row_bytes(x->type, x->ne[0]) == 0) {
         return llm_bind_fail(b, -EINVAL, "tensor '%s': row of %lld values "
