@@ -32,6 +32,9 @@ is_deeply($info->{limits}, { max_choices => $info->{max_batch} < 16
                              max_top_logprobs => 20 },
           'limits: the ones Generate enforces');
 my $model = $info->{model};
+# the start-up log shows the file's type mix (llm_gguf_type_mix)
+like($t->engine_log('a'), qr/\btypes: [A-Z][A-Z0-9_]* x \d+(, [A-Z][A-Z0-9_]* x \d+)*, F32 x \d+$/m,
+     'start-up log: the type mix, most bytes first (norms in F32 last)');
 
 # tokenize / detokenize
 my $tk = LlmEngine::gen($t, $sock, undef, '--tokenize', 'Hello world, hi');
