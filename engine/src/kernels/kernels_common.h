@@ -227,6 +227,12 @@ void llm_kernels_init_avx2(llm_kernels_t *k);
 void llm_kernels_init_avx512(llm_kernels_t *k);
 void llm_kernels_init_neon(llm_kernels_t *k);
 
+/* k23_avx2.c, k23_avx512.c, k23_neon.c: Q2_K and Q3_K vec_dot (and gemm)
+ * kernels, called at the end of the matching llm_kernels_init_<isa>. */
+void llm_kernels_init_k23_avx2(llm_kernels_t *k);
+void llm_kernels_init_k23_avx512(llm_kernels_t *k);
+void llm_kernels_init_k23_neon(llm_kernels_t *k);
+
 /* quant_legacy.c, quant_k23.c: scalar references of Q4_1, Q5_0, Q5_1,
  * Q2_K, Q3_K and the Q8_1 activations (dequantize nb blocks; vec_dot and
  * quantize_act with the kernel table's signatures). */

@@ -1,0 +1,277 @@
+/*
+ * AVX2 kernels of the 2- and 3-bit K-quants Q2_K and Q3_K against Q8_K
+ * activations (quant_k23.c has the layouts and the scalar references).
+ *
+ * One 32-byte load of qs holds, shifted right by 2k and masked, the 32
+ * elements 128 h + 32 k + 0..31 (sub-blocks 8 h + 2 k and 8 h + 2 k + 1,
+ * one per 128-bit lane), in the order the activations have them.
+ * vpmaddubsw multiplies these unsigned 0..3 (Q2_K) or 0..7 (Q3_K, the
+ * hmask bit added as 4) by the signed activations; vpmaddwd widens with
+ * each lane's sub-block scale.  Q2_K's mins and Q3_K's offset of 4 are
+ * the scales times Q8_K's bsums.  Every block's sum is an exact int32
+ * per vector lane, scaled once per block.
+ */
+
+#include <immintrin.h>
+
+#include "kernels_common.h"
+
+
+LLM_INLINE float
+llm_k23_hsum(__m256 v)
+{
+    __m128  s = _mm_add_ps(_mm256_castps256_ps128(v),
+                           _mm256_extractf128_ps(v, 1));
+
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+
+/*
+ * The byte shuffles that turn 8 int16 scales (both lanes alike) into
+ * scale 2k in the low lane's eight words and 2k + 1 in the high lane's.
+ */
+LLM_INLINE __m256i
+llm_k23_pick(__m256i sc, int k)
+{
+    const char  a = (char) (4 * k), b = (char) (4 * k + 1);
+    const char  c = (char) (4 * k + 2), d = (char) (4 * k + 3);
+
+    return _mm256_shuffle_epi8(sc, _mm256_setr_epi8(
+        a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b,
+        c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d));
+}
+
+
+/*
+ * The 16 signed Q3_K scales (-32..31) as int8, sub-block order: the low
+ * nibbles come from bytes 0..7 (low, then high nibbles), the top two
+ * bits from bytes 8..11, two bits per group of four sub-blocks.
+ */
+LLM_INLINE __m128i
+llm_q3_K_scales(const uint8_t *sc12)
+{
+    uint32_t  a0, a1, a2;
+
+    memcpy(&a0, sc12, 4);
+    memcpy(&a1, sc12 + 4, 4);
+    memcpy(&a2, sc12 + 8, 4);
+
+    __m128i  v = _mm_setr_epi32(
+        (int) ((a0 & 0x0f0f0f0f) | (a2 & 0x03030303) << 4),
+        (int) ((a1 & 0x0f0f0f0f) | (a2 >> 2 & 0x03030303) << 4),
+        (int) ((a0 >> 4 & 0x0f0f0f0f) | (a2 >> 4 & 0x03030303) << 4),
+        (int) ((a1 >> 4 & 0x0f0f0f0f) | (a2 >> 6 & 0x03030303) << 4));
+
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
+
+/*
+ * R x C results of Q2_K rows against Q8_K columns: per block
+ * d_x d sum_s sc_s (q_s . x_s) - d_x dmin sum_s m_s bsums_s.
+ */
+LLM_INLINE void
+llm_q2_K_tile(const int R, const int C, int64_t nb, const char *w,
+    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
+{
+    const __m256i  m3 = _mm256_set1_epi8(0x03);
+    const __m128i  m4 = _mm_set1_epi8(0x0f);
+    __m256         acc[LLM_MAXR][LLM_MAXC];
+    int64_t        i;
+    int            r, c, h, k;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm256_setzero_ps();
+        }
+    }
+
+    for (i = 0; i < nb; i++) {
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const llm_block_q2_K  *p = (const llm_block_q2_K *)
+                                       (w + r * ws) + i;
+            __m128i  raw = _mm_loadu_si128((const void *) p->scales);
+            __m256i  mins = _mm256_cvtepu8_epi16(
+                                _mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+            __m128i  scl = _mm_and_si128(raw, m4);
+            __m256i  sc[2], iacc[LLM_MAXC], macc[LLM_MAXC];
+            float    d = llm_h2f_hw(p->d), dmin = llm_h2f_hw(p->dmin);
+
+            _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws,
+                         _MM_HINT_T0);
+            _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws + 64,
+                         _MM_HINT_T0);
+            sc[0] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scl));
+            sc[1] = _mm256_broadcastsi128_si256(
+                        _mm_cvtepu8_epi16(_mm_srli_si128(scl, 8)));
+#pragma GCC unroll 4
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+
+                macc[c] = _mm256_madd_epi16(mins, _mm256_loadu_si256(
+                                                (const void *) q8->bsums));
+                iacc[c] = _mm256_setzero_si256();
+            }
+#pragma GCC unroll 2
+            for (h = 0; h < 2; h++) {
+                __m256i  qv = _mm256_loadu_si256((const void *)
+                                                 (p->qs + 32 * h));
+
+#pragma GCC unroll 4
+                for (k = 0; k < 4; k++) {
+                    __m256i  v = _mm256_and_si256(
+                                     _mm256_srli_epi16(qv, 2 * k), m3);
+                    __m256i  sv = llm_k23_pick(sc[h], k);
+
+#pragma GCC unroll 4
+                    for (c = 0; c < C; c++) {
+                        const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                                    (x + c * xs) + i;
+                        __m256i  yv = _mm256_loadu_si256((const void *)
+                                          (q8->qs + 128 * h + 32 * k));
+
+                        iacc[c] = _mm256_add_epi32(iacc[c], _mm256_madd_epi16(
+                                      _mm256_maddubs_epi16(v, yv), sv));
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[c]),
+                                _mm256_set1_ps(q8->d * d), acc[r][c]);
+                acc[r][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(macc[c]),
+                                _mm256_set1_ps(q8->d * dmin), acc[r][c]);
+            }
+        }
+    }
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = llm_k23_hsum(acc[r][c]);
+        }
+    }
+}
+
+
+/*
+ * R x C results of Q3_K rows against Q8_K columns: per block
+ * d_x d sum_s sc_s ((q_s + 4) . x_s - 4 bsums_s), q_s + 4 in 0..7.
+ */
+LLM_INLINE void
+llm_q3_K_tile(const int R, const int C, int64_t nb, const char *w,
+    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
+{
+    const __m256i  m3 = _mm256_set1_epi8(0x03);
+    const __m256i  m1 = _mm256_set1_epi8(0x01);
+    __m256         acc[LLM_MAXR][LLM_MAXC];
+    int64_t        i;
+    int            r, c, h, k;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            acc[r][c] = _mm256_setzero_ps();
+        }
+    }
+
+    for (i = 0; i < nb; i++) {
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const llm_block_q3_K  *p = (const llm_block_q3_K *)
+                                       (w + r * ws) + i;
+            __m128i  s8 = llm_q3_K_scales(p->scales);
+            __m256i  s16 = _mm256_cvtepi8_epi16(s8);
+            __m256i  hm = _mm256_loadu_si256((const void *) p->hmask);
+            __m256i  sc[2], iacc[LLM_MAXC];
+            float    d = llm_h2f_hw(p->d);
+
+            _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws,
+                         _MM_HINT_T0);
+            _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws + 64,
+                         _MM_HINT_T0);
+            sc[0] = _mm256_permute2x128_si256(s16, s16, 0x00);
+            sc[1] = _mm256_permute2x128_si256(s16, s16, 0x11);
+#pragma GCC unroll 4
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+
+                /* start at -4 sum_s sc_s bsums_s */
+                iacc[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                              _mm256_slli_epi32(_mm256_madd_epi16(s16,
+                                  _mm256_loadu_si256((const void *)
+                                                     q8->bsums)), 2));
+            }
+#pragma GCC unroll 2
+            for (h = 0; h < 2; h++) {
+                __m256i  qv = _mm256_loadu_si256((const void *)
+                                                 (p->qs + 32 * h));
+
+#pragma GCC unroll 4
+                for (k = 0; k < 4; k++) {
+                    __m256i  hb = _mm256_and_si256(
+                                      _mm256_srli_epi16(hm, 4 * h + k), m1);
+                    __m256i  v = _mm256_or_si256(
+                                     _mm256_and_si256(
+                                         _mm256_srli_epi16(qv, 2 * k), m3),
+                                     _mm256_slli_epi16(hb, 2));
+                    __m256i  sv = llm_k23_pick(sc[h], k);
+
+#pragma GCC unroll 4
+                    for (c = 0; c < C; c++) {
+                        const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                                    (x + c * xs) + i;
+                        __m256i  yv = _mm256_loadu_si256((const void *)
+                                          (q8->qs + 128 * h + 32 * k));
+
+                        iacc[c] = _mm256_add_epi32(iacc[c], _mm256_madd_epi16(
+                                      _mm256_maddubs_epi16(v, yv), sv));
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                            (x + c * xs) + i;
+
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[c]),
+                                _mm256_set1_ps(q8->d * d), acc[r][c]);
+            }
+        }
+    }
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+#pragma GCC unroll 4
+        for (c = 0; c < C; c++) {
+            y[c * ldy + r] = llm_k23_hsum(acc[r][c]);
+        }
+    }
+}
+
+
+LLM_GEMM_DRIVER(q2_K_avx2, LLM_QK_K, 2, 2, LLM_ROW_COLS, llm_q2_K_tile)
+LLM_GEMM_DRIVER(q3_K_avx2, LLM_QK_K, 2, 2, LLM_ROW_COLS, llm_q3_K_tile)
+
+
+void
+llm_kernels_init_k23_avx2(llm_kernels_t *k)
+{
+    k->vec_dot[LLM_TYPE_Q2_K] = llm_dot_q2_K_avx2;
+    k->vec_dot[LLM_TYPE_Q3_K] = llm_dot_q3_K_avx2;
+    k->gemm[LLM_TYPE_Q2_K] = llm_gemm_q2_K_avx2;
+    k->gemm[LLM_TYPE_Q3_K] = llm_gemm_q3_K_avx2;
+}
