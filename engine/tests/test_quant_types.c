@@ -242,6 +242,35 @@ test_hand_blocks(void)
 
 /* ---- 3. the Q8_1 activation quantizer --------------------------------- */
 
+/* ties at every level: d = 1 and d = 1/4 (x * (1 / d) exact halves),
+ * then a zero block; the SIMD quantizers byte for byte the scalar one */
+static void
+act_q8_1_ties(void)
+{
+    llm_block_q8_1  b[3];
+    float           x[96];
+
+    for (int j = 0; j < 32; j++) {
+        x[j] = (j - 16) + 0.5f;
+        x[32 + j] = ((j - 16) + 0.5f) / 4;
+        x[64 + j] = 0;
+    }
+    x[31] = 127.0f;
+    x[63] = -127.0f / 4;
+    llm_quantize_act_ref(LLM_TYPE_Q8_1, x, b, 96);
+    for (int l = 0; l < LLM_SIMD_COUNT; l++) {
+        llm_block_q8_1  c[3];
+
+        if (!llm_simd_supported((llm_simd_t) l)) {
+            continue;
+        }
+        llm_simd_force((llm_simd_t) l);
+        llm_quantize_act(LLM_TYPE_Q8_1, x, c, 96);
+        CHECK(memcmp(b, c, sizeof(c)) == 0, "%s: ties quantize differently",
+              llm_simd_name((llm_simd_t) l));
+    }
+}
+
 static void
 test_act_q8_1(void)
 {
@@ -285,8 +314,12 @@ test_act_q8_1(void)
         float  amax = 0, d;
         int    s = 0;
 
+        /* two loops: aarch64 gcc 12 -O2 fails (internal compiler error
+         * in vect_transform_reduction) vectorizing both in one */
         for (int j = 0; j < 32; j++) {
             amax = fmaxf(amax, fabsf(x[32 * i + j]));
+        }
+        for (int j = 0; j < 32; j++) {
             s += b[i].qs[j];
         }
         d = amax / 127;
@@ -314,27 +347,7 @@ test_act_q8_1(void)
               llm_simd_name((llm_simd_t) l));
     }
 
-    /* ties at every level: d = 1 and d = 1/4 (x * (1 / d) exact halves),
-     * then a zero block */
-    for (int j = 0; j < 32; j++) {
-        x[j] = (j - 16) + 0.5f;
-        x[32 + j] = ((j - 16) + 0.5f) / 4;
-        x[64 + j] = 0;
-    }
-    x[31] = 127.0f;
-    x[63] = -127.0f / 4;
-    llm_quantize_act_ref(LLM_TYPE_Q8_1, x, b, 96);
-    for (int l = 0; l < LLM_SIMD_COUNT; l++) {
-        llm_block_q8_1  c[3];
-
-        if (!llm_simd_supported((llm_simd_t) l)) {
-            continue;
-        }
-        llm_simd_force((llm_simd_t) l);
-        llm_quantize_act(LLM_TYPE_Q8_1, x, c, 96);
-        CHECK(memcmp(b, c, sizeof(c)) == 0, "%s: ties quantize differently",
-              llm_simd_name((llm_simd_t) l));
-    }
+    act_q8_1_ties();
     llm_simd_force(llm_simd_best());
     tk_end();
 }

@@ -14,7 +14,6 @@
  * bit for bit as that column alone (LLM_GEMM_DRIVER).
  */
 
-#include <math.h>
 #include <immintrin.h>
 
 #include "kernels_common.h"
