@@ -242,6 +242,35 @@ test_hand_blocks(void)
 
 /* ---- 3. the Q8_1 activation quantizer --------------------------------- */
 
+/* ties at every level: d = 1 and d = 1/4 (x * (1 / d) exact halves),
+ * then a zero block; the SIMD quantizers byte for byte the scalar one */
+static void
+act_q8_1_ties(void)
+{
+    llm_block_q8_1  b[3];
+    float           x[96];
+
+    for (int j = 0; j < 32; j++) {
+        x[j] = (j - 16) + 0.5f;
+        x[32 + j] = ((j - 16) + 0.5f) / 4;
+        x[64 + j] = 0;
+    }
+    x[31] = 127.0f;
+    x[63] = -127.0f / 4;
+    llm_quantize_act_ref(LLM_TYPE_Q8_1, x, b, 96);
+    for (int l = 0; l < LLM_SIMD_COUNT; l++) {
+        llm_block_q8_1  c[3];
+
+        if (!llm_simd_supported((llm_simd_t) l)) {
+            continue;
+        }
+        llm_simd_force((llm_simd_t) l);
+        llm_quantize_act(LLM_TYPE_Q8_1, x, c, 96);
+        CHECK(memcmp(b, c, sizeof(c)) == 0, "%s: ties quantize differently",
+              llm_simd_name((llm_simd_t) l));
+    }
+}
+
 static void
 test_act_q8_1(void)
 {
@@ -285,8 +314,12 @@ test_act_q8_1(void)
         float  amax = 0, d;
         int    s = 0;
 
+        /* two loops: aarch64 gcc 12 -O2 fails (internal compiler error
+         * in vect_transform_reduction) vectorizing both in one */
         for (int j = 0; j < 32; j++) {
             amax = fmaxf(amax, fabsf(x[32 * i + j]));
+        }
+        for (int j = 0; j < 32; j++) {
             s += b[i].qs[j];
         }
         d = amax / 127;
@@ -313,6 +346,8 @@ test_act_q8_1(void)
         CHECK(memcmp(b, c, sizeof(c)) == 0, "%s: quantize_act differs",
               llm_simd_name((llm_simd_t) l));
     }
+
+    act_q8_1_ties();
     llm_simd_force(llm_simd_best());
     tk_end();
 }
@@ -423,6 +458,99 @@ out:
     free(xq);
 }
 
+/* ---- 5. random legacy blocks, odd block counts ------------------------ */
+
+/* A random fp16 scale of magnitude about 2^-6..2^-4, either sign. */
+static uint16_t
+rng_scale(void)
+{
+    return llm_fp32_to_fp16(rng_sym() * 0.06f);
+}
+
+/*
+ * Q4_1, Q5_0, Q5_1 rows of 1, 2, 3, 5 and 7 blocks of random bytes
+ * (every quant and 5th-bit pattern; an odd count takes the AVX-512
+ * tiles' scalar last block): at every level vec_dot against the scalar
+ * reference, and each column of a 5 x 5 gemm against that column alone.
+ */
+static void
+test_random_legacy(void)
+{
+    static const llm_type_t  types[] = {
+        LLM_TYPE_Q4_1, LLM_TYPE_Q5_0, LLM_TYPE_Q5_1
+    };
+    enum { NR = 5, NC = 5, MAXB = 7 };
+    static const int  counts[] = { 1, 2, 3, 5, 7 };
+    float             x[MAXB * 32], y[NR * NC], wd[MAXB * 32];
+    float             xd[MAXB * 32];
+    char              w[NR * MAXB * 24], xq[NC * MAXB * 36];
+
+    tk_begin("Q4_1 Q5_0 Q5_1: random blocks, odd counts, every level");
+    for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+        llm_type_t  at = llm_type_vec_dot_type(types[t]);
+        size_t      bb = llm_type_info(types[t])->block_bytes;
+
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+            int64_t  n = 32 * counts[k];
+            size_t   rb = llm_row_bytes(types[t], n);
+            size_t   xb = llm_row_bytes(at, n);
+
+            for (size_t i = 0; i < NR * rb; i++) {
+                w[i] = (char) tk_xorshift64(&rng_state);
+            }
+            for (int r = 0; r < NR; r++) {
+                for (int b = 0; b < counts[k]; b++) {
+                    uint16_t  d = rng_scale(), m = rng_scale();
+                    char     *p = w + r * rb + b * bb;
+
+                    memcpy(p, &d, 2);
+                    if (types[t] != LLM_TYPE_Q5_0) {
+                        memcpy(p + 2, &m, 2);
+                    }
+                }
+            }
+            for (int c = 0; c < NC; c++) {
+                for (int64_t j = 0; j < n; j++) {
+                    x[j] = rng_sym() * (1 + c);
+                }
+                llm_quantize_act_ref(at, x, xq + c * xb, n);
+            }
+            for (int l = 0; l < LLM_SIMD_COUNT; l++) {
+                if (!llm_simd_supported((llm_simd_t) l)) {
+                    continue;
+                }
+                llm_simd_force((llm_simd_t) l);
+                llm_gemm(types[t], n, NR, NC, w, rb, xq, xb, y, NR);
+                for (int r = 0; r < NR; r++) {
+                    for (int c = 0; c < NC; c++) {
+                        float  s, s1, mag = 0;
+
+                        llm_dequantize_row(types[t], w + r * rb, wd, n);
+                        llm_dequantize_row(at, xq + c * xb, xd, n);
+                        for (int64_t j = 0; j < n; j++) {
+                            mag += fabsf(wd[j] * xd[j]);
+                        }
+                        llm_vec_dot_ref(types[t], n, &s, w + r * rb,
+                                        xq + c * xb);
+                        llm_vec_dot(types[t], n, &s1, w + r * rb,
+                                    xq + c * xb);
+                        CHECK(fabsf(s1 - s) <= 1e-5f * mag,
+                              "%s %s nb %d: vec_dot %.7g, ref %.7g",
+                              llm_simd_name((llm_simd_t) l),
+                              llm_type_name(types[t]), counts[k], s1, s);
+                        CHECK(memcmp(&y[c * NR + r], &s1, 4) == 0,
+                              "%s %s nb %d: gemm (%d, %d) differs from"
+                              " alone", llm_simd_name((llm_simd_t) l),
+                              llm_type_name(types[t]), counts[k], r, c);
+                    }
+                }
+            }
+        }
+    }
+    llm_simd_force(llm_simd_best());
+    tk_end();
+}
+
 static void
 test_ggml_file(const char *dir, const char *qname, uint32_t want_type)
 {
@@ -521,6 +649,7 @@ main(int argc, char **argv)
     test_table();
     test_hand_blocks();
     test_act_q8_1();
+    test_random_legacy();
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         test_ggml_file(tk_shared_dir(), files[i].name, files[i].type);
     }

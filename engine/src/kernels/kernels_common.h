@@ -249,6 +249,13 @@ void llm_dot_q5_1(int64_t n, float *s, const void *w, const void *x);
 void llm_dot_q2_K(int64_t n, float *s, const void *w, const void *x);
 void llm_dot_q3_K(int64_t n, float *s, const void *w, const void *x);
 
+/* legacy_avx2.c, legacy_avx512.c, legacy_neon.c: the SIMD kernels of
+ * Q4_1, Q5_0, Q5_1 (and the Q8_1 activations), called last by
+ * llm_kernels_init_avx2 / _avx512 / _neon. */
+void llm_kernels_init_legacy_avx2(llm_kernels_t *k);
+void llm_kernels_init_legacy_avx512(llm_kernels_t *k);
+void llm_kernels_init_legacy_neon(llm_kernels_t *k);
+
 #define LLM_INLINE  static inline __attribute__((always_inline))
 
 /* Column tiles are walked in chunks of this many activation rows so the

@@ -487,4 +487,5 @@ llm_kernels_init_neon(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_neon;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_neon;
     llm_kernels_init_k23_neon(k);
+    llm_kernels_init_legacy_neon(k);
 }
