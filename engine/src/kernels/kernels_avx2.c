@@ -861,4 +861,5 @@ llm_kernels_init_avx2(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K;
     k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K;
+    llm_kernels_init_iq4_avx2(k);
 }
