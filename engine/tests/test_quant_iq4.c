@@ -251,6 +251,7 @@ test_dot(llm_simd_t level)
     }
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         llm_type_t  t = types[ti], at = llm_type_vec_dot_type(t);
+        int64_t     blk = llm_type_info(t)->block;
         float       s, sr;
 
         for (int r = 0; r < NR; r++) {
@@ -280,6 +281,11 @@ test_dot(llm_simd_t level)
                 bad += !(fabs(s - ref) <= 1e-5 * norm);
                 bad += !(fabs(sr - ref) <= 1e-5 * norm);
                 bad += !(fabs(s - sr) <= 1e-6 * norm);     /* SIMD ~ ref */
+                /* an odd number of blocks (the AVX-512 pairs' tail) */
+                llm_vec_dot(t, N - blk, &s, wq[r], xq[c]);
+                llm_vec_dot_ref(t, N - blk, &sr, wq[r], xq[c]);
+                bad += !(fabs(s - sr) <= 1e-6 * norm);
+                llm_vec_dot(t, N, &s, wq[r], xq[c]);
                 bad += !(fabs(y[c * NR + r] - ref) <= 1e-5 * norm);
                 same += memcmp(&s, &y[c * NR + r], sizeof(float)) == 0;
                 if (bad && r == 0 && c == 0) {

@@ -2290,4 +2290,5 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_t2;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_t2;
     k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_t1;
+    llm_kernels_init_iq4_avx512(k);
 }
