@@ -486,4 +486,5 @@ llm_kernels_init_neon(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K_neon;
     k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_neon;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_neon;
+    llm_kernels_init_iq4_neon(k);
 }
