@@ -863,4 +863,5 @@ llm_kernels_init_avx2(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K;
     llm_kernels_init_k23_avx2(k);
     llm_kernels_init_legacy_avx2(k);
+    llm_kernels_init_iq4_avx2(k);
 }

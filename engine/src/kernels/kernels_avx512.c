@@ -2292,4 +2292,5 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_t1;
     llm_kernels_init_k23_avx512(k);
     llm_kernels_init_legacy_avx512(k);
+    llm_kernels_init_iq4_avx512(k);
 }

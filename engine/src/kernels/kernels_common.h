@@ -220,6 +220,13 @@ typedef struct {
  * (five sixths of the L1 data cache, set with the SIMD level). */
 extern int64_t  llm_pre_bytes;
 
+/* iq4_avx2.c, iq4_avx512.c, iq4_neon.c: the SIMD vec_dot kernels of
+ * IQ4_NL, IQ4_XS and MXFP4, each file's init called last by
+ * llm_kernels_init_avx2 / _avx512 / _neon. */
+void llm_kernels_init_iq4_avx2(llm_kernels_t *k);
+void llm_kernels_init_iq4_avx512(llm_kernels_t *k);
+void llm_kernels_init_iq4_neon(llm_kernels_t *k);
+
 /* The scalar table (quant.c); each SIMD file then overwrites the entries
  * it implements and leaves the others. */
 void llm_kernels_init_scalar(llm_kernels_t *k);

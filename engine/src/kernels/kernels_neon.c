@@ -488,4 +488,5 @@ llm_kernels_init_neon(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_neon;
     llm_kernels_init_k23_neon(k);
     llm_kernels_init_legacy_neon(k);
+    llm_kernels_init_iq4_neon(k);
 }
