@@ -74,11 +74,14 @@ sub model {
     my ($self) = @_;
     my $m = "$BUILD/models/test-tiny.gguf";
     unless (-f $m) {
+        # test files run side by side (prove -j) may both make it: each
+        # writes its own temporary file, and the rename is atomic (the
+        # model is the same bytes whoever makes it)
         system("mkdir -p $BUILD/models") == 0 or die;
         system($self->bin('llm-mkmodel'), '--preset', 'tiny', '--type',
-               'Q8_0', '--seed', '1', '-o', "$m.tmp") == 0
+               'Q8_0', '--seed', '1', '-q', '-o', "$m.tmp.$$") == 0
             or die "llm-mkmodel failed";
-        rename "$m.tmp", $m or die "rename: $!";
+        rename "$m.tmp.$$", $m or die "rename: $!";
     }
     return $m;
 }
