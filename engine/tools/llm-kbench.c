@@ -90,7 +90,7 @@ kb_worker(void *p)
 {
     kb_arg_t  *a = p;
     kb_job_t  *j = a->job;
-    /* whole 16-row groups (Q4_0_R16 takes no less) */
+    /* whole 16-row groups (the regrouped types take no less) */
     int64_t    per = ((j->nr + j->nth - 1) / j->nth + 15) / 16 * 16;
     int64_t    r0 = a->ith * per;
     int64_t    r1 = r0 + per < j->nr ? r0 + per : j->nr;
@@ -183,8 +183,8 @@ kb_type(const char *name, llm_type_t *t)
     for (uint32_t i = 0; i < LLM_TYPE_COUNT; i++) {
         const llm_type_info_t  *ti = llm_type_info(i);
 
-        /* Q4_0_R16: the layout the engine regroups Q4_0 into at load */
-        if (ti && (ti->supported || i == LLM_TYPE_Q4_0_R16)
+        /* Q4_0_R16 ...: the layouts the engine regroups types into at load */
+        if (ti && (ti->supported || llm_repack_source(i) != i)
             && strcasecmp(ti->name, name) == 0)
         {
             *t = (llm_type_t) i;
@@ -279,7 +279,7 @@ main(int argc, char **argv)
         size_t      rb = llm_row_bytes(t, n), xb = llm_row_bytes(at, n);
         int64_t     nr = (int64_t) (mbytes * 1048576.0) / (int64_t) rb;
         /* the source type of a regrouped one, which takes 64-row runs */
-        llm_type_t  qt = t == LLM_TYPE_Q4_0_R16 ? LLM_TYPE_Q4_0 : t;
+        llm_type_t  qt = llm_repack_source(t);
 
         if (qt != t) {
             nr = nr < 64 ? 64 : nr / 64 * 64;

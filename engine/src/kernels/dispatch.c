@@ -255,14 +255,59 @@ llm_type_t
 llm_repack_type(llm_type_t t, int64_t nr)
 {
     llm_ensure();
-    /* only the AVX-512 kernel runs ahead of the plain Q4_0 kernels; the
-     * scalar one is the reference */
-    if (t == LLM_TYPE_Q4_0 && nr > 0 && nr % 16 == 0
-        && llm_level == LLM_SIMD_AVX512)
-    {
-        return LLM_TYPE_Q4_0_R16;
+    /* only the AVX-512 kernel runs ahead of the file layout's kernels;
+     * the scalar one is the reference */
+    if (nr <= 0 || nr % 16 != 0 || llm_level != LLM_SIMD_AVX512) {
+        return t;
     }
-    return t;
+    switch (t) {
+    case LLM_TYPE_Q4_0:
+        return LLM_TYPE_Q4_0_R16;
+    case LLM_TYPE_IQ4_NL:
+        return LLM_TYPE_IQ4_NL_R16;
+    case LLM_TYPE_MXFP4:
+        return LLM_TYPE_MXFP4_R16;
+    default:
+        return t;
+    }
+}
+
+
+llm_type_t
+llm_repack_source(llm_type_t t)
+{
+    switch (t) {
+    case LLM_TYPE_Q4_0_R16:
+        return LLM_TYPE_Q4_0;
+    case LLM_TYPE_IQ4_NL_R16:
+        return LLM_TYPE_IQ4_NL;
+    case LLM_TYPE_MXFP4_R16:
+        return LLM_TYPE_MXFP4;
+    default:
+        return t;
+    }
+}
+
+
+/*
+ * Rows g * 16 .. g * 16 + 15 of src interleaved into dst: per block, the
+ * 16 rows' scales (sb bytes each, at the block's start), then their 16
+ * quant bytes 4 at a time (llm_block_q4_0x16, llm_block_mxfp4x16).
+ */
+static void
+llm_repack_group(int64_t nb, size_t rb, size_t bb, size_t sb,
+    const char *src, char *dst)
+{
+    for (int64_t b = 0; b < nb; b++, dst += 16 * bb) {
+        for (int r = 0; r < 16; r++) {
+            const char  *q = src + r * rb + b * bb;
+
+            memcpy(dst + sb * r, q, sb);
+            for (int i = 0; i < 4; i++) {
+                memcpy(dst + 16 * sb + 64 * i + 4 * r, q + sb + 4 * i, 4);
+            }
+        }
+    }
 }
 
 
@@ -270,27 +315,18 @@ void
 llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
     void *dst)
 {
-    const int64_t  nb = n / LLM_QK;
-    const size_t   rb = llm_row_bytes(t, n);
+    const llm_type_t  rt = llm_repack_type(t, nr);
+    const size_t      rb = llm_row_bytes(t, n);
+    const size_t      bb = llm_type_info(t)->block_bytes;
 
-    if (llm_repack_type(t, nr) != LLM_TYPE_Q4_0_R16) {
+    if (rt == t) {
         memcpy(dst, src, (size_t) nr * rb);
         return;
     }
     for (int64_t g = 0; g < nr / 16; g++) {
-        llm_block_q4_0x16  *o = (void *) ((char *) dst + g * 16 * rb);
-
-        for (int64_t b = 0; b < nb; b++, o++) {
-            for (int r = 0; r < 16; r++) {
-                const llm_block_q4_0  *q = (const llm_block_q4_0 *)
-                    ((const char *) src + (g * 16 + r) * rb) + b;
-
-                o->d[r] = q->d;
-                for (int i = 0; i < 4; i++) {
-                    memcpy(&o->qs[i][4 * r], q->qs + 4 * i, 4);
-                }
-            }
-        }
+        llm_repack_group(n / LLM_QK, rb, bb, t == LLM_TYPE_MXFP4 ? 1 : 2,
+                         (const char *) src + g * 16 * rb,
+                         (char *) dst + g * 16 * rb);
     }
 }
 

@@ -1409,7 +1409,7 @@ LLM_T_DRIVER(llm_gemm_q4_0_t16, llm_q4_t16_t, LLM_QK, LLM_G4_QUADS,
  * 165 against 246 GMAC/s at 8 columns in L2), hence the one line of asm.
  */
 
-/* A column's block: its quants, -8 x their sum (the weights' offset, as
+/* A column's block: its quants, -off x their sum (the weights' offset, as
  * the accumulator's start) and its scale. */
 typedef struct {
     int8_t   qs[LLM_QK];
@@ -1420,8 +1420,22 @@ typedef struct {
 /* Blocks of a row per pass: the prepared columns (40 bytes a block and
  * column) stay within 80 KB of stack at 16 columns. */
 #define LLM_Q4R_SLICE  128
-/* The weight stream's prefetch, in 288-byte blocks ahead. */
+/* The weight stream's prefetch, in regrouped blocks (288 or 272 bytes)
+ * ahead. */
 #define LLM_Q4R_PF     8
+
+/*
+ * The regrouped kinds: Q4_0 (weights q - 8: the nibble itself times the
+ * column, less 8 x the column's sum), IQ4_NL and MXFP4 (the nibble's
+ * level from a table, stored as level + 128 so that it is an unsigned
+ * byte for vpdpbusd, less 128 x the column's sum).  IQ4_NL's scale is
+ * fp16 as Q4_0's; MXFP4's an E8M0 exponent per row.  The offsets make
+ * every block sum the exact integer sum of level x activation, as the
+ * scalar references compute it.
+ */
+#define LLM_R16_Q4_0   0
+#define LLM_R16_IQ4NL  1
+#define LLM_R16_MXFP4  2
 
 
 LLM_INLINE __m512i
@@ -1434,10 +1448,11 @@ llm_dpbusd_b4(__m512i acc, __m512i u8, const int8_t *s8)
 }
 
 
-/* Blocks [b0, b0 + nbs) of C columns, block-major: p[b * C + c]. */
+/* Blocks [b0, b0 + nbs) of C columns, block-major: p[b * C + c]; init is
+ * -off x the sum of the block's quants. */
 LLM_INLINE void
-llm_q4r_prep(const int C, const char *x, size_t xs, int64_t b0, int64_t nbs,
-    llm_q4r_col_t *p)
+llm_q4r_prep(const int C, const int off, const char *x, size_t xs,
+    int64_t b0, int64_t nbs, llm_q4r_col_t *p)
 {
     const __m256i  bias = _mm256_set1_epi8((char) 0x80);
     int64_t        b;
@@ -1458,20 +1473,57 @@ llm_q4r_prep(const int C, const char *x, size_t xs, int64_t b0, int64_t nbs,
             h = _mm_add_epi64(_mm256_castsi256_si128(s),
                               _mm256_extracti128_si256(s, 1));
             h = _mm_add_epi64(h, _mm_unpackhi_epi64(h, h));
-            p->init = -8 * (_mm_cvtsi128_si32(h) - 32 * 128);
+            p->init = -off * (_mm_cvtsi128_si32(h) - 32 * 128);
             p->d = llm_h2f_hw(q->d);
         }
     }
 }
 
 
-/* 16 rows x C columns over nbs blocks; y[c * ldy + r] accumulated into
- * unless first. */
+/* The level table of a kind as unsigned bytes, level + 128, in every
+ * 128-bit lane (unused for Q4_0). */
+LLM_INLINE __m512i
+llm_r16_levels(const int kind)
+{
+    const int8_t  *lv = kind == LLM_R16_MXFP4 ? llm_mxfp4_kvalues
+                                              : llm_iq4_kvalues;
+
+    return _mm512_broadcast_i32x4(_mm_xor_si128(
+               _mm_loadu_si128((const void *) lv),
+               _mm_set1_epi8((char) 0x80)));
+}
+
+
+/* The 16 rows' weight scales of a regrouped block: fp16 d[16], or
+ * 2^(e - 128) from E8M0 exponents (llm_mxfp4_e8m0_half, subnormal for
+ * e < 2). */
+LLM_INLINE __m512
+llm_r16_scales(const int kind, const char *blk)
+{
+    if (kind != LLM_R16_MXFP4) {
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const void *) blk));
+    }
+    __m512i    e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const void *) blk));
+    __mmask16  sub = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    __m512i    nrm = _mm512_slli_epi32(_mm512_sub_epi32(e,
+                                           _mm512_set1_epi32(1)), 23);
+    __m512i    dn = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(sub, nrm, dn));
+}
+
+
+/* 16 rows x C columns over nbs regrouped blocks of bb bytes (their
+ * quants at qo); y[c * ldy + r] accumulated into unless first. */
 LLM_INLINE void
-llm_q4r_tile(const int C, int64_t nbs, const llm_block_q4_0x16 *w,
+llm_q4r_tile(const int kind, const int C, int64_t nbs, const char *w,
     const llm_q4r_col_t *p, int first, float *y, size_t ldy)
 {
+    const size_t   bb = kind == LLM_R16_MXFP4 ? sizeof(llm_block_mxfp4x16)
+                                              : sizeof(llm_block_q4_0x16);
+    const size_t   qo = kind == LLM_R16_MXFP4 ? 16 : 32;
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  lv = llm_r16_levels(kind);
     __m512         acc[16];
     int64_t        b;
     int            c, i;
@@ -1481,8 +1533,8 @@ llm_q4r_tile(const int C, int64_t nbs, const llm_block_q4_0x16 *w,
         acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
     }
 
-    for (b = 0; b < nbs; b++, w++, p += C) {
-        const char  *pf = (const char *) (w + LLM_Q4R_PF);
+    for (b = 0; b < nbs; b++, w += bb, p += C) {
+        const char  *pf = w + LLM_Q4R_PF * bb;
         __m512i      lo[4], hi[4];
         __m512       wd;
 
@@ -1491,12 +1543,16 @@ llm_q4r_tile(const int C, int64_t nbs, const llm_block_q4_0x16 *w,
         }
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
-            __m512i  v = _mm512_loadu_si512((const void *) w->qs[i]);
+            __m512i  v = _mm512_loadu_si512((const void *) (w + qo + 64 * i));
 
             lo[i] = _mm512_and_si512(v, m4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (kind != LLM_R16_Q4_0) {
+                lo[i] = _mm512_shuffle_epi8(lv, lo[i]);
+                hi[i] = _mm512_shuffle_epi8(lv, hi[i]);
+            }
         }
-        wd = _mm512_cvtph_ps(_mm256_loadu_si256((const void *) w->d));
+        wd = llm_r16_scales(kind, w);
 
 #pragma GCC unroll 16
         for (c = 0; c < C; c++) {
@@ -1526,11 +1582,10 @@ llm_q4r_tile(const int C, int64_t nbs, const llm_block_q4_0x16 *w,
 
 #define LLM_Q4R_CASE(n)                                                     \
     case n:                                                                 \
-        llm_q4r_prep(n, xc, xs, b0, nbs, pre);                              \
+        llm_q4r_prep(n, off, xc, xs, b0, nbs, pre);                         \
         for (g = g0; g < g1; g++) {                                         \
-            llm_q4r_tile(n, nbs, (const llm_block_q4_0x16 *)                \
-                             (wp + g * 16 * ws) + b0, pre, b0 == 0,         \
-                         yc + g * 16, ldy);                                 \
+            llm_q4r_tile(kind, n, nbs, wp + g * 16 * ws + b0 * bb, pre,     \
+                         b0 == 0, yc + g * 16, ldy);                        \
         }                                                                   \
         break;
 
@@ -1542,12 +1597,15 @@ llm_q4r_tile(const int C, int64_t nbs, const llm_block_q4_0x16 *w,
  * L2, so all rows are one chunk and the columns are prepared once per
  * slice, not once per 64 rows.
  */
-static void
-llm_gemm_q4_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+LLM_INLINE void
+llm_gemm_r16(const int kind, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     llm_q4r_col_t  pre[16 * LLM_Q4R_SLICE];
     const char    *wp = w;
+    const size_t   bb = kind == LLM_R16_MXFP4 ? sizeof(llm_block_mxfp4x16)
+                                              : sizeof(llm_block_q4_0x16);
+    const int      off = kind == LLM_R16_Q4_0 ? 8 : 128;
     const int64_t  nb = n / LLM_QK, ng = nr / 16;
     const int64_t  nch = (nc + 15) / 16, gch = nch == 1 ? ng : 4;
     int64_t        g0, g1, g, j, c0, c1, b0, nbs;
@@ -1588,6 +1646,30 @@ llm_gemm_q4_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
     }
 }
 #undef LLM_Q4R_CASE
+
+
+static void
+llm_gemm_q4_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_r16(LLM_R16_Q4_0, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_iq4_nl_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_r16(LLM_R16_IQ4NL, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_mxfp4_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_r16(LLM_R16_MXFP4, n, nr, nc, w, ws, x, xs, y, ldy);
+}
 
 
 /* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
@@ -2286,6 +2368,8 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
     k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_t16;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
+    k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16;
+    k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_t8;
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_t2;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_t2;

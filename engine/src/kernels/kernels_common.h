@@ -177,6 +177,16 @@ _Static_assert(sizeof(llm_block_iq4_nl) == 2 + 16, "iq4_nl size");
 _Static_assert(sizeof(llm_block_iq4_xs) == 2 + 2 + 4 + 128, "iq4_xs size");
 _Static_assert(sizeof(llm_block_mxfp4) == 1 + 16, "mxfp4 size");
 
+/* Block b of 16 MXFP4 rows, interleaved (LLM_TYPE_MXFP4_R16) as Q4_0's
+ * are (IQ4_NL_R16 takes llm_block_q4_0x16: its blocks are Q4_0's bytes). */
+typedef struct {
+    uint8_t   e[16];                /* row r's exponent */
+    uint8_t   qs[4][64];            /* qs[i][4r + j] = row r's qs[4i + j] */
+} llm_block_mxfp4x16;
+
+_Static_assert(sizeof(llm_block_mxfp4x16) == 16 * sizeof(llm_block_mxfp4),
+               "mxfp4x16 size");
+
 /* The levels of a 4-bit index (tables from the formats' definitions). */
 extern const int8_t  llm_iq4_kvalues[16];
 extern const int8_t  llm_mxfp4_kvalues[16];
@@ -201,6 +211,14 @@ void llm_mxfp4_dequant(const void *src, float *y, int64_t nb);
 void llm_iq4_nl_dot(int64_t n, float *s, const void *w, const void *x);
 void llm_iq4_xs_dot(int64_t n, float *s, const void *w, const void *x);
 void llm_mxfp4_dot(int64_t n, float *s, const void *w, const void *x);
+/* quant_r16.c: the scalar references of the regrouped IQ4_NL / MXFP4
+ * gemm (the llm_gemm_fn signature below). */
+void llm_gemm_iq4_nl_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+void llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
 
 /* Kernel signatures (the type is implied by the table slot). */
 typedef void (*llm_vec_dot_fn)(int64_t n, float *s, const void *w,

@@ -42,6 +42,9 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     [LLM_TYPE_MXFP4] = { "MXFP4", LLM_QK, sizeof(llm_block_mxfp4), 1 },
     /* made at load (llm_repack_rows), never read from a file */
     [LLM_TYPE_Q4_0_R16] = { "Q4_0_R16", LLM_QK, sizeof(llm_block_q4_0), 0 },
+    [LLM_TYPE_IQ4_NL_R16] = { "IQ4_NL_R16", LLM_QK,
+                              sizeof(llm_block_iq4_nl), 0 },
+    [LLM_TYPE_MXFP4_R16] = { "MXFP4_R16", LLM_QK, sizeof(llm_block_mxfp4), 0 },
 };
 
 
@@ -152,7 +155,9 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q8_0:
     case LLM_TYPE_Q5_0:
     case LLM_TYPE_IQ4_NL:
+    case LLM_TYPE_IQ4_NL_R16:
     case LLM_TYPE_MXFP4:
+    case LLM_TYPE_MXFP4_R16:
         return LLM_TYPE_Q8_0;
     case LLM_TYPE_Q4_1:
     case LLM_TYPE_Q5_1:
@@ -1224,6 +1229,8 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_IQ4_XS] = llm_iq4_xs_dot;
     k->vec_dot[LLM_TYPE_MXFP4] = llm_mxfp4_dot;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
+    k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16_ref;
+    k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16_ref;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;
     k->quantize_act[LLM_TYPE_Q8_K] = llm_act_q8_K;

@@ -1,0 +1,93 @@
+/*
+ * IQ4_NL_R16 and MXFP4_R16 x Q8_0: the scalar references of the regrouped
+ * layouts' gemm (kernels_avx512.c runs them; the tests hold it to these
+ * bit for bit).  Per row the exact integer sum of a block, the level of
+ * each 4-bit code times the activation, then acc = fma(sum, d_w * d_x,
+ * acc) block after block (fmaf: one rounding, as vfmadd), whatever the
+ * number of columns.  d_w is the row's fp16 scale (IQ4_NL) or half its
+ * E8M0 scale (MXFP4, whose level table holds twice the E2M1 values).
+ */
+
+#include <math.h>
+#include <stdint.h>
+
+#include "quant.h"
+#include "kernels_common.h"
+
+
+/* Row r's block sum against a Q8_0 block: codes from the interleaved
+ * quants qs (llm_block_q4_0x16 / llm_block_mxfp4x16 order). */
+static int
+llm_r16_block_sum(const uint8_t (*qs)[64], int r, const int8_t *lv,
+    const int8_t *y)
+{
+    int  si = 0;
+
+    for (int i = 0; i < 4; i++) {
+        for (int j = 0; j < 4; j++) {
+            int  v = qs[i][4 * r + j];
+
+            si += lv[v & 0xf] * y[4 * i + j] + lv[v >> 4] * y[16 + 4 * i + j];
+        }
+    }
+    return si;
+}
+
+
+static void
+llm_gemm_r16_ref(const int mx, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK;
+    const int8_t  *lv = mx ? llm_mxfp4_kvalues : llm_iq4_kvalues;
+
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const char  *wg = (const char *) w + g * 16 * ws;
+
+        for (int64_t c = 0; c < nc; c++) {
+            const llm_block_q8_0  *q = (const void *) ((const char *) x
+                                                       + c * xs);
+
+            for (int r = 0; r < 16; r++) {
+                float  acc = 0;
+
+                for (int64_t b = 0; b < nb; b++) {
+                    float  dw;
+                    int    si;
+
+                    if (mx) {
+                        const llm_block_mxfp4x16  *p =
+                            (const llm_block_mxfp4x16 *) wg + b;
+
+                        dw = llm_mxfp4_e8m0_half(p->e[r]);
+                        si = llm_r16_block_sum(p->qs, r, lv, q[b].qs);
+                    } else {
+                        const llm_block_q4_0x16  *p =
+                            (const llm_block_q4_0x16 *) wg + b;
+
+                        dw = llm_h2f(p->d[r]);
+                        si = llm_r16_block_sum(p->qs, r, lv, q[b].qs);
+                    }
+                    acc = fmaf((float) si, dw * llm_h2f(q[b].d), acc);
+                }
+                y[c * ldy + g * 16 + r] = acc;
+            }
+        }
+    }
+}
+
+
+void
+llm_gemm_iq4_nl_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_r16_ref(0, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+void
+llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_r16_ref(1, n, nr, nc, w, ws, x, xs, y, ldy);
+}

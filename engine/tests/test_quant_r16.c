@@ -1,0 +1,188 @@
+/*
+ * IQ4_NL and MXFP4 regrouped into 16-row runs (IQ4_NL_R16, MXFP4_R16:
+ * what the engine runs those matrices as with AVX-512, as Q4_0_R16 for
+ * Q4_0; test_quant checks that one).
+ *
+ * 1. llm_repack_type / llm_repack_source: which types regroup, when.
+ * 2. Per type, on random blocks (random codes; fp16 scales, E8M0
+ *    exponents around 2^-8 with some subnormal ones): the AVX-512 gemm
+ *    bit-identical to the scalar reference of its order, every column
+ *    bit-identical alone and in any batch, and every result within 2e-5
+ *    (of the sum of |w x|) of the file type's own dot product; rows 16 to
+ *    80, columns 1 to 33, rows of 1 to 300 blocks.
+ */
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "testkit.h"
+
+static uint64_t  rng_state = 0x9e3779b97f4a7c15ull;
+
+static float
+rng_uniform(void)
+{
+    return ((tk_xorshift64(&rng_state) >> 40) + 0.5f) / 16777216.0f;
+}
+
+
+/* nr rows of n values of type t (IQ4_NL or MXFP4), random; the float
+ * values of the same rows into wf (for the error bound). */
+static void
+make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
+{
+    const size_t  rb = llm_row_bytes(t, n);
+    const size_t  bb = t == LLM_TYPE_MXFP4 ? 17 : 18;
+    const size_t  sb = t == LLM_TYPE_MXFP4 ? 1 : 2;
+
+    for (int r = 0; r < nr; r++) {
+        for (int64_t b = 0; b < n / 32; b++) {
+            unsigned char  *p = (unsigned char *) w + r * rb + b * bb;
+
+            if (sb == 1) {
+                /* 2^-12 .. 2^-4, and a subnormal scale now and then */
+                p[0] = (unsigned char) (r % 7 == 3 && b % 5 == 1
+                                        ? b % 2 : 116 + (int) (rng_uniform()
+                                                               * 9));
+            } else {
+                uint16_t  d = llm_fp32_to_fp16(0.001f + 0.01f
+                                               * rng_uniform());
+
+                memcpy(p, &d, 2);
+            }
+            for (int i = 0; i < 16; i++) {
+                p[sb + i] = (unsigned char) (tk_xorshift64(&rng_state)
+                                             >> 56);
+            }
+        }
+        llm_dequantize_row(t, w + r * rb, wf + r * n, n);
+    }
+}
+
+
+static void
+check_type(llm_type_t t, llm_type_t rt)
+{
+    static const int64_t  ns[] = { 32, 768, 2048, 300 * 32 };
+    static const int      rows[] = { 16, 48, 80 };
+    static const int      cols[] = { 1, 2, 3, 8, 9, 16, 17, 33 };
+    const int             maxr = 80, maxc = 33;
+
+    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
+        const int64_t  n = ns[in];
+        const size_t   wrow = llm_row_bytes(t, n);
+        const size_t   xrow = llm_row_bytes(LLM_TYPE_Q8_0, n);
+        float         *wf = malloc(n * maxr * sizeof(float));
+        float         *x = malloc(n * maxc * sizeof(float));
+        char          *wq = malloc(wrow * maxr), *wr = malloc(wrow * maxr);
+        char          *xq = malloc(xrow * maxc);
+        float         *y = malloc(maxr * maxc * sizeof(float));
+        float         *ys = malloc(maxr * maxc * sizeof(float));
+        float         *y1 = malloc(maxr * sizeof(float));
+
+        REQUIRE(wf && x && wq && wr && xq && y && ys && y1);
+        make_rows(t, n, maxr, wq, wf);
+        for (int64_t i = 0; i < n * maxc; i++) {
+            x[i] = 2 * rng_uniform() - 1;
+        }
+        for (int c = 0; c < maxc; c++) {
+            llm_quantize_act_ref(LLM_TYPE_Q8_0, x + c * n, xq + c * xrow, n);
+        }
+        llm_repack_rows(t, n, maxr, wq, wr);
+
+        for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
+            for (size_t ic = 0; ic < sizeof(cols) / sizeof(cols[0]); ic++) {
+                const int  nr = rows[ir], nc = cols[ic];
+                int        far = 0, diff, alone = 0;
+
+                llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, y, nr);
+                llm_simd_force(LLM_SIMD_SCALAR);
+                llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, ys, nr);
+                llm_simd_force(LLM_SIMD_AVX512);
+                diff = memcmp(y, ys, nr * nc * sizeof(float)) != 0;
+                for (int c = 0; c < nc; c++) {
+                    llm_gemm(rt, n, nr, 1, wr, wrow, xq + c * xrow, xrow,
+                             y1, nr);
+                    alone += memcmp(y1, y + c * nr, nr * sizeof(float)) != 0;
+                    for (int r = 0; r < nr; r++) {
+                        double  norm = 0;
+                        float   ref;
+
+                        llm_vec_dot_ref(t, n, &ref, wq + r * wrow,
+                                        xq + c * xrow);
+                        for (int64_t j = 0; j < n; j++) {
+                            norm += fabsf(wf[r * n + j] * x[c * n + j]);
+                        }
+                        far += !(fabs(y[c * nr + r] - ref) <= 2e-5 * norm);
+                    }
+                }
+                CHECK(diff == 0 && alone == 0 && far == 0,
+                      "%s n=%lld %dx%d: %s scalar, %d columns differ alone,"
+                      " %d results off the %s dot", llm_type_name(rt),
+                      (long long) n, nr, nc, diff ? "differs from" : "as",
+                      alone, far, llm_type_name(t));
+            }
+        }
+        free(wf);
+        free(x);
+        free(wq);
+        free(wr);
+        free(xq);
+        free(y);
+        free(ys);
+        free(y1);
+    }
+}
+
+
+int
+main(void)
+{
+    llm_simd_init();
+
+    tk_begin("regrouped types: llm_repack_type and llm_repack_source");
+    CHECK(llm_repack_source(LLM_TYPE_Q4_0_R16) == LLM_TYPE_Q4_0
+          && llm_repack_source(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_IQ4_NL
+          && llm_repack_source(LLM_TYPE_MXFP4_R16) == LLM_TYPE_MXFP4
+          && llm_repack_source(LLM_TYPE_Q8_0) == LLM_TYPE_Q8_0);
+    CHECK(llm_type_vec_dot_type(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_Q8_0
+          && llm_type_vec_dot_type(LLM_TYPE_MXFP4_R16) == LLM_TYPE_Q8_0);
+    CHECK(llm_row_bytes(LLM_TYPE_IQ4_NL_R16, 64)
+          == llm_row_bytes(LLM_TYPE_IQ4_NL, 64)
+          && llm_row_bytes(LLM_TYPE_MXFP4_R16, 64)
+          == llm_row_bytes(LLM_TYPE_MXFP4, 64),
+          "a regrouped row takes its source row's bytes");
+    llm_simd_force(LLM_SIMD_SCALAR);
+    CHECK(llm_repack_type(LLM_TYPE_IQ4_NL, 48) == LLM_TYPE_IQ4_NL,
+          "the scalar level keeps the file layout");
+    llm_simd_force(llm_simd_best());
+    if (llm_simd_supported(LLM_SIMD_AVX512)) {
+        llm_simd_force(LLM_SIMD_AVX512);
+        CHECK(llm_repack_type(LLM_TYPE_IQ4_NL, 48) == LLM_TYPE_IQ4_NL_R16
+              && llm_repack_type(LLM_TYPE_MXFP4, 16) == LLM_TYPE_MXFP4_R16
+              && llm_repack_type(LLM_TYPE_MXFP4, 40) == LLM_TYPE_MXFP4
+              && llm_repack_type(LLM_TYPE_IQ4_XS, 48) == LLM_TYPE_IQ4_XS,
+              "AVX-512: IQ4_NL and MXFP4 in runs of 16 rows regroup");
+        llm_simd_force(llm_simd_best());
+    }
+    tk_end();
+
+    if (!llm_simd_supported(LLM_SIMD_AVX512)) {
+        tk_skip("IQ4_NL_R16, MXFP4_R16", "no AVX-512 here");
+        return tk_done();
+    }
+    llm_simd_force(LLM_SIMD_AVX512);
+    tk_begin("IQ4_NL_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference and to each column alone, within 2e-5 of IQ4_NL");
+    check_type(LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_NL_R16);
+    tk_end();
+    tk_begin("MXFP4_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference and to each column alone, within 2e-5 of MXFP4");
+    check_type(LLM_TYPE_MXFP4, LLM_TYPE_MXFP4_R16);
+    tk_end();
+    llm_simd_force(llm_simd_best());
+    return tk_done();
+}
