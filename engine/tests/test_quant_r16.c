@@ -1,15 +1,19 @@
 /*
- * IQ4_NL and MXFP4 regrouped into 16-row runs (IQ4_NL_R16, MXFP4_R16:
+ * IQ4_NL, MXFP4 and IQ4_XS regrouped into 16-row runs (IQ4_NL_R16,
+ * MXFP4_R16, IQ4_XS_R16:
  * what the engine runs those matrices as with AVX-512, as Q4_0_R16 for
  * Q4_0; test_quant checks that one).
  *
  * 1. llm_repack_type / llm_repack_source: which types regroup, when.
  * 2. Per type, on random blocks (random codes; fp16 scales, E8M0
  *    exponents around 2^-8 with some subnormal ones): the AVX-512 gemm
- *    bit-identical to the scalar reference of its order, every column
- *    bit-identical alone and in any batch, and every result within 2e-5
+ *    bit-identical to the scalar reference of its order and to the
+ *    AVX-512 kernels of the file layout (what streamed experts run: the
+ *    expert cache's logits must be the resident run's bit for bit), every
+ *    column bit-identical alone and in any batch, and every result within 2e-5
  *    (of the sum of |w x|) of the file type's own dot product; rows 16 to
- *    80, columns 1 to 33, rows of 1 to 300 blocks.
+ *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS: 1 to 40
+ *    super-blocks).
  */
 
 #include <math.h>
@@ -38,6 +42,23 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
     const size_t  bb = t == LLM_TYPE_MXFP4 ? 17 : 18;
     const size_t  sb = t == LLM_TYPE_MXFP4 ? 1 : 2;
 
+    if (t == LLM_TYPE_IQ4_XS) {
+        /* random bytes, then a sane fp16 d (6-bit scales make any
+         * scales_h / scales_l bytes valid) */
+        for (size_t i = 0; i < nr * rb; i++) {
+            w[i] = (char) (tk_xorshift64(&rng_state) >> 56);
+        }
+        for (int r = 0; r < nr; r++) {
+            for (int64_t b = 0; b < n / 256; b++) {
+                uint16_t  d = llm_fp32_to_fp16(0.0001f + 0.001f
+                                               * rng_uniform());
+
+                memcpy(w + r * rb + b * 136, &d, 2);
+            }
+            llm_dequantize_row(t, w + r * rb, wf + r * n, n);
+        }
+        return;
+    }
     for (int r = 0; r < nr; r++) {
         for (int64_t b = 0; b < n / 32; b++) {
             unsigned char  *p = (unsigned char *) w + r * rb + b * bb;
@@ -66,15 +87,18 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
 static void
 check_type(llm_type_t t, llm_type_t rt)
 {
-    static const int64_t  ns[] = { 32, 768, 2048, 300 * 32 };
+    static const int64_t  ns32[] = { 32, 768, 2048, 300 * 32 };
+    static const int64_t  ns256[] = { 256, 768, 2048, 40 * 256 };
     static const int      rows[] = { 16, 48, 80 };
     static const int      cols[] = { 1, 2, 3, 8, 9, 16, 17, 33 };
     const int             maxr = 80, maxc = 33;
+    const llm_type_t      at = llm_type_vec_dot_type(t);
+    const int64_t        *ns = at == LLM_TYPE_Q8_K ? ns256 : ns32;
 
-    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
+    for (size_t in = 0; in < 4; in++) {
         const int64_t  n = ns[in];
         const size_t   wrow = llm_row_bytes(t, n);
-        const size_t   xrow = llm_row_bytes(LLM_TYPE_Q8_0, n);
+        const size_t   xrow = llm_row_bytes(at, n);
         float         *wf = malloc(n * maxr * sizeof(float));
         float         *x = malloc(n * maxc * sizeof(float));
         char          *wq = malloc(wrow * maxr), *wr = malloc(wrow * maxr);
@@ -89,20 +113,23 @@ check_type(llm_type_t t, llm_type_t rt)
             x[i] = 2 * rng_uniform() - 1;
         }
         for (int c = 0; c < maxc; c++) {
-            llm_quantize_act_ref(LLM_TYPE_Q8_0, x + c * n, xq + c * xrow, n);
+            llm_quantize_act_ref(at, x + c * n, xq + c * xrow, n);
         }
         llm_repack_rows(t, n, maxr, wq, wr);
 
         for (size_t ir = 0; ir < sizeof(rows) / sizeof(rows[0]); ir++) {
             for (size_t ic = 0; ic < sizeof(cols) / sizeof(cols[0]); ic++) {
                 const int  nr = rows[ir], nc = cols[ic];
-                int        far = 0, diff, alone = 0;
+                int        far = 0, diff, flay, alone = 0;
 
                 llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, y, nr);
                 llm_simd_force(LLM_SIMD_SCALAR);
                 llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, ys, nr);
                 llm_simd_force(LLM_SIMD_AVX512);
                 diff = memcmp(y, ys, nr * nc * sizeof(float)) != 0;
+                /* the file layout's kernels (streamed experts) */
+                llm_gemm(t, n, nr, nc, wq, wrow, xq, xrow, ys, nr);
+                flay = memcmp(y, ys, nr * nc * sizeof(float)) != 0;
                 for (int c = 0; c < nc; c++) {
                     llm_gemm(rt, n, nr, 1, wr, wrow, xq + c * xrow, xrow,
                              y1, nr);
@@ -119,11 +146,13 @@ check_type(llm_type_t t, llm_type_t rt)
                         far += !(fabs(y[c * nr + r] - ref) <= 2e-5 * norm);
                     }
                 }
-                CHECK(diff == 0 && alone == 0 && far == 0,
-                      "%s n=%lld %dx%d: %s scalar, %d columns differ alone,"
-                      " %d results off the %s dot", llm_type_name(rt),
-                      (long long) n, nr, nc, diff ? "differs from" : "as",
-                      alone, far, llm_type_name(t));
+                CHECK(diff == 0 && flay == 0 && alone == 0 && far == 0,
+                      "%s n=%lld %dx%d: %s scalar, %s the file layout's"
+                      " gemm, %d columns differ alone, %d results off the"
+                      " %s dot", llm_type_name(rt), (long long) n, nr, nc,
+                      diff ? "differs from" : "as",
+                      flay ? "differs from" : "as", alone, far,
+                      llm_type_name(t));
             }
         }
         free(wf);
@@ -147,6 +176,7 @@ main(void)
     CHECK(llm_repack_source(LLM_TYPE_Q4_0_R16) == LLM_TYPE_Q4_0
           && llm_repack_source(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_IQ4_NL
           && llm_repack_source(LLM_TYPE_MXFP4_R16) == LLM_TYPE_MXFP4
+          && llm_repack_source(LLM_TYPE_IQ4_XS_R16) == LLM_TYPE_IQ4_XS
           && llm_repack_source(LLM_TYPE_Q8_0) == LLM_TYPE_Q8_0);
     CHECK(llm_type_vec_dot_type(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_Q8_0
           && llm_type_vec_dot_type(LLM_TYPE_MXFP4_R16) == LLM_TYPE_Q8_0);
@@ -164,8 +194,10 @@ main(void)
         CHECK(llm_repack_type(LLM_TYPE_IQ4_NL, 48) == LLM_TYPE_IQ4_NL_R16
               && llm_repack_type(LLM_TYPE_MXFP4, 16) == LLM_TYPE_MXFP4_R16
               && llm_repack_type(LLM_TYPE_MXFP4, 40) == LLM_TYPE_MXFP4
-              && llm_repack_type(LLM_TYPE_IQ4_XS, 48) == LLM_TYPE_IQ4_XS,
-              "AVX-512: IQ4_NL and MXFP4 in runs of 16 rows regroup");
+              && llm_repack_type(LLM_TYPE_IQ4_XS, 48) == LLM_TYPE_IQ4_XS_R16
+              && llm_repack_type(LLM_TYPE_Q4_K, 48) == LLM_TYPE_Q4_K,
+              "AVX-512: IQ4_NL, MXFP4 and IQ4_XS in runs of 16 rows"
+              " regroup");
         llm_simd_force(llm_simd_best());
     }
     tk_end();
@@ -176,12 +208,19 @@ main(void)
     }
     llm_simd_force(LLM_SIMD_AVX512);
     tk_begin("IQ4_NL_R16: AVX-512 gemm bit-identical to its scalar"
-             " reference and to each column alone, within 2e-5 of IQ4_NL");
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of IQ4_NL");
     check_type(LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_NL_R16);
     tk_end();
     tk_begin("MXFP4_R16: AVX-512 gemm bit-identical to its scalar"
-             " reference and to each column alone, within 2e-5 of MXFP4");
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of MXFP4");
     check_type(LLM_TYPE_MXFP4, LLM_TYPE_MXFP4_R16);
+    tk_end();
+    tk_begin("IQ4_XS_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of IQ4_XS");
+    check_type(LLM_TYPE_IQ4_XS, LLM_TYPE_IQ4_XS_R16);
     tk_end();
     llm_simd_force(llm_simd_best());
     return tk_done();

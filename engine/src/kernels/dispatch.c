@@ -267,6 +267,8 @@ llm_repack_type(llm_type_t t, int64_t nr)
         return LLM_TYPE_IQ4_NL_R16;
     case LLM_TYPE_MXFP4:
         return LLM_TYPE_MXFP4_R16;
+    case LLM_TYPE_IQ4_XS:
+        return LLM_TYPE_IQ4_XS_R16;
     default:
         return t;
     }
@@ -283,6 +285,8 @@ llm_repack_source(llm_type_t t)
         return LLM_TYPE_IQ4_NL;
     case LLM_TYPE_MXFP4_R16:
         return LLM_TYPE_MXFP4;
+    case LLM_TYPE_IQ4_XS_R16:
+        return LLM_TYPE_IQ4_XS;
     default:
         return t;
     }
@@ -311,6 +315,30 @@ llm_repack_group(int64_t nb, size_t rb, size_t bb, size_t sb,
 }
 
 
+/* The same for IQ4_XS super-blocks (llm_block_iq4_xsx16). */
+static void
+llm_repack_group_iq4_xs(int64_t nb, size_t rb, const char *src, char *dst)
+{
+    llm_block_iq4_xsx16  *o = (llm_block_iq4_xsx16 *) (void *) dst;
+
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < 16; r++) {
+            const llm_block_iq4_xs  *q = (const llm_block_iq4_xs *)
+                                         (const void *) (src + r * rb) + b;
+
+            o->d[r] = q->d;
+            o->scales_h[r] = q->scales_h;
+            memcpy(o->scales_l[r], q->scales_l, 4);
+            for (int j = 0; j < 8; j++) {
+                for (int i = 0; i < 4; i++) {
+                    memcpy(&o->qs[j][i][4 * r], q->qs + 16 * j + 4 * i, 4);
+                }
+            }
+        }
+    }
+}
+
+
 void
 llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
     void *dst)
@@ -323,7 +351,12 @@ llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
         memcpy(dst, src, (size_t) nr * rb);
         return;
     }
-    for (int64_t g = 0; g < nr / 16; g++) {
+    for (int64_t g = 0; g < nr / 16 && t == LLM_TYPE_IQ4_XS; g++) {
+        llm_repack_group_iq4_xs(n / LLM_QK_K, rb,
+                                (const char *) src + g * 16 * rb,
+                                (char *) dst + g * 16 * rb);
+    }
+    for (int64_t g = 0; g < nr / 16 && t != LLM_TYPE_IQ4_XS; g++) {
         llm_repack_group(n / LLM_QK, rb, bb, t == LLM_TYPE_MXFP4 ? 1 : 2,
                          (const char *) src + g * 16 * rb,
                          (char *) dst + g * 16 * rb);

@@ -9,11 +9,13 @@
  * are within -127..127, so negation is exact).  IQ4_NL / MXFP4 then take
  * vpdpbusd to 32-bit sums per block; IQ4_XS takes vpmaddubsw pair sums
  * (at most 2 * 127 * 127) and vpdpwssd with the sub-block scales.  Every
- * block's integer sum is exact, as the scalar reference's; only the float
- * accumulation order differs.
+ * block's integer sum is exact, as the scalar reference's, and the float
+ * steps are those of the regrouped layouts' gemm (IQ4_NL_R16, MXFP4_R16,
+ * IQ4_XS_R16): a row's result does not depend on whether it was regrouped.
  */
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels_common.h"
 
@@ -60,9 +62,31 @@ llm_iq4_signed_y(const int mx, __m512i c, __m512i y)
 
 
 /*
+ * The two 8-lane halves of p summed: [sum of lanes 0..7, sum of lanes
+ * 8..15] (exact int32).
+ */
+LLM_INLINE void
+llm_iq4_sum2(__m512i p, int *s0, int *s1)
+{
+    __m256i  t = _mm256_hadd_epi32(_mm512_castsi512_si256(p),
+                                   _mm512_extracti64x4_epi64(p, 1));
+    __m128i  h;
+
+    t = _mm256_hadd_epi32(t, t);
+    h = _mm_add_epi32(_mm256_castsi256_si128(t),
+                      _mm256_extracti128_si256(t, 1));
+    *s0 = _mm_cvtsi128_si32(h);
+    *s1 = _mm_extract_epi32(h, 1);
+}
+
+
+/*
  * IQ4_NL (mx = 0) or MXFP4 (mx = 1) . Q8_0 over n values, two blocks a
- * step: 8 lanes of exact integer sums each, times [d_0 x 8 | d_1 x 8].
- * An odd last block pairs with itself at scale 0.
+ * step, each block's exact integer sum then acc = fma(sum, d_w * d_x,
+ * acc) block after block: the order of the regrouped layout's gemm
+ * (quant_r16.c), so a row gives the same bits whether its matrix was
+ * regrouped at load or streamed in the file's layout (the expert cache).
+ * An odd last block pairs with itself and is counted once.
  */
 LLM_INLINE void
 llm_iq4_q8_0_dot512(const int mx, int64_t n, float *s, const void *w,
@@ -74,7 +98,7 @@ llm_iq4_q8_0_dot512(const int mx, int64_t n, float *s, const void *w,
                                                       : llm_iq4_kvalues);
     const char            *wp = w;
     const llm_block_q8_0  *q = x;
-    __m512                 acc = _mm512_setzero_ps();
+    float                  acc = 0;
     int64_t                nb = n / LLM_QK, b;
 
     for (b = 0; b < nb; b += 2) {
@@ -82,6 +106,7 @@ llm_iq4_q8_0_dot512(const int mx, int64_t n, float *s, const void *w,
         const char     *w0 = wp + b * bsz, *w1 = two ? w0 + bsz : w0;
         const uint8_t  *qs0, *qs1;
         float           d0, d1;
+        int             i0, i1;
 
         if (mx) {
             const llm_block_mxfp4  *p0 = (const llm_block_mxfp4 *) w0;
@@ -89,8 +114,8 @@ llm_iq4_q8_0_dot512(const int mx, int64_t n, float *s, const void *w,
 
             qs0 = p0->qs;
             qs1 = p1->qs;
-            d0 = llm_h2f_hw(q[b].d) * llm_mxfp4_e8m0_half(p0->e);
-            d1 = two ? llm_h2f_hw(q[b + 1].d) * llm_mxfp4_e8m0_half(p1->e)
+            d0 = llm_mxfp4_e8m0_half(p0->e) * llm_h2f_hw(q[b].d);
+            d1 = two ? llm_mxfp4_e8m0_half(p1->e) * llm_h2f_hw(q[b + 1].d)
                      : 0.0f;
         } else {
             const llm_block_iq4_nl  *p0 = (const llm_block_iq4_nl *) w0;
@@ -114,12 +139,14 @@ llm_iq4_q8_0_dot512(const int mx, int64_t n, float *s, const void *w,
         __m512i  p32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
                            _mm512_shuffle_epi8(tab, c),
                            llm_iq4_signed_y(mx, c, y));
-        __m512   d = _mm512_insertf32x8(_mm512_set1_ps(d0),
-                                        _mm256_set1_ps(d1), 1);
 
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p32), d, acc);
+        llm_iq4_sum2(p32, &i0, &i1);
+        acc = fmaf((float) i0, d0, acc);
+        if (two) {
+            acc = fmaf((float) i1, d1, acc);
+        }
     }
-    *s = _mm512_reduce_add_ps(acc);
+    *s = acc;
 }
 
 
@@ -140,7 +167,8 @@ llm_dot_mxfp4_avx512(int64_t n, float *s, const void *w, const void *x)
 /*
  * IQ4_XS . Q8_K over n values: per super-block, two sub-blocks a step,
  * pair sums times [ls_j - 32 x 16 | ls_j+1 - 32 x 16] by vpdpwssd, summed
- * exactly in int32, then times d_w * d_x.
+ * exactly in int32, then acc = fma(sum, d_w * d_x, acc): the order of
+ * IQ4_XS_R16 (quant_r16.c), as for IQ4_NL above.
  */
 static void
 llm_dot_iq4_xs_avx512(int64_t n, float *s, const void *w, const void *x)
@@ -148,7 +176,7 @@ llm_dot_iq4_xs_avx512(int64_t n, float *s, const void *w, const void *x)
     const __m512i            tab = llm_iq4_abs_table(llm_iq4_kvalues);
     const llm_block_iq4_xs  *a = w;
     const llm_block_q8_K    *q = x;
-    __m512                   acc = _mm512_setzero_ps();
+    float                    acc = 0;
     int64_t                  nb = n / LLM_QK_K, b;
 
     for (b = 0; b < nb; b++, a++, q++) {
@@ -172,10 +200,10 @@ llm_dot_iq4_xs_avx512(int64_t n, float *s, const void *w, const void *x)
 
             isum = _mm512_dpwssd_epi32(isum, p16, sc);
         }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                              _mm512_set1_ps(q->d * llm_h2f_hw(a->d)), acc);
+        acc = fmaf((float) _mm512_reduce_add_epi32(isum),
+                   llm_h2f_hw(a->d) * q->d, acc);
     }
-    *s = _mm512_reduce_add_ps(acc);
+    *s = acc;
 }
 
 

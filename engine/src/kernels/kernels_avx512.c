@@ -1672,6 +1672,154 @@ llm_gemm_mxfp4_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
+/* ---- IQ4_XS_R16 x Q8_K: 16 interleaved rows, one lane per row --------- */
+
+/*
+ * Per super-block and column: for each sub-block j, 8 vpdpbusd of the 16
+ * rows' level + 128 bytes against the column's 4-byte broadcasts, started
+ * at -128 x the column's sub-block sum (two Q8_K bsums), then times the 16
+ * rows' 6-bit scales less 32 (vpmulld) into an int32 super-block sum,
+ * exact as llm_iq4_xs_dot's; one convert and FMA per super-block.  The
+ * scales come straight from the rows' packed bytes: lane r of the 64-byte
+ * scales_l load is row r's 4 bytes, so a shift and a mask give sub-block
+ * j's low 4 bits for all 16 rows at once.  At most 8 columns a pass (16
+ * int32 sums and 8 float accumulators stay in registers).
+ */
+#define LLM_XSR_MAXC  8
+
+
+LLM_INLINE void
+llm_iq4_xs_r16_tile(const int C, int64_t nb, const llm_block_iq4_xsx16 *w,
+    const char *x, size_t xs, float *y, size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  lv = llm_r16_levels(LLM_R16_IQ4NL);
+    __m512         acc[LLM_XSR_MAXC];
+    int64_t        b;
+    int            c, i, j;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+
+    for (b = 0; b < nb; b++, w++) {
+        const __m512i  sl = _mm512_loadu_si512((const void *) w->scales_l);
+        const __m512i  sh = _mm512_cvtepu16_epi32(
+                                _mm256_loadu_si256((const void *)
+                                                   w->scales_h));
+        const __m512   wd = _mm512_cvtph_ps(
+                                _mm256_loadu_si256((const void *) w->d));
+        __m512i        isum[LLM_XSR_MAXC];
+
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            isum[c] = _mm512_setzero_si512();
+        }
+        for (j = 0; j < 8; j++) {
+            const char  *pf = (const char *) (w + 2) + 256 * j;
+            __m512i      lo[4], hi[4], ls;
+
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            _mm_prefetch(pf + 128, _MM_HINT_T0);
+            _mm_prefetch(pf + 192, _MM_HINT_T0);
+            ls = _mm512_or_si512(
+                     _mm512_and_si512(_mm512_srli_epi32(sl, 4 * j),
+                                      _mm512_set1_epi32(0xf)),
+                     _mm512_slli_epi32(_mm512_and_si512(
+                                           _mm512_srli_epi32(sh, 2 * j),
+                                           _mm512_set1_epi32(3)), 4));
+            ls = _mm512_sub_epi32(ls, _mm512_set1_epi32(32));
+#pragma GCC unroll 4
+            for (i = 0; i < 4; i++) {
+                __m512i  v = _mm512_loadu_si512((const void *) w->qs[j][i]);
+
+                lo[i] = _mm512_shuffle_epi8(lv, _mm512_and_si512(v, m4));
+                hi[i] = _mm512_shuffle_epi8(lv, _mm512_and_si512(
+                                                    _mm512_srli_epi16(v, 4),
+                                                    m4));
+            }
+#pragma GCC unroll 8
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q = (const llm_block_q8_K *)
+                                           (const void *) (x + c * xs) + b;
+                const int8_t          *qy = q->qs + 32 * j;
+                __m512i                s0 = _mm512_set1_epi32(
+                    -128 * (q->bsums[2 * j] + q->bsums[2 * j + 1]));
+
+#pragma GCC unroll 4
+                for (i = 0; i < 4; i++) {
+                    s0 = llm_dpbusd_b4(s0, lo[i], qy + 4 * i);
+                }
+#pragma GCC unroll 4
+                for (i = 0; i < 4; i++) {
+                    s0 = llm_dpbusd_b4(s0, hi[i], qy + 16 + 4 * i);
+                }
+                isum[c] = _mm512_add_epi32(isum[c],
+                                           _mm512_mullo_epi32(s0, ls));
+            }
+        }
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const llm_block_q8_K  *q = (const llm_block_q8_K *)
+                                       (const void *) (x + c * xs) + b;
+
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]),
+                                     _mm512_mul_ps(wd,
+                                                   _mm512_set1_ps(q->d)),
+                                     acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        _mm512_storeu_ps(y + c * ldy, acc[c]);
+    }
+}
+
+
+#define LLM_XSR_CASE(n)                                                     \
+    case n:                                                                 \
+        llm_iq4_xs_r16_tile(n, nb, (const llm_block_iq4_xsx16 *)            \
+                                (const void *) (wp + g * 16 * ws),          \
+                            (const char *) x + c0 * xs, xs,                 \
+                            y + c0 * ldy + g * 16, ldy);                    \
+        break;
+
+/* Each 16-row group against columns in chunks of at most 8 (balanced);
+ * a group's rows (16 x 1088 bytes at n = 2048) stay in L2 between the
+ * chunks. */
+static void
+llm_gemm_iq4_xs_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const char    *wp = w;
+    const int64_t  nb = n / LLM_QK_K, ng = nr / 16;
+    const int64_t  nch = (nc + LLM_XSR_MAXC - 1) / LLM_XSR_MAXC;
+    int64_t        g, j, c0, c1;
+
+    for (g = 0; g < ng; g++) {
+        for (j = 0; j < nch; j++) {
+            c0 = j * nc / nch;
+            c1 = (j + 1) * nc / nch;
+            switch (c1 - c0) {
+            LLM_XSR_CASE(1)
+            LLM_XSR_CASE(2)
+            LLM_XSR_CASE(3)
+            LLM_XSR_CASE(4)
+            LLM_XSR_CASE(5)
+            LLM_XSR_CASE(6)
+            LLM_XSR_CASE(7)
+            default:
+            LLM_XSR_CASE(8)
+            }
+        }
+    }
+}
+#undef LLM_XSR_CASE
+
+
 /* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
 
 /*
@@ -2370,6 +2518,7 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16;
     k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16;
+    k->gemm[LLM_TYPE_IQ4_XS_R16] = llm_gemm_iq4_xs_r16;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_t8;
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_t2;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_t2;

@@ -187,6 +187,20 @@ typedef struct {
 _Static_assert(sizeof(llm_block_mxfp4x16) == 16 * sizeof(llm_block_mxfp4),
                "mxfp4x16 size");
 
+/* Super-block b of 16 IQ4_XS rows, interleaved (LLM_TYPE_IQ4_XS_R16): per
+ * row its d, scales_h and scales_l as they were, then per sub-block j the
+ * 16 rows' 16 quant bytes 4 at a time, lane r of a 64-byte vector row r. */
+typedef struct {
+    uint16_t  d[16];                /* row r's scale */
+    uint16_t  scales_h[16];         /* row r's scales_h */
+    uint8_t   scales_l[16][4];      /* row r's scales_l */
+    uint8_t   qs[8][4][64];         /* qs[j][i][4r + k] = row r's
+                                       qs[16 j + 4 i + k] */
+} llm_block_iq4_xsx16;
+
+_Static_assert(sizeof(llm_block_iq4_xsx16) == 16 * sizeof(llm_block_iq4_xs),
+               "iq4_xsx16 size");
+
 /* The levels of a 4-bit index (tables from the formats' definitions). */
 extern const int8_t  llm_iq4_kvalues[16];
 extern const int8_t  llm_mxfp4_kvalues[16];
@@ -211,12 +225,15 @@ void llm_mxfp4_dequant(const void *src, float *y, int64_t nb);
 void llm_iq4_nl_dot(int64_t n, float *s, const void *w, const void *x);
 void llm_iq4_xs_dot(int64_t n, float *s, const void *w, const void *x);
 void llm_mxfp4_dot(int64_t n, float *s, const void *w, const void *x);
-/* quant_r16.c: the scalar references of the regrouped IQ4_NL / MXFP4
- * gemm (the llm_gemm_fn signature below). */
+/* quant_r16.c: the scalar references of the regrouped IQ4_NL, MXFP4 and
+ * IQ4_XS gemm (the llm_gemm_fn signature below). */
 void llm_gemm_iq4_nl_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 void llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+void llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 

@@ -45,6 +45,8 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     [LLM_TYPE_IQ4_NL_R16] = { "IQ4_NL_R16", LLM_QK,
                               sizeof(llm_block_iq4_nl), 0 },
     [LLM_TYPE_MXFP4_R16] = { "MXFP4_R16", LLM_QK, sizeof(llm_block_mxfp4), 0 },
+    [LLM_TYPE_IQ4_XS_R16] = { "IQ4_XS_R16", LLM_QK_K,
+                              sizeof(llm_block_iq4_xs), 0 },
 };
 
 
@@ -168,6 +170,7 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
     case LLM_TYPE_IQ4_XS:
+    case LLM_TYPE_IQ4_XS_R16:
         return LLM_TYPE_Q8_K;
     default:
         return LLM_TYPE_F32;
@@ -1231,6 +1234,7 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16_ref;
     k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16_ref;
+    k->gemm[LLM_TYPE_IQ4_XS_R16] = llm_gemm_iq4_xs_r16_ref;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;
     k->quantize_act[LLM_TYPE_Q8_K] = llm_act_q8_K;

@@ -91,3 +91,48 @@ llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
 {
     llm_gemm_r16_ref(1, n, nr, nc, w, ws, x, xs, y, ldy);
 }
+
+
+/*
+ * IQ4_XS_R16 x Q8_K: per row and super-block the exact integer sum over
+ * sub-blocks j of (ls_j - 32) x sum(level x activation) (as
+ * llm_iq4_xs_dot), then acc = fma(sum, d_w * d_x, acc) super-block after
+ * super-block.
+ */
+void
+llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK_K;
+
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const llm_block_iq4_xsx16  *wg = (const void *) ((const char *) w
+                                                         + g * 16 * ws);
+
+        for (int64_t c = 0; c < nc; c++) {
+            const llm_block_q8_K  *q = (const void *) ((const char *) x
+                                                       + c * xs);
+
+            for (int r = 0; r < 16; r++) {
+                float  acc = 0;
+
+                for (int64_t b = 0; b < nb; b++) {
+                    const llm_block_iq4_xsx16  *p = wg + b;
+                    int                         isum = 0;
+
+                    for (int j = 0; j < 8; j++) {
+                        int  lo = p->scales_l[r][j / 2] >> 4 * (j % 2) & 0xf;
+                        int  hi = p->scales_h[r] >> 2 * j & 3;
+
+                        isum += ((lo | hi << 4) - 32)
+                                * llm_r16_block_sum(p->qs[j], r,
+                                                    llm_iq4_kvalues,
+                                                    q[b].qs + 32 * j);
+                    }
+                    acc = fmaf((float) isum, llm_h2f(p->d[r]) * q[b].d, acc);
+                }
+                y[c * ldy + g * 16 + r] = acc;
+            }
+        }
+    }
+}
