@@ -238,6 +238,15 @@ _Static_assert(sizeof(llm_block_iq1_m) == 32 + 16 + 8, "iq1_m size");
 /* The 2048 grid points, point i as int8_t[8] (iq1_grids.c). */
 extern const uint64_t  llm_iq1_grid[2048];
 
+/* IQ1_M's fp16 d from the top nibbles of its 4 scale words (the lowest
+ * in word 0). */
+static inline uint16_t
+llm_iq1_m_d(const uint8_t *scales)
+{
+    return (uint16_t) (scales[1] >> 4 | (scales[3] & 0xf0)
+                       | (scales[5] >> 4) << 8 | (scales[7] & 0xf0) << 8);
+}
+
 /* Scalar references (quant.c's table slots). */
 void llm_iq1_s_dequant(const void *src, float *y, int64_t nb);
 void llm_iq1_m_dequant(const void *src, float *y, int64_t nb);

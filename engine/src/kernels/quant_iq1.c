@@ -46,15 +46,6 @@ llm_iq1_index(unsigned q, unsigned h)
 }
 
 
-/* IQ1_M's fp16 d from the top nibbles of its 4 scale words. */
-static inline uint16_t
-llm_iq1_m_d(const uint8_t *sc)
-{
-    return (uint16_t) (sc[1] >> 4 | (sc[3] & 0xf0) | (sc[5] >> 4) << 8
-                       | (sc[7] & 0xf0) << 8);
-}
-
-
 /* IQ1_M's scale word k (0..3): 4 three-bit scales and a nibble of d. */
 static inline unsigned
 llm_iq1_m_word(const uint8_t *sc, int k)
