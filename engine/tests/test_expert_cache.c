@@ -404,6 +404,7 @@ shared_refs(void)
         "ref-qwen3moe-q4_1", "ref-qwen3moe-q5_0", "ref-qwen3moe-q5_1",
         "ref-qwen3moe-q2_k", "ref-qwen3moe-q3_k_m", "ref-qwen3moe-iq4_nl",
         "ref-qwen3moe-iq4_xs", "ref-qwen3moe-mxfp4_moe",
+        "ref-qwen3moe-iq1_s", "ref-qwen3moe-iq1_m",
         "ref-minimax-m2-q3_k_m", "ref-minimax-m2-mxfp4_moe",
     };
     llm_model_t  *m;

@@ -237,6 +237,57 @@ void llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 
+/* quant_iq1.c, iq1_grids.c */
+
+/*
+ * IQ1_S: 1.5625 bpw.  8 sub-blocks of 32, each 4 groups of 8 weights;
+ * group l of sub-block ib is grid point qs[4 ib + l] | (qh[ib] >> 3 l
+ * & 7) << 8 (llm_iq1_grid), and w = d * (2 (qh[ib] >> 12 & 7) + 1) *
+ * (point + delta), delta = -1/8 if qh[ib] bit 15 is set, else +1/8.
+ * Dotted with Q8_K.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint8_t   qs[LLM_QK_K / 8];
+    uint16_t  qh[LLM_QK_K / 32];
+} llm_block_iq1_s;
+
+/*
+ * IQ1_M: 1.75 bpw, no separate scale field.  Group l (0..3) of sub-block
+ * ib is grid point qs[4 ib + l] | (qh[2 ib + l / 2] >> 4 (l % 2) & 7)
+ * << 8, its delta -1/8 if bit 3 of that nibble is set, else +1/8.  The 8
+ * scales bytes read as 4 little-endian uint16 sc[k]: 3-bit scales of the
+ * halves of 16 (sub-block 2k + h, half s at bit 6 h + 3 s), and the fp16
+ * d spread over their top nibbles (sc[0] >> 12 the lowest).  w = d *
+ * (2 scale + 1) * (point + delta).  Dotted with Q8_K.
+ */
+typedef struct __attribute__((packed)) {
+    uint8_t   qs[LLM_QK_K / 8];
+    uint8_t   qh[LLM_QK_K / 16];
+    uint8_t   scales[LLM_QK_K / 32];
+} llm_block_iq1_m;
+
+_Static_assert(sizeof(llm_block_iq1_s) == 2 + 32 + 16, "iq1_s size");
+_Static_assert(sizeof(llm_block_iq1_m) == 32 + 16 + 8, "iq1_m size");
+
+/* The 2048 grid points, point i as int8_t[8] (iq1_grids.c). */
+extern const uint64_t  llm_iq1_grid[2048];
+
+/* IQ1_M's fp16 d from the top nibbles of its 4 scale words (the lowest
+ * in word 0). */
+static inline uint16_t
+llm_iq1_m_d(const uint8_t *scales)
+{
+    return (uint16_t) (scales[1] >> 4 | (scales[3] & 0xf0)
+                       | (scales[5] >> 4) << 8 | (scales[7] & 0xf0) << 8);
+}
+
+/* Scalar references (quant.c's table slots). */
+void llm_iq1_s_dequant(const void *src, float *y, int64_t nb);
+void llm_iq1_m_dequant(const void *src, float *y, int64_t nb);
+void llm_iq1_s_dot(int64_t n, float *s, const void *w, const void *x);
+void llm_iq1_m_dot(int64_t n, float *s, const void *w, const void *x);
+
 /* Kernel signatures (the type is implied by the table slot). */
 typedef void (*llm_vec_dot_fn)(int64_t n, float *s, const void *w,
     const void *x);
@@ -261,6 +312,13 @@ extern int64_t  llm_pre_bytes;
 void llm_kernels_init_iq4_avx2(llm_kernels_t *k);
 void llm_kernels_init_iq4_avx512(llm_kernels_t *k);
 void llm_kernels_init_iq4_neon(llm_kernels_t *k);
+
+/* iq1_avx2.c, iq1_avx512.c, iq1_neon.c: the SIMD vec_dot kernels of
+ * IQ1_S and IQ1_M, each file's init called last by
+ * llm_kernels_init_avx2 / _avx512 / _neon. */
+void llm_kernels_init_iq1_avx2(llm_kernels_t *k);
+void llm_kernels_init_iq1_avx512(llm_kernels_t *k);
+void llm_kernels_init_iq1_neon(llm_kernels_t *k);
 
 /* The scalar table (quant.c); each SIMD file then overwrites the entries
  * it implements and leaves the others. */

@@ -36,8 +36,10 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     [LLM_TYPE_Q6_K] = { "Q6_K", LLM_QK_K, sizeof(llm_block_q6_K), 1 },
     /* activation type only: not a weight type */
     [LLM_TYPE_Q8_K] = { "Q8_K", LLM_QK_K, sizeof(llm_block_q8_K), 0 },
+    [LLM_TYPE_IQ1_S] = { "IQ1_S", LLM_QK_K, sizeof(llm_block_iq1_s), 1 },
     [LLM_TYPE_IQ4_NL] = { "IQ4_NL", LLM_QK, sizeof(llm_block_iq4_nl), 1 },
     [LLM_TYPE_IQ4_XS] = { "IQ4_XS", LLM_QK_K, sizeof(llm_block_iq4_xs), 1 },
+    [LLM_TYPE_IQ1_M] = { "IQ1_M", LLM_QK_K, sizeof(llm_block_iq1_m), 1 },
     [LLM_TYPE_BF16] = { "BF16", 1, 2, 1 },
     [LLM_TYPE_MXFP4] = { "MXFP4", LLM_QK, sizeof(llm_block_mxfp4), 1 },
     /* made at load (llm_repack_rows), never read from a file */
@@ -171,6 +173,8 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q6_K:
     case LLM_TYPE_IQ4_XS:
     case LLM_TYPE_IQ4_XS_R16:
+    case LLM_TYPE_IQ1_S:
+    case LLM_TYPE_IQ1_M:
         return LLM_TYPE_Q8_K;
     default:
         return LLM_TYPE_F32;
@@ -439,6 +443,12 @@ llm_dequantize_row(llm_type_t t, const void *src, float *dst, int64_t n)
         break;
     case LLM_TYPE_MXFP4:
         llm_mxfp4_dequant(src, dst, n / LLM_QK);
+        break;
+    case LLM_TYPE_IQ1_S:
+        llm_iq1_s_dequant(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_IQ1_M:
+        llm_iq1_m_dequant(src, dst, n / LLM_QK_K);
         break;
     default:
         memset(dst, 0, n * sizeof(float));
@@ -1231,6 +1241,8 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_IQ4_NL] = llm_iq4_nl_dot;
     k->vec_dot[LLM_TYPE_IQ4_XS] = llm_iq4_xs_dot;
     k->vec_dot[LLM_TYPE_MXFP4] = llm_mxfp4_dot;
+    k->vec_dot[LLM_TYPE_IQ1_S] = llm_iq1_s_dot;
+    k->vec_dot[LLM_TYPE_IQ1_M] = llm_iq1_m_dot;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16_ref;
     k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16_ref;
