@@ -18,7 +18,9 @@
  * 5. Real data ($LLM_SHARED/reference, skipped when absent): every IQ2
  *    tensor of the llama.cpp-quantized files has the byte size the table
  *    gives and dequantizes close to the f32 model's tensor (relative RMS
- *    error bound, RMS ratio); how many grid entries the files use.
+ *    error bound, RMS ratio); every grid entry is used there, and each
+ *    byte of each entry is checked against the f32 weights it stands for
+ *    (one wrong byte in any entry fails: tried on one entry per grid).
  */
 
 #include <math.h>
@@ -457,55 +459,58 @@ test_dot(llm_simd_t level)
 }
 
 
-/* Mark the grid entries that row data p of type t (nb blocks) uses. */
-static void
-mark_grid_use(llm_type_t t, const uint8_t *p, int64_t nb, uint8_t *used)
+/* The grid index of group g (0..nb * 32) of row data p of type t. */
+static int
+grid_index(llm_type_t t, const uint8_t *p, int64_t g)
 {
-    for (int64_t i = 0; i < nb; i++) {
-        if (t == LLM_TYPE_IQ2_XXS) {
-            const llm_block_iq2_xxs  *b = (const void *) (p + 66 * i);
+    int64_t  i = g / 32;
+    int      ib = (int) (g % 32) / 4, l = (int) (g % 4);
 
-            for (int ib = 0; ib < 8; ib++) {
-                for (int l = 0; l < 4; l++) {
-                    used[((const uint8_t *) b->qs)[8 * ib + l]] = 1;
-                }
-            }
-        } else if (t == LLM_TYPE_IQ2_XS) {
-            const llm_block_iq2_xs  *b = (const void *) (p + 74 * i);
-
-            for (int g = 0; g < 32; g++) {
-                used[b->qs[g] & 511] = 1;
-            }
-        } else {
-            const llm_block_iq2_s  *b = (const void *) (p + 82 * i);
-
-            for (int ib = 0; ib < 8; ib++) {
-                for (int l = 0; l < 4; l++) {
-                    used[llm_iq2_s_index(b, ib, l)] = 1;
-                }
-            }
-        }
+    if (t == LLM_TYPE_IQ2_XXS) {
+        return p[66 * i + 2 + 8 * ib + l];
     }
+    if (t == LLM_TYPE_IQ2_XS) {
+        const llm_block_iq2_xs  *b = (const void *) (p + 74 * i);
+
+        return b->qs[4 * ib + l] & 511;
+    }
+
+    const llm_block_iq2_s  *b = (const void *) (p + 82 * i);
+
+    return llm_iq2_s_index(b, ib, l);
 }
 
 
 /*
  * Every tensor of type t in reference file qname: byte size, finite
  * values, and against the same tensor of the f32 file: relative RMS error
- * at most max_err, RMS ratio within 0.75..1.25.
+ * at most max_err, RMS ratio within 0.75..1.25.  And per grid entry k
+ * and weight j of it, over the groups that use k: the least-squares
+ * factor f = sum(f32 * deq) / sum(deq^2), which is near 1 when byte j of
+ * entry k is the magnitude the quantizer chose by.  On these files it is
+ * 0.74..1.07 for bytes 25 and 43 and at most 1.42 for 8 (whose slots can
+ * go lower: the parity rule flips the sign of a group's smallest weight).
+ * A wrong byte (another of 8, 25, 43) scales f by 0.19..0.58 or 1.7..5.4,
+ * so f must be at most 1.6, and at least 0.7 where the byte is 25 or 43.
+ * Entries used by fewer than 8 groups are not judged.
  */
 static void
-test_ref_file(const char *qname, llm_type_t t, int grid_n, double max_err)
+test_ref_file(const char *qname, llm_type_t t, const uint64_t *grid,
+    int grid_n, double max_err)
 {
     char          qpath[1100], fpath[1100], err[512];
     llm_gguf_t   *q = NULL, *f = NULL;
     uint64_t      tensors = 0;
     double        worst = 0, wratio = 1;
-    static uint8_t  used[1024];
-    int           n_used = 0;
+    static double  sd[1024][8], dd[1024][8];
+    static int     cnt[1024];
+    int            n_used = 0, n_judged = 0, out = 0;
+    double         fmin = 1e9, fmax = -1e9;
 
     tk_begin("reference %s", qname);
-    memset(used, 0, sizeof(used));
+    memset(sd, 0, sizeof(sd));
+    memset(dd, 0, sizeof(dd));
+    memset(cnt, 0, sizeof(cnt));
     snprintf(qpath, sizeof(qpath), "%s/reference/%s.gguf", tk_shared_dir(),
              qname);
     snprintf(fpath, sizeof(fpath), "%s/reference/ref-qwen3moe-f32.gguf",
@@ -551,12 +556,18 @@ test_ref_file(const char *qname, llm_type_t t, int grid_n, double max_err)
             const uint8_t  *row = (const uint8_t *) tq->data + r * rb;
 
             llm_dequantize_row(t, row, deq, ne0);
-            mark_grid_use(t, row, ne0 / 256, used);
             for (int64_t j = 0; j < ne0; j++) {
+                double  e = ((double) deq[j] - src[j])
+                            * ((double) deq[j] - src[j]);
+                int     k = grid_index(t, row, j / 8);
+
                 nonfinite += !isfinite(deq[j]);
-                num += ((double) deq[j] - src[j]) * ((double) deq[j] - src[j]);
+                num += e;
                 den += (double) src[j] * src[j];
                 dq2 += (double) deq[j] * deq[j];
+                sd[k][j % 8] += (double) src[j] * deq[j];
+                dd[k][j % 8] += (double) deq[j] * deq[j];
+                cnt[k] += j % 8 == 0;
             }
         }
         free(deq);
@@ -575,12 +586,31 @@ test_ref_file(const char *qname, llm_type_t t, int grid_n, double max_err)
         tensors++;
     }
     for (int k = 0; k < grid_n; k++) {
-        n_used += used[k];
+        n_used += cnt[k] > 0;
+        if (cnt[k] < 8) {
+            continue;
+        }
+        n_judged++;
+        for (int j = 0; j < 8; j++) {
+            double  fk = dd[k][j] > 0 ? sd[k][j] / dd[k][j] : 0;
+
+            int     mag = (int) (grid[k] >> 8 * j) & 0xff;
+
+            if (!(fk <= 1.6 && (mag == 8 || fk >= 0.7)) && out++ < 5) {
+                tk_note("%s: grid entry %d weight %d (%d): factor %.3f over "
+                        "%d groups\n", qname, k, j, mag, fk, cnt[k]);
+            }
+            fmin = fk < fmin ? fk : fmin;
+            fmax = fk > fmax ? fk : fmax;
+        }
     }
     CHECK(tensors > 0, "%s: no %s tensors", qname, llm_type_name(t));
+    CHECK(out == 0, "%s: %d grid slots off", qname, out);
     tk_end_as("reference %s: %llu tensors finite, vs f32 worst rel RMS "
-              "%.4f, RMS ratio %.3f; %d of %d grid entries used", qname,
-              (unsigned long long) tensors, worst, wratio, n_used, grid_n);
+              "%.4f, RMS ratio %.3f; %d of %d grid entries used, per "
+              "entry and weight f32/deq factor %.3f..%.3f (%d entries)",
+              qname, (unsigned long long) tensors, worst, wratio, n_used,
+              grid_n, fmin, fmax, n_judged);
 
 done:
     if (q) {
@@ -616,9 +646,12 @@ main(int argc, char **argv)
             tk_skip(name, "not this CPU or build");
         }
     }
-    test_ref_file("ref-qwen3moe-iq2_xxs", LLM_TYPE_IQ2_XXS, 256, 0.45);
-    test_ref_file("ref-qwen3moe-iq2_xs", LLM_TYPE_IQ2_XS, 512, 0.4);
-    test_ref_file("ref-qwen3moe-iq2_s", LLM_TYPE_IQ2_S, 1024, 0.35);
+    test_ref_file("ref-qwen3moe-iq2_xxs", LLM_TYPE_IQ2_XXS, llm_iq2xxs_grid,
+                  256, 0.45);
+    test_ref_file("ref-qwen3moe-iq2_xs", LLM_TYPE_IQ2_XS, llm_iq2xs_grid, 512,
+                  0.4);
+    test_ref_file("ref-qwen3moe-iq2_s", LLM_TYPE_IQ2_S, llm_iq2s_grid, 1024,
+                  0.35);
 
     return tk_done();
 }
