@@ -6,7 +6,8 @@
  * 2. The grids: every byte one of the definition's magnitudes 8, 25, 43,
  *    entries in increasing order (so distinct), spot entries and the
  *    FNV-1a checksums as written out from ggml-common.h; the computed
- *    sign codes against ggml's ksigns_iq2xs at spot indices.
+ *    sign codes against ggml's ksigns_iq2xs at spot indices, and their
+ *    byte masks (llm_iq2_signs64) against them.
  * 3. Per type, hand-built blocks dequantize to the values the format's
  *    definition gives (grid entries and sign rule written out here, not
  *    taken from the engine), exactly.
@@ -176,10 +177,15 @@ test_grids(void)
             minus += llm_iq2_signs(k) >> j & 1;
         }
         bad += (minus & 1) != 0 || (llm_iq2_signs(k) & 127) != k;
+        for (int j = 0; j < 8; j++) {
+            bad += (llm_iq2_signs64[k] >> 8 * j & 0xff)
+                   != ((llm_iq2_signs(k) >> j & 1) ? 0xffu : 0);
+        }
     }
     CHECK(bad == 0, "%d sign codes wrong", bad);
     tk_end_as("grids: 256/512/1024 entries of 8/25/43, increasing, spot "
-              "entries and checksums as ggml-common.h; sign codes even");
+              "entries and checksums as ggml-common.h; sign codes even, "
+              "their byte masks agree");
 }
 
 

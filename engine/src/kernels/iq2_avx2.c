@@ -4,10 +4,12 @@
  *
  * Per 32 weights (one register): the 4 groups' grid entries are loaded as
  * 64-bit words (unsigned magnitudes <= 43), the activations take the
- * groups' signs (each sign byte spread over its group's 8 bytes and
- * tested bit by bit, then vpsignb: |q| <= 127, no overflow), vpmaddubsw
- * gives pair sums of at most 2 * 43 * 127 and vpmaddwd multiplies them by
- * the scale 2s + 1 (per 32 weights, or per 16: one per 128-bit lane).
+ * groups' signs as byte masks m (IQ2_XXS, IQ2_XS: the 7-bit codes' masks
+ * from llm_iq2_signs64; IQ2_S: each sign byte spread over its group and
+ * tested bit by bit), negated as (q ^ m) - m (|q| <= 127, no overflow);
+ * vpmaddubsw gives pair sums of at most 2 * 43 * 127 and vpmaddwd
+ * multiplies them by the scale 2s + 1 (per 32 weights, or per 16: one per
+ * 128-bit lane).
  * The super-block's integer sum is exact and equal to the scalar
  * reference's (quant_iq2.c), and is scaled with the same float steps.
  */
@@ -17,7 +19,7 @@
 #include "kernels_common.h"
 
 
-/* +-1 bytes: byte 8l + j is -1 where bit j of sign byte l of s is set. */
+/* Byte 8l + j 0xff where bit j of sign byte l of s is set, else 0. */
 LLM_INLINE __m256i
 llm_iq2_signs256(uint32_t s)
 {
@@ -28,8 +30,18 @@ llm_iq2_signs256(uint32_t s)
     __m256i        v = _mm256_shuffle_epi8(_mm256_set1_epi32((int) s),
                                            spread);
 
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
-    return _mm256_or_si256(v, _mm256_set1_epi8(1));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits);
+}
+
+
+/* The sign masks of 7-bit codes c0..c3 (llm_iq2_signs64). */
+LLM_INLINE __m256i
+llm_iq2_codes256(unsigned c0, unsigned c1, unsigned c2, unsigned c3)
+{
+    return _mm256_setr_epi64x((long long) llm_iq2_signs64[c0],
+                              (long long) llm_iq2_signs64[c1],
+                              (long long) llm_iq2_signs64[c2],
+                              (long long) llm_iq2_signs64[c3]);
 }
 
 
@@ -47,16 +59,16 @@ llm_iq2_hsum_i32(__m256i v)
 
 
 /*
- * 32 weights: grid magnitudes g (4 groups), sign bytes s, activations
- * q8, 16-bit scales sc (per lane): 8 int32 partial sums of
- * sc * +-g * q8.
+ * 32 weights: grid magnitudes g (4 groups), sign masks m (0xff: minus),
+ * activations q8, 16-bit scales sc (per lane): 8 int32 partial sums of
+ * sc * +-g * q8 (q8 negated as (q8 ^ m) - m).
  */
 LLM_INLINE __m256i
-llm_iq2_dot32(__m256i g, uint32_t s, const int8_t *q8, __m256i sc)
+llm_iq2_dot32(__m256i g, __m256i m, const int8_t *q8, __m256i sc)
 {
     __m256i  q = _mm256_loadu_si256((const void *) q8);
 
-    q = _mm256_sign_epi8(q, llm_iq2_signs256(s));
+    q = _mm256_sub_epi8(_mm256_xor_si256(q, m), m);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(g, q), sc);
 }
 
@@ -81,8 +93,8 @@ llm_dot_iq2_xxs_avx2(int64_t n, float *s, const void *w, const void *x)
         __m256i  acc = _mm256_setzero_si256();
 
         for (int ib = 0; ib < LLM_QK_K / 32; ib++) {
-            uint32_t  aux[2], sg;
-            __m256i   g;
+            uint32_t  aux[2];
+            __m256i   g, m;
 
             memcpy(aux, a->qs + 4 * ib, 8);
             g = _mm256_setr_epi64x(
@@ -90,11 +102,9 @@ llm_dot_iq2_xxs_avx2(int64_t n, float *s, const void *w, const void *x)
                     (long long) llm_iq2xxs_grid[aux[0] >> 8 & 0xff],
                     (long long) llm_iq2xxs_grid[aux[0] >> 16 & 0xff],
                     (long long) llm_iq2xxs_grid[aux[0] >> 24]);
-            sg = llm_iq2_signs(aux[1] & 127)
-                 | llm_iq2_signs(aux[1] >> 7 & 127) << 8
-                 | llm_iq2_signs(aux[1] >> 14 & 127) << 16
-                 | llm_iq2_signs(aux[1] >> 21 & 127) << 24;
-            acc = _mm256_add_epi32(acc, llm_iq2_dot32(g, sg, b->qs + 32 * ib,
+            m = llm_iq2_codes256(aux[1] & 127, aux[1] >> 7 & 127,
+                                 aux[1] >> 14 & 127, aux[1] >> 21 & 127);
+            acc = _mm256_add_epi32(acc, llm_iq2_dot32(g, m, b->qs + 32 * ib,
                       llm_iq2_scales(aux[1] >> 28, aux[1] >> 28)));
         }
         sum += llm_h2f_hw(a->d) * b->d * (float) llm_iq2_hsum_i32(acc);
@@ -115,17 +125,14 @@ llm_dot_iq2_xs_avx2(int64_t n, float *s, const void *w, const void *x)
 
         for (int ib = 0; ib < LLM_QK_K / 32; ib++) {
             const uint16_t  *q = a->qs + 4 * ib;
-            uint32_t         sg;
-            __m256i          g;
+            __m256i          g, m;
 
             g = _mm256_setr_epi64x((long long) llm_iq2xs_grid[q[0] & 511],
                                    (long long) llm_iq2xs_grid[q[1] & 511],
                                    (long long) llm_iq2xs_grid[q[2] & 511],
                                    (long long) llm_iq2xs_grid[q[3] & 511]);
-            sg = llm_iq2_signs(q[0] >> 9) | llm_iq2_signs(q[1] >> 9) << 8
-                 | llm_iq2_signs(q[2] >> 9) << 16
-                 | llm_iq2_signs(q[3] >> 9) << 24;
-            acc = _mm256_add_epi32(acc, llm_iq2_dot32(g, sg, b->qs + 32 * ib,
+            m = llm_iq2_codes256(q[0] >> 9, q[1] >> 9, q[2] >> 9, q[3] >> 9);
+            acc = _mm256_add_epi32(acc, llm_iq2_dot32(g, m, b->qs + 32 * ib,
                       llm_iq2_scales(a->scales[ib] & 0xf,
                                      a->scales[ib] >> 4)));
         }
@@ -155,7 +162,8 @@ llm_dot_iq2_s_avx2(int64_t n, float *s, const void *w, const void *x)
                     (long long) llm_iq2s_grid[llm_iq2_s_index(a, ib, 2)],
                     (long long) llm_iq2s_grid[llm_iq2_s_index(a, ib, 3)]);
             memcpy(&sg, a->qs + LLM_QK_K / 8 + 4 * ib, 4);
-            acc = _mm256_add_epi32(acc, llm_iq2_dot32(g, sg, b->qs + 32 * ib,
+            acc = _mm256_add_epi32(acc, llm_iq2_dot32(g,
+                      llm_iq2_signs256(sg), b->qs + 32 * ib,
                       llm_iq2_scales(a->scales[ib] & 0xf,
                                      a->scales[ib] >> 4)));
         }

@@ -7,6 +7,9 @@
  * is the magnitude of weight j of the group: 0x08, 0x19 or 0x2b (8, 25,
  * 43).  Every table is in increasing order, its entries distinct.
  *
+ * Then llm_iq2_signs64, the byte masks of the 7-bit sign codes, computed
+ * by the preprocessor.
+ *
  * Checksums (FNV-1a 64 over the entries' little-endian bytes, in index
  * order), checked by tests/test_quant_iq2.c:
  *   llm_iq2xxs_grid  0xbb4ee025b5ac6e8e
@@ -628,3 +631,30 @@ const uint64_t  llm_iq2s_grid[1024] = {
     0x2b2b2b2b082b082b, 0x2b2b2b2b082b2b08, 0x2b2b2b2b2b082b08,
     0x2b2b2b2b2b2b2b2b,
 };
+
+/*
+ * The byte masks of the 128 sign codes of IQ2_XXS / IQ2_XS: byte j is
+ * 0xff where bit j of llm_iq2_signs(k) is set (bit 7: the parity of k's
+ * 7 bits).  Computed here by the preprocessor, not copied.
+ */
+#define LLM_IQ2_PAR(k)                                                      \
+    (((k) ^ (k) >> 1 ^ (k) >> 2 ^ (k) >> 3 ^ (k) >> 4 ^ (k) >> 5 ^ (k) >> 6) \
+     & 1)
+#define LLM_IQ2_BYTE(k, j)                                                  \
+    ((uint64_t) ((((k) | LLM_IQ2_PAR(k) << 7) >> (j)) & 1) * 0xffull      \
+     << 8 * (j))
+#define LLM_IQ2_S1(k)                                                       \
+    (LLM_IQ2_BYTE(k, 0) | LLM_IQ2_BYTE(k, 1) | LLM_IQ2_BYTE(k, 2)           \
+     | LLM_IQ2_BYTE(k, 3) | LLM_IQ2_BYTE(k, 4) | LLM_IQ2_BYTE(k, 5)         \
+     | LLM_IQ2_BYTE(k, 6) | LLM_IQ2_BYTE(k, 7))
+#define LLM_IQ2_S4(k)                                                       \
+    LLM_IQ2_S1(k), LLM_IQ2_S1((k) + 1), LLM_IQ2_S1((k) + 2),                \
+    LLM_IQ2_S1((k) + 3)
+#define LLM_IQ2_S16(k)                                                      \
+    LLM_IQ2_S4(k), LLM_IQ2_S4((k) + 4), LLM_IQ2_S4((k) + 8),                \
+    LLM_IQ2_S4((k) + 12)
+#define LLM_IQ2_S64(k)                                                      \
+    LLM_IQ2_S16(k), LLM_IQ2_S16((k) + 16), LLM_IQ2_S16((k) + 32),           \
+    LLM_IQ2_S16((k) + 48)
+
+const uint64_t  llm_iq2_signs64[128] = { LLM_IQ2_S64(0), LLM_IQ2_S64(64) };

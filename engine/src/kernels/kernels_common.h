@@ -256,6 +256,10 @@ llm_iq2_signs(unsigned k)
     return k | (unsigned) __builtin_parity(k) << 7;
 }
 
+/* llm_iq2_signs(k) as 8 bytes, 0xff where the sign is minus (iq2_grids.c,
+ * computed at compile time): the SIMD kernels' sign masks. */
+extern const uint64_t  llm_iq2_signs64[128];
+
 /* The 10-bit grid index of group l (0..3) of IQ2_S sub-block ib. */
 #define llm_iq2_s_index(b, ib, l)                                           \
     ((b)->qs[4 * (ib) + (l)] | ((b)->qh[ib] << (8 - 2 * (l)) & 0x300))
