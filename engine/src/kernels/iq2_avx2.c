@@ -82,6 +82,7 @@ llm_iq2_scales(int s0, int s1)
 }
 
 
+/* IQ2_XXS . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_xxs_avx2(int64_t n, float *s, const void *w, const void *x)
 {
@@ -113,6 +114,7 @@ llm_dot_iq2_xxs_avx2(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/* IQ2_XS . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_xs_avx2(int64_t n, float *s, const void *w, const void *x)
 {
@@ -142,6 +144,7 @@ llm_dot_iq2_xs_avx2(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/* IQ2_S . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_s_avx2(int64_t n, float *s, const void *w, const void *x)
 {

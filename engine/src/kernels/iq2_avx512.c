@@ -110,6 +110,7 @@ llm_iq2_scales16(const uint8_t *scales, int ib)
 }
 
 
+/* IQ2_XXS . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_xxs_avx512(int64_t n, float *s, const void *w, const void *x)
 {
@@ -149,6 +150,7 @@ llm_dot_iq2_xxs_avx512(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/* IQ2_XS . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_xs_avx512(int64_t n, float *s, const void *w, const void *x)
 {
@@ -182,6 +184,7 @@ llm_dot_iq2_xs_avx512(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/* IQ2_S . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_s_avx512(int64_t n, float *s, const void *w, const void *x)
 {

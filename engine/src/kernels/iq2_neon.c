@@ -69,6 +69,7 @@ llm_iq2_dot16_neon(int32x4_t acc, uint64_t g0, uint64_t g1, uint8x16_t neg,
 }
 
 
+/* IQ2_XXS . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_xxs_neon(int64_t n, float *s, const void *w, const void *x)
 {
@@ -100,6 +101,7 @@ llm_dot_iq2_xxs_neon(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/* IQ2_XS . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_xs_neon(int64_t n, float *s, const void *w, const void *x)
 {
@@ -127,6 +129,7 @@ llm_dot_iq2_xs_neon(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/* IQ2_S . Q8_K over n values (a multiple of 256) into *s. */
 static void
 llm_dot_iq2_s_neon(int64_t n, float *s, const void *w, const void *x)
 {

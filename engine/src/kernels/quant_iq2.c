@@ -69,6 +69,8 @@ llm_iq2_xxs_aux(const llm_block_iq2_xxs *b, int ib, uint32_t aux[2])
 }
 
 
+/* IQ2_XXS: nb super-blocks at src into y[0..256 nb); per 32 weights the
+ * step from the scale in the second word, groups by byte index. */
 void
 llm_iq2_xxs_dequant(const void *src, float *y, int64_t nb)
 {
@@ -93,6 +95,8 @@ llm_iq2_xxs_dequant(const void *src, float *y, int64_t nb)
 }
 
 
+/* IQ2_XS: nb super-blocks into y; 9-bit index and 7-bit sign code per
+ * group, a step per 16 weights. */
 void
 llm_iq2_xs_dequant(const void *src, float *y, int64_t nb)
 {
@@ -117,6 +121,8 @@ llm_iq2_xs_dequant(const void *src, float *y, int64_t nb)
 }
 
 
+/* IQ2_S: nb super-blocks into y; 10-bit index (8 bits in qs, 2 in qh)
+ * and a stored sign byte per group, a step per 16 weights. */
 void
 llm_iq2_s_dequant(const void *src, float *y, int64_t nb)
 {
