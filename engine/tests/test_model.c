@@ -62,8 +62,8 @@ static const edit_t edits[] = {
         "which this engine does not run yet; it runs F32, F16, BF16, Q4_0",
         NULL } },
     /* types the engine does not run (yet): named, never "?" */
-    { "refused IQ2_XXS", EDIT_TYPE, "blk.0.attn_q.weight", 16,
-      { "tensor 'blk.0.attn_q.weight' has type IQ2_XXS (16), which this "
+    { "refused TQ2_0", EDIT_TYPE, "blk.0.attn_q.weight", 35,
+      { "tensor 'blk.0.attn_q.weight' has type TQ2_0 (35), which this "
         "engine does not run yet; it runs ", NULL, NULL } },
     { "refused TQ1_0", EDIT_TYPE, "blk.1.attn_output.weight", 34,
       { "tensor 'blk.1.attn_output.weight' has type TQ1_0 (34), which this "

@@ -2527,4 +2527,5 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     llm_kernels_init_legacy_avx512(k);
     llm_kernels_init_iq4_avx512(k);
     llm_kernels_init_iq1_avx512(k);
+    llm_kernels_init_iq2_avx512(k);
 }

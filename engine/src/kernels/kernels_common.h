@@ -288,6 +288,75 @@ void llm_iq1_m_dequant(const void *src, float *y, int64_t nb);
 void llm_iq1_s_dot(int64_t n, float *s, const void *w, const void *x);
 void llm_iq1_m_dot(int64_t n, float *s, const void *w, const void *x);
 
+/* quant_iq2.c, iq2_grids.c */
+
+/*
+ * IQ2_XXS: 2.0625 bpw.  Per 32 weights two uint32 (qs[4 ib..4 ib + 3]):
+ * the first holds 4 grid indices (a byte per group of 8 into
+ * llm_iq2xxs_grid), the second 4 x 7 sign bits (llm_iq2_signs) and the
+ * 4-bit scale s in bits 28..31; w = d * (0.5 + s) / 4 * +-grid byte.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint16_t  qs[LLM_QK_K / 8];
+} llm_block_iq2_xxs;
+
+/*
+ * IQ2_XS: 2.3125 bpw.  Per group of 8 a uint16: 9-bit index into
+ * llm_iq2xs_grid, 7 sign bits above it; a 4-bit scale per 16 weights
+ * (scales[ib]: low nibble the first 16 of the 32, high the next).
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint16_t  qs[LLM_QK_K / 8];
+    uint8_t   scales[LLM_QK_K / 32];
+} llm_block_iq2_xs;
+
+/*
+ * IQ2_S: 2.5625 bpw.  qs[0..32): the low 8 bits of the 10-bit
+ * llm_iq2s_grid index per group, qs[32..64): the group's 8 sign bits
+ * (stored, no parity rule); qh[ib] bits 2l..2l+1 the index's top bits of
+ * group l; scales as IQ2_XS.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint8_t   qs[LLM_QK_K / 4];
+    uint8_t   qh[LLM_QK_K / 32];
+    uint8_t   scales[LLM_QK_K / 32];
+} llm_block_iq2_s;
+
+_Static_assert(sizeof(llm_block_iq2_xxs) == 2 + 64, "iq2_xxs size");
+_Static_assert(sizeof(llm_block_iq2_xs) == 2 + 64 + 8, "iq2_xs size");
+_Static_assert(sizeof(llm_block_iq2_s) == 2 + 64 + 8 + 8, "iq2_s size");
+
+/* The grids (iq2_grids.c): byte j of an entry is weight j's magnitude. */
+extern const uint64_t  llm_iq2xxs_grid[256];
+extern const uint64_t  llm_iq2xs_grid[512];
+extern const uint64_t  llm_iq2s_grid[1024];
+
+/* The 8 sign bits of a 7-bit IQ2_XXS / IQ2_XS sign code k: bit 7 is the
+ * parity of k (ggml's ksigns_iq2xs table, computed). */
+static inline unsigned
+llm_iq2_signs(unsigned k)
+{
+    return k | (unsigned) __builtin_parity(k) << 7;
+}
+
+/* llm_iq2_signs(k) as 8 bytes, 0xff where the sign is minus (iq2_grids.c,
+ * computed at compile time): the SIMD kernels' sign masks. */
+extern const uint64_t  llm_iq2_signs64[128];
+
+/* The 10-bit grid index of group l (0..3) of IQ2_S sub-block ib. */
+#define llm_iq2_s_index(b, ib, l)                                           \
+    ((b)->qs[4 * (ib) + (l)] | ((b)->qh[ib] << (8 - 2 * (l)) & 0x300))
+
+void llm_iq2_xxs_dequant(const void *src, float *y, int64_t nb);
+void llm_iq2_xs_dequant(const void *src, float *y, int64_t nb);
+void llm_iq2_s_dequant(const void *src, float *y, int64_t nb);
+void llm_iq2_xxs_dot(int64_t n, float *s, const void *w, const void *x);
+void llm_iq2_xs_dot(int64_t n, float *s, const void *w, const void *x);
+void llm_iq2_s_dot(int64_t n, float *s, const void *w, const void *x);
+
 /* Kernel signatures (the type is implied by the table slot). */
 typedef void (*llm_vec_dot_fn)(int64_t n, float *s, const void *w,
     const void *x);
@@ -319,6 +388,12 @@ void llm_kernels_init_iq4_neon(llm_kernels_t *k);
 void llm_kernels_init_iq1_avx2(llm_kernels_t *k);
 void llm_kernels_init_iq1_avx512(llm_kernels_t *k);
 void llm_kernels_init_iq1_neon(llm_kernels_t *k);
+/* iq2_avx2.c, iq2_avx512.c, iq2_neon.c: the SIMD vec_dot kernels of
+ * IQ2_XXS, IQ2_XS and IQ2_S, each file's init called last by
+ * llm_kernels_init_avx2 / _avx512 / _neon. */
+void llm_kernels_init_iq2_avx2(llm_kernels_t *k);
+void llm_kernels_init_iq2_avx512(llm_kernels_t *k);
+void llm_kernels_init_iq2_neon(llm_kernels_t *k);
 
 /* The scalar table (quant.c); each SIMD file then overwrites the entries
  * it implements and leaves the others. */
