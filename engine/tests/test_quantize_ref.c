@@ -149,6 +149,103 @@ qr_run(const qr_case_t *c)
 }
 
 /*
+ * The mixes llama.cpp made no reference file of, by its rules
+ * (llama_tensor_get_type): a GQA-4 dense llama (attn_v promoted by the
+ * head ratio) and the 8-expert qwen3moe (attn_v / attn_k Q8_0,
+ * attn_output Q5_K except under Q3_K_L).  Each rule: a name part (it
+ * starts the name or follows a dot) and the type; the first that matches
+ * a matrix applies, "*" matches any.
+ */
+typedef struct {
+    const char  *model, *type;
+    const char  *rules[8][2];
+} qr_mix_t;
+
+static const qr_mix_t mixes[] = {
+    { "llama-dense", "Q2_K", { { "output", "Q6_K" }, { "attn_v", "Q4_K" },
+      { "attn_output", "Q3_K" }, { "ffn_down", "Q3_K" }, { "*", "Q2_K" } } },
+    { "llama-dense", "Q3_K_S", { { "output", "Q6_K" }, { "*", "Q3_K" } } },
+    { "llama-dense", "Q3_K_M", { { "output", "Q6_K" }, { "attn_v", "Q5_K" },
+      { "attn_output", "Q4_K" }, { "ffn_down", "Q4_K" }, { "*", "Q3_K" } } },
+    { "llama-dense", "Q3_K_L", { { "output", "Q6_K" }, { "attn_v", "Q5_K" },
+      { "attn_output", "Q5_K" }, { "ffn_down", "Q5_K" }, { "*", "Q3_K" } } },
+    { "llama-dense", "IQ4_XS", { { "output", "Q6_K" }, { "attn_v", "Q5_K" },
+      { "*", "IQ4_XS" } } },
+    { "llama-dense", "Q5_1", { { "output", "Q6_K" }, { "*", "Q5_1" } } },
+    { "llama-dense", "MXFP4_MOE", { { "*", "Q8_0" } } },
+    { "qwen3moe", "Q2_K", { { "output", "Q6_K" }, { "attn_v", "Q8_0" },
+      { "attn_k", "Q8_0" }, { "attn_output", "Q5_K" },
+      { "ffn_down", "Q3_K" }, { "*", "Q2_K" } } },
+    { "qwen3moe", "Q3_K_S", { { "output", "Q6_K" }, { "attn_v", "Q8_0" },
+      { "attn_k", "Q8_0" }, { "attn_output", "Q5_K" }, { "*", "Q3_K" } } },
+    { "qwen3moe", "Q3_K_L", { { "output", "Q6_K" }, { "attn_v", "Q8_0" },
+      { "attn_k", "Q8_0" }, { "ffn_down", "Q5_K" }, { "*", "Q3_K" } } },
+    { "qwen3moe", "IQ4_NL", { { "output", "Q6_K" }, { "attn_v", "Q8_0" },
+      { "attn_k", "Q8_0" }, { "attn_output", "Q5_K" },
+      { "*", "IQ4_NL" } } },
+};
+
+static uint32_t
+qr_type_id(const char *name)
+{
+    for (uint32_t t = 0; t < LLM_TYPE_COUNT; t++) {
+        if (strcmp(llm_type_name(t), name) == 0) {
+            return t;
+        }
+    }
+    return LLM_TYPE_COUNT;
+}
+
+static void
+qr_mix(const qr_mix_t *m)
+{
+    char in[512], out[256], err[512];
+    llm_quantize_params_t qp;
+    llm_gguf_t *g = NULL;
+    int n = 0;
+
+    snprintf(in, sizeof(in), "%s/reference/ref-%s-f32.gguf",
+        tk_shared_dir(), m->model);
+    snprintf(out, sizeof(out), "%s/mix.gguf", tmpdir);
+    if (access(in, R_OK) != 0) {
+        tk_skip(in, "absent");
+        return;
+    }
+    tk_begin("%s %s mix rules", m->model, m->type);
+    memset(&qp, 0, sizeof(qp));
+    qp.n_threads = 2;
+    REQUIRE(llm_model_quantize(in, out, llm_qtype_find(m->type), &qp, NULL,
+            err, sizeof(err)) == 0, "%s", err);
+    REQUIRE(llm_gguf_open(&g, out, err, sizeof(err)) == 0, "%s", err);
+    for (uint64_t i = 0; i < llm_gguf_n_tensors(g); i++) {
+        const llm_gguf_tensor_t *t = llm_gguf_tensor_at(g, i);
+
+        if (t->type == LLM_TYPE_F32) {
+            continue;           /* norms, router */
+        }
+        for (int r = 0; r < 8 && m->rules[r][0] != NULL; r++) {
+            const char *pat = m->rules[r][0];
+            char dotted[64];
+
+            snprintf(dotted, sizeof(dotted), ".%s", pat);
+            if (strcmp(pat, "*") == 0
+                || strncmp(t->name, pat, strlen(pat)) == 0
+                || strstr(t->name, dotted) != NULL)
+            {
+                CHECK(t->type == qr_type_id(m->rules[r][1]), "%s: %s, "
+                    "llama.cpp's rules give %s", t->name,
+                    llm_type_name(t->type), m->rules[r][1]);
+                n++;
+                break;
+            }
+        }
+    }
+    llm_gguf_close(g);
+    tk_end_as("%s %s: %d matrices typed by llama.cpp's rules", m->model,
+        m->type, n);
+}
+
+/*
  * engine/tests/data/quantize/rows.gguf: the first rows of qwen3moe's
  * token_embd (f32) and of the same tensor in llama.cpp's files, and of
  * blk.0.ffn_up_exps expert 0 in f32 and MXFP4 ("<type>.<what>").  Each
@@ -213,6 +310,9 @@ main(void)
     }
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         qr_run(&cases[k]);
+    }
+    for (size_t k = 0; k < sizeof(mixes) / sizeof(mixes[0]); k++) {
+        qr_mix(&mixes[k]);
     }
     return tk_done();
 }
