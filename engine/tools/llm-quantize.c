@@ -54,7 +54,9 @@ usage(FILE *f)
 "the same importance matrix; the per-tensor types and order match too.\n"
 "Checked on the shared reference models (test_quantize_ref): every type\n"
 "without a matrix, and Q8_0/MXFP4 tensors and token_embd/output (which\n"
-"have no importance data) of files llama.cpp made with one.\n");
+"have no importance data) of files llama.cpp made with one.  The weighted\n"
+"(--imatrix) algorithms are ggml's step for step but have not been\n"
+"compared with a llama.cpp file made from the same matrix.\n");
 }
 
 int
