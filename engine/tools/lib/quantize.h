@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "imatrix.h"
+
 typedef struct {
     const char  *name;          /* "Q4_K_M" */
     uint32_t     ftype;         /* LLAMA_FTYPE_* stored in general.file_type */
@@ -33,6 +35,10 @@ typedef struct {
     int          pure;              /* force the default type everywhere */
     int          allow_requantize;  /* accept already quantized input */
     FILE        *log;               /* one line per tensor, or NULL */
+    /* importance matrix (llm_imatrix_load), or NULL; its path goes into
+     * the output's quantize.imatrix.file */
+    const llm_imatrix_t *imatrix;
+    const char  *imatrix_path;
 } llm_quantize_params_t;
 
 typedef struct {
