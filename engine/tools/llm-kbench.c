@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
+#include "quantize_rows.h"
 
 typedef struct {
     llm_type_t          type;
@@ -174,6 +175,37 @@ kb_list(const char *s, char out[][16], int max)
         }
     }
     return n;
+}
+
+
+/*
+ * One row of weights in type t: the engine's own quantizer for the types
+ * it has one for, llm-quantize's (ggml's algorithms) for the rest it
+ * writes; the I-quants llm-quantize does not write stay zero blocks (all
+ * scales 0: the kernels' work does not depend on the values, and no
+ * subnormal scale slows the float steps, as an all-zero MXFP4 block's
+ * exponent 0 did).
+ */
+static void
+kb_quantize_row(llm_type_t t, const float *x, void *dst, int64_t n)
+{
+    switch (t) {
+    case LLM_TYPE_F32:
+    case LLM_TYPE_F16:
+    case LLM_TYPE_BF16:
+    case LLM_TYPE_Q4_0:
+    case LLM_TYPE_Q8_0:
+    case LLM_TYPE_Q4_K:
+    case LLM_TYPE_Q5_K:
+    case LLM_TYPE_Q6_K:
+        llm_quantize_row(t, x, dst, n);
+        return;
+    default:
+        if (!llm_qz_can_write(t) || llm_qz_row(t, x, dst, n, NULL) != 0) {
+            memset(dst, 0, llm_row_bytes(t, n));
+        }
+        return;
+    }
 }
 
 
@@ -346,7 +378,7 @@ main(int argc, char **argv)
             f[i] = (rand() / (float) RAND_MAX - 0.5f) * 0.1f;
         }
         for (int64_t r = 0; file == NULL && r < 64 && r < nr; r++) {
-            llm_quantize_row(qt, f + r * n, w + r * rb, n);
+            kb_quantize_row(qt, f + r * n, w + r * rb, n);
         }
         if (file == NULL && qt != t) {
             char  *tmp = malloc(64 * rb);
