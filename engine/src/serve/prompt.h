@@ -8,7 +8,9 @@
  * guards (tokenizer.h), so "<|im_start|>" typed by a user stays plain
  * text.  A legacy completion prompt is the client's raw text, tokenized
  * as llama.cpp's server does: special tokens parsed, BOS/EOS as the
- * vocabulary asks.  See docs/TEMPLATES.md, "Special tokens".
+ * vocabulary asks.  A developer message reaches a template that has no
+ * developer role as a system message (OpenAI's rule).  See
+ * docs/TEMPLATES.md, "Special tokens".
  */
 
 #ifndef LLM_PROMPT_H
