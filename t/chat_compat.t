@@ -6,6 +6,10 @@
 # - a developer message is the system message of a template without a
 #   developer role: the same prompt as with a system message, longer than
 #   without it.
+# - tool_choice "none" on the demo model (trained to call lookup_order
+#   for such a question, which it does with "auto"): no tool-call markup
+#   in the content, JSON or streamed, no tool_calls, no finish_reason
+#   tool_calls.
 
 use strict;
 use warnings;
@@ -15,10 +19,13 @@ use LlmTest;
 
 my $t = LlmTest->new;
 $t->start_engine('a');
+$t->start_engine('demo', model => "$LlmTest::REPO/models/demo/demo-q8_0.gguf");
 
 $t->start_nginx(<<'EOF2');
     upstream engines { server unix:%%SOCK_a%%; keepalive 4; }
     llm_model tiny upstream=engines;
+    upstream demo { server unix:%%SOCK_demo%%; keepalive 4; }
+    llm_model demo upstream=demo;
     server {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { llm_api on; }
@@ -51,5 +58,48 @@ is($dev, $sys, 'developer: rendered as the system message');
 my $both = prompt_tokens({ role => 'system', content => $text },
                          { role => 'developer', content => $text }, $user);
 ok($both > $sys, 'developer after system: also rendered');
+
+# tool_choice none
+
+my $tools = [
+    { type => 'function', function => {
+        name => 'lookup_order', description => 'Look up an order.',
+        parameters => { type => 'object', properties => {
+            order_id => { type => 'string' } }, required => ['order_id'] } } },
+    { type => 'function', function => {
+        name => 'issue_refund', description => 'Refund an order.',
+        parameters => { type => 'object', properties => {
+            order_id => { type => 'string' } }, required => ['order_id'] } } },
+];
+my $markup = qr/<\/?tool_call>|\{"name": ?"/;
+my @asks = ('order 68405 status please', 'where is my order 12345?',
+            'Refund order 80975 please, the summer dress broke.');
+for my $q (@asks) {
+    my %req = (model => 'demo', max_tokens => 60, temperature => 0,
+               tools => $tools,
+               messages => [ { role => 'user', content => $q } ]);
+    my $r = chat(%req, tool_choice => 'auto');
+    my $auto = $r->{json}{choices}[0];
+    is($auto->{finish_reason}, 'tool_calls', "auto: '$q' calls a tool")
+        or diag $r->{content};
+    $r = chat(%req, tool_choice => 'none');
+    my $ch = $r->{json}{choices}[0];
+    is($r->{status}, 200, "none: '$q' 200");
+    unlike($ch->{message}{content} // '', $markup,
+           "none: no tool-call markup in '$ch->{message}{content}'");
+    ok(!$ch->{message}{tool_calls}, 'none: no tool_calls');
+    like($ch->{finish_reason}, qr/^(stop|length)$/,
+         'none: finish_reason stop or length');
+
+    my $s = $t->open_stream('/v1/chat/completions',
+                            { %req, tool_choice => 'none', stream => \1 });
+    my ($st, $h, $body) = $t->read_response($s);
+    my @ev = grep { ref } LlmTest::sse_events($body);
+    my $text = join '', map { $_->{choices}[0]{delta}{content} // '' }
+                        grep { @{ $_->{choices} } } @ev;
+    is($text, $ch->{message}{content} // '', 'none, streamed: same text');
+    ok(!grep({ @{ $_->{choices} } && $_->{choices}[0]{delta}{tool_calls} }
+             @ev), 'none, streamed: no tool_calls deltas');
+}
 
 $t->done;
