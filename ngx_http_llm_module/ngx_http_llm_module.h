@@ -365,6 +365,7 @@ typedef struct {
     unsigned                       include_usage:1;
     unsigned                       logprobs:1;
     unsigned                       echo:1;
+    unsigned                       legacy_functions:1;  /* functions[] */
 
     /* the response */
     u_char                         id[48];
@@ -500,7 +501,8 @@ u_char *ngx_http_llm_answer_head(ngx_http_llm_ctx_t *ctx, u_char *p,
     const char *object);
 ngx_http_llm_choice_t *ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx,
     ngx_uint_t index);
-const char *ngx_http_llm_finish_name(Llm__FinishReason f);
+const char *ngx_http_llm_finish_name(ngx_http_llm_ctx_t *ctx,
+    Llm__FinishReason f);
 void ngx_http_llm_finish(ngx_http_llm_ctx_t *ctx, Llm__Done *done);
 json_t *ngx_http_llm_chat_logprobs(Llm__Delta *d);
 ngx_int_t ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,

@@ -97,6 +97,12 @@ static ngx_int_t ngx_http_llm_field_stop(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_logit_bias(ngx_http_llm_check_t *ck,
     json_t *j);
+static ngx_int_t ngx_http_llm_field_functions(ngx_http_llm_check_t *ck,
+    json_t *functions);
+static ngx_int_t ngx_http_llm_function_call(ngx_http_llm_check_t *ck,
+    json_t *fc);
+static ngx_int_t ngx_http_llm_legacy_call(ngx_http_llm_check_t *ck,
+    json_t *m, ngx_uint_t i);
 static ngx_int_t ngx_http_llm_field_tools(ngx_http_llm_check_t *ck,
     json_t *tools);
 static ngx_int_t ngx_http_llm_field_response_format(ngx_http_llm_check_t *ck,
@@ -450,8 +456,11 @@ static ngx_http_llm_field_t  ngx_http_llm_fields[] = {
     { "user", NGX_HTTP_LLM_FIELD_STRING, NGX_HTTP_LLM_ANY, 0, 0, 0, 0, 0, 0,
       0, NULL },
 
-    /* tools (with tool_choice), parallel_tool_calls, structured output */
+    /* tools (with tool_choice), parallel_tool_calls, structured output;
+     * the legacy functions (with function_call) become tools first */
 
+    ngx_http_llm_special_field("functions", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_functions),
     ngx_http_llm_special_field("tools", NGX_HTTP_LLM_CHAT_ONLY,
                                ngx_http_llm_field_tools),
     ngx_http_llm_bool_field("parallel_tool_calls", NGX_HTTP_LLM_CHAT_ONLY, 1,
@@ -896,6 +905,158 @@ ngx_http_llm_field_logit_bias(ngx_http_llm_check_t *ck, json_t *j)
 
 /* tools and tool_choice, checked, then passed on as JSON text. */
 
+/*
+ * The legacy functions[] and function_call, as OpenAI still takes them:
+ * rewritten in the request as tools[] (each {"type": "function",
+ * "function": f}) and tool_choice, with parallel_tool_calls false (the
+ * legacy answer has one function_call), so that the tools checks that
+ * follow see them; the answer then takes the legacy shape
+ * (ctx->legacy_functions).
+ */
+
+static ngx_int_t
+ngx_http_llm_field_functions(ngx_http_llm_check_t *ck, json_t *functions)
+{
+    u_char      param[64];
+    json_t     *tools, *t, *f, *fc, *n;
+    ngx_uint_t  i;
+
+    fc = json_object_get(ck->root, "function_call");
+
+    if (functions == NULL || json_is_null(functions)) {
+        if (fc && !json_is_null(fc)
+            && !(json_is_string(fc)
+                 && ngx_strcmp(json_string_value(fc), "none") == 0))
+        {
+            return ngx_http_llm_bad(ck, "invalid_value", "function_call",
+                                    "Invalid value for 'function_call': "
+                                    "'function_call' is only allowed when "
+                                    "'functions' are specified.");
+        }
+
+        return NGX_OK;
+    }
+
+    t = json_object_get(ck->root, "tools");
+    if (t && !json_is_null(t)) {
+        return ngx_http_llm_bad(ck, "invalid_value", "functions",
+                                "Invalid parameter: 'functions' and 'tools' "
+                                "cannot both be given ('functions' is the "
+                                "deprecated form of 'tools').");
+    }
+
+    t = json_object_get(ck->root, "tool_choice");
+    if (t && !json_is_null(t)) {
+        return ngx_http_llm_bad(ck, "invalid_value", "tool_choice",
+                                "Invalid parameter: 'tool_choice' goes "
+                                "with 'tools'; with 'functions' use "
+                                "'function_call'.");
+    }
+
+    if (!json_is_array(functions)) {
+        return ngx_http_llm_bad_type(ck, "functions", "an array", functions);
+    }
+
+    if (json_array_size(functions) == 0) {
+        return ngx_http_llm_bad(ck, "empty_array", "functions",
+                                "Invalid 'functions': empty array. Expected "
+                                "an array with minimum length 1, but got "
+                                "an empty array instead.");
+    }
+
+    tools = json_array();
+    if (tools == NULL
+        || json_object_set_new(ck->root, "tools", tools) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(functions, i, f) {
+        ngx_sprintf(param, "functions[%ui]%Z", i);
+
+        if (!json_is_object(f)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "an object", f);
+        }
+
+        n = json_object_get(f, "name");
+        if (n == NULL || !json_is_string(n)) {
+            ngx_sprintf(param, "functions[%ui].name%Z", i);
+            return n ? ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                             n)
+                     : ngx_http_llm_missing(ck, param);
+        }
+
+        t = json_pack("{s:s, s:O}", "type", "function", "function", f);
+        if (t == NULL || json_array_append_new(tools, t) != 0) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (json_object_get(ck->root, "parallel_tool_calls") == NULL
+        && json_object_set_new(ck->root, "parallel_tool_calls",
+                               json_false()) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    ck->ctx->legacy_functions = 1;
+
+    return ngx_http_llm_function_call(ck, fc);
+}
+
+
+/* function_call: "none", "auto" or {"name": f}, as tool_choice. */
+
+static ngx_int_t
+ngx_http_llm_function_call(ngx_http_llm_check_t *ck, json_t *fc)
+{
+    json_t      *n, *choice;
+    const char  *s;
+
+    if (fc == NULL || json_is_null(fc)) {
+        return NGX_OK;
+    }
+
+    if (json_is_string(fc)) {
+        s = json_string_value(fc);
+
+        if (ngx_strcmp(s, "none") != 0 && ngx_strcmp(s, "auto") != 0) {
+            return ngx_http_llm_bad(ck, "invalid_value", "function_call",
+                                    "Invalid value: '%s'. Supported values "
+                                    "are: 'none' and 'auto', or an object "
+                                    "naming a function.", s);
+        }
+
+        choice = json_incref(fc);
+
+    } else if (json_is_object(fc)) {
+        n = json_object_get(fc, "name");
+
+        if (n == NULL || !json_is_string(n)) {
+            return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                    "function_call.name",
+                                    "Missing required parameter: "
+                                    "'function_call.name'.");
+        }
+
+        choice = json_pack("{s:s, s:{s:O}}", "type", "function",
+                           "function", "name", n);
+
+    } else {
+        return ngx_http_llm_bad_type(ck, "function_call",
+                                     "a string or an object", fc);
+    }
+
+    if (choice == NULL
+        || json_object_set_new(ck->root, "tool_choice", choice) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_llm_field_tools(ngx_http_llm_check_t *ck, json_t *tools)
 {
@@ -1148,6 +1309,18 @@ ngx_http_llm_parse_message(ngx_http_llm_check_t *ck, json_t *m,
     j = json_object_get(m, "content");
     calls = json_object_get(m, "tool_calls");
 
+    if ((calls == NULL || json_is_null(calls))
+        && ngx_strcmp(role, "assistant") == 0
+        && json_object_get(m, "function_call"))
+    {
+        rc = ngx_http_llm_legacy_call(ck, m, i);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        calls = json_object_get(m, "tool_calls");
+    }
+
     if (j == NULL || json_is_null(j)) {
         if (ngx_strcmp(role, "assistant") != 0) {
             ngx_sprintf(param, "messages[%ui].content%Z", i);
@@ -1208,6 +1381,44 @@ ngx_http_llm_parse_message(ngx_http_llm_check_t *ck, json_t *m,
 
     if (calls && !json_is_null(calls)) {
         return ngx_http_llm_parse_tool_calls(ck, calls, i, pm);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * messages[i].function_call of a legacy assistant message: set in the
+ * message as its one tool call (id "call_" and the message's index; the
+ * legacy function result that follows names the function, not the id).
+ */
+
+static ngx_int_t
+ngx_http_llm_legacy_call(ngx_http_llm_check_t *ck, json_t *m, ngx_uint_t i)
+{
+    u_char   param[64], id[32];
+    json_t  *fc, *calls;
+
+    fc = json_object_get(m, "function_call");
+
+    if (json_is_null(fc)) {
+        return NGX_OK;
+    }
+
+    ngx_sprintf(param, "messages[%ui].function_call%Z", i);
+
+    if (!json_is_object(fc)) {
+        return ngx_http_llm_bad_type(ck, (char *) param, "an object", fc);
+    }
+
+    ngx_sprintf(id, "call_%ui%Z", i);
+
+    calls = json_pack("[{s:s, s:s, s:O}]", "id", (char *) id,
+                      "type", "function", "function", fc);
+    if (calls == NULL
+        || json_object_set_new(m, "tool_calls", calls) != 0)
+    {
+        return NGX_ERROR;
     }
 
     return NGX_OK;

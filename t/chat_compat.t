@@ -10,6 +10,10 @@
 #   for such a question, which it does with "auto"): no tool-call markup
 #   in the content, JSON or streamed, no tool_calls, no finish_reason
 #   tool_calls.
+# - legacy functions / function_call: mapped to tools / tool_choice, the
+#   answer in the legacy shape (message.function_call, finish_reason
+#   function_call; streamed as function_call deltas), a legacy call and
+#   function result in the history rendered, bad legacy fields are 400s.
 
 use strict;
 use warnings;
@@ -100,6 +104,73 @@ for my $q (@asks) {
     is($text, $ch->{message}{content} // '', 'none, streamed: same text');
     ok(!grep({ @{ $_->{choices} } && $_->{choices}[0]{delta}{tool_calls} }
              @ev), 'none, streamed: no tool_calls deltas');
+}
+
+# legacy functions and function_call
+
+my @functions = map { $_->{function} } @$tools;
+my %legacy = (model => 'demo', max_tokens => 60, temperature => 0,
+              functions => \@functions,
+              messages => [ { role => 'user',
+                              content => 'order 68405 status please' } ]);
+my $r = chat(%legacy);
+my $m = $r->{json}{choices}[0]{message};
+is($r->{status}, 200, 'functions: 200') or diag $r->{content};
+is($m->{function_call}{name}, 'lookup_order', 'functions: function_call');
+is_deeply(eval { JSON::PP->new->decode($m->{function_call}{arguments}) },
+          { order_id => '68405' }, 'functions: arguments');
+ok(!exists $m->{tool_calls}, 'functions: no tool_calls');
+is($m->{content}, undef, 'functions: content null');
+is($r->{json}{choices}[0]{finish_reason}, 'function_call',
+   'functions: finish_reason function_call');
+
+$r = chat(%legacy, function_call => { name => 'issue_refund' });
+is($r->{json}{choices}[0]{message}{function_call}{name}, 'issue_refund',
+   'function_call by name forces that function');
+$r = chat(%legacy, function_call => 'none');
+ok(!$r->{json}{choices}[0]{message}{function_call},
+   'function_call none: no call');
+unlike($r->{json}{choices}[0]{message}{content}, $markup,
+       'function_call none: no markup');
+
+my $s = $t->open_stream('/v1/chat/completions', { %legacy, stream => \1 });
+my ($st, $h, $body) = $t->read_response($s);
+my @ev = grep { ref } LlmTest::sse_events($body);
+my @fc = map { $_->{choices}[0]{delta}{function_call} // () }
+         grep { @{ $_->{choices} } } @ev;
+ok(@fc >= 1, 'functions, streamed: function_call deltas');
+is($fc[0]{name}, 'lookup_order', 'functions, streamed: name first');
+is(join('', map { $_->{arguments} } @fc), $m->{function_call}{arguments},
+   'functions, streamed: the same arguments');
+ok(!grep({ @{ $_->{choices} } && $_->{choices}[0]{delta}{tool_calls} } @ev),
+   'functions, streamed: no tool_calls deltas');
+is($ev[-1]{choices}[0]{finish_reason}, 'function_call',
+   'functions, streamed: finish_reason function_call');
+
+# a legacy call and its result in the history
+my @turns = ({ role => 'user', content => 'order 68405 status please' },
+             { role => 'assistant', content => undef,
+               function_call => { name => 'lookup_order',
+                                  arguments => '{"order_id": "68405"}' } },
+             { role => 'function', name => 'lookup_order',
+               content => '{"status": "shipped"}' });
+$r = chat(%legacy, messages => \@turns);
+is($r->{status}, 200, 'legacy history: 200') or diag $r->{content};
+my $with = $r->{json}{usage}{prompt_tokens};
+$r = chat(%legacy, messages => [ @turns[0, 2] ]);
+ok($with > $r->{json}{usage}{prompt_tokens},
+   'legacy history: the function_call is rendered');
+
+for my $bad ([ { tools => $tools }, 'functions' ],
+             [ { functions => undef, function_call => 'auto' },
+               'function_call' ],
+             [ { functions => [ { description => 'x' } ] },
+               'functions[0].name' ],
+             [ { function_call => 'required' }, 'function_call' ],
+             [ { functions => 'f' }, 'functions' ]) {
+    $r = chat(%legacy, %{ $bad->[0] });
+    is($r->{status}, 400, "legacy: 400 for $bad->[1]");
+    is($r->{json}{error}{param}, $bad->[1], "legacy: param $bad->[1]");
 }
 
 $t->done;
