@@ -323,6 +323,16 @@ ngx_http_llm_sse_delta(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     reasoning = ngx_strlen(d->reasoning);
     role = chat && !ch->role_sent;
 
+    if (chat && text == 0 && reasoning == 0 && lp == NULL) {
+        /*
+         * nothing to say (the tokens of a tool call, text held for a
+         * stop string): no {"content":""} chunk, which clients would take
+         * for an empty text part; the role goes with the first delta that
+         * is sent
+         */
+        return NGX_OK;
+    }
+
     size = ngx_http_llm_head_len(ctx)
            + ngx_http_llm_json_escape_len((u_char *) d->text, text)
            + lplen

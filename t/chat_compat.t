@@ -14,6 +14,9 @@
 #   answer in the legacy shape (message.function_call, finish_reason
 #   function_call; streamed as function_call deltas), a legacy call and
 #   function result in the history rendered, bad legacy fields are 400s.
+# - streamed tool calls: no empty {"content":""} deltas; every event but
+#   the last carries tool-call pieces, the first one the role (with
+#   content null), counted event by event.
 
 use strict;
 use warnings;
@@ -104,6 +107,47 @@ for my $q (@asks) {
     is($text, $ch->{message}{content} // '', 'none, streamed: same text');
     ok(!grep({ @{ $_->{choices} } && $_->{choices}[0]{delta}{tool_calls} }
              @ev), 'none, streamed: no tool_calls deltas');
+}
+
+# streamed tool calls: the events counted
+
+{
+    my $s = $t->open_stream('/v1/chat/completions',
+        { model => 'demo', max_tokens => 60, temperature => 0,
+          tools => $tools, stream => \1,
+          messages => [ { role => 'user',
+                          content => 'order 68405 status please' } ] });
+    my ($st, $h, $body) = $t->read_response($s);
+    my @ev = grep { ref } LlmTest::sse_events($body);
+    my @d = map { $_->{choices}[0]{delta} } @ev;
+    my $calls = grep { $_->{tool_calls} } @d;
+    my $empty = grep { exists $_->{content} && defined $_->{content}
+                       && $_->{content} eq '' } @d;
+    my $roles = grep { exists $_->{role} } @d;
+    ok($calls >= 3, "tool stream: $calls tool_calls deltas");
+    is($empty, 0, 'tool stream: no empty content deltas');
+    is(scalar @ev, $calls + 1,
+       'tool stream: every event but the finish carries a call piece');
+    is($roles, 1, 'tool stream: one delta carries the role');
+    is($d[0]{role}, 'assistant', 'tool stream: the first one');
+    ok(exists $d[0]{content} && !defined $d[0]{content},
+       'tool stream: with content null');
+    is($ev[-1]{choices}[0]{finish_reason}, 'tool_calls',
+       'tool stream: finish_reason tool_calls');
+
+    # a text answer: no empty deltas either, the role on the first
+    $s = $t->open_stream('/v1/chat/completions',
+        { model => 'demo', max_tokens => 20, temperature => 0, stream => \1,
+          messages => [ { role => 'user',
+                          content => 'How many days do I have to return '
+                                     . 'an item?' } ] });
+    ($st, $h, $body) = $t->read_response($s);
+    @ev = grep { ref } LlmTest::sse_events($body);
+    @d = map { $_->{choices}[0]{delta} } @ev;
+    is(scalar(grep { defined $_->{content} && $_->{content} eq '' } @d), 0,
+       'text stream: no empty content deltas');
+    is($d[0]{role}, 'assistant', 'text stream: the first delta has the role');
+    ok(length $d[0]{content}, 'text stream: and text');
 }
 
 # legacy functions and function_call
