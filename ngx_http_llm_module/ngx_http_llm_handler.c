@@ -92,6 +92,48 @@ ngx_http_llm_get_ctx(ngx_http_request_t *r)
 
 
 /*
+ * The request's id, made once: the answer's id for chat ("chatcmpl-") and
+ * completions ("cmpl-"), "req_" for any other request; 24 random letters
+ * and digits follow.  It goes out as x-request-id on every response and
+ * is $llm_request_id.
+ */
+
+u_char *
+ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx)
+{
+    u_char      *p;
+    ngx_uint_t   i;
+
+    static const char  alnum[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+    if (ctx->id_len) {
+        return ctx->id;
+    }
+
+    switch (ctx->route) {
+    case NGX_HTTP_LLM_ROUTE_CHAT:
+        p = ngx_cpymem(ctx->id, "chatcmpl-", ngx_http_llm_len("chatcmpl-"));
+        break;
+    case NGX_HTTP_LLM_ROUTE_COMPLETION:
+        p = ngx_cpymem(ctx->id, "cmpl-", ngx_http_llm_len("cmpl-"));
+        break;
+    default:
+        p = ngx_cpymem(ctx->id, "req_", ngx_http_llm_len("req_"));
+    }
+
+    for (i = 0; i < 24; i++) {
+        *p++ = alnum[ngx_random() % 62];
+    }
+
+    *p = '\0';
+    ctx->id_len = p - ctx->id;
+
+    return ctx->id;
+}
+
+
+/*
  * Settles the token reservation and records the metrics sample, once:
  * when the engine's answer has been handed to the output chain (the
  * upstream's finalize), so a scrape after the client saw the end always

@@ -206,7 +206,8 @@ enum {
     NGX_HTTP_LLM_VAR_CACHED_TOKENS,
     NGX_HTTP_LLM_VAR_TTFT_MS,
     NGX_HTTP_LLM_VAR_FINISH_REASON,
-    NGX_HTTP_LLM_VAR_ERROR_CODE
+    NGX_HTTP_LLM_VAR_ERROR_CODE,
+    NGX_HTTP_LLM_VAR_REQUEST_ID
 };
 
 
@@ -235,6 +236,9 @@ static ngx_http_variable_t  ngx_http_llm_vars[] = {
 
     { ngx_string("llm_error_code"), NULL, ngx_http_llm_variable,
       NGX_HTTP_LLM_VAR_ERROR_CODE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("llm_request_id"), NULL, ngx_http_llm_variable,
+      NGX_HTTP_LLM_VAR_REQUEST_ID, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -278,6 +282,11 @@ ngx_http_llm_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 
     case NGX_HTTP_LLM_VAR_ERROR_CODE:
         s = ctx->error_code;
+        goto string;
+
+    case NGX_HTTP_LLM_VAR_REQUEST_ID:
+        s.data = ngx_http_llm_request_id(ctx);
+        s.len = ctx->id_len;
         goto string;
 
     case NGX_HTTP_LLM_VAR_PROMPT_TOKENS:

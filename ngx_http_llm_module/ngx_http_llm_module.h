@@ -366,6 +366,7 @@ typedef struct {
     unsigned                       logprobs:1;
     unsigned                       echo:1;
     unsigned                       legacy_functions:1;  /* functions[] */
+    unsigned                       common_headers:1;  /* x-request-id.. */
 
     /* the response */
     u_char                         id[48];
@@ -434,6 +435,7 @@ typedef struct {
 /* ngx_http_llm_handler.c */
 ngx_int_t ngx_http_llm_handler(ngx_http_request_t *r);
 ngx_http_llm_ctx_t *ngx_http_llm_get_ctx(ngx_http_request_t *r);
+u_char *ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx);
 ngx_http_llm_model_t *ngx_http_llm_find_model(ngx_http_llm_main_conf_t *mcf,
     ngx_str_t *name);
 void ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
@@ -462,6 +464,8 @@ void ngx_http_llm_backend_refresh(ngx_http_request_t *r,
     ngx_http_llm_backend_t *be);
 ngx_int_t ngx_http_llm_engine_limits(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_http_llm_engine_limits_t *lim);
+void ngx_http_llm_limits_merge(ngx_http_llm_engine_limits_t *lim,
+    ngx_http_llm_engine_limits_t *l);
 void ngx_http_llm_fingerprint(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
 

@@ -133,10 +133,6 @@ static char *ngx_http_llm_pstrdup(ngx_pool_t *pool, const char *s,
 static void ngx_http_llm_json_cleanup(void *data);
 
 
-static const char  ngx_http_llm_alnum[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-
-
 /*
  * Fills an invalid_request_error (400) and returns NGX_DECLINED, the
  * value every check returns on bad input.
@@ -571,8 +567,7 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 static ngx_int_t
 ngx_http_llm_new_request(ngx_http_llm_check_t *ck)
 {
-    u_char                *p;
-    ngx_uint_t             i, chat;
+    ngx_uint_t             chat;
     Llm__Sampling         *s;
     ngx_http_request_t    *r;
     ngx_http_llm_ctx_t    *ctx;
@@ -594,14 +589,7 @@ ngx_http_llm_new_request(ngx_http_llm_check_t *ck)
     gen->is_completion = !chat;
     ctx->gen = gen;
 
-    p = ngx_cpymem(ctx->id, chat ? "chatcmpl-" : "cmpl-",
-                   chat ? sizeof("chatcmpl-") - 1 : sizeof("cmpl-") - 1);
-    for (i = 0; i < 24; i++) {
-        *p++ = ngx_http_llm_alnum[ngx_random() % 62];
-    }
-    *p = '\0';
-    ctx->id_len = p - ctx->id;
-    gen->request_id = (char *) ctx->id;
+    gen->request_id = (char *) ngx_http_llm_request_id(ctx);
 
     if (ctx->key) {
         gen->key_id = ngx_http_llm_pstrdup(r->pool,

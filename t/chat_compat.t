@@ -17,6 +17,10 @@
 # - streamed tool calls: no empty {"content":""} deltas; every event but
 #   the last carries tool-call pieces, the first one the role (with
 #   content null), counted event by event.
+# - x-request-id on every response (the body's id where there is one,
+#   also in the stream's chunks and in $llm_request_id in the access log);
+#   /v1/models and /v1/models/{id} with the context length
+#   (context_length and max_model_len) and the engine's limits.
 
 use strict;
 use warnings;
@@ -33,9 +37,13 @@ $t->start_nginx(<<'EOF2');
     llm_model tiny upstream=engines;
     upstream demo { server unix:%%SOCK_demo%%; keepalive 4; }
     llm_model demo upstream=demo;
+    log_format ids '$status $llm_request_id';
     server {
         listen 127.0.0.1:%%PORT%%;
+        access_log %%DIR%%/ids.log ids;
+        client_max_body_size 1k;
         location /v1/ { llm_api on; }
+        location = /healthz { llm_health on; }
     }
 EOF2
 
@@ -148,6 +156,86 @@ for my $q (@asks) {
        'text stream: no empty content deltas');
     is($d[0]{role}, 'assistant', 'text stream: the first delta has the role');
     ok(length $d[0]{content}, 'text stream: and text');
+}
+
+# x-request-id
+
+{
+    my $r = chat(messages => [ $user ]);
+    my $id = $r->{headers}{'x-request-id'};
+    like($id, qr/^chatcmpl-\w{24}$/, 'x-request-id on chat');
+    is($id, $r->{json}{id}, 'x-request-id: the body id');
+    my @ids = ($id);
+
+    my $s = $t->open_stream('/v1/chat/completions',
+        { model => 'tiny', max_tokens => 3, stream => \1,
+          messages => [ $user ] });
+    my ($st, $h, $body) = $t->read_response($s);
+    my @ev = grep { ref } LlmTest::sse_events($body);
+    close $s;
+    like($h->{'x-request-id'}, qr/^chatcmpl-\w{24}$/,
+         'x-request-id on a stream');
+    is(scalar(grep { $_->{id} ne $h->{'x-request-id'} } @ev), 0,
+       'x-request-id: the chunks\' id');
+    push @ids, $h->{'x-request-id'};
+
+    $r = $t->post('/v1/completions', { model => 'tiny', prompt => 'Hi',
+                                       max_tokens => 2 });
+    is($r->{headers}{'x-request-id'}, $r->{json}{id},
+       'x-request-id on completions: the body id');
+    push @ids, $r->{json}{id};
+
+    for my $c ([ 'GET', '/v1/models', undef, 200 ],
+               [ 'GET', '/v1/models/tiny', undef, 200 ],
+               [ 'GET', '/v1/models/nope', undef, 404 ],
+               [ 'GET', '/v1/nowhere', undef, 404 ],
+               [ 'GET', '/v1/chat/completions', undef, 405 ],
+               [ 'POST', '/v1/chat/completions', '{"model":', 400 ],
+               [ 'POST', '/v1/chat/completions', 'x' x 2000, 413 ],
+               [ 'GET', '/healthz', undef, 200 ]) {
+        my ($m, $path, $b, $status) = @$c;
+        $r = $t->http($m, $path, $b);
+        is($r->{status}, $status, "$m $path: $status");
+        like($r->{headers}{'x-request-id'}, qr/^(req_|chatcmpl-)\w{24}$/,
+             "$m $path: x-request-id");
+        push @ids, $r->{headers}{'x-request-id'};
+    }
+    # a stream's line is written when its request is finalized, which
+    # may come after its last byte was read
+    my %logged;
+    for (1 .. 50) {
+        %logged = map { (split ' ')[1] => 1 }
+                  split /\n/, $t->slurp($t->dir . '/ids.log');
+        last unless grep { !$logged{$_} } @ids;
+        select(undef, undef, undef, 0.1);
+    }
+    is(join(' ', grep { !$logged{$_} } @ids), '',
+       'every x-request-id is $llm_request_id in the access log');
+}
+
+# /v1/models: context length and limits
+
+{
+    my $h = $t->get('/healthz')->{json};
+    my ($tiny) = grep { $_->{id} eq 'tiny' } @{ $h->{models} };
+    my $ctxlen = $tiny->{backends}[0]{context_length};
+    ok($ctxlen > 0, "the engine's context window: $ctxlen");
+    my $one = $t->get('/v1/models/tiny')->{json};
+    is($one->{context_length}, $ctxlen, '/v1/models/{id}: context_length');
+    is($one->{max_model_len}, $ctxlen, '/v1/models/{id}: max_model_len');
+    ok($one->{limits}{max_choices} >= 1,
+       "/v1/models/{id}: limits.max_choices $one->{limits}{max_choices}");
+    ok($one->{limits}{max_top_logprobs} >= 1,
+       '/v1/models/{id}: limits.max_top_logprobs');
+    ok(exists $one->{limits}{$_}, "/v1/models/{id}: limits.$_")
+        for qw(max_stop max_stop_bytes);
+    my ($listed) = grep { $_->{id} eq 'tiny' }
+                   @{ $t->get('/v1/models')->{json}{data} };
+    is_deeply($listed, $one, '/v1/models lists the same object');
+    my $r = $t->post('/v1/chat/completions',
+                     { model => 'tiny', messages => [ $user ],
+                       n => $one->{limits}{max_choices} + 1 });
+    is($r->{status}, 400, 'n over limits.max_choices: 400');
 }
 
 # legacy functions and function_call
