@@ -330,13 +330,12 @@ ngx_http_llm_send_denial(ngx_http_request_t *r, ngx_http_llm_decision_t *d,
  * on requests this module handles become OpenAI error bodies.  An engine
  * error kept in the context (say "overloaded" after every engine said so)
  * sets the status and the message.  Every response of these locations,
- * error or not, gets x-request-id here.
+ * error or not, gets x-request-id (and the CORS headers) here.
  */
 
 static ngx_int_t
 ngx_http_llm_header_filter(ngx_http_request_t *r)
 {
-    u_char                   *id;
     ngx_http_llm_ctx_t       *ctx;
     ngx_http_llm_error_t      err;
     ngx_http_llm_loc_conf_t  *llcf;
@@ -365,11 +364,7 @@ ngx_http_llm_header_filter(ngx_http_request_t *r)
     if (!ctx->common_headers) {
         ctx->common_headers = 1;
 
-        id = ngx_http_llm_request_id(ctx);
-
-        if (ngx_http_llm_header_out(r, "x-request-id", id, ctx->id_len)
-            != NGX_OK)
-        {
+        if (ngx_http_llm_response_headers(r, ctx) != NGX_OK) {
             return NGX_ERROR;
         }
     }

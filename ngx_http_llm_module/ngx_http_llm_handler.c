@@ -32,8 +32,6 @@ static ngx_int_t ngx_http_llm_read_body(ngx_http_request_t *r,
     ngx_str_t *body);
 static ngx_int_t ngx_http_llm_resolve(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_int_t *sent);
-static ngx_table_elt_t *ngx_http_llm_find_header(ngx_http_request_t *r,
-    const char *name);
 static ngx_int_t ngx_http_llm_chain_header(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_str_t *value, ngx_int_t *sent);
 static void ngx_http_llm_chain_filter(ngx_http_llm_ctx_t *ctx);
@@ -295,6 +293,13 @@ ngx_http_llm_handler(ngx_http_request_t *r)
                                         "invalid_request_error", NULL, NULL,
                                         "Invalid URL (%V %V)",
                                         &r->method_name, &r->uri);
+    }
+
+    if (r->method == NGX_HTTP_OPTIONS) {
+        rc = ngx_http_llm_cors_preflight(r);
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
     }
 
     if (!(r->method & allowed)) {
@@ -847,7 +852,7 @@ failed:
 
 /* The first request header called name (case-insensitive), or NULL. */
 
-static ngx_table_elt_t *
+ngx_table_elt_t *
 ngx_http_llm_find_header(ngx_http_request_t *r, const char *name)
 {
     size_t            len;

@@ -16,6 +16,8 @@
  *   ngx_http_llm_response.c  the JSON answer: choices collected, body
  *   ngx_http_llm_json.c      JSON string escaping (UTF-8 validating)
  *   ngx_http_llm_error.c     OpenAI error bodies, refusals, error filter
+ *   ngx_http_llm_cors.c      x-request-id and CORS on every response,
+ *                            the CORS preflight
  *   ngx_http_llm_backend.c   the engines: registration, Info probe,
  *                            their limits and fingerprint
  *   ngx_http_llm_info.c      /v1/models, /v1/models/{id}, /healthz
@@ -306,6 +308,8 @@ typedef struct {
     ngx_msec_t                     sse_heartbeat;
     ngx_msec_t                     sse_flush_interval;
     size_t                         max_frame;
+    ngx_array_t                   *cors;       /* llm_cors: of ngx_str_t;
+                                                  empty: off */
     ngx_uint_t                     backend;    /* llm_pass's first backend */
     ngx_uint_t                     nbackends;
 } ngx_http_llm_loc_conf_t;
@@ -436,6 +440,13 @@ typedef struct {
 ngx_int_t ngx_http_llm_handler(ngx_http_request_t *r);
 ngx_http_llm_ctx_t *ngx_http_llm_get_ctx(ngx_http_request_t *r);
 u_char *ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx);
+ngx_table_elt_t *ngx_http_llm_find_header(ngx_http_request_t *r,
+    const char *name);
+
+/* ngx_http_llm_cors.c */
+ngx_int_t ngx_http_llm_cors_preflight(ngx_http_request_t *r);
+ngx_int_t ngx_http_llm_response_headers(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
 ngx_http_llm_model_t *ngx_http_llm_find_model(ngx_http_llm_main_conf_t *mcf,
     ngx_str_t *name);
 void ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,

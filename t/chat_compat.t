@@ -21,6 +21,9 @@
 #   also in the stream's chunks and in $llm_request_id in the access log);
 #   /v1/models and /v1/models/{id} with the context length
 #   (context_length and max_model_len) and the engine's limits.
+# - llm_cors: the preflight (204 with the Access-Control-* headers, 403
+#   for an origin not listed), Access-Control-Allow-Origin and
+#   -Expose-Headers on answers and errors; off by default (OPTIONS 405).
 
 use strict;
 use warnings;
@@ -44,6 +47,11 @@ $t->start_nginx(<<'EOF2');
         client_max_body_size 1k;
         location /v1/ { llm_api on; }
         location = /healthz { llm_health on; }
+        location /cors/v1/ {
+            llm_api on;
+            llm_cors https://app.example.com http://localhost:3000;
+        }
+        location /any/v1/ { llm_api on; llm_cors *; }
     }
 EOF2
 
@@ -236,6 +244,74 @@ for my $q (@asks) {
                      { model => 'tiny', messages => [ $user ],
                        n => $one->{limits}{max_choices} + 1 });
     is($r->{status}, 400, 'n over limits.max_choices: 400');
+}
+
+# CORS
+
+{
+    my $app = 'https://app.example.com';
+    my %pre = (Origin => $app, 'Access-Control-Request-Method' => 'POST',
+               'Access-Control-Request-Headers' =>
+                   'authorization, content-type, x-stainless-os');
+    my $r = $t->http('OPTIONS', '/cors/v1/chat/completions', undef, %pre);
+    my $h = $r->{headers};
+    is($r->{status}, 204, 'preflight: 204');
+    is($h->{'access-control-allow-origin'}, $app, 'preflight: the origin');
+    like($h->{'access-control-allow-methods'}, qr/\bPOST\b/,
+         'preflight: POST allowed');
+    is($h->{'access-control-allow-headers'},
+       'authorization, content-type, x-stainless-os',
+       'preflight: the headers asked for');
+    ok($h->{'access-control-max-age'} > 0, 'preflight: max-age');
+    like($h->{vary} // '', qr/Origin/, 'preflight: Vary: Origin');
+    is($r->{content} // '', '', 'preflight: no body');
+
+    $r = $t->http('OPTIONS', '/cors/v1/models', undef, %pre,
+                  Origin => 'http://localhost:3000');
+    is($h = $r->{headers}{'access-control-allow-origin'},
+       'http://localhost:3000', 'preflight: the second origin');
+
+    $r = $t->http('OPTIONS', '/cors/v1/chat/completions', undef, %pre,
+                  Origin => 'https://evil.example.com');
+    is($r->{status}, 403, 'preflight, origin not listed: 403');
+    is($r->{json}{error}{code}, 'origin_not_allowed',
+       'preflight, origin not listed: the code');
+    ok(!$r->{headers}{'access-control-allow-origin'},
+       'preflight, origin not listed: no Allow-Origin');
+
+    my $body = { model => 'tiny', max_tokens => 2, messages => [ $user ] };
+    $r = $t->post('/cors/v1/chat/completions', $body, Origin => $app);
+    $h = $r->{headers};
+    is($r->{status}, 200, 'CORS chat: 200');
+    is($h->{'access-control-allow-origin'}, $app, 'CORS chat: Allow-Origin');
+    like($h->{'access-control-expose-headers'}, qr/\bx-request-id\b/,
+         'CORS chat: x-request-id exposed');
+    $r = $t->post('/cors/v1/chat/completions', '{', Origin => $app);
+    is($r->{status}, 400, 'CORS error: 400');
+    is($r->{headers}{'access-control-allow-origin'}, $app,
+       'CORS error: Allow-Origin');
+    my $s = $t->open_stream('/cors/v1/chat/completions',
+                            { %$body, stream => \1 }, Origin => $app);
+    my ($st, $sh) = $t->read_response($s);
+    close $s;
+    is($sh->{'access-control-allow-origin'}, $app, 'CORS stream: Allow-Origin');
+    $r = $t->post('/cors/v1/chat/completions', $body,
+                  Origin => 'https://evil.example.com');
+    is($r->{status}, 200, 'origin not listed: the answer');
+    ok(!$r->{headers}{'access-control-allow-origin'},
+       'origin not listed: no Allow-Origin');
+
+    $r = $t->http('OPTIONS', '/any/v1/chat/completions', undef, %pre,
+                  Origin => 'https://anyone.example.org');
+    is($r->{status}, 204, 'llm_cors *: preflight 204');
+    is($r->{headers}{'access-control-allow-origin'}, '*',
+       'llm_cors *: Allow-Origin *');
+
+    $r = $t->http('OPTIONS', '/v1/chat/completions', undef, %pre);
+    is($r->{status}, 405, 'no llm_cors: OPTIONS is 405');
+    $r = $t->post('/v1/chat/completions', $body, Origin => $app);
+    ok(!$r->{headers}{'access-control-allow-origin'},
+       'no llm_cors: no Allow-Origin');
 }
 
 # legacy functions and function_call
