@@ -109,6 +109,20 @@ static ngx_int_t ngx_http_llm_field_response_format(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck,
     json_t *j);
+static ngx_int_t ngx_http_llm_check_enum(ngx_http_llm_check_t *ck,
+    const char *name, json_t *j, const char *const *values);
+static ngx_int_t ngx_http_llm_field_reasoning_effort(
+    ngx_http_llm_check_t *ck, json_t *j);
+static ngx_int_t ngx_http_llm_field_service_tier(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_verbosity(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_modalities(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_audio(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_prediction(ngx_http_llm_check_t *ck,
+    json_t *j);
 static ngx_int_t ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
     ngx_http_llm_ctx_t *ctx, json_t *msgs);
 static ngx_int_t ngx_http_llm_parse_message(ngx_http_llm_check_t *ck,
@@ -466,6 +480,26 @@ static ngx_http_llm_field_t  ngx_http_llm_fields[] = {
     ngx_http_llm_special_field("chat_template_kwargs",
                                NGX_HTTP_LLM_CHAT_ONLY,
                                ngx_http_llm_field_template_kwargs),
+
+    /*
+     * OpenAI fields with values this server cannot honour: a value
+     * outside OpenAI's enum is a 400 as there; audio output and
+     * predicted outputs are refused; the valid values of the others
+     * change nothing here (docs/GATEWAY.md)
+     */
+
+    ngx_http_llm_special_field("reasoning_effort", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_reasoning_effort),
+    ngx_http_llm_special_field("service_tier", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_service_tier),
+    ngx_http_llm_special_field("verbosity", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_verbosity),
+    ngx_http_llm_special_field("modalities", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_modalities),
+    ngx_http_llm_special_field("audio", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_audio),
+    ngx_http_llm_special_field("prediction", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_prediction),
 
     { NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL }
 };
@@ -1179,6 +1213,186 @@ ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck, json_t *j)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * A string field with an enum (OpenAI's): null or absent is fine, any
+ * other value a 400 naming the values (values is NULL-terminated).
+ */
+
+static ngx_int_t
+ngx_http_llm_check_enum(ngx_http_llm_check_t *ck, const char *name,
+    json_t *j, const char *const *values)
+{
+    u_char       list[256], *p, *last;
+    ngx_uint_t   i, n;
+    const char  *v;
+
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_string(j)) {
+        return ngx_http_llm_bad_type(ck, name, "a string", j);
+    }
+
+    v = json_string_value(j);
+
+    for (n = 0; values[n]; n++) {
+        if (ngx_strcmp(v, values[n]) == 0) {
+            return NGX_OK;
+        }
+    }
+
+    /* 'a', 'b', and 'c' as OpenAI writes it */
+
+    p = list;
+    last = list + sizeof(list) - 1;
+
+    for (i = 0; i < n; i++) {
+        p = ngx_slprintf(p, last, "%s'%s'",
+                         i == 0 ? "" : (i + 1 == n ? ", and " : ", "),
+                         values[i]);
+    }
+
+    *p = '\0';
+
+    return ngx_http_llm_bad(ck, "invalid_value", name,
+                            "Invalid value: '%s'. Supported values are: "
+                            "%s.", v, list);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_reasoning_effort(ngx_http_llm_check_t *ck, json_t *j)
+{
+    static const char *const  values[] = {
+        "none", "minimal", "low", "medium", "high", "xhigh", "max", NULL
+    };
+
+    return ngx_http_llm_check_enum(ck, "reasoning_effort", j, values);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_service_tier(ngx_http_llm_check_t *ck, json_t *j)
+{
+    static const char *const  values[] = {
+        "auto", "default", "flex", "scale", "priority", "fast", NULL
+    };
+
+    return ngx_http_llm_check_enum(ck, "service_tier", j, values);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_verbosity(ngx_http_llm_check_t *ck, json_t *j)
+{
+    static const char *const  values[] = { "low", "medium", "high", NULL };
+
+    return ngx_http_llm_check_enum(ck, "verbosity", j, values);
+}
+
+
+/* modalities: an array of "text" (and "audio", which is refused). */
+
+static ngx_int_t
+ngx_http_llm_field_modalities(ngx_http_llm_check_t *ck, json_t *j)
+{
+    u_char       param[32];
+    json_t      *m;
+    ngx_uint_t   i;
+    const char  *v;
+
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(j)) {
+        return ngx_http_llm_bad_type(ck, "modalities", "an array", j);
+    }
+
+    json_array_foreach(j, i, m) {
+        ngx_sprintf(param, "modalities[%ui]%Z", i);
+
+        if (!json_is_string(m)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "a string", m);
+        }
+
+        v = json_string_value(m);
+
+        if (ngx_strcmp(v, "audio") == 0) {
+            return ngx_http_llm_bad(ck, "unsupported_value", "modalities",
+                                    "Audio output is not supported: this "
+                                    "server generates text only; use "
+                                    "modalities [\"text\"].");
+        }
+
+        if (ngx_strcmp(v, "text") != 0) {
+            return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                    "Invalid value: '%s'. Supported "
+                                    "values are: 'text' and 'audio'.", v);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_audio(ngx_http_llm_check_t *ck, json_t *j)
+{
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    return ngx_http_llm_bad(ck, "unsupported_parameter", "audio",
+                            "Audio output is not supported: this server "
+                            "generates text only.");
+}
+
+
+/*
+ * prediction: OpenAI's shape is checked (type "content", content a
+ * string or text parts), then refused as OpenAI refuses it for models
+ * without predicted outputs.
+ */
+
+static ngx_int_t
+ngx_http_llm_field_prediction(ngx_http_llm_check_t *ck, json_t *j)
+{
+    json_t  *t, *c;
+
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(j)) {
+        return ngx_http_llm_bad_type(ck, "prediction", "an object", j);
+    }
+
+    t = json_object_get(j, "type");
+    if (t == NULL || !json_is_string(t)
+        || ngx_strcmp(json_string_value(t), "content") != 0)
+    {
+        return ngx_http_llm_bad(ck, "invalid_value", "prediction.type",
+                                "Invalid value for 'prediction.type': "
+                                "expected 'content'.");
+    }
+
+    c = json_object_get(j, "content");
+    if (c == NULL || !(json_is_string(c) || json_is_array(c))) {
+        return ngx_http_llm_bad(ck, c ? "invalid_type"
+                                      : "missing_required_parameter",
+                                "prediction.content",
+                                "Invalid 'prediction.content': expected a "
+                                "string or an array of text parts.");
+    }
+
+    return ngx_http_llm_bad(ck, "unsupported_parameter", "prediction",
+                            "Predicted outputs are not supported by this "
+                            "server.");
 }
 
 

@@ -24,6 +24,9 @@
 # - llm_cors: the preflight (204 with the Access-Control-* headers, 403
 #   for an origin not listed), Access-Control-Allow-Origin and
 #   -Expose-Headers on answers and errors; off by default (OPTIONS 405).
+# - invalid values of known fields are 400s naming the field (modalities
+#   with audio, reasoning_effort, service_tier, verbosity off their enums,
+#   audio, prediction); their valid values and unknown fields pass.
 
 use strict;
 use warnings;
@@ -312,6 +315,49 @@ for my $q (@asks) {
     $r = $t->post('/v1/chat/completions', $body, Origin => $app);
     ok(!$r->{headers}{'access-control-allow-origin'},
        'no llm_cors: no Allow-Origin');
+}
+
+# known fields with values this server cannot take
+
+{
+    my @bad = (
+        [ { modalities => [ 'text', 'audio' ] }, 'modalities',
+          'unsupported_value' ],
+        [ { modalities => [ 'video' ] }, 'modalities[0]', 'invalid_value' ],
+        [ { modalities => 'text' }, 'modalities', 'invalid_type' ],
+        [ { reasoning_effort => 'bogus' }, 'reasoning_effort',
+          'invalid_value' ],
+        [ { reasoning_effort => 3 }, 'reasoning_effort', 'invalid_type' ],
+        [ { service_tier => 'bogus' }, 'service_tier', 'invalid_value' ],
+        [ { verbosity => 'loud' }, 'verbosity', 'invalid_value' ],
+        [ { audio => { voice => 'alloy', format => 'wav' } }, 'audio',
+          'unsupported_parameter' ],
+        [ { prediction => { type => 'content', content => 'x' } },
+          'prediction', 'unsupported_parameter' ],
+        [ { prediction => { type => 'bogus', content => 'x' } },
+          'prediction.type', 'invalid_value' ],
+    );
+    for my $b (@bad) {
+        my ($extra, $param, $code) = @$b;
+        my $r = chat(messages => [ $user ], %$extra);
+        my $e = $r->{json}{error};
+        is($r->{status}, 400, "400 for $param ($code)");
+        is($e->{param}, $param, "param $param");
+        is($e->{code}, $code, "code $code");
+        is($e->{type}, 'invalid_request_error', "$param: the type");
+    }
+    my $r = chat(messages => [ $user ], reasoning_effort => 'bogus');
+    like($r->{json}{error}{message},
+         qr/'bogus'.*'none', 'minimal', 'low', 'medium', 'high', 'xhigh', and 'max'/,
+         'the message lists the documented values');
+
+    $r = chat(messages => [ $user ], modalities => ['text'],
+              reasoning_effort => 'low', service_tier => 'auto',
+              verbosity => 'medium', prediction => undef, audio => undef,
+              store => JSON::PP::false, metadata => { a => 'b' },
+              some_vendor_extra => { x => 1 });
+    is($r->{status}, 200, 'valid values and unknown fields pass')
+        or diag $r->{content};
 }
 
 # legacy functions and function_call
