@@ -87,6 +87,8 @@ static ngx_int_t ngx_http_llm_field_messages(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck,
     json_t *j);
+static ngx_int_t ngx_http_llm_prompt_ids(ngx_http_llm_check_t *ck,
+    json_t *ids, const char *name);
 static ngx_int_t ngx_http_llm_field_suffix(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_stream_options(ngx_http_llm_check_t *ck,
@@ -815,35 +817,108 @@ ngx_http_llm_field_messages(ngx_http_llm_check_t *ck, json_t *j)
 static ngx_int_t
 ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck, json_t *j)
 {
+    json_t  *e;
+
     if (j == NULL || json_is_null(j)) {
         return ngx_http_llm_bad(ck, "missing_required_parameter",
                                 "prompt", "Missing required parameter: "
                                 "'prompt'.");
     }
 
-    if (json_is_array(j)) {
-        if (json_array_size(j) != 1) {
-            return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
-                                    "Only one prompt per request is "
-                                    "supported; got an array of %uz.",
-                                    json_array_size(j));
-        }
-
-        j = json_array_get(j, 0);
-
-        if (!json_is_string(j)) {
-            return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
-                                    "Invalid 'prompt[0]': only text "
-                                    "prompts are supported, not %s.",
-                                    ngx_http_llm_type_name(j));
-        }
+    if (json_is_string(j)) {
+        ck->ctx->gen->prompt = (char *) json_string_value(j);
+        return NGX_OK;
     }
 
-    if (!json_is_string(j)) {
-        return ngx_http_llm_bad_type(ck, "prompt", "a string", j);
+    if (!json_is_array(j)) {
+        return ngx_http_llm_bad_type(ck, "prompt", "a string, an array of "
+                                     "strings, an array of token ids or an "
+                                     "array of token id arrays", j);
     }
 
-    ck->ctx->gen->prompt = (char *) json_string_value(j);
+    if (json_array_size(j) == 0) {
+        return ngx_http_llm_bad(ck, "empty_array", "prompt",
+                                "Invalid 'prompt': empty array. Expected an "
+                                "array with minimum length 1, but got an "
+                                "empty array instead.");
+    }
+
+    e = json_array_get(j, 0);
+
+    if (json_is_integer(e)) {
+        /* [542, 33]: one prompt as token ids */
+        return ngx_http_llm_prompt_ids(ck, j, "prompt");
+    }
+
+    if (json_array_size(j) > 1) {
+        return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
+                                "Only one prompt per request is supported; "
+                                "got %uz prompts.", json_array_size(j));
+    }
+
+    if (json_is_string(e)) {
+        ck->ctx->gen->prompt = (char *) json_string_value(e);
+        return NGX_OK;
+    }
+
+    if (json_is_array(e)) {
+        /* [[542, 33]] */
+        return ngx_http_llm_prompt_ids(ck, e, "prompt[0]");
+    }
+
+    return ngx_http_llm_bad_type(ck, "prompt[0]", "a string or an array of "
+                                 "token ids", e);
+}
+
+
+/* A prompt as token ids (non-negative integers) into the request. */
+
+static ngx_int_t
+ngx_http_llm_prompt_ids(ngx_http_llm_check_t *ck, json_t *ids,
+    const char *name)
+{
+    u_char                 param[64];
+    json_t                *e;
+    size_t                 i, n;
+    json_int_t             v;
+    Llm__GenerateRequest  *gen;
+
+    gen = ck->ctx->gen;
+    n = json_array_size(ids);
+
+    if (n == 0) {
+        return ngx_http_llm_bad(ck, "empty_array", name,
+                                "Invalid '%s': empty array. Expected an "
+                                "array with minimum length 1, but got an "
+                                "empty array instead.", name);
+    }
+
+    gen->prompt_token_ids = ngx_palloc(ck->request->pool,
+                                       n * sizeof(int32_t));
+    if (gen->prompt_token_ids == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(ids, i, e) {
+        ngx_sprintf(param, "%s[%uz]%Z", name, i);
+
+        if (!json_is_integer(e)) {
+            return ngx_http_llm_bad_type(ck, (char *) param,
+                                         "an integer (a token id)", e);
+        }
+
+        v = json_integer_value(e);
+
+        if (v < 0 || v > NGX_MAX_INT32_VALUE) {
+            return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                    "Invalid '%s': %L is not a token id.",
+                                    param, (int64_t) v);
+        }
+
+        gen->prompt_token_ids[i] = (int32_t) v;
+    }
+
+    gen->n_prompt_token_ids = n;
 
     return NGX_OK;
 }

@@ -27,6 +27,9 @@
 # - invalid values of known fields are 400s naming the field (modalities
 #   with audio, reasoning_effort, service_tier, verbosity off their enums,
 #   audio, prediction); their valid values and unknown fields pass.
+# - /v1/completions with the prompt as token ids ([ids] and [[ids]]): the
+#   same answer and prompt_tokens as the text, echo gives the text back;
+#   several prompts are refused with the count, a bad id names itself.
 
 use strict;
 use warnings;
@@ -247,6 +250,9 @@ for my $q (@asks) {
                      { model => 'tiny', messages => [ $user ],
                        n => $one->{limits}{max_choices} + 1 });
     is($r->{status}, 400, 'n over limits.max_choices: 400');
+    like($r->{json}{error}{message}, qr/\b$one->{limits}{max_choices}\b/,
+         'n over limits.max_choices: the message gives that one figure');
+    is($r->{json}{error}{param}, 'n', 'n over limits.max_choices: param n');
 }
 
 # CORS
@@ -358,6 +364,47 @@ for my $q (@asks) {
               some_vendor_extra => { x => 1 });
     is($r->{status}, 200, 'valid values and unknown fields pass')
         or diag $r->{content};
+}
+
+# completions: token-id prompts
+
+{
+    my $text = 'The cat sat on the';
+    my $bin = $t->bin('llm-tokenize');
+    my $ids = `printf '%s' '$text' | '$bin' -m '${\ $t->model}' --bos --special --ids-only`;
+    my @ids = split ' ', $ids;
+    ok(@ids > 2, "'$text' is @ids");
+    my %c = (model => 'tiny', max_tokens => 6, temperature => 0);
+    my $r = $t->post('/v1/completions', { %c, prompt => $text });
+    my $want = $r->{json}{choices}[0]{text};
+    my $ptok = $r->{json}{usage}{prompt_tokens};
+    is($ptok, scalar @ids, 'text prompt: its tokens');
+    for my $p ([ map { 0 + $_ } @ids ], [ [ map { 0 + $_ } @ids ] ]) {
+        my $shape = ref $p->[0] ? '[[ids]]' : '[ids]';
+        $r = $t->post('/v1/completions', { %c, prompt => $p });
+        is($r->{status}, 200, "$shape: 200") or diag $r->{content};
+        is($r->{json}{choices}[0]{text}, $want, "$shape: the same text");
+        is($r->{json}{usage}{prompt_tokens}, $ptok,
+           "$shape: the same prompt_tokens");
+    }
+    $r = $t->post('/v1/completions',
+                  { %c, prompt => [ map { 0 + $_ } @ids ], echo => \1 });
+    is($r->{json}{choices}[0]{text}, $text . $want,
+       'token-id prompt with echo: the text first');
+
+    for my $b ([ [ [1, 2], [3, 4] ], 'prompt', qr/got 2 prompts/ ],
+               [ [ 'a', 'b', 'c' ], 'prompt', qr/got 3 prompts/ ],
+               [ [ 5, -1 ], 'prompt[1]', qr/not a token id/ ],
+               [ [ 5, 'x' ], 'prompt[1]', qr/integer/ ],
+               [ [ [] ], 'prompt[0]', qr/empty/ ],
+               [ [], 'prompt', qr/empty/ ],
+               [ [ 5, 99999999 ], 'prompt', qr/99999999.*vocabulary/ ]) {
+        $r = $t->post('/v1/completions', { %c, prompt => $b->[0] });
+        is($r->{status}, 400,
+           '400 for prompt ' . JSON::PP->new->encode($b->[0]));
+        is($r->{json}{error}{param}, $b->[1], "param $b->[1]");
+        like($r->{json}{error}{message}, $b->[2], "message $b->[2]");
+    }
 }
 
 # legacy functions and function_call

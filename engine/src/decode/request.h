@@ -68,6 +68,9 @@ typedef struct {
     /* the prompt: a chat, or a completion's raw text */
     int                 is_completion;
     const char         *prompt;             /* completion; never NULL */
+    const int32_t      *prompt_ids;         /* completion given as token
+                                             * ids (borrowed), or NULL */
+    size_t              n_prompt_ids;
     int                 echo;               /* completion: prompt first */
     json_t             *messages;           /* chat: array of OpenAI
                                              * message objects, or NULL */

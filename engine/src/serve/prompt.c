@@ -248,9 +248,34 @@ llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
 }
 
 /*
+ * A completion prompt given as token ids: those ids, each checked against
+ * the vocabulary (-EINVAL naming the first one out of it).
+ */
+static int
+prompt_ids(const llm_vocab_t *v, const llm_request_t *rq, llm_tokens_t *out,
+    char *err, size_t errlen)
+{
+    uint32_t  nv = llm_vocab_n_tokens(v);
+
+    for (size_t i = 0; i < rq->n_prompt_ids; i++) {
+        if (rq->prompt_ids[i] < 0 || (uint32_t) rq->prompt_ids[i] >= nv) {
+            snprintf(err, errlen, "prompt[%zu]: token id %d is not in the "
+                     "vocabulary (0..%u)", i, (int) rq->prompt_ids[i],
+                     nv - 1);
+            return -EINVAL;
+        }
+        if (llm_tokens_push(out, rq->prompt_ids[i]) != 0) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/*
  * A completion prompt is the client's own raw text: tokenized as
  * llama.cpp's server does (special tokens parsed, BOS/EOS as the
- * vocabulary asks).  A chat is rendered with every request string
+ * vocabulary asks), or its token ids as they are.  A chat is rendered with every request string
  * guarded (developer messages as system ones when the template has no
  * developer role), and tokenized so that special tokens come from the
  * template's markup only.
@@ -267,6 +292,10 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     size_t            len = 0, srclen;
     int               rc;
 
+    if (rq->is_completion && rq->n_prompt_ids) {
+        *param = "prompt";
+        return prompt_ids(v, rq, out, err, errlen);
+    }
     if (rq->is_completion) {
         *param = "prompt";
         return llm_tokenize(v, rq->prompt, strlen(rq->prompt),

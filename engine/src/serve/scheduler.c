@@ -536,6 +536,52 @@ llm_sched_free(llm_sched_t *s)
 }
 
 
+
+/*
+ * The text of a prompt given as token ids, for echo: detokenized as the
+ * output is (control tokens give nothing).  malloc'd; NULL on no memory.
+ */
+static char *
+llm_echo_text(const llm_sched_t *s, const int32_t *ids, size_t n)
+{
+    llm_detok_t  *d;
+    const char   *t;
+    size_t        len, tl = 0, cap = 64;
+    char         *text = malloc(cap), *x;
+
+    if (text == NULL || llm_detok_create(&d, s->c.vocab, NULL, 0) != 0) {
+        free(text);
+        return NULL;
+    }
+    for (size_t i = 0; i <= n; i++) {
+        len = 0;
+        if (i < n ? llm_detok_push(d, ids[i], &t, &len) < 0
+                  : llm_detok_flush(d, &t, &len) != 0)
+        {
+            len = 0;
+        }
+        if (tl + len + 1 > cap) {
+            while (tl + len + 1 > cap) {
+                cap *= 2;
+            }
+            x = realloc(text, cap);
+            if (x == NULL) {
+                free(text);
+                llm_detok_free(d);
+                return NULL;
+            }
+            text = x;
+        }
+        if (len) {
+            memcpy(text + tl, t, len);
+            tl += len;
+        }
+    }
+    text[tl] = '\0';
+    llm_detok_free(d);
+    return text;
+}
+
 /* Submission. */
 
 static int
@@ -732,7 +778,16 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             }
         }
     }
-    if (rq->is_completion && rq->echo && rq->prompt[0]) {
+    if (rq->is_completion && rq->echo && rq->n_prompt_ids) {
+        r->echo = llm_echo_text(s, rq->prompt_ids, rq->n_prompt_ids);
+        if (r->echo == NULL) {
+            return -ENOMEM;
+        }
+        if (r->echo[0] == '\0') {
+            free(r->echo);
+            r->echo = NULL;
+        }
+    } else if (rq->is_completion && rq->echo && rq->prompt[0]) {
         r->echo = strdup(rq->prompt);
     }
     r->request_id = strdup(rq->request_id ? rq->request_id : "");

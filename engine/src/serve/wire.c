@@ -137,6 +137,10 @@ llm_wire_request(llm_request_t *r, const Llm__GenerateRequest *g,
     r->request_id = g->request_id ? g->request_id : "";
     r->is_completion = g->is_completion;
     r->prompt = g->prompt ? g->prompt : "";
+    if (g->is_completion && g->n_prompt_token_ids) {
+        r->prompt_ids = g->prompt_token_ids;
+        r->n_prompt_ids = g->n_prompt_token_ids;
+    }
     r->echo = g->echo;
     r->parallel_tool_calls = g->parallel_tool_calls;
     /* a completion has no tools: they are not even parsed */
