@@ -87,6 +87,7 @@ static ngx_int_t ngx_http_llm_field_messages(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck,
     json_t *j);
+static ngx_int_t ngx_http_llm_prompts(ngx_http_llm_check_t *ck, json_t *j);
 static ngx_int_t ngx_http_llm_prompt_ids(ngx_http_llm_check_t *ck,
     json_t *ids, const char *name);
 static ngx_int_t ngx_http_llm_field_suffix(ngx_http_llm_check_t *ck,
@@ -569,6 +570,14 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     ngx_http_llm_apply_params(ctx, &params);
 
+    if (ctx->n > NGX_HTTP_LLM_API_MAX_N) {
+        return ngx_http_llm_bad(&ck, "invalid_value", "n",
+                                "n times the number of prompts must be at "
+                                "most %d, got %uD x %uz.",
+                                NGX_HTTP_LLM_API_MAX_N, ctx->gen->sampling->n,
+                                ctx->gen->n_prompts);
+    }
+
     /* per-choice state */
 
     ctx->choices = ngx_pcalloc(r->pool,
@@ -741,8 +750,10 @@ ngx_http_llm_apply_params(ngx_http_llm_ctx_t *ctx, ngx_http_llm_params_t *p)
     s->repetition_penalty = (float) p->repetition_penalty;
     s->ignore_eos = p->ignore_eos;
 
-    ctx->n = (ngx_uint_t) p->n;
-    s->n = ctx->n;
+    s->n = (uint32_t) p->n;
+
+    /* several prompts: n choices each, numbered prompt * n + j */
+    ctx->n = (ngx_uint_t) p->n * (gen->n_prompts ? gen->n_prompts : 1);
 
     ctx->max_tokens = (ngx_uint_t) (p->max_completion_tokens
                                     ? p->max_completion_tokens
@@ -851,9 +862,7 @@ ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck, json_t *j)
     }
 
     if (json_array_size(j) > 1) {
-        return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
-                                "Only one prompt per request is supported; "
-                                "got %uz prompts.", json_array_size(j));
+        return ngx_http_llm_prompts(ck, j);
     }
 
     if (json_is_string(e)) {
@@ -868,6 +877,78 @@ ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck, json_t *j)
 
     return ngx_http_llm_bad_type(ck, "prompt[0]", "a string or an array of "
                                  "token ids", e);
+}
+
+
+/*
+ * Several prompts, all strings or all token id arrays, as prompts[] of
+ * the GenerateRequest; their number times n is bounded as n is.
+ */
+
+static ngx_int_t
+ngx_http_llm_prompts(ngx_http_llm_check_t *ck, json_t *j)
+{
+    u_char                  param[32];
+    json_t                 *e;
+    size_t                  i, n;
+    ngx_int_t               rc;
+    Llm__GenerateRequest   *gen;
+    Llm__CompletionPrompt  *cp;
+
+    gen = ck->ctx->gen;
+    n = json_array_size(j);
+
+    if (n > NGX_HTTP_LLM_API_MAX_N) {
+        return ngx_http_llm_bad(ck, "array_above_max_length", "prompt",
+                                "Invalid 'prompt': %uz prompts, more than "
+                                "choices can be generated.", n);
+    }
+
+    gen->prompts = ngx_palloc(ck->request->pool,
+                              n * sizeof(Llm__CompletionPrompt *));
+    if (gen->prompts == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(j, i, e) {
+        ngx_sprintf(param, "prompt[%uz]%Z", i);
+
+        cp = ngx_palloc(ck->request->pool, sizeof(Llm__CompletionPrompt));
+        if (cp == NULL) {
+            return NGX_ERROR;
+        }
+
+        llm__completion_prompt__init(cp);
+        gen->prompts[i] = cp;
+
+        if (json_is_string(json_array_get(j, 0)) && json_is_string(e)) {
+            cp->text = (char *) json_string_value(e);
+            continue;
+        }
+
+        if (!json_is_array(json_array_get(j, 0)) || !json_is_array(e)) {
+            return ngx_http_llm_bad_type(ck, (char *) param,
+                                         json_is_string(json_array_get(j, 0))
+                                         ? "a string (as the first prompt)"
+                                         : "an array of token ids (as the "
+                                           "first prompt)", e);
+        }
+
+        rc = ngx_http_llm_prompt_ids(ck, e, (char *) param);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        /* the ids went to prompt_token_ids: they belong to this prompt */
+        cp->token_ids = gen->prompt_token_ids;
+        cp->n_token_ids = gen->n_prompt_token_ids;
+        gen->prompt_token_ids = NULL;
+        gen->n_prompt_token_ids = 0;
+    }
+
+    gen->n_prompts = n;
+
+    return NGX_OK;
 }
 
 
@@ -2343,6 +2424,13 @@ ngx_http_llm_check_limits(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ck.ctx = ctx;
 
     s = ctx->gen->sampling;
+
+    if (ctx->n > lim.max_choices && ctx->gen->n_prompts > 1) {
+        return ngx_http_llm_bad(&ck, "invalid_value", "n",
+                                "n times the number of prompts must be at "
+                                "most %ui, got %uD x %uz", lim.max_choices,
+                                s->n, ctx->gen->n_prompts);
+    }
 
     if (ctx->n > lim.max_choices) {
         return ngx_http_llm_bad(&ck, "invalid_value", "n",

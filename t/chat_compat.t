@@ -29,7 +29,10 @@
 #   audio, prediction); their valid values and unknown fields pass.
 # - /v1/completions with the prompt as token ids ([ids] and [[ids]]): the
 #   same answer and prompt_tokens as the text, echo gives the text back;
-#   several prompts are refused with the count, a bad id names itself.
+#   a bad id names itself.  Several prompts (strings or token-id arrays):
+#   n choices each, index prompt * n + j, each the same as that prompt
+#   alone (greedy), usage over all of them, echo per prompt, streamed too;
+#   n times the prompts over the engine's limit is a 400.
 
 use strict;
 use warnings;
@@ -392,19 +395,72 @@ for my $q (@asks) {
     is($r->{json}{choices}[0]{text}, $text . $want,
        'token-id prompt with echo: the text first');
 
-    for my $b ([ [ [1, 2], [3, 4] ], 'prompt', qr/got 2 prompts/ ],
-               [ [ 'a', 'b', 'c' ], 'prompt', qr/got 3 prompts/ ],
+    for my $b ([ [ 'a', [ 3, 4 ] ], 'prompt[1]', qr/string/ ],
+               [ [ [ 3, 4 ], 'a' ], 'prompt[1]', qr/token ids/ ],
+               [ [ [ 3, 4 ], [ 5, -1 ] ], 'prompt[1][1]',
+                 qr/not a token id/ ],
+               [ [ ('a') x 9 ], 'n', qr/at most \d+, got 2 x 9/ ],
                [ [ 5, -1 ], 'prompt[1]', qr/not a token id/ ],
                [ [ 5, 'x' ], 'prompt[1]', qr/integer/ ],
                [ [ [] ], 'prompt[0]', qr/empty/ ],
                [ [], 'prompt', qr/empty/ ],
                [ [ 5, 99999999 ], 'prompt', qr/99999999.*vocabulary/ ]) {
-        $r = $t->post('/v1/completions', { %c, prompt => $b->[0] });
+        $r = $t->post('/v1/completions', { %c, n => 2, prompt => $b->[0] });
         is($r->{status}, 400,
            '400 for prompt ' . JSON::PP->new->encode($b->[0]));
         is($r->{json}{error}{param}, $b->[1], "param $b->[1]");
         like($r->{json}{error}{message}, $b->[2], "message $b->[2]");
     }
+}
+
+# completions: several prompts
+
+{
+    my %c = (model => 'tiny', max_tokens => 5, temperature => 0);
+    my @texts = ('The cat sat on the', 'Once upon a time', 'Hello');
+    my (@alone, @ptok, @tok);
+    my $bin = $t->bin('llm-tokenize');
+    for my $p (@texts) {
+        my $r = $t->post('/v1/completions', { %c, prompt => $p });
+        push @alone, $r->{json}{choices}[0]{text};
+        push @ptok, $r->{json}{usage}{prompt_tokens};
+        push @tok, [ map { 0 + $_ } split ' ',
+                     `printf '%s' '$p' | '$bin' -m '${\ $t->model}' --bos --special --ids-only` ];
+    }
+    my $total = 0;
+    $total += $_ for @ptok;
+    for my $case ([ 'strings', \@texts ], [ 'token ids', \@tok ]) {
+        my ($what, $prompts) = @$case;
+        my $r = $t->post('/v1/completions',
+                         { %c, prompt => $prompts, n => 2 });
+        is($r->{status}, 200, "several prompts ($what): 200")
+            or diag $r->{content};
+        my @ch = @{ $r->{json}{choices} // [] };
+        is(scalar @ch, 6, "several prompts ($what): n choices each");
+        is_deeply([ map { $_->{index} } @ch ], [ 0 .. 5 ],
+                  "several prompts ($what): indexes 0..5");
+        is_deeply([ map { $_->{text} } @ch ],
+                  [ map { ($_) x 2 } @alone ],
+                  "several prompts ($what): choice p * n + j answers prompt p");
+        is($r->{json}{usage}{prompt_tokens}, $total,
+           "several prompts ($what): prompt_tokens of all");
+    }
+    my $r = $t->post('/v1/completions',
+                     { %c, prompt => [ @texts[0, 1] ], echo => \1 });
+    is_deeply([ map { $_->{text} } @{ $r->{json}{choices} } ],
+              [ map { $texts[$_] . $alone[$_] } 0, 1 ],
+              'several prompts with echo: each its own prompt first');
+
+    my $s = $t->open_stream('/v1/completions',
+                            { %c, prompt => \@texts, stream => \1 });
+    my ($st, $h, $body) = $t->read_response($s);
+    close $s;
+    my %text;
+    for my $e (grep { ref } LlmTest::sse_events($body)) {
+        $text{ $_->{index} } .= $_->{text} // '' for @{ $e->{choices} };
+    }
+    is_deeply([ map { $text{$_} } 0 .. 2 ], \@alone,
+              'several prompts, streamed: each index its prompt\'s text');
 }
 
 # legacy functions and function_call

@@ -252,19 +252,18 @@ llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
  * the vocabulary (-EINVAL naming the first one out of it).
  */
 static int
-prompt_ids(const llm_vocab_t *v, const llm_request_t *rq, llm_tokens_t *out,
-    char *err, size_t errlen)
+prompt_ids(const llm_vocab_t *v, const int32_t *ids, size_t n,
+    llm_tokens_t *out, char *err, size_t errlen)
 {
     uint32_t  nv = llm_vocab_n_tokens(v);
 
-    for (size_t i = 0; i < rq->n_prompt_ids; i++) {
-        if (rq->prompt_ids[i] < 0 || (uint32_t) rq->prompt_ids[i] >= nv) {
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t) ids[i] >= nv) {
             snprintf(err, errlen, "prompt[%zu]: token id %d is not in the "
-                     "vocabulary (0..%u)", i, (int) rq->prompt_ids[i],
-                     nv - 1);
+                     "vocabulary (0..%u)", i, (int) ids[i], nv - 1);
             return -EINVAL;
         }
-        if (llm_tokens_push(out, rq->prompt_ids[i]) != 0) {
+        if (llm_tokens_push(out, ids[i]) != 0) {
             snprintf(err, errlen, "out of memory");
             return -ENOMEM;
         }
@@ -292,9 +291,13 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     size_t            len = 0, srclen;
     int               rc;
 
+    if (rq->is_completion && rq->n_prompts) {
+        return llm_prompt_build_nth(v, rq, 0, out, param, err, errlen);
+    }
     if (rq->is_completion && rq->n_prompt_ids) {
         *param = "prompt";
-        return prompt_ids(v, rq, out, err, errlen);
+        return prompt_ids(v, rq->prompt_ids, rq->n_prompt_ids, out, err,
+                          errlen);
     }
     if (rq->is_completion) {
         *param = "prompt";
@@ -328,6 +331,29 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     rc = llm_tokenize(v, text, len, LLM_TOK_PARSE_SPECIAL | LLM_TOK_GUARDED,
                       out, err, errlen);
     free(text);
+    return rc;
+}
+
+int
+llm_prompt_build_nth(const llm_vocab_t *v, const llm_request_t *rq,
+    size_t i, llm_tokens_t *out, const char **param, char *err,
+    size_t errlen)
+{
+    const llm_req_prompt_t  *p = &rq->prompts[i];
+    char                     e[256];
+    int                      rc;
+
+    *param = "prompt";
+    if (p->n_ids) {
+        rc = prompt_ids(v, p->ids, p->n_ids, out, e, sizeof(e));
+    } else {
+        rc = llm_tokenize(v, p->text, strlen(p->text),
+                          LLM_TOK_ADD_SPECIAL | LLM_TOK_PARSE_SPECIAL, out,
+                          e, sizeof(e));
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "prompt %zu: %s", i, e);
+    }
     return rc;
 }
 

@@ -80,7 +80,10 @@ struct llm_sreq_s {
     int                   ignore_eos;
     int                   started;
     int                   dead;
-    char                 *echo;        /* completions with echo */
+    char                **echo;        /* completions with echo: the text
+                                          of each prompt, or NULL */
+    uint32_t              n_per;       /* choices per prompt (n) */
+    uint32_t              n_prompts;   /* 1, or a completion's several */
     char                 *request_id;
     double                t_submit, t_admit, t_first;
 };
@@ -429,6 +432,9 @@ llm_req_destroy(llm_sreq_t *r)
     free(r->stops);
     free(r->bias_ids);
     free(r->bias_vals);
+    for (uint32_t p = 0; r->echo && p < r->n_prompts; p++) {
+        free(r->echo[p]);
+    }
     free(r->echo);
     free(r->request_id);
     free(r->seqs);
@@ -586,17 +592,30 @@ llm_echo_text(const llm_sched_t *s, const int32_t *ids, size_t n)
 
 static int
 llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
-    llm_tokens_t *prompt, const char **param, char *err, size_t errlen)
+    llm_tokens_t *prompts, uint32_t n_prompts, const char **param,
+    char *err, size_t errlen)
 {
     const llm_req_sampling_t *sm = &rq->sampling;
-    uint32_t              V = s->c.n_vocab, max_new;
+    const llm_tokens_t       *prompt;
+    uint32_t              V = s->c.n_vocab, max_new, p;
     uint64_t              seed;
     llm_sched_limits_t    lim;
     size_t                i;
     int                   rc;
 
     llm_sched_get_limits(s, &lim);
-    r->n = sm->n ? sm->n : 1;
+    r->n_per = sm->n ? sm->n : 1;
+    r->n_prompts = n_prompts;
+    r->n = r->n_per * n_prompts;
+    if (n_prompts > 1 && (r->n > lim.max_choices || r->n / n_prompts
+                                                    != r->n_per))
+    {
+        *param = "n";
+        snprintf(err, errlen, "n times the number of prompts must be at "
+                 "most %u, got %u x %u", lim.max_choices, r->n_per,
+                 n_prompts);
+        return -EINVAL;
+    }
     if (r->n > lim.max_choices) {
         *param = "n";
         snprintf(err, errlen, "n must be between 1 and %u, got %u",
@@ -707,12 +726,19 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
         }
     }
 
-    /* the context check, with both numbers */
-    r->n_prompt = (uint32_t) prompt->n;
-    if (prompt->n == 0) {
-        *param = rq->is_completion ? "prompt" : "messages";
-        snprintf(err, errlen, "the prompt is empty (0 tokens)");
-        return -EINVAL;
+    /* the context check, with both numbers, for the longest prompt */
+    prompt = &prompts[0];
+    r->n_prompt = 0;
+    for (p = 0; p < n_prompts; p++) {
+        if (prompts[p].n == 0) {
+            *param = rq->is_completion ? "prompt" : "messages";
+            snprintf(err, errlen, "the prompt is empty (0 tokens)");
+            return -EINVAL;
+        }
+        r->n_prompt += (uint32_t) prompts[p].n;
+        if (prompts[p].n > prompt->n) {
+            prompt = &prompts[p];
+        }
     }
     if (prompt->n >= s->c.n_ctx) {
         *param = rq->is_completion ? "prompt" : "messages";
@@ -759,12 +785,17 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             snprintf(err, errlen, "detokenizer: %s", strerror(-rc));
             return rc;
         }
-        if (k == 0) {
-            q->toks = *prompt;
-            memset(prompt, 0, sizeof(*prompt));
+        /* choice k answers prompt k / n_per: the first of its prompt
+         * takes the tokens, the others copy them */
+        p = k / r->n_per;
+        if (k % r->n_per == 0) {
+            q->toks = prompts[p];
+            memset(&prompts[p], 0, sizeof(prompts[p]));
         } else {
-            for (i = 0; i < r->seqs[0].toks.n; i++) {
-                if (llm_tokens_push(&q->toks, r->seqs[0].toks.ids[i]) != 0) {
+            const llm_tokens_t *f = &r->seqs[p * r->n_per].toks;
+
+            for (i = 0; i < f->n; i++) {
+                if (llm_tokens_push(&q->toks, f->ids[i]) != 0) {
                     return -ENOMEM;
                 }
             }
@@ -778,17 +809,24 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             }
         }
     }
-    if (rq->is_completion && rq->echo && rq->n_prompt_ids) {
-        r->echo = llm_echo_text(s, rq->prompt_ids, rq->n_prompt_ids);
+    if (rq->is_completion && rq->echo) {
+        r->echo = calloc(n_prompts, sizeof(char *));
         if (r->echo == NULL) {
             return -ENOMEM;
         }
-        if (r->echo[0] == '\0') {
-            free(r->echo);
-            r->echo = NULL;
+        for (p = 0; p < n_prompts; p++) {
+            const llm_req_prompt_t  one = {
+                rq->prompt, rq->prompt_ids, rq->n_prompt_ids
+            };
+            const llm_req_prompt_t *e = rq->n_prompts ? &rq->prompts[p]
+                                                      : &one;
+
+            r->echo[p] = e->n_ids ? llm_echo_text(s, e->ids, e->n_ids)
+                                  : strdup(e->text);
+            if (r->echo[p] == NULL) {
+                return -ENOMEM;
+            }
         }
-    } else if (rq->is_completion && rq->echo && rq->prompt[0]) {
-        r->echo = strdup(rq->prompt);
     }
     r->request_id = strdup(rq->request_id ? rq->request_id : "");
     return 0;
@@ -826,6 +864,13 @@ llm_sreq_t *
 llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner)
 {
+    return llm_sched_submit_many(s, rq, prompt, 1, owner);
+}
+
+llm_sreq_t *
+llm_sched_submit_many(llm_sched_t *s, const llm_request_t *rq,
+    llm_tokens_t *prompts, uint32_t n_prompts, void *owner)
+{
     llm_sreq_t    *r;
     const char    *param = NULL;
     char           err[512] = "", pbuf[96];
@@ -855,7 +900,8 @@ llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     s->reqs = r;
     s->n_queued_reqs++;
 
-    rc = llm_req_setup(s, r, rq, prompt, &param, err, sizeof(err));
+    rc = llm_req_setup(s, r, rq, prompts, n_prompts, &param, err,
+                       sizeof(err));
     if (rc != 0) {
         param = llm_hooks_err_param(param, err, pbuf, sizeof(pbuf));
         llm_emit_error(s, owner,
@@ -969,9 +1015,11 @@ llm_req_started(llm_sched_t *s, llm_sreq_t *r, uint32_t cached)
     ev.u.started.prompt_tokens = r->n_prompt;
     ev.u.started.cached_tokens = cached;
     s->c.emit(r->owner, &ev);
-    if (r->echo) {
-        for (uint32_t k = 0; k < r->n; k++) {
-            llm_seq_text(&r->seqs[k], r->echo, strlen(r->echo));
+    for (uint32_t k = 0; r->echo && k < r->n; k++) {
+        const char *e = r->echo[k / r->n_per];
+
+        if (e && e[0]) {
+            llm_seq_text(&r->seqs[k], e, strlen(e));
             llm_seq_flush_delta(&r->seqs[k], -1, NULL);
         }
     }

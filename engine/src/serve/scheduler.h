@@ -197,6 +197,15 @@ void llm_sched_free(llm_sched_t *s);
 llm_sreq_t *llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner);
 
+/*
+ * The same for a completion with several prompts (n_prompts >= 1, each
+ * moved and left empty): each prompt gets rq's n choices, choice index
+ * prompt * n + j (OpenAI's numbering); usage counts every prompt's
+ * tokens; n times n_prompts is held to the max_choices limit.
+ */
+llm_sreq_t *llm_sched_submit_many(llm_sched_t *s, const llm_request_t *rq,
+    llm_tokens_t *prompts, uint32_t n_prompts, void *owner);
+
 /* The owner is gone: drop the request now, freeing its KV blocks.  No
  * more events are emitted. */
 void llm_sched_cancel(llm_sched_t *s, llm_sreq_t *r);

@@ -141,6 +141,20 @@ llm_wire_request(llm_request_t *r, const Llm__GenerateRequest *g,
         r->prompt_ids = g->prompt_token_ids;
         r->n_prompt_ids = g->n_prompt_token_ids;
     }
+    if (g->is_completion && g->n_prompts > 1) {
+        r->prompts = calloc(g->n_prompts, sizeof(llm_req_prompt_t));
+        if (r->prompts == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < g->n_prompts; i++) {
+            r->prompts[i].text = g->prompts[i]->text ? g->prompts[i]->text
+                                                     : "";
+            r->prompts[i].ids = g->prompts[i]->token_ids;
+            r->prompts[i].n_ids = g->prompts[i]->n_token_ids;
+        }
+        r->n_prompts = g->n_prompts;
+    }
     r->echo = g->echo;
     r->parallel_tool_calls = g->parallel_tool_calls;
     /* a completion has no tools: they are not even parsed */
