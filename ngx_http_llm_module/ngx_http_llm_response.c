@@ -11,6 +11,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <math.h>
+
 #include "ngx_http_llm_module.h"
 
 
@@ -166,15 +168,13 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
     json_t             *lp, *top;
     Llm__TokenLogprob  *tl;
 
-    if (!ch->offset_set) {
-        ch->offset_set = 1;
+    /*
+     * with echo the engine sends the prompt's tokens first, each with its
+     * logprob (null for the first, which nothing predicts), so offsets
+     * start at 0 and count them
+     */
 
-        /* with echo the text starts with the prompt: offsets count it */
-
-        if (ctx->echo && ctx->gen && ctx->gen->prompt) {
-            ch->text_offset = ngx_strlen(ctx->gen->prompt);
-        }
-    }
+    ch->offset_set = 1;
 
     if (ch->logprobs == NULL) {
         ch->logprobs = json_pack("{s:[],s:[],s:[],s:[]}", "tokens",
@@ -193,6 +193,18 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
         json_array_append_new(json_object_get(lp, "tokens"),
                               ngx_http_llm_text_json(tl->text.data,
                                                      tl->text.len));
+        if (isnan(tl->logprob)) {
+            /* the prompt's first token, echoed */
+            json_array_append_new(json_object_get(lp, "token_logprobs"),
+                                  json_null());
+            json_array_append_new(json_object_get(lp, "top_logprobs"),
+                                  json_null());
+            json_array_append_new(json_object_get(lp, "text_offset"),
+                                  json_integer(ch->text_offset));
+            ch->text_offset += tl->text.len;
+            continue;
+        }
+
         json_array_append_new(json_object_get(lp, "token_logprobs"),
                               json_real(tl->logprob));
 

@@ -33,6 +33,9 @@
 #   n choices each, index prompt * n + j, each the same as that prompt
 #   alone (greedy), usage over all of them, echo per prompt, streamed too;
 #   n times the prompts over the engine's limit is a 400.
+# - echo with logprobs: the prompt's tokens come first in the logprobs
+#   (null for the first), and a prompt token's logprob is the one the
+#   same token had when it was generated.
 
 use strict;
 use warnings;
@@ -461,6 +464,78 @@ for my $q (@asks) {
     }
     is_deeply([ map { $text{$_} } 0 .. 2 ], \@alone,
               'several prompts, streamed: each index its prompt\'s text');
+}
+
+# completions: echo with logprobs
+
+{
+    my %c = (model => 'tiny', temperature => 0, logprobs => 2);
+    my $text = 'The cat sat on the';
+    my $r = $t->post('/v1/completions', { %c, prompt => $text, max_tokens => 3 });
+    my $gen = $r->{json}{choices}[0];
+    my @glp = @{ $gen->{logprobs}{token_logprobs} };
+    is(scalar @glp, 3, 'without echo: the generated tokens only');
+
+    $r = $t->post('/v1/completions', { %c, prompt => $text, max_tokens => 3,
+                                        echo => \1 });
+    my $ch = $r->{json}{choices}[0];
+    my $lp = $ch->{logprobs};
+    my $np = $r->{json}{usage}{prompt_tokens};
+    is(scalar @{ $lp->{tokens} }, $np + 3, 'echo: prompt and output tokens');
+    is($ch->{text}, $text . $gen->{text}, 'echo: the text');
+    is(join('', @{ $lp->{tokens} }), $ch->{text}, 'echo: tokens spell it');
+    is($lp->{token_logprobs}[0], undef, 'echo: the first token: null');
+    is($lp->{top_logprobs}[0], undef, 'echo: its top_logprobs: null');
+    is(scalar(grep { defined $_ && $_ <= 0 }
+              @{ $lp->{token_logprobs} }[1 .. $#{ $lp->{token_logprobs} }]),
+       $np + 2, 'echo: every other token has a logprob');
+    is(scalar(grep { ref $_ eq 'HASH' && keys %$_ >= 1 && keys %$_ <= 2 }
+              @{ $lp->{top_logprobs} }[1 .. $np - 1]),
+       $np - 1, 'echo: the prompt tokens have top_logprobs');
+    my $off = 0;
+    my @want = map { my $o = $off; $off += length $_; $o } @{ $lp->{tokens} };
+    is_deeply($lp->{text_offset}, \@want, 'echo: text_offset from 0');
+    my @tail = @{ $lp->{token_logprobs} }[$np .. $np + 2];
+    ok(!grep({ abs($tail[$_] - $glp[$_]) > 1e-3 } 0 .. 2),
+       'echo: the output tokens\' logprobs are unchanged');
+
+    # the output fed back as prompt: its logprobs are those it had
+    my $bin = $t->bin('llm-tokenize');
+    my @ids = map { 0 + $_ } split ' ',
+        `printf '%s' '$text' | '$bin' -m '${\ $t->model}' --bos --special --ids-only`;
+    $r = $t->post('/v1/completions', { %c, prompt => [ @ids ],
+                                       max_tokens => 3 });
+    # the prompt and the first two tokens generated, as ids
+    my @gtext = @{ $r->{json}{choices}[0]{logprobs}{tokens} };
+    my $gt = join '', @gtext[0, 1];
+    my @ids2 = map { 0 + $_ } split ' ',
+        `printf '%s' '$text$gt' | '$bin' -m '${\ $t->model}' --bos --special --ids-only`;
+    $r = $t->post('/v1/completions', { %c, prompt => [ @ids2 ],
+                                       max_tokens => 1, echo => \1 });
+    my $l2 = $r->{json}{choices}[0]{logprobs}{token_logprobs};
+    SKIP: {
+        skip 'the output does not tokenize back to the same tokens', 1
+            unless @ids2 == @ids + 2;
+        ok(abs($l2->[@ids] - $glp[0]) < 1e-3
+           && abs($l2->[@ids + 1] - $glp[1]) < 1e-3,
+           "a prompt token's logprob is the one it had as output "
+           . "($l2->[@ids] vs $glp[0], $l2->[@ids + 1] vs $glp[1])");
+    }
+
+    my $s = $t->open_stream('/v1/completions',
+        { %c, prompt => $text, max_tokens => 3, echo => \1,
+          stream => \1 });
+    my ($st, $h, $body) = $t->read_response($s);
+    close $s;
+    my (@stoks, $stext);
+    for my $e (grep { ref } LlmTest::sse_events($body)) {
+        for my $c (@{ $e->{choices} }) {
+            $stext .= $c->{text} // '';
+            push @stoks, @{ $c->{logprobs}{tokens} // [] };
+        }
+    }
+    is($stext, $ch->{text}, 'echo with logprobs, streamed: the text');
+    is_deeply(\@stoks, $lp->{tokens}, 'echo with logprobs, streamed: tokens');
 }
 
 # legacy functions and function_call

@@ -58,6 +58,9 @@ struct llm_seq_s {
     char               *text;          /* content of the next Delta */
     size_t              text_len;
     size_t              text_cap;
+    llm_sample_result_t *plp;          /* echo with logprobs: the prompt
+                                          tokens' logprobs ([toks.n]) */
+    int32_t             plp_row;       /* this step's first prompt row */
     llm_seq_t          *qprev, *qnext;
 };
 
@@ -82,6 +85,9 @@ struct llm_sreq_s {
     int                   dead;
     char                **echo;        /* completions with echo: the text
                                           of each prompt, or NULL */
+    int                   prompt_lp;   /* echo with logprobs: each prompt
+                                          token with its logprob, as the
+                                          echo (no prefix cache then) */
     uint32_t              n_per;       /* choices per prompt (n) */
     uint32_t              n_prompts;   /* 1, or a completion's several */
     char                 *request_id;
@@ -181,7 +187,8 @@ llm_seq_text(llm_seq_t *q, const char *p, size_t len)
  * its logprobs (when res is set and the request asked for them).
  */
 static void
-llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
+llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
+    const llm_sample_result_t *res, int echo)
 {
     llm_sched_t       *s = q->req->s;
     llm_sched_event_t  ev;
@@ -190,6 +197,7 @@ llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
         return;
     }
     memset(&ev, 0, sizeof(ev));
+    ev.u.delta.echo = echo;
     ev.kind = LLM_SEV_DELTA;
     ev.u.delta.index = q->index;
     ev.u.delta.text = q->text_len ? q->text : "";
@@ -203,6 +211,86 @@ llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
     q->text_len = 0;
     if (q->text) {
         q->text[0] = '\0';
+    }
+}
+
+static void
+llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
+{
+    llm_seq_flush_delta_as(q, tok, res, 0);
+}
+
+/*
+ * Echo with logprobs: the prompt of q (its first toks.n - n_gen tokens)
+ * as one Delta per token, each with its text and the logprobs plp holds
+ * (NaN for the first token, which nothing predicts).
+ */
+static void
+llm_seq_echo_logprobs(llm_sched_t *s, llm_seq_t *q)
+{
+    llm_detok_t  *d;
+    const char   *t;
+    size_t        len, n = q->toks.n - q->n_gen;
+
+    if (llm_detok_create(&d, s->c.vocab, NULL, 0) != 0) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        len = 0;
+        if (llm_detok_push(d, q->toks.ids[i], &t, &len) >= 0 && len) {
+            llm_seq_text(q, t, len);
+        }
+        if (i + 1 == n && llm_detok_flush(d, &t, &len) == 0 && len) {
+            llm_seq_text(q, t, len);
+        }
+        llm_seq_flush_delta_as(q, q->toks.ids[i], &q->plp[i], 1);
+    }
+    llm_detok_free(d);
+}
+
+/*
+ * The logprob of token tok under one row of raw logits (log-softmax,
+ * before any sampling option), and the top k into res.
+ */
+static void
+llm_row_logprobs(const float *row, uint32_t V, int32_t tok, uint32_t k,
+    llm_sample_result_t *res)
+{
+    float   mx = -INFINITY;
+    double  sum = 0.0;
+    float   lse;
+
+    for (uint32_t i = 0; i < V; i++) {
+        mx = row[i] > mx ? row[i] : mx;
+    }
+    for (uint32_t i = 0; i < V; i++) {
+        sum += exp((double) (row[i] - mx));
+    }
+    lse = mx + (float) log(sum);
+    res->token = tok;
+    res->logprob = row[tok] - lse;
+    res->n_top = 0;
+    if (k > LLM_SAMPLE_MAX_TOP_LOGPROBS) {
+        k = LLM_SAMPLE_MAX_TOP_LOGPROBS;
+    }
+    /* insertion into the k best so far, best first */
+    for (uint32_t i = 0; i < V && k; i++) {
+        uint32_t  j = res->n_top;
+
+        if (j == k && row[i] - lse <= res->top[k - 1].logprob) {
+            continue;
+        }
+        if (j == k) {
+            j--;
+        } else {
+            res->n_top++;
+        }
+        while (j > 0 && res->top[j - 1].logprob < row[i] - lse) {
+            res->top[j] = res->top[j - 1];
+            j--;
+        }
+        res->top[j].token = (int32_t) i;
+        res->top[j].logprob = row[i] - lse;
     }
 }
 
@@ -412,6 +500,7 @@ llm_req_destroy(llm_sreq_t *r)
         llm_tokens_free(&q->toks);
         free(q->blocks);
         free(q->text);
+        free(q->plp);
     }
     if (!r->started) {
         s->n_queued_reqs--;
@@ -809,7 +898,19 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             }
         }
     }
-    if (rq->is_completion && rq->echo) {
+    r->prompt_lp = rq->is_completion && rq->echo
+                   && (sm->logprobs || sm->top_logprobs);
+    for (uint32_t k = 0; r->prompt_lp && k < r->n; k++) {
+        llm_seq_t *q = &r->seqs[k];
+
+        q->plp = calloc(q->toks.n, sizeof(llm_sample_result_t));
+        if (q->plp == NULL) {
+            return -ENOMEM;
+        }
+        q->plp[0].token = q->toks.ids[0];
+        q->plp[0].logprob = NAN;
+    }
+    if (rq->is_completion && rq->echo && !r->prompt_lp) {
         r->echo = calloc(n_prompts, sizeof(char *));
         if (r->echo == NULL) {
             return -ENOMEM;
@@ -1046,7 +1147,7 @@ llm_sched_admit(llm_sched_t *s)
         if (llm_seq_reserve_blocks(q, need + 1) != 0) {
             return;
         }
-        while (shared < max_shared) {
+        while (shared < max_shared && !(q->plp && q->n_gen == 0)) {
             const int32_t *t = q->toks.ids + (size_t) shared * bt;
 
             hh = llm_kvalloc_hash(h, t, bt);
@@ -1180,6 +1281,9 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     if (q->n_gen == 1 && q->index == 0) {
         llm_req_release_siblings(s, r);
     }
+    if (q->n_gen == 1 && q->plp) {
+        llm_seq_echo_logprobs(s, q);
+    }
     if (q->hooks.accept) {
         q->hooks.accept(q->hooks.ud, tok);
     }
@@ -1216,7 +1320,7 @@ int
 llm_sched_step(llm_sched_t *s)
 {
     uint32_t  bt = s->c.block_tokens, budget, i, j, nt, ns, nl;
-    uint32_t  n_dec = 0;
+    uint32_t  n_dec = 0, rows;
     llm_batch_t b;
     char      err[256] = "";
     int       rc;
@@ -1243,12 +1347,18 @@ llm_sched_step(llm_sched_t *s)
         }
     }
     budget = s->c.step_tokens - n_dec;
+    rows = s->c.max_batch - s->n_run;  /* logits rows beyond one each */
     for (i = 0; i < s->n_run && budget > 0; i++) {
         llm_seq_t *q = s->run[i];
         uint32_t   pend = (uint32_t) q->toks.n - q->n_done;
 
         if (pend > 1 && (!s->c.ready || s->c.ready(q->req->owner))) {
             q->step_n = pend < budget ? pend : budget;
+            if (q->plp && q->n_gen == 0) {
+                /* a row of logits per prompt token: as many as fit */
+                q->step_n = q->step_n < rows + 1 ? q->step_n : rows + 1;
+                rows -= q->step_n - 1;
+            }
             budget -= q->step_n;
         }
     }
@@ -1286,12 +1396,23 @@ llm_sched_step(llm_sched_t *s)
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
         s->b_seqs[ns] = q;
+        q->plp_row = -1;
         for (j = 0; j < q->step_n; j++) {
             uint32_t p = q->n_done + j;
 
             s->b_tok[nt] = q->toks.ids[p];
             s->b_pos[nt] = (int32_t) p;
             s->b_seq[nt] = (int32_t) ns;
+            if (q->plp && q->n_gen == 0 && p + 1 < q->toks.n) {
+                /* echo with logprobs: this row predicts token p + 1 */
+                if (q->plp_row < 0) {
+                    q->plp_row = (int32_t) nl;
+                }
+                s->b_logits[nt] = 1;
+                nl++;
+                nt++;
+                continue;
+            }
             s->b_logits[nt] = p + 1 == q->toks.n;
             if (s->b_logits[nt]) {
                 q->logit_row = (int32_t) nl++;
@@ -1337,6 +1458,15 @@ llm_sched_step(llm_sched_t *s)
     for (i = 0; i < ns; i++) {
         llm_seq_t *q = s->b_seqs[i];
 
+        if (q->plp_row >= 0) {
+            for (j = 0; j < q->step_n && q->n_done + j + 1 < q->toks.n; j++) {
+                llm_row_logprobs(s->out + (size_t) (q->plp_row + j)
+                                          * s->c.n_vocab,
+                                 s->c.n_vocab, q->toks.ids[q->n_done + j + 1],
+                                 q->req->sp.top_logprobs,
+                                 &q->plp[q->n_done + j + 1]);
+            }
+        }
         q->n_done += q->step_n;
         llm_seq_publish(s, q);
         if (q->logit_row >= 0) {

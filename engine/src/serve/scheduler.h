@@ -103,6 +103,10 @@ typedef struct {
             int32_t         token;          /* -1: text only */
             /* token's logprobs, when the request asked for them */
             const llm_sample_result_t *lp;
+            int             echo;           /* token is a prompt token
+                                             * (echo with logprobs): not
+                                             * generated; lp->logprob NaN
+                                             * for the first */
         } delta;
         struct {
             uint32_t        index;          /* choice */
