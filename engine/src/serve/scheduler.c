@@ -294,6 +294,56 @@ llm_row_logprobs(const float *row, uint32_t V, int32_t tok, uint32_t k,
     }
 }
 
+/*
+ * q's tokens of this step into the batch from token nt on, as sequence
+ * ns: a row of logits for its last token (the next one is sampled from
+ * it), and with echo and logprobs one for every prompt token before it
+ * too (from plp_row on).  nt and nl (rows) advance.
+ */
+static void
+llm_seq_batch(llm_sched_t *s, llm_seq_t *q, uint32_t ns, uint32_t *nt,
+    uint32_t *nl)
+{
+    q->plp_row = -1;
+    for (uint32_t j = 0; j < q->step_n; j++) {
+        uint32_t p = q->n_done + j, t = (*nt)++;
+
+        s->b_tok[t] = q->toks.ids[p];
+        s->b_pos[t] = (int32_t) p;
+        s->b_seq[t] = (int32_t) ns;
+        if (q->plp && q->n_gen == 0 && p + 1 < q->toks.n) {
+            /* echo with logprobs: this row predicts token p + 1 */
+            if (q->plp_row < 0) {
+                q->plp_row = (int32_t) *nl;
+            }
+            s->b_logits[t] = 1;
+            (*nl)++;
+            continue;
+        }
+        s->b_logits[t] = p + 1 == q->toks.n;
+        if (s->b_logits[t]) {
+            q->logit_row = (int32_t) (*nl)++;
+        }
+    }
+}
+
+/*
+ * Echo with logprobs, after a prefill step of q: each prompt token this
+ * step predicted (from plp_row on, one row per position) gets its
+ * logprob and top.
+ */
+static void
+llm_seq_prompt_logprobs(llm_sched_t *s, llm_seq_t *q)
+{
+    for (uint32_t j = 0; q->plp_row >= 0 && j < q->step_n
+                         && q->n_done + j + 1 < q->toks.n; j++)
+    {
+        llm_row_logprobs(s->out + (size_t) (q->plp_row + j) * s->c.n_vocab,
+                         s->c.n_vocab, q->toks.ids[q->n_done + j + 1],
+                         q->req->sp.top_logprobs, &q->plp[q->n_done + j + 1]);
+    }
+}
+
 static void
 llm_sink_content(void *sink, const char *p, size_t len)
 {
@@ -679,14 +729,110 @@ llm_echo_text(const llm_sched_t *s, const int32_t *ids, size_t n)
 
 /* Submission. */
 
+/*
+ * The context check, with both numbers, for the longest of the prompts;
+ * sets r->n_prompt (all prompts' tokens) and r->max_tokens.  0, or
+ * -EINVAL (an empty prompt) / -E2BIG with param and err written.
+ */
+static int
+llm_req_context(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
+    const llm_tokens_t *prompts, uint32_t n_prompts, const char **param,
+    char *err, size_t errlen)
+{
+    const llm_req_sampling_t *sm = &rq->sampling;
+    const llm_tokens_t       *prompt;
+    uint32_t                  max_new, p;
+
+    prompt = &prompts[0];
+    r->n_prompt = 0;
+    for (p = 0; p < n_prompts; p++) {
+        if (prompts[p].n == 0) {
+            *param = rq->is_completion ? "prompt" : "messages";
+            snprintf(err, errlen, "the prompt is empty (0 tokens)");
+            return -EINVAL;
+        }
+        r->n_prompt += (uint32_t) prompts[p].n;
+        if (prompts[p].n > prompt->n) {
+            prompt = &prompts[p];
+        }
+    }
+    if (prompt->n >= s->c.n_ctx) {
+        *param = rq->is_completion ? "prompt" : "messages";
+        snprintf(err, errlen, "This model's maximum context length is %u "
+                 "tokens. However, your messages resulted in %zu tokens. "
+                 "Please reduce the length of the messages.", s->c.n_ctx,
+                 prompt->n);
+        return -E2BIG;
+    }
+    max_new = s->c.n_ctx - (uint32_t) prompt->n;
+    r->max_tokens = sm->max_tokens ? sm->max_tokens : max_new;
+    if (r->max_tokens > max_new) {
+        *param = rq->is_completion ? "prompt" : "messages";
+        snprintf(err, errlen, "This model's maximum context length is %u "
+                 "tokens. However, you requested %llu tokens (%zu in the "
+                 "messages, %u in the completion). Please reduce the length "
+                 "of the messages or completion.", s->c.n_ctx,
+                 (unsigned long long) prompt->n + r->max_tokens, prompt->n,
+                 r->max_tokens);
+        return -E2BIG;
+    }
+
+    return 0;
+}
+
+/*
+ * Echo: with logprobs, a logprob slot per prompt token of each sequence
+ * (the prompt then goes out token by token, llm_seq_echo_logprobs);
+ * without, the text of each prompt.  0 or -ENOMEM.
+ */
+static int
+llm_req_echo(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
+    uint32_t n_prompts)
+{
+    const llm_req_sampling_t *sm = &rq->sampling;
+    uint32_t                  p;
+
+    r->prompt_lp = rq->is_completion && rq->echo
+                   && (sm->logprobs || sm->top_logprobs);
+    for (uint32_t k = 0; r->prompt_lp && k < r->n; k++) {
+        llm_seq_t *q = &r->seqs[k];
+
+        q->plp = calloc(q->toks.n, sizeof(llm_sample_result_t));
+        if (q->plp == NULL) {
+            return -ENOMEM;
+        }
+        q->plp[0].token = q->toks.ids[0];
+        q->plp[0].logprob = NAN;
+    }
+    if (rq->is_completion && rq->echo && !r->prompt_lp) {
+        r->echo = calloc(n_prompts, sizeof(char *));
+        if (r->echo == NULL) {
+            return -ENOMEM;
+        }
+        for (p = 0; p < n_prompts; p++) {
+            const llm_req_prompt_t  one = {
+                rq->prompt, rq->prompt_ids, rq->n_prompt_ids
+            };
+            const llm_req_prompt_t *e = rq->n_prompts ? &rq->prompts[p]
+                                                      : &one;
+
+            r->echo[p] = e->n_ids ? llm_echo_text(s, e->ids, e->n_ids)
+                                  : strdup(e->text);
+            if (r->echo[p] == NULL) {
+                return -ENOMEM;
+            }
+        }
+    }
+    return 0;
+}
+
 static int
 llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
     llm_tokens_t *prompts, uint32_t n_prompts, const char **param,
     char *err, size_t errlen)
 {
     const llm_req_sampling_t *sm = &rq->sampling;
-    const llm_tokens_t       *prompt;
-    uint32_t              V = s->c.n_vocab, max_new, p;
+    uint32_t              V = s->c.n_vocab, p;
     uint64_t              seed;
     llm_sched_limits_t    lim;
     size_t                i;
@@ -815,39 +961,9 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
         }
     }
 
-    /* the context check, with both numbers, for the longest prompt */
-    prompt = &prompts[0];
-    r->n_prompt = 0;
-    for (p = 0; p < n_prompts; p++) {
-        if (prompts[p].n == 0) {
-            *param = rq->is_completion ? "prompt" : "messages";
-            snprintf(err, errlen, "the prompt is empty (0 tokens)");
-            return -EINVAL;
-        }
-        r->n_prompt += (uint32_t) prompts[p].n;
-        if (prompts[p].n > prompt->n) {
-            prompt = &prompts[p];
-        }
-    }
-    if (prompt->n >= s->c.n_ctx) {
-        *param = rq->is_completion ? "prompt" : "messages";
-        snprintf(err, errlen, "This model's maximum context length is %u "
-                 "tokens. However, your messages resulted in %zu tokens. "
-                 "Please reduce the length of the messages.", s->c.n_ctx,
-                 prompt->n);
-        return -E2BIG;
-    }
-    max_new = s->c.n_ctx - (uint32_t) prompt->n;
-    r->max_tokens = sm->max_tokens ? sm->max_tokens : max_new;
-    if (r->max_tokens > max_new) {
-        *param = rq->is_completion ? "prompt" : "messages";
-        snprintf(err, errlen, "This model's maximum context length is %u "
-                 "tokens. However, you requested %llu tokens (%zu in the "
-                 "messages, %u in the completion). Please reduce the length "
-                 "of the messages or completion.", s->c.n_ctx,
-                 (unsigned long long) prompt->n + r->max_tokens, prompt->n,
-                 r->max_tokens);
-        return -E2BIG;
+    rc = llm_req_context(s, r, rq, prompts, n_prompts, param, err, errlen);
+    if (rc != 0) {
+        return rc;
     }
 
     if (sm->has_seed) {
@@ -898,36 +1014,9 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             }
         }
     }
-    r->prompt_lp = rq->is_completion && rq->echo
-                   && (sm->logprobs || sm->top_logprobs);
-    for (uint32_t k = 0; r->prompt_lp && k < r->n; k++) {
-        llm_seq_t *q = &r->seqs[k];
-
-        q->plp = calloc(q->toks.n, sizeof(llm_sample_result_t));
-        if (q->plp == NULL) {
-            return -ENOMEM;
-        }
-        q->plp[0].token = q->toks.ids[0];
-        q->plp[0].logprob = NAN;
-    }
-    if (rq->is_completion && rq->echo && !r->prompt_lp) {
-        r->echo = calloc(n_prompts, sizeof(char *));
-        if (r->echo == NULL) {
-            return -ENOMEM;
-        }
-        for (p = 0; p < n_prompts; p++) {
-            const llm_req_prompt_t  one = {
-                rq->prompt, rq->prompt_ids, rq->n_prompt_ids
-            };
-            const llm_req_prompt_t *e = rq->n_prompts ? &rq->prompts[p]
-                                                      : &one;
-
-            r->echo[p] = e->n_ids ? llm_echo_text(s, e->ids, e->n_ids)
-                                  : strdup(e->text);
-            if (r->echo[p] == NULL) {
-                return -ENOMEM;
-            }
-        }
+    rc = llm_req_echo(s, r, rq, n_prompts);
+    if (rc != 0) {
+        return rc;
     }
     r->request_id = strdup(rq->request_id ? rq->request_id : "");
     return 0;
@@ -1319,7 +1408,7 @@ llm_sched_reap(llm_sched_t *s)
 int
 llm_sched_step(llm_sched_t *s)
 {
-    uint32_t  bt = s->c.block_tokens, budget, i, j, nt, ns, nl;
+    uint32_t  bt = s->c.block_tokens, budget, i, nt, ns, nl;
     uint32_t  n_dec = 0, rows;
     llm_batch_t b;
     char      err[256] = "";
@@ -1396,29 +1485,7 @@ llm_sched_step(llm_sched_t *s)
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
         s->b_seqs[ns] = q;
-        q->plp_row = -1;
-        for (j = 0; j < q->step_n; j++) {
-            uint32_t p = q->n_done + j;
-
-            s->b_tok[nt] = q->toks.ids[p];
-            s->b_pos[nt] = (int32_t) p;
-            s->b_seq[nt] = (int32_t) ns;
-            if (q->plp && q->n_gen == 0 && p + 1 < q->toks.n) {
-                /* echo with logprobs: this row predicts token p + 1 */
-                if (q->plp_row < 0) {
-                    q->plp_row = (int32_t) nl;
-                }
-                s->b_logits[nt] = 1;
-                nl++;
-                nt++;
-                continue;
-            }
-            s->b_logits[nt] = p + 1 == q->toks.n;
-            if (s->b_logits[nt]) {
-                q->logit_row = (int32_t) nl++;
-            }
-            nt++;
-        }
+        llm_seq_batch(s, q, ns, &nt, &nl);
         ns++;
     }
     if (nt == 0) {
@@ -1458,15 +1525,7 @@ llm_sched_step(llm_sched_t *s)
     for (i = 0; i < ns; i++) {
         llm_seq_t *q = s->b_seqs[i];
 
-        if (q->plp_row >= 0) {
-            for (j = 0; j < q->step_n && q->n_done + j + 1 < q->toks.n; j++) {
-                llm_row_logprobs(s->out + (size_t) (q->plp_row + j)
-                                          * s->c.n_vocab,
-                                 s->c.n_vocab, q->toks.ids[q->n_done + j + 1],
-                                 q->req->sp.top_logprobs,
-                                 &q->plp[q->n_done + j + 1]);
-            }
-        }
+        llm_seq_prompt_logprobs(s, q);
         q->n_done += q->step_n;
         llm_seq_publish(s, q);
         if (q->logit_row >= 0) {
