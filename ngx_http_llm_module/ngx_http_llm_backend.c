@@ -246,22 +246,32 @@ ngx_http_llm_engine_limits(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
             continue;
         }
 
-        lim->max_choices = ngx_min(lim->max_choices, l->max_choices);
-        lim->max_stop = ngx_min(lim->max_stop, l->max_stop);
-        lim->max_top_logprobs = ngx_min(lim->max_top_logprobs,
-                                        l->max_top_logprobs);
-
-        /* 0: no limit */
-
-        if (l->max_stop_bytes
-            && (lim->max_stop_bytes == 0
-                || l->max_stop_bytes < lim->max_stop_bytes))
-        {
-            lim->max_stop_bytes = l->max_stop_bytes;
-        }
+        ngx_http_llm_limits_merge(lim, l);
     }
 
     return found ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* lim becomes the stricter of lim and l. */
+
+void
+ngx_http_llm_limits_merge(ngx_http_llm_engine_limits_t *lim,
+    ngx_http_llm_engine_limits_t *l)
+{
+    lim->max_choices = ngx_min(lim->max_choices, l->max_choices);
+    lim->max_stop = ngx_min(lim->max_stop, l->max_stop);
+    lim->max_top_logprobs = ngx_min(lim->max_top_logprobs,
+                                    l->max_top_logprobs);
+
+    /* 0: no limit */
+
+    if (l->max_stop_bytes
+        && (lim->max_stop_bytes == 0
+            || l->max_stop_bytes < lim->max_stop_bytes))
+    {
+        lim->max_stop_bytes = l->max_stop_bytes;
+    }
 }
 
 

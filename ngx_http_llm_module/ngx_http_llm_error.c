@@ -329,7 +329,8 @@ ngx_http_llm_send_denial(ngx_http_request_t *r, ngx_http_llm_decision_t *d,
  * failed, a 413 for a chunked body over client_max_body_size, a 500, ...)
  * on requests this module handles become OpenAI error bodies.  An engine
  * error kept in the context (say "overloaded" after every engine said so)
- * sets the status and the message.
+ * sets the status and the message.  Every response of these locations,
+ * error or not, gets x-request-id (and the CORS headers) here.
  */
 
 static ngx_int_t
@@ -339,7 +340,7 @@ ngx_http_llm_header_filter(ngx_http_request_t *r)
     ngx_http_llm_error_t      err;
     ngx_http_llm_loc_conf_t  *llcf;
 
-    if (r != r->main || r->err_status == 0) {
+    if (r != r->main) {
         return ngx_http_next_header_filter(r);
     }
 
@@ -360,7 +361,15 @@ ngx_http_llm_header_filter(ngx_http_request_t *r)
         }
     }
 
-    if (ctx->rewrite) {
+    if (!ctx->common_headers) {
+        ctx->common_headers = 1;
+
+        if (ngx_http_llm_response_headers(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (r->err_status == 0 || ctx->rewrite) {
         return ngx_http_next_header_filter(r);
     }
 

@@ -32,8 +32,6 @@ static ngx_int_t ngx_http_llm_read_body(ngx_http_request_t *r,
     ngx_str_t *body);
 static ngx_int_t ngx_http_llm_resolve(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_int_t *sent);
-static ngx_table_elt_t *ngx_http_llm_find_header(ngx_http_request_t *r,
-    const char *name);
 static ngx_int_t ngx_http_llm_chain_header(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_str_t *value, ngx_int_t *sent);
 static void ngx_http_llm_chain_filter(ngx_http_llm_ctx_t *ctx);
@@ -88,6 +86,48 @@ ngx_http_llm_get_ctx(ngx_http_request_t *r)
     ngx_http_set_ctx(r, ctx, ngx_http_llm_module);
 
     return ctx;
+}
+
+
+/*
+ * The request's id, made once: the answer's id for chat ("chatcmpl-") and
+ * completions ("cmpl-"), "req_" for any other request; 24 random letters
+ * and digits follow.  It goes out as x-request-id on every response and
+ * is $llm_request_id.
+ */
+
+u_char *
+ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx)
+{
+    u_char      *p;
+    ngx_uint_t   i;
+
+    static const char  alnum[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+    if (ctx->id_len) {
+        return ctx->id;
+    }
+
+    switch (ctx->route) {
+    case NGX_HTTP_LLM_ROUTE_CHAT:
+        p = ngx_cpymem(ctx->id, "chatcmpl-", ngx_http_llm_len("chatcmpl-"));
+        break;
+    case NGX_HTTP_LLM_ROUTE_COMPLETION:
+        p = ngx_cpymem(ctx->id, "cmpl-", ngx_http_llm_len("cmpl-"));
+        break;
+    default:
+        p = ngx_cpymem(ctx->id, "req_", ngx_http_llm_len("req_"));
+    }
+
+    for (i = 0; i < 24; i++) {
+        *p++ = alnum[ngx_random() % 62];
+    }
+
+    *p = '\0';
+    ctx->id_len = p - ctx->id;
+
+    return ctx->id;
 }
 
 
@@ -253,6 +293,13 @@ ngx_http_llm_handler(ngx_http_request_t *r)
                                         "invalid_request_error", NULL, NULL,
                                         "Invalid URL (%V %V)",
                                         &r->method_name, &r->uri);
+    }
+
+    if (r->method == NGX_HTTP_OPTIONS) {
+        rc = ngx_http_llm_cors_preflight(r);
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
     }
 
     if (!(r->method & allowed)) {
@@ -805,7 +852,7 @@ failed:
 
 /* The first request header called name (case-insensitive), or NULL. */
 
-static ngx_table_elt_t *
+ngx_table_elt_t *
 ngx_http_llm_find_header(ngx_http_request_t *r, const char *name)
 {
     size_t            len;

@@ -98,33 +98,89 @@ ngx_http_llm_info_wait(ngx_event_t *ev)
 }
 
 
+/*
+ * A model object: OpenAI's four fields, then what the engines that serve
+ * it (be[first..first+n), those up and, with only, serving that model)
+ * said in Info: the context window (the smallest, which every request
+ * must fit) as context_length, OpenRouter's name for it, and as
+ * max_model_len, vLLM's, the two that OpenAI-compatible clients read;
+ * and the engine's limits (the strictest) under "limits".  Without an
+ * engine up, only the four fields.
+ */
+
 static json_t *
-ngx_http_llm_model_json(ngx_str_t *id, int64_t created)
+ngx_http_llm_model_json(ngx_str_t *id, ngx_http_llm_backend_t *be,
+    ngx_uint_t first, ngx_uint_t n, u_char *only)
 {
-    return json_pack("{s:s%,s:s,s:I,s:s}",
-                     "id", (char *) id->data, id->len,
-                     "object", "model",
-                     "created", (json_int_t) created,
-                     "owned_by", "llm-engine");
-}
+    json_t                        *j;
+    int64_t                        created;
+    uint32_t                       ctxlen;
+    ngx_uint_t                     i, lims;
+    ngx_http_llm_engine_limits_t   lim, *l;
 
+    created = 0;
+    ctxlen = 0;
+    lims = 0;
+    ngx_memzero(&lim, sizeof(ngx_http_llm_engine_limits_t));
 
-static int64_t
-ngx_http_llm_model_created(ngx_http_llm_main_conf_t *mcf,
-    ngx_http_llm_model_t *m)
-{
-    ngx_uint_t               i;
-    ngx_http_llm_backend_t  *be;
-
-    be = mcf->backends.elts;
-
-    for (i = m->first_backend; i < m->first_backend + m->nbackends; i++) {
-        if (be[i].up && be[i].created) {
-            return be[i].created;
+    for (i = first; i < first + n; i++) {
+        if (!be[i].up
+            || (only && ngx_strcmp(be[i].model, only) != 0))
+        {
+            continue;
         }
+
+        if (created == 0) {
+            created = be[i].created;
+        }
+
+        if (be[i].context_length
+            && (ctxlen == 0 || be[i].context_length < ctxlen))
+        {
+            ctxlen = be[i].context_length;
+        }
+
+        if (!be[i].has_limits) {
+            continue;
+        }
+
+        l = &be[i].limits;
+
+        if (lims++ == 0) {
+            lim = *l;
+            continue;
+        }
+
+        ngx_http_llm_limits_merge(&lim, l);
     }
 
-    return 0;
+    j = json_pack("{s:s%,s:s,s:I,s:s}",
+                  "id", (char *) id->data, id->len,
+                  "object", "model",
+                  "created", (json_int_t) created,
+                  "owned_by", "llm-engine");
+    if (j == NULL) {
+        return NULL;
+    }
+
+    if (ctxlen) {
+        json_object_set_new(j, "context_length", json_integer(ctxlen));
+        json_object_set_new(j, "max_model_len", json_integer(ctxlen));
+    }
+
+    if (lims) {
+        json_object_set_new(j, "limits",
+                            json_pack("{s:I,s:I,s:I,s:I}",
+                                      "max_choices",
+                                      (json_int_t) lim.max_choices,
+                                      "max_stop", (json_int_t) lim.max_stop,
+                                      "max_stop_bytes",
+                                      (json_int_t) lim.max_stop_bytes,
+                                      "max_top_logprobs",
+                                      (json_int_t) lim.max_top_logprobs));
+    }
+
+    return j;
 }
 
 
@@ -234,8 +290,8 @@ ngx_http_llm_info_model(ngx_http_request_t *r, ngx_str_t *id)
         }
 
         return ngx_http_llm_send_json(r, NGX_HTTP_OK,
-                   ngx_http_llm_model_json(id,
-                       ngx_http_llm_model_created(mcf, found)));
+                   ngx_http_llm_model_json(id, be, found->first_backend,
+                                           found->nbackends, NULL));
     }
 
     for (i = llcf->backend; i < llcf->backend + llcf->nbackends; i++) {
@@ -244,7 +300,9 @@ ngx_http_llm_info_model(ngx_http_request_t *r, ngx_str_t *id)
             && ngx_strncmp(be[i].model, id->data, id->len) == 0)
         {
             return ngx_http_llm_send_json(r, NGX_HTTP_OK,
-                       ngx_http_llm_model_json(id, be[i].created));
+                       ngx_http_llm_model_json(id, be, llcf->backend,
+                                               llcf->nbackends,
+                                               be[i].model));
         }
     }
 
@@ -286,14 +344,14 @@ ngx_http_llm_info_models(ngx_http_request_t *r)
 
     for (i = 0; i < mcf->models.nelts; i++) {
         json_array_append_new(data,
-            ngx_http_llm_model_json(&m[i].name,
-                ngx_http_llm_model_created(mcf, &m[i])));
+            ngx_http_llm_model_json(&m[i].name, be, m[i].first_backend,
+                                    m[i].nbackends, NULL));
 
         a = m[i].aliases.elts;
         for (j = 0; j < m[i].aliases.nelts; j++) {
             json_array_append_new(data,
-                ngx_http_llm_model_json(&a[j],
-                    ngx_http_llm_model_created(mcf, &m[i])));
+                ngx_http_llm_model_json(&a[j], be, m[i].first_backend,
+                                        m[i].nbackends, NULL));
         }
     }
 
@@ -317,7 +375,8 @@ ngx_http_llm_info_models(ngx_http_request_t *r)
             name.len = ngx_strlen(be[i].model);
 
             json_array_append_new(data,
-                ngx_http_llm_model_json(&name, be[i].created));
+                ngx_http_llm_model_json(&name, be, llcf->backend,
+                                        llcf->nbackends, be[i].model));
         }
     }
 

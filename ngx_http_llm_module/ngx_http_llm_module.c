@@ -33,6 +33,8 @@ static ngx_int_t ngx_http_llm_model_fallbacks(ngx_http_llm_model_t *m,
     ngx_str_t *value);
 static char *ngx_http_llm_handler_flag(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_llm_cors(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 
 static ngx_conf_bitmask_t  ngx_http_llm_next_upstream_masks[] = {
@@ -142,6 +144,13 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       offsetof(ngx_http_llm_loc_conf_t, max_frame),
       NULL },
 
+    { ngx_string("llm_cors"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_llm_cors,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("llm_fallback_header"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -206,7 +215,8 @@ enum {
     NGX_HTTP_LLM_VAR_CACHED_TOKENS,
     NGX_HTTP_LLM_VAR_TTFT_MS,
     NGX_HTTP_LLM_VAR_FINISH_REASON,
-    NGX_HTTP_LLM_VAR_ERROR_CODE
+    NGX_HTTP_LLM_VAR_ERROR_CODE,
+    NGX_HTTP_LLM_VAR_REQUEST_ID
 };
 
 
@@ -235,6 +245,9 @@ static ngx_http_variable_t  ngx_http_llm_vars[] = {
 
     { ngx_string("llm_error_code"), NULL, ngx_http_llm_variable,
       NGX_HTTP_LLM_VAR_ERROR_CODE, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("llm_request_id"), NULL, ngx_http_llm_variable,
+      NGX_HTTP_LLM_VAR_REQUEST_ID, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -278,6 +291,11 @@ ngx_http_llm_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 
     case NGX_HTTP_LLM_VAR_ERROR_CODE:
         s = ctx->error_code;
+        goto string;
+
+    case NGX_HTTP_LLM_VAR_REQUEST_ID:
+        s.data = ngx_http_llm_request_id(ctx);
+        s.len = ctx->id_len;
         goto string;
 
     case NGX_HTTP_LLM_VAR_PROMPT_TOKENS:
@@ -510,6 +528,7 @@ ngx_http_llm_create_loc_conf(ngx_conf_t *cf)
     conf->api = NGX_CONF_UNSET;
     conf->health = NGX_CONF_UNSET;
     conf->fallback_header = NGX_CONF_UNSET;
+    conf->cors = NGX_CONF_UNSET_PTR;
     conf->sse_heartbeat = NGX_CONF_UNSET_MSEC;
     conf->sse_flush_interval = NGX_CONF_UNSET_MSEC;
     conf->max_frame = NGX_CONF_UNSET_SIZE;
@@ -577,6 +596,7 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_value(conf->api, prev->api, 0);
     ngx_conf_merge_value(conf->health, prev->health, 0);
     ngx_conf_merge_value(conf->fallback_header, prev->fallback_header, 0);
+    ngx_conf_merge_ptr_value(conf->cors, prev->cors, NULL);
     ngx_conf_merge_msec_value(conf->sse_heartbeat, prev->sse_heartbeat, 0);
     ngx_conf_merge_msec_value(conf->sse_flush_interval,
                               prev->sse_flush_interval, 0);
@@ -608,6 +628,60 @@ ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     (void) ngx_http_llm_backends_find(mcf, conf->upstream.upstream,
                                       &conf->backend, &conf->nbackends);
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * llm_cors off | * | ORIGIN ...: the origins whose browser scripts may
+ * call the API (ngx_http_llm_cors.c); off (an empty list) by default.
+ */
+
+static char *
+ngx_http_llm_cors(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_llm_loc_conf_t *llcf = conf;
+
+    ngx_str_t   *value, *o;
+    ngx_uint_t   i;
+
+    if (llcf->cors != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    llcf->cors = ngx_array_create(cf->pool, cf->args->nelts,
+                                  sizeof(ngx_str_t));
+    if (llcf->cors == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        return NGX_CONF_OK;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        if (ngx_strcmp(value[i].data, "off") == 0
+            || ((value[i].len != 1 || value[i].data[0] != '*')
+                && ngx_strlchr(value[i].data, value[i].data + value[i].len,
+                               ':') == NULL))
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid origin \"%V\" in \"llm_cors\": "
+                               "expected \"*\" or scheme://host[:port]",
+                               &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        o = ngx_array_push(llcf->cors);
+        if (o == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *o = value[i];
+    }
 
     return NGX_CONF_OK;
 }

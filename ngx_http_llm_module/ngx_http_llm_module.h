@@ -16,6 +16,8 @@
  *   ngx_http_llm_response.c  the JSON answer: choices collected, body
  *   ngx_http_llm_json.c      JSON string escaping (UTF-8 validating)
  *   ngx_http_llm_error.c     OpenAI error bodies, refusals, error filter
+ *   ngx_http_llm_cors.c      x-request-id and CORS on every response,
+ *                            the CORS preflight
  *   ngx_http_llm_backend.c   the engines: registration, Info probe,
  *                            their limits and fingerprint
  *   ngx_http_llm_info.c      /v1/models, /v1/models/{id}, /healthz
@@ -306,6 +308,8 @@ typedef struct {
     ngx_msec_t                     sse_heartbeat;
     ngx_msec_t                     sse_flush_interval;
     size_t                         max_frame;
+    ngx_array_t                   *cors;       /* llm_cors: of ngx_str_t;
+                                                  empty: off */
     ngx_uint_t                     backend;    /* llm_pass's first backend */
     ngx_uint_t                     nbackends;
 } ngx_http_llm_loc_conf_t;
@@ -365,6 +369,8 @@ typedef struct {
     unsigned                       include_usage:1;
     unsigned                       logprobs:1;
     unsigned                       echo:1;
+    unsigned                       legacy_functions:1;  /* functions[] */
+    unsigned                       common_headers:1;  /* x-request-id.. */
 
     /* the response */
     u_char                         id[48];
@@ -433,6 +439,14 @@ typedef struct {
 /* ngx_http_llm_handler.c */
 ngx_int_t ngx_http_llm_handler(ngx_http_request_t *r);
 ngx_http_llm_ctx_t *ngx_http_llm_get_ctx(ngx_http_request_t *r);
+u_char *ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx);
+ngx_table_elt_t *ngx_http_llm_find_header(ngx_http_request_t *r,
+    const char *name);
+
+/* ngx_http_llm_cors.c */
+ngx_int_t ngx_http_llm_cors_preflight(ngx_http_request_t *r);
+ngx_int_t ngx_http_llm_response_headers(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
 ngx_http_llm_model_t *ngx_http_llm_find_model(ngx_http_llm_main_conf_t *mcf,
     ngx_str_t *name);
 void ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
@@ -461,6 +475,8 @@ void ngx_http_llm_backend_refresh(ngx_http_request_t *r,
     ngx_http_llm_backend_t *be);
 ngx_int_t ngx_http_llm_engine_limits(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_http_llm_engine_limits_t *lim);
+void ngx_http_llm_limits_merge(ngx_http_llm_engine_limits_t *lim,
+    ngx_http_llm_engine_limits_t *l);
 void ngx_http_llm_fingerprint(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
 
@@ -500,7 +516,8 @@ u_char *ngx_http_llm_answer_head(ngx_http_llm_ctx_t *ctx, u_char *p,
     const char *object);
 ngx_http_llm_choice_t *ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx,
     ngx_uint_t index);
-const char *ngx_http_llm_finish_name(Llm__FinishReason f);
+const char *ngx_http_llm_finish_name(ngx_http_llm_ctx_t *ctx,
+    Llm__FinishReason f);
 void ngx_http_llm_finish(ngx_http_llm_ctx_t *ctx, Llm__Done *done);
 json_t *ngx_http_llm_chat_logprobs(Llm__Delta *d);
 ngx_int_t ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,

@@ -87,6 +87,9 @@ static ngx_int_t ngx_http_llm_field_messages(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck,
     json_t *j);
+static ngx_int_t ngx_http_llm_prompts(ngx_http_llm_check_t *ck, json_t *j);
+static ngx_int_t ngx_http_llm_prompt_ids(ngx_http_llm_check_t *ck,
+    json_t *ids, const char *name);
 static ngx_int_t ngx_http_llm_field_suffix(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_stream_options(ngx_http_llm_check_t *ck,
@@ -97,11 +100,31 @@ static ngx_int_t ngx_http_llm_field_stop(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_logit_bias(ngx_http_llm_check_t *ck,
     json_t *j);
+static ngx_int_t ngx_http_llm_field_functions(ngx_http_llm_check_t *ck,
+    json_t *functions);
+static ngx_int_t ngx_http_llm_function_call(ngx_http_llm_check_t *ck,
+    json_t *fc);
+static ngx_int_t ngx_http_llm_legacy_call(ngx_http_llm_check_t *ck,
+    json_t *m, ngx_uint_t i);
 static ngx_int_t ngx_http_llm_field_tools(ngx_http_llm_check_t *ck,
     json_t *tools);
 static ngx_int_t ngx_http_llm_field_response_format(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_check_enum(ngx_http_llm_check_t *ck,
+    const char *name, json_t *j, const char *const *values);
+static ngx_int_t ngx_http_llm_field_reasoning_effort(
+    ngx_http_llm_check_t *ck, json_t *j);
+static ngx_int_t ngx_http_llm_field_service_tier(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_verbosity(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_modalities(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_audio(ngx_http_llm_check_t *ck,
+    json_t *j);
+static ngx_int_t ngx_http_llm_field_prediction(ngx_http_llm_check_t *ck,
     json_t *j);
 static ngx_int_t ngx_http_llm_parse_messages(ngx_http_llm_check_t *ck,
     ngx_http_llm_ctx_t *ctx, json_t *msgs);
@@ -125,10 +148,6 @@ static char *ngx_http_llm_dump(ngx_pool_t *pool, json_t *j);
 static char *ngx_http_llm_pstrdup(ngx_pool_t *pool, const char *s,
     size_t len);
 static void ngx_http_llm_json_cleanup(void *data);
-
-
-static const char  ngx_http_llm_alnum[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 
 /*
@@ -450,8 +469,11 @@ static ngx_http_llm_field_t  ngx_http_llm_fields[] = {
     { "user", NGX_HTTP_LLM_FIELD_STRING, NGX_HTTP_LLM_ANY, 0, 0, 0, 0, 0, 0,
       0, NULL },
 
-    /* tools (with tool_choice), parallel_tool_calls, structured output */
+    /* tools (with tool_choice), parallel_tool_calls, structured output;
+     * the legacy functions (with function_call) become tools first */
 
+    ngx_http_llm_special_field("functions", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_functions),
     ngx_http_llm_special_field("tools", NGX_HTTP_LLM_CHAT_ONLY,
                                ngx_http_llm_field_tools),
     ngx_http_llm_bool_field("parallel_tool_calls", NGX_HTTP_LLM_CHAT_ONLY, 1,
@@ -461,6 +483,26 @@ static ngx_http_llm_field_t  ngx_http_llm_fields[] = {
     ngx_http_llm_special_field("chat_template_kwargs",
                                NGX_HTTP_LLM_CHAT_ONLY,
                                ngx_http_llm_field_template_kwargs),
+
+    /*
+     * OpenAI fields with values this server cannot honour: a value
+     * outside OpenAI's enum is a 400 as there; audio output and
+     * predicted outputs are refused; the valid values of the others
+     * change nothing here (docs/GATEWAY.md)
+     */
+
+    ngx_http_llm_special_field("reasoning_effort", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_reasoning_effort),
+    ngx_http_llm_special_field("service_tier", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_service_tier),
+    ngx_http_llm_special_field("verbosity", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_verbosity),
+    ngx_http_llm_special_field("modalities", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_modalities),
+    ngx_http_llm_special_field("audio", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_audio),
+    ngx_http_llm_special_field("prediction", NGX_HTTP_LLM_CHAT_ONLY,
+                               ngx_http_llm_field_prediction),
 
     { NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL }
 };
@@ -528,6 +570,14 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     ngx_http_llm_apply_params(ctx, &params);
 
+    if (ctx->n > NGX_HTTP_LLM_API_MAX_N) {
+        return ngx_http_llm_bad(&ck, "invalid_value", "n",
+                                "n times the number of prompts must be at "
+                                "most %d, got %uD x %uz.",
+                                NGX_HTTP_LLM_API_MAX_N, ctx->gen->sampling->n,
+                                ctx->gen->n_prompts);
+    }
+
     /* per-choice state */
 
     ctx->choices = ngx_pcalloc(r->pool,
@@ -562,8 +612,7 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 static ngx_int_t
 ngx_http_llm_new_request(ngx_http_llm_check_t *ck)
 {
-    u_char                *p;
-    ngx_uint_t             i, chat;
+    ngx_uint_t             chat;
     Llm__Sampling         *s;
     ngx_http_request_t    *r;
     ngx_http_llm_ctx_t    *ctx;
@@ -585,14 +634,7 @@ ngx_http_llm_new_request(ngx_http_llm_check_t *ck)
     gen->is_completion = !chat;
     ctx->gen = gen;
 
-    p = ngx_cpymem(ctx->id, chat ? "chatcmpl-" : "cmpl-",
-                   chat ? sizeof("chatcmpl-") - 1 : sizeof("cmpl-") - 1);
-    for (i = 0; i < 24; i++) {
-        *p++ = ngx_http_llm_alnum[ngx_random() % 62];
-    }
-    *p = '\0';
-    ctx->id_len = p - ctx->id;
-    gen->request_id = (char *) ctx->id;
+    gen->request_id = (char *) ngx_http_llm_request_id(ctx);
 
     if (ctx->key) {
         gen->key_id = ngx_http_llm_pstrdup(r->pool,
@@ -708,8 +750,10 @@ ngx_http_llm_apply_params(ngx_http_llm_ctx_t *ctx, ngx_http_llm_params_t *p)
     s->repetition_penalty = (float) p->repetition_penalty;
     s->ignore_eos = p->ignore_eos;
 
-    ctx->n = (ngx_uint_t) p->n;
-    s->n = ctx->n;
+    s->n = (uint32_t) p->n;
+
+    /* several prompts: n choices each, numbered prompt * n + j */
+    ctx->n = (ngx_uint_t) p->n * (gen->n_prompts ? gen->n_prompts : 1);
 
     ctx->max_tokens = (ngx_uint_t) (p->max_completion_tokens
                                     ? p->max_completion_tokens
@@ -784,35 +828,178 @@ ngx_http_llm_field_messages(ngx_http_llm_check_t *ck, json_t *j)
 static ngx_int_t
 ngx_http_llm_field_prompt(ngx_http_llm_check_t *ck, json_t *j)
 {
+    json_t  *e;
+
     if (j == NULL || json_is_null(j)) {
         return ngx_http_llm_bad(ck, "missing_required_parameter",
                                 "prompt", "Missing required parameter: "
                                 "'prompt'.");
     }
 
-    if (json_is_array(j)) {
-        if (json_array_size(j) != 1) {
-            return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
-                                    "Only one prompt per request is "
-                                    "supported; got an array of %uz.",
-                                    json_array_size(j));
-        }
-
-        j = json_array_get(j, 0);
-
-        if (!json_is_string(j)) {
-            return ngx_http_llm_bad(ck, "unsupported_value", "prompt",
-                                    "Invalid 'prompt[0]': only text "
-                                    "prompts are supported, not %s.",
-                                    ngx_http_llm_type_name(j));
-        }
+    if (json_is_string(j)) {
+        ck->ctx->gen->prompt = (char *) json_string_value(j);
+        return NGX_OK;
     }
 
-    if (!json_is_string(j)) {
-        return ngx_http_llm_bad_type(ck, "prompt", "a string", j);
+    if (!json_is_array(j)) {
+        return ngx_http_llm_bad_type(ck, "prompt", "a string, an array of "
+                                     "strings, an array of token ids or an "
+                                     "array of token id arrays", j);
     }
 
-    ck->ctx->gen->prompt = (char *) json_string_value(j);
+    if (json_array_size(j) == 0) {
+        return ngx_http_llm_bad(ck, "empty_array", "prompt",
+                                "Invalid 'prompt': empty array. Expected an "
+                                "array with minimum length 1, but got an "
+                                "empty array instead.");
+    }
+
+    e = json_array_get(j, 0);
+
+    if (json_is_integer(e)) {
+        /* [542, 33]: one prompt as token ids */
+        return ngx_http_llm_prompt_ids(ck, j, "prompt");
+    }
+
+    if (json_array_size(j) > 1) {
+        return ngx_http_llm_prompts(ck, j);
+    }
+
+    if (json_is_string(e)) {
+        ck->ctx->gen->prompt = (char *) json_string_value(e);
+        return NGX_OK;
+    }
+
+    if (json_is_array(e)) {
+        /* [[542, 33]] */
+        return ngx_http_llm_prompt_ids(ck, e, "prompt[0]");
+    }
+
+    return ngx_http_llm_bad_type(ck, "prompt[0]", "a string or an array of "
+                                 "token ids", e);
+}
+
+
+/*
+ * Several prompts, all strings or all token id arrays, as prompts[] of
+ * the GenerateRequest; their number times n is bounded as n is.
+ */
+
+static ngx_int_t
+ngx_http_llm_prompts(ngx_http_llm_check_t *ck, json_t *j)
+{
+    u_char                  param[32];
+    json_t                 *e;
+    size_t                  i, n;
+    ngx_int_t               rc;
+    Llm__GenerateRequest   *gen;
+    Llm__CompletionPrompt  *cp;
+
+    gen = ck->ctx->gen;
+    n = json_array_size(j);
+
+    if (n > NGX_HTTP_LLM_API_MAX_N) {
+        return ngx_http_llm_bad(ck, "array_above_max_length", "prompt",
+                                "Invalid 'prompt': %uz prompts, more than "
+                                "choices can be generated.", n);
+    }
+
+    gen->prompts = ngx_palloc(ck->request->pool,
+                              n * sizeof(Llm__CompletionPrompt *));
+    if (gen->prompts == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(j, i, e) {
+        ngx_sprintf(param, "prompt[%uz]%Z", i);
+
+        cp = ngx_palloc(ck->request->pool, sizeof(Llm__CompletionPrompt));
+        if (cp == NULL) {
+            return NGX_ERROR;
+        }
+
+        llm__completion_prompt__init(cp);
+        gen->prompts[i] = cp;
+
+        if (json_is_string(json_array_get(j, 0)) && json_is_string(e)) {
+            cp->text = (char *) json_string_value(e);
+            continue;
+        }
+
+        if (!json_is_array(json_array_get(j, 0)) || !json_is_array(e)) {
+            return ngx_http_llm_bad_type(ck, (char *) param,
+                                         json_is_string(json_array_get(j, 0))
+                                         ? "a string (as the first prompt)"
+                                         : "an array of token ids (as the "
+                                           "first prompt)", e);
+        }
+
+        rc = ngx_http_llm_prompt_ids(ck, e, (char *) param);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        /* the ids went to prompt_token_ids: they belong to this prompt */
+        cp->token_ids = gen->prompt_token_ids;
+        cp->n_token_ids = gen->n_prompt_token_ids;
+        gen->prompt_token_ids = NULL;
+        gen->n_prompt_token_ids = 0;
+    }
+
+    gen->n_prompts = n;
+
+    return NGX_OK;
+}
+
+
+/* A prompt as token ids (non-negative integers) into the request. */
+
+static ngx_int_t
+ngx_http_llm_prompt_ids(ngx_http_llm_check_t *ck, json_t *ids,
+    const char *name)
+{
+    u_char                 param[64];
+    json_t                *e;
+    size_t                 i, n;
+    json_int_t             v;
+    Llm__GenerateRequest  *gen;
+
+    gen = ck->ctx->gen;
+    n = json_array_size(ids);
+
+    if (n == 0) {
+        return ngx_http_llm_bad(ck, "empty_array", name,
+                                "Invalid '%s': empty array. Expected an "
+                                "array with minimum length 1, but got an "
+                                "empty array instead.", name);
+    }
+
+    gen->prompt_token_ids = ngx_palloc(ck->request->pool,
+                                       n * sizeof(int32_t));
+    if (gen->prompt_token_ids == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(ids, i, e) {
+        ngx_sprintf(param, "%s[%uz]%Z", name, i);
+
+        if (!json_is_integer(e)) {
+            return ngx_http_llm_bad_type(ck, (char *) param,
+                                         "an integer (a token id)", e);
+        }
+
+        v = json_integer_value(e);
+
+        if (v < 0 || v > NGX_MAX_INT32_VALUE) {
+            return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                    "Invalid '%s': %L is not a token id.",
+                                    param, (int64_t) v);
+        }
+
+        gen->prompt_token_ids[i] = (int32_t) v;
+    }
+
+    gen->n_prompt_token_ids = n;
 
     return NGX_OK;
 }
@@ -895,6 +1082,158 @@ ngx_http_llm_field_logit_bias(ngx_http_llm_check_t *ck, json_t *j)
 
 
 /* tools and tool_choice, checked, then passed on as JSON text. */
+
+/*
+ * The legacy functions[] and function_call, as OpenAI still takes them:
+ * rewritten in the request as tools[] (each {"type": "function",
+ * "function": f}) and tool_choice, with parallel_tool_calls false (the
+ * legacy answer has one function_call), so that the tools checks that
+ * follow see them; the answer then takes the legacy shape
+ * (ctx->legacy_functions).
+ */
+
+static ngx_int_t
+ngx_http_llm_field_functions(ngx_http_llm_check_t *ck, json_t *functions)
+{
+    u_char      param[64];
+    json_t     *tools, *t, *f, *fc, *n;
+    ngx_uint_t  i;
+
+    fc = json_object_get(ck->root, "function_call");
+
+    if (functions == NULL || json_is_null(functions)) {
+        if (fc && !json_is_null(fc)
+            && !(json_is_string(fc)
+                 && ngx_strcmp(json_string_value(fc), "none") == 0))
+        {
+            return ngx_http_llm_bad(ck, "invalid_value", "function_call",
+                                    "Invalid value for 'function_call': "
+                                    "'function_call' is only allowed when "
+                                    "'functions' are specified.");
+        }
+
+        return NGX_OK;
+    }
+
+    t = json_object_get(ck->root, "tools");
+    if (t && !json_is_null(t)) {
+        return ngx_http_llm_bad(ck, "invalid_value", "functions",
+                                "Invalid parameter: 'functions' and 'tools' "
+                                "cannot both be given ('functions' is the "
+                                "deprecated form of 'tools').");
+    }
+
+    t = json_object_get(ck->root, "tool_choice");
+    if (t && !json_is_null(t)) {
+        return ngx_http_llm_bad(ck, "invalid_value", "tool_choice",
+                                "Invalid parameter: 'tool_choice' goes "
+                                "with 'tools'; with 'functions' use "
+                                "'function_call'.");
+    }
+
+    if (!json_is_array(functions)) {
+        return ngx_http_llm_bad_type(ck, "functions", "an array", functions);
+    }
+
+    if (json_array_size(functions) == 0) {
+        return ngx_http_llm_bad(ck, "empty_array", "functions",
+                                "Invalid 'functions': empty array. Expected "
+                                "an array with minimum length 1, but got "
+                                "an empty array instead.");
+    }
+
+    tools = json_array();
+    if (tools == NULL
+        || json_object_set_new(ck->root, "tools", tools) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    json_array_foreach(functions, i, f) {
+        ngx_sprintf(param, "functions[%ui]%Z", i);
+
+        if (!json_is_object(f)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "an object", f);
+        }
+
+        n = json_object_get(f, "name");
+        if (n == NULL || !json_is_string(n)) {
+            ngx_sprintf(param, "functions[%ui].name%Z", i);
+            return n ? ngx_http_llm_bad_type(ck, (char *) param, "a string",
+                                             n)
+                     : ngx_http_llm_missing(ck, param);
+        }
+
+        t = json_pack("{s:s, s:O}", "type", "function", "function", f);
+        if (t == NULL || json_array_append_new(tools, t) != 0) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (json_object_get(ck->root, "parallel_tool_calls") == NULL
+        && json_object_set_new(ck->root, "parallel_tool_calls",
+                               json_false()) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    ck->ctx->legacy_functions = 1;
+
+    return ngx_http_llm_function_call(ck, fc);
+}
+
+
+/* function_call: "none", "auto" or {"name": f}, as tool_choice. */
+
+static ngx_int_t
+ngx_http_llm_function_call(ngx_http_llm_check_t *ck, json_t *fc)
+{
+    json_t      *n, *choice;
+    const char  *s;
+
+    if (fc == NULL || json_is_null(fc)) {
+        return NGX_OK;
+    }
+
+    if (json_is_string(fc)) {
+        s = json_string_value(fc);
+
+        if (ngx_strcmp(s, "none") != 0 && ngx_strcmp(s, "auto") != 0) {
+            return ngx_http_llm_bad(ck, "invalid_value", "function_call",
+                                    "Invalid value: '%s'. Supported values "
+                                    "are: 'none' and 'auto', or an object "
+                                    "naming a function.", s);
+        }
+
+        choice = json_incref(fc);
+
+    } else if (json_is_object(fc)) {
+        n = json_object_get(fc, "name");
+
+        if (n == NULL || !json_is_string(n)) {
+            return ngx_http_llm_bad(ck, "missing_required_parameter",
+                                    "function_call.name",
+                                    "Missing required parameter: "
+                                    "'function_call.name'.");
+        }
+
+        choice = json_pack("{s:s, s:{s:O}}", "type", "function",
+                           "function", "name", n);
+
+    } else {
+        return ngx_http_llm_bad_type(ck, "function_call",
+                                     "a string or an object", fc);
+    }
+
+    if (choice == NULL
+        || json_object_set_new(ck->root, "tool_choice", choice) != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
 
 static ngx_int_t
 ngx_http_llm_field_tools(ngx_http_llm_check_t *ck, json_t *tools)
@@ -1033,6 +1372,186 @@ ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck, json_t *j)
 }
 
 
+/*
+ * A string field with an enum (OpenAI's): null or absent is fine, any
+ * other value a 400 naming the values (values is NULL-terminated).
+ */
+
+static ngx_int_t
+ngx_http_llm_check_enum(ngx_http_llm_check_t *ck, const char *name,
+    json_t *j, const char *const *values)
+{
+    u_char       list[256], *p, *last;
+    ngx_uint_t   i, n;
+    const char  *v;
+
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_string(j)) {
+        return ngx_http_llm_bad_type(ck, name, "a string", j);
+    }
+
+    v = json_string_value(j);
+
+    for (n = 0; values[n]; n++) {
+        if (ngx_strcmp(v, values[n]) == 0) {
+            return NGX_OK;
+        }
+    }
+
+    /* 'a', 'b', and 'c' as OpenAI writes it */
+
+    p = list;
+    last = list + sizeof(list) - 1;
+
+    for (i = 0; i < n; i++) {
+        p = ngx_slprintf(p, last, "%s'%s'",
+                         i == 0 ? "" : (i + 1 == n ? ", and " : ", "),
+                         values[i]);
+    }
+
+    *p = '\0';
+
+    return ngx_http_llm_bad(ck, "invalid_value", name,
+                            "Invalid value: '%s'. Supported values are: "
+                            "%s.", v, list);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_reasoning_effort(ngx_http_llm_check_t *ck, json_t *j)
+{
+    static const char *const  values[] = {
+        "none", "minimal", "low", "medium", "high", "xhigh", "max", NULL
+    };
+
+    return ngx_http_llm_check_enum(ck, "reasoning_effort", j, values);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_service_tier(ngx_http_llm_check_t *ck, json_t *j)
+{
+    static const char *const  values[] = {
+        "auto", "default", "flex", "scale", "priority", "fast", NULL
+    };
+
+    return ngx_http_llm_check_enum(ck, "service_tier", j, values);
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_verbosity(ngx_http_llm_check_t *ck, json_t *j)
+{
+    static const char *const  values[] = { "low", "medium", "high", NULL };
+
+    return ngx_http_llm_check_enum(ck, "verbosity", j, values);
+}
+
+
+/* modalities: an array of "text" (and "audio", which is refused). */
+
+static ngx_int_t
+ngx_http_llm_field_modalities(ngx_http_llm_check_t *ck, json_t *j)
+{
+    u_char       param[32];
+    json_t      *m;
+    ngx_uint_t   i;
+    const char  *v;
+
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_array(j)) {
+        return ngx_http_llm_bad_type(ck, "modalities", "an array", j);
+    }
+
+    json_array_foreach(j, i, m) {
+        ngx_sprintf(param, "modalities[%ui]%Z", i);
+
+        if (!json_is_string(m)) {
+            return ngx_http_llm_bad_type(ck, (char *) param, "a string", m);
+        }
+
+        v = json_string_value(m);
+
+        if (ngx_strcmp(v, "audio") == 0) {
+            return ngx_http_llm_bad(ck, "unsupported_value", "modalities",
+                                    "Audio output is not supported: this "
+                                    "server generates text only; use "
+                                    "modalities [\"text\"].");
+        }
+
+        if (ngx_strcmp(v, "text") != 0) {
+            return ngx_http_llm_bad(ck, "invalid_value", (char *) param,
+                                    "Invalid value: '%s'. Supported "
+                                    "values are: 'text' and 'audio'.", v);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_field_audio(ngx_http_llm_check_t *ck, json_t *j)
+{
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    return ngx_http_llm_bad(ck, "unsupported_parameter", "audio",
+                            "Audio output is not supported: this server "
+                            "generates text only.");
+}
+
+
+/*
+ * prediction: OpenAI's shape is checked (type "content", content a
+ * string or text parts), then refused as OpenAI refuses it for models
+ * without predicted outputs.
+ */
+
+static ngx_int_t
+ngx_http_llm_field_prediction(ngx_http_llm_check_t *ck, json_t *j)
+{
+    json_t  *t, *c;
+
+    if (j == NULL || json_is_null(j)) {
+        return NGX_OK;
+    }
+
+    if (!json_is_object(j)) {
+        return ngx_http_llm_bad_type(ck, "prediction", "an object", j);
+    }
+
+    t = json_object_get(j, "type");
+    if (t == NULL || !json_is_string(t)
+        || ngx_strcmp(json_string_value(t), "content") != 0)
+    {
+        return ngx_http_llm_bad(ck, "invalid_value", "prediction.type",
+                                "Invalid value for 'prediction.type': "
+                                "expected 'content'.");
+    }
+
+    c = json_object_get(j, "content");
+    if (c == NULL || !(json_is_string(c) || json_is_array(c))) {
+        return ngx_http_llm_bad(ck, c ? "invalid_type"
+                                      : "missing_required_parameter",
+                                "prediction.content",
+                                "Invalid 'prediction.content': expected a "
+                                "string or an array of text parts.");
+    }
+
+    return ngx_http_llm_bad(ck, "unsupported_parameter", "prediction",
+                            "Predicted outputs are not supported by this "
+                            "server.");
+}
+
+
 static void
 ngx_http_llm_json_cleanup(void *data)
 {
@@ -1148,6 +1667,18 @@ ngx_http_llm_parse_message(ngx_http_llm_check_t *ck, json_t *m,
     j = json_object_get(m, "content");
     calls = json_object_get(m, "tool_calls");
 
+    if ((calls == NULL || json_is_null(calls))
+        && ngx_strcmp(role, "assistant") == 0
+        && json_object_get(m, "function_call"))
+    {
+        rc = ngx_http_llm_legacy_call(ck, m, i);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        calls = json_object_get(m, "tool_calls");
+    }
+
     if (j == NULL || json_is_null(j)) {
         if (ngx_strcmp(role, "assistant") != 0) {
             ngx_sprintf(param, "messages[%ui].content%Z", i);
@@ -1208,6 +1739,44 @@ ngx_http_llm_parse_message(ngx_http_llm_check_t *ck, json_t *m,
 
     if (calls && !json_is_null(calls)) {
         return ngx_http_llm_parse_tool_calls(ck, calls, i, pm);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * messages[i].function_call of a legacy assistant message: set in the
+ * message as its one tool call (id "call_" and the message's index; the
+ * legacy function result that follows names the function, not the id).
+ */
+
+static ngx_int_t
+ngx_http_llm_legacy_call(ngx_http_llm_check_t *ck, json_t *m, ngx_uint_t i)
+{
+    u_char   param[64], id[32];
+    json_t  *fc, *calls;
+
+    fc = json_object_get(m, "function_call");
+
+    if (json_is_null(fc)) {
+        return NGX_OK;
+    }
+
+    ngx_sprintf(param, "messages[%ui].function_call%Z", i);
+
+    if (!json_is_object(fc)) {
+        return ngx_http_llm_bad_type(ck, (char *) param, "an object", fc);
+    }
+
+    ngx_sprintf(id, "call_%ui%Z", i);
+
+    calls = json_pack("[{s:s, s:s, s:O}]", "id", (char *) id,
+                      "type", "function", "function", fc);
+    if (calls == NULL
+        || json_object_set_new(m, "tool_calls", calls) != 0)
+    {
+        return NGX_ERROR;
     }
 
     return NGX_OK;
@@ -1855,6 +2424,13 @@ ngx_http_llm_check_limits(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ck.ctx = ctx;
 
     s = ctx->gen->sampling;
+
+    if (ctx->n > lim.max_choices && ctx->gen->n_prompts > 1) {
+        return ngx_http_llm_bad(&ck, "invalid_value", "n",
+                                "n times the number of prompts must be at "
+                                "most %ui, got %uD x %uz", lim.max_choices,
+                                s->n, ctx->gen->n_prompts);
+    }
 
     if (ctx->n > lim.max_choices) {
         return ngx_http_llm_bad(&ck, "invalid_value", "n",

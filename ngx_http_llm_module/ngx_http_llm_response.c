@@ -11,6 +11,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <math.h>
+
 #include "ngx_http_llm_module.h"
 
 
@@ -34,14 +36,17 @@ ngx_http_llm_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t index)
 }
 
 
+/* The finish_reason's name; a legacy functions request ends its calls
+ * with "function_call".  None is longer than "content_filter". */
+
 const char *
-ngx_http_llm_finish_name(Llm__FinishReason f)
+ngx_http_llm_finish_name(ngx_http_llm_ctx_t *ctx, Llm__FinishReason f)
 {
     switch (f) {
     case LLM__FINISH_REASON__FINISH_LENGTH:
         return "length";
     case LLM__FINISH_REASON__FINISH_TOOL_CALLS:
-        return "tool_calls";
+        return ctx->legacy_functions ? "function_call" : "tool_calls";
     case LLM__FINISH_REASON__FINISH_CONTENT_FILTER:
         return "content_filter";
     default:
@@ -163,15 +168,13 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
     json_t             *lp, *top;
     Llm__TokenLogprob  *tl;
 
-    if (!ch->offset_set) {
-        ch->offset_set = 1;
+    /*
+     * with echo the engine sends the prompt's tokens first, each with its
+     * logprob (null for the first, which nothing predicts), so offsets
+     * start at 0 and count them
+     */
 
-        /* with echo the text starts with the prompt: offsets count it */
-
-        if (ctx->echo && ctx->gen && ctx->gen->prompt) {
-            ch->text_offset = ngx_strlen(ctx->gen->prompt);
-        }
-    }
+    ch->offset_set = 1;
 
     if (ch->logprobs == NULL) {
         ch->logprobs = json_pack("{s:[],s:[],s:[],s:[]}", "tokens",
@@ -190,6 +193,18 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
         json_array_append_new(json_object_get(lp, "tokens"),
                               ngx_http_llm_text_json(tl->text.data,
                                                      tl->text.len));
+        if (isnan(tl->logprob)) {
+            /* the prompt's first token, echoed */
+            json_array_append_new(json_object_get(lp, "token_logprobs"),
+                                  json_null());
+            json_array_append_new(json_object_get(lp, "top_logprobs"),
+                                  json_null());
+            json_array_append_new(json_object_get(lp, "text_offset"),
+                                  json_integer(ch->text_offset));
+            ch->text_offset += tl->text.len;
+            continue;
+        }
+
         json_array_append_new(json_object_get(lp, "token_logprobs"),
                               json_real(tl->logprob));
 
@@ -240,7 +255,7 @@ ngx_http_llm_finish(ngx_http_llm_ctx_t *ctx, Llm__Done *done)
     }
 
     ctx->finish_reason.data = (u_char *)
-                             ngx_http_llm_finish_name(ctx->choices[0].finish);
+                     ngx_http_llm_finish_name(ctx, ctx->choices[0].finish);
     ctx->finish_reason.len = ngx_strlen(ctx->finish_reason.data);
 }
 
@@ -591,7 +606,14 @@ ngx_http_llm_body_len(ngx_http_llm_ctx_t *ctx, char **lp)
                     + ngx_http_llm_esc_len(&ch->reasoning);
         }
 
-        if (ch->calls.nelts) {
+        if (ch->calls.nelts && ctx->legacy_functions) {
+            call = ch->calls.elts;
+            size += ngx_http_llm_len(",\"function_call\":{\"name\":\"\","
+                                     "\"arguments\":\"\"}")
+                    + ngx_http_llm_esc_len(&call[0].name)
+                    + ngx_http_llm_esc_len(&call[0].arguments);
+
+        } else if (ch->calls.nelts) {
             size += ngx_http_llm_len(",\"tool_calls\":[]");
             call = ch->calls.elts;
 
@@ -655,7 +677,19 @@ ngx_http_llm_body_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t i, char *lp,
         *p++ = '"';
     }
 
-    if (ch->calls.nelts) {
+    if (ch->calls.nelts && ctx->legacy_functions) {
+        /* the legacy answer: the first (with parallel off, the one) call */
+        call = ch->calls.elts;
+        p = ngx_cpymem(p, ",\"function_call\":{\"name\":\"",
+                       ngx_http_llm_len(",\"function_call\":{\"name\":\""));
+        p = ngx_http_llm_json_escape(p, call[0].name.data, call[0].name.len);
+        p = ngx_cpymem(p, "\",\"arguments\":\"",
+                       ngx_http_llm_len("\",\"arguments\":\""));
+        p = ngx_http_llm_json_escape(p, call[0].arguments.data,
+                                     call[0].arguments.len);
+        p = ngx_cpymem(p, "\"}", 2);
+
+    } else if (ch->calls.nelts) {
         p = ngx_cpymem(p, ",\"tool_calls\":[",
                        ngx_http_llm_len(",\"tool_calls\":["));
         call = ch->calls.elts;
@@ -704,5 +738,5 @@ logprobs:
     }
 
     return ngx_sprintf(p, ",\"finish_reason\":\"%s\"}",
-                       ngx_http_llm_finish_name(ch->finish));
+                       ngx_http_llm_finish_name(ctx, ch->finish));
 }

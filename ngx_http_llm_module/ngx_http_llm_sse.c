@@ -323,6 +323,16 @@ ngx_http_llm_sse_delta(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     reasoning = ngx_strlen(d->reasoning);
     role = chat && !ch->role_sent;
 
+    if (chat && text == 0 && reasoning == 0 && lp == NULL) {
+        /*
+         * nothing to say (the tokens of a tool call, text held for a
+         * stop string): no {"content":""} chunk, which clients would take
+         * for an empty text part; the role goes with the first delta that
+         * is sent
+         */
+        return NGX_OK;
+    }
+
     size = ngx_http_llm_head_len(ctx)
            + ngx_http_llm_json_escape_len((u_char *) d->text, text)
            + lplen
@@ -399,6 +409,84 @@ ngx_http_llm_sse_delta(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 }
 
 
+/*
+ * A legacy functions request's call delta: {"function_call": {"name",
+ * "arguments"}} on the first, then {"function_call": {"arguments"}}; only
+ * the first call (parallel calls are off for such requests).
+ */
+
+static ngx_int_t
+ngx_http_llm_sse_function_call(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_choice_t *ch,
+    Llm__ToolCallDelta *t, ngx_chain_t ***ll)
+{
+    u_char                   *p;
+    size_t                    size, name, args;
+    ngx_uint_t                role;
+    ngx_chain_t              *cl;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    if (t->call_index != 0) {
+        return NGX_OK;
+    }
+
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    name = ngx_strlen(t->name);
+    args = ngx_strlen(t->arguments);
+    role = !ch->role_sent;
+
+    size = ngx_http_llm_head_len(ctx)
+           + ngx_http_llm_len("{\"index\":,\"delta\":{\"function_call\":"
+                              "{\"arguments\":\"\"}},"
+                              "\"logprobs\":null,\"finish_reason\":null}")
+           + NGX_INT32_LEN
+           + (role ? ngx_http_llm_len("\"role\":\"assistant\","
+                                      "\"content\":null,")
+                   : 0)
+           + (name ? ngx_http_llm_len("\"name\":\"\",")
+                     + ngx_http_llm_json_escape_len((u_char *) t->name,
+                                                    name)
+                   : 0)
+           + ngx_http_llm_json_escape_len((u_char *) t->arguments, args)
+           + ngx_http_llm_tail_len(ctx);
+
+    cl = ngx_http_llm_chain_buf(r, size);
+    if (cl == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_http_llm_head(ctx, cl->buf->last);
+    p = ngx_sprintf(p, "{\"index\":%uD,\"delta\":{", t->index);
+
+    if (role) {
+        ch->role_sent = 1;
+        p = ngx_cpymem(p, "\"role\":\"assistant\",\"content\":null,",
+                       ngx_http_llm_len("\"role\":\"assistant\","
+                                        "\"content\":null,"));
+    }
+
+    p = ngx_cpymem(p, "\"function_call\":{",
+                   ngx_http_llm_len("\"function_call\":{"));
+
+    if (name) {
+        p = ngx_cpymem(p, "\"name\":\"", ngx_http_llm_len("\"name\":\""));
+        p = ngx_http_llm_json_escape(p, (u_char *) t->name, name);
+        p = ngx_cpymem(p, "\",", 2);
+    }
+
+    p = ngx_cpymem(p, "\"arguments\":\"", ngx_http_llm_len("\"arguments\":\""));
+    p = ngx_http_llm_json_escape(p, (u_char *) t->arguments, args);
+    p = ngx_cpymem(p, "\"}},\"logprobs\":null,\"finish_reason\":null}",
+                   ngx_http_llm_len("\"}},\"logprobs\":null,"
+                                    "\"finish_reason\":null}"));
+    p = ngx_http_llm_tail(ctx, p);
+
+    return ngx_http_llm_sse_put(r, ll, cl, p, size,
+                                llcf->sse_flush_interval == 0);
+}
+
+
 /* A tool call delta: the id and name once, then pieces of arguments. */
 
 static ngx_int_t
@@ -417,6 +505,10 @@ ngx_http_llm_sse_tool_call(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ch = ngx_http_llm_choice(ctx, t->index);
     if (ch == NULL || ctx->route != NGX_HTTP_LLM_ROUTE_CHAT) {
         return NGX_OK;
+    }
+
+    if (ctx->legacy_functions) {
+        return ngx_http_llm_sse_function_call(r, ctx, ch, t, ll);
     }
 
     id = ngx_strlen(t->id);
@@ -542,13 +634,15 @@ ngx_http_llm_sse_done(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                             "\"logprobs\":null,\"finish_reason\":\"%s\"}",
                             i, ctx->choices[i].role_sent ? ""
                             : "\"role\":\"assistant\",\"content\":\"\"",
-                            ngx_http_llm_finish_name(ctx->choices[i].finish));
+                            ngx_http_llm_finish_name(ctx,
+                                                     ctx->choices[i].finish));
 
         } else {
             p = ngx_sprintf(p, "{\"text\":\"\",\"index\":%ui,"
                             "\"logprobs\":null,\"finish_reason\":\"%s\"}",
                             i,
-                            ngx_http_llm_finish_name(ctx->choices[i].finish));
+                            ngx_http_llm_finish_name(ctx,
+                                                     ctx->choices[i].finish));
         }
 
         p = ngx_http_llm_tail(ctx, p);

@@ -6,7 +6,9 @@
  * whose arguments are JSON objects with the required keys and the
  * declared types, in the hermes, llama3-json, mistral, deepseek-v3 and
  * minimax-m2 formats (their markers spelled in pieces on this vocabulary); parallel_tool_calls false gives exactly one call; none
- * never lets the opener through even when it is the likeliest token;
+ * never lets the opener through even when it is the likeliest token,
+ * nor the closer, nor the call object's head {"name": ", and its text
+ * hook drops a marker that comes all the same, split at any point;
  * auto with the opener pushed up gives a valid call.  With <tool_call>
  * and </tool_call> made control tokens (the detokenizer leaves those out
  * of the text, as with Mistral's [TOOL_CALLS]), the calls still parse.
@@ -337,6 +339,54 @@ test_forced(env_t *e, const char *fmt, const char *tl, const char *named)
     free(r);
     tk_end_as("forced calls, %s (%d calls, %d answers with several)", fmt,
               calls, multi);
+}
+
+/* none: the closer and the head are masked too; the text hook strips
+ * markers in any split and keeps what only looked like one. */
+static void
+test_none_markup(env_t *e)
+{
+    static const char  text[] = "a<tool_call>b</tool_call>c<tool";
+    rec_t             *r = malloc(sizeof(*r));
+    char               err[256] = "";
+    const char        *boost[] = { "</tool_call>", "{\"" };
+    llm_text_out_t     out = { rec_content, rec_call, r };
+    llm_seq_hooks_t    h;
+    treq_t             g = { 0 };
+
+    e->ctx.tool_call_format = "hermes";
+    e->tools = NULL;
+    REQUIRE(r != NULL, "out of memory");
+    for (size_t b = 0; b < 2; b++) {
+        int32_t id = llm_vocab_find(e->v, boost[b], strlen(boost[b]));
+
+        REQUIRE(id >= 0, "no %s token", boost[b]);
+        for (uint64_t seed = 1; seed <= 10; seed++) {
+            REQUIRE(decode(e, "none", 1, seed, id, 1, 60, r, err,
+                           sizeof(err)) == 0, "none: %s", err);
+            REQUIRE(r->n == 0 && strstr(r->content, "</tool_call>") == NULL
+                    && strstr(r->content, "{\"name\": \"") == NULL
+                    && strstr(r->content, "{\"name\":\"") == NULL,
+                    "none let markup through: [%s]", r->content);
+        }
+    }
+    g.tools_json = tools;
+    g.tool_choice_json = "none";
+    g.parallel_tool_calls = 1;
+    for (size_t cut = 0; cut <= sizeof(text) - 1; cut++) {
+        memset(r, 0, sizeof(*r));
+        REQUIRE(tool_hooks(&e->ctx, &g, &h, err, sizeof(err)) == 1,
+                "hooks: %s", err);
+        REQUIRE(h.text(h.ud, text, cut, 0, &out) == 0
+                && h.text(h.ud, text + cut, sizeof(text) - 1 - cut, 0, &out)
+                   == 0
+                && h.text(h.ud, "", 0, 1, &out) == 0, "text hook failed");
+        h.free(h.ud);
+        REQUIRE(strcmp(r->content, "abc<tool") == 0,
+                "split at %zu: [%s]", cut, r->content);
+    }
+    free(r);
+    tk_end_as("none masks the closer and the call head, strips markers");
 }
 
 static void
@@ -753,6 +803,8 @@ main(void)
     e.tools = NULL;
     tk_begin("none masks the opener, auto follows it");
     test_none_and_auto(&e);
+    tk_begin("none masks the closer and the call head, strips markers");
+    test_none_markup(&e);
     tk_begin("errors name the field");
     test_errors(&e);
 

@@ -30,6 +30,7 @@ llm_request_free(llm_request_t *r)
     free(r->sampling.bias_ids);
     free(r->sampling.bias_vals);
     free(r->sampling.stop);
+    free(r->prompts);
     llm_request_init(r);
 }
 

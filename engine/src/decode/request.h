@@ -62,12 +62,25 @@ typedef struct {
     int                 ignore_eos;
 } llm_req_sampling_t;
 
+/* One prompt of a completion with several (borrowed strings). */
+typedef struct {
+    const char         *text;               /* raw text, or */
+    const int32_t      *ids;                /* token ids when n_ids > 0 */
+    size_t              n_ids;
+} llm_req_prompt_t;
+
 typedef struct {
     const char         *request_id;         /* for logs; never NULL */
 
     /* the prompt: a chat, or a completion's raw text */
     int                 is_completion;
     const char         *prompt;             /* completion; never NULL */
+    const int32_t      *prompt_ids;         /* completion given as token
+                                             * ids (borrowed), or NULL */
+    size_t              n_prompt_ids;
+    llm_req_prompt_t   *prompts;            /* several prompts (2 or more;
+                                             * then prompt is ""), owned */
+    size_t              n_prompts;
     int                 echo;               /* completion: prompt first */
     json_t             *messages;           /* chat: array of OpenAI
                                              * message objects, or NULL */

@@ -6,7 +6,9 @@
  * grammar.h:
  *
  *   FREE    text; the model may write the opener (auto), or must not
- *           (none: tokens that would complete the opener are masked)
+ *           (none: tokens that would complete any of the family's
+ *           markers, opener or closer, are masked, and the text hook
+ *           drops a marker should one come all the same)
  *   LIT     a literal (an opener, a closer), a token at a time, each
  *           token a piece of what is left of it
  *   SET     one of a few literals: a tool's name and what follows it
@@ -71,6 +73,19 @@ static const char *llm_th_markers[][LLM_TH_MARKERS] = {
     [LLM_TOOLFMT_MISTRAL] = { "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", NULL },
     [LLM_TOOLFMT_DEEPSEEK_V3] = { DS_CALLS_BEGIN, DS_CALLS_END,
                                   DS_CALL_BEGIN, DS_CALL_END, DS_SEP, NULL },
+};
+
+/*
+ * What a call of each family begins with beside its markers: the JSON
+ * families' call object, as their templates and the grammar write it.
+ * With tool_choice none these are masked too (not stripped: they are
+ * also ordinary JSON), so that a model keen on calling cannot write the
+ * call without its opener either.
+ */
+static const char *llm_th_heads[][3] = {
+    [LLM_TOOLFMT_HERMES] = { "{\"name\": \"", "{\"name\":\"", NULL },
+    [LLM_TOOLFMT_LLAMA3_JSON] = { "{\"name\": \"", "{\"name\":\"",
+                                  NULL },
 };
 
 typedef enum {
@@ -175,8 +190,14 @@ typedef struct {
     uint32_t                n_ws;
     int32_t                *eog_toks;
     uint32_t                n_eog;
-    int32_t                *has_opener;  /* tokens containing the opener */
+    int32_t                *has_opener;  /* tokens containing the opener
+                                            (none: any forbidden marker) */
     uint32_t                n_has;
+    const char *const      *forbid;      /* none: the family's markers */
+    const char             *masked[LLM_TH_MARKERS + 3];  /* none: those
+                                            and the heads, NULL-ended */
+    char                    hold[64];    /* none: a marker's start, held */
+    size_t                  hold_len;
     float                  *saved;
 
     /* minimax-m2 */
@@ -252,6 +273,18 @@ llm_th_mark_bytes(uint8_t *in, const char *s, size_t len)
     }
 }
 
+/* none: whether b holds one of the masked texts whole. */
+static int
+llm_th_has_marker(const llm_th_t *th, const char *b, size_t len)
+{
+    for (size_t i = 0; th->masked[i]; i++) {
+        if (memmem(b, len, th->masked[i], strlen(th->masked[i]))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int
 llm_th_scan_vocab(llm_th_t *th)
 {
@@ -312,9 +345,11 @@ llm_th_scan_vocab(llm_th_t *th)
                 rc = llm_th_push(&th->bad_raw, &th->n_bad_raw, (int32_t) id);
             }
         }
-        if (rc == 0 && ol && len >= ol
-            && memchr(b, th->opener[0], len - ol + 1)
-            && memmem(b, len, th->opener, ol))
+        if (rc == 0
+            && (th->forbid ? llm_th_has_marker(th, b, len)
+                           : ol && len >= ol
+                             && memchr(b, th->opener[0], len - ol + 1)
+                             && memmem(b, len, th->opener, ol)))
         {
             rc = llm_th_push(&th->has_opener, &th->n_has, (int32_t) id);
         }
@@ -900,20 +935,14 @@ llm_th_go(llm_th_t *th, llm_th_next_e nx, int tool)
     }
 }
 
-/* none: mask what would write the opener. */
+/* none: mask the tokens that finish marker o begun in the tail. */
 static void
-llm_th_mask_opener(llm_th_t *th, float *logits, uint32_t n_vocab)
+llm_th_mask_finish(llm_th_t *th, const char *o, float *logits,
+    uint32_t n_vocab)
 {
-    const char *o = th->opener;
     size_t      ol = strlen(o);
     uint32_t    nv = llm_vocab_n_tokens(th->ctx->vocab);
 
-    for (uint32_t i = 0; i < th->n_has; i++) {
-        if ((uint32_t) th->has_opener[i] < n_vocab) {
-            logits[th->has_opener[i]] = -INFINITY;
-        }
-    }
-    /* the opener finished by the next token */
     for (size_t k = ol - 1; k > 0; k--) {
         if (th->tail_len < k
             || memcmp(th->tail + th->tail_len - k, o, k) != 0)
@@ -928,6 +957,21 @@ llm_th_mask_opener(llm_th_t *th, float *logits, uint32_t n_vocab)
                 logits[id] = -INFINITY;
             }
         }
+    }
+}
+
+/* none: mask what would write any of the family's markers, whole or
+ * finishing one begun in the text so far. */
+static void
+llm_th_mask_opener(llm_th_t *th, float *logits, uint32_t n_vocab)
+{
+    for (uint32_t i = 0; i < th->n_has; i++) {
+        if ((uint32_t) th->has_opener[i] < n_vocab) {
+            logits[th->has_opener[i]] = -INFINITY;
+        }
+    }
+    for (size_t i = 0; th->masked[i]; i++) {
+        llm_th_mask_finish(th, th->masked[i], logits, n_vocab);
     }
 }
 
@@ -1092,7 +1136,7 @@ llm_th_mask(void *ud, float *logits, uint32_t n_vocab)
 
     switch (th->phase) {
     case TP_FREE:
-        if (th->choice == LLM_TOOL_CHOICE_NONE && th->opener) {
+        if (th->forbid) {
             llm_th_mask_opener(th, logits, n_vocab);
         }
         return 0;
@@ -1168,6 +1212,23 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
     size_t      n, ol, rest;
     const char *f;
 
+    if (th->forbid) {
+        /* none: only the tail, for the markers' mask */
+        if (len >= sizeof(th->tail)) {
+            memcpy(th->tail, b + len - sizeof(th->tail), sizeof(th->tail));
+            th->tail_len = sizeof(th->tail);
+            return;
+        }
+        n = th->tail_len + len;
+        if (n > sizeof(th->tail)) {
+            memmove(th->tail, th->tail + n - sizeof(th->tail),
+                    sizeof(th->tail) - len);
+            th->tail_len = sizeof(th->tail) - len;
+        }
+        memcpy(th->tail + th->tail_len, b, len);
+        th->tail_len += len;
+        return;
+    }
     if (th->fmt == LLM_TOOLFMT_LLAMA3_JSON) {
         size_t k = 0;
 
@@ -1358,6 +1419,80 @@ llm_th_text(void *ud, const char *s, size_t len, int final,
         }
     }
     return llm_toolcall_feed(th->parser, s, len, final, out);
+}
+
+/* none: the length of the marker b starts with; more than n when b is
+ * the beginning of one (not final); 0 when neither. */
+static size_t
+llm_th_marker_at(const llm_th_t *th, const char *b, size_t n, int final)
+{
+    size_t  k, ml, part = 0;
+
+    for (k = 0; th->forbid[k]; k++) {
+        ml = strlen(th->forbid[k]);
+        if (n >= ml && memcmp(b, th->forbid[k], ml) == 0) {
+            return ml;
+        }
+        if (!final && n < ml && memcmp(b, th->forbid[k], n) == 0) {
+            part = ml;
+        }
+    }
+    return part;
+}
+
+/*
+ * none: the text as content, without any of the family's markers (the
+ * mask keeps the model from writing them; this keeps one that came all
+ * the same, e.g. through the prompt's own end, out of the answer).  The
+ * bytes that could begin a marker are held until the next piece decides
+ * them (markers begin with an ASCII byte, so what goes out is whole
+ * UTF-8 characters).
+ */
+static int
+llm_th_strip(void *ud, const char *s, size_t len, int final,
+    const llm_text_out_t *out)
+{
+    llm_th_t   *th = ud;
+    char        sbuf[256], *b = sbuf;
+    size_t      n = th->hold_len + len, i = 0, start = 0, ml;
+    int         held = 0;
+
+    if (n > sizeof(sbuf)) {
+        b = malloc(n);
+        if (b == NULL) {
+            return -ENOMEM;
+        }
+    }
+    memcpy(b, th->hold, th->hold_len);
+    memcpy(b + th->hold_len, s, len);
+    th->hold_len = 0;
+
+    while (i < n && !held) {
+        ml = llm_th_marker_at(th, b + i, n - i, final);
+        if (ml == 0) {
+            i++;
+            continue;
+        }
+        if (i > start) {
+            out->content(out->sink, b + start, i - start);
+        }
+        if (ml > n - i) {
+            /* a marker's beginning: held (fits: markers are short) */
+            memcpy(th->hold, b + i, n - i);
+            th->hold_len = n - i;
+            held = 1;
+        } else {
+            i += ml;
+        }
+        start = i;
+    }
+    if (!held && n > start) {
+        out->content(out->sink, b + start, n - start);
+    }
+    if (b != sbuf) {
+        free(b);
+    }
+    return 0;
 }
 
 static void
@@ -1586,6 +1721,20 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
     th->fmt = fmt;
     th->choice = c;
     th->parallel = rq->parallel_tool_calls;
+    if (c == LLM_TOOL_CHOICE_NONE) {
+        size_t k = 0;
+
+        th->forbid = llm_th_markers[fmt];
+        for (size_t i = 0; th->forbid[i]; i++) {
+            th->masked[k++] = th->forbid[i];
+        }
+        for (size_t i = 0; fmt < (int) (sizeof(llm_th_heads)
+                                        / sizeof(llm_th_heads[0]))
+                           && llm_th_heads[fmt][i]; i++)
+        {
+            th->masked[k++] = llm_th_heads[fmt][i];
+        }
+    }
 
     rc = llm_th_shape(th, tools, only, err, errlen);
     if (rc != 0) {
@@ -1626,7 +1775,7 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
     memset(out, 0, sizeof(*out));
     out->mask = llm_th_mask;
     out->accept = llm_th_accept;
-    out->text = c == LLM_TOOL_CHOICE_NONE ? NULL : llm_th_text;
+    out->text = c == LLM_TOOL_CHOICE_NONE ? llm_th_strip : llm_th_text;
     out->free = llm_th_free;
     out->ud = th;
     return 1;

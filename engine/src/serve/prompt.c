@@ -96,14 +96,75 @@ guard_replace(const llm_tok_guard_t *g, json_t **x)
 }
 
 /*
+ * Whether a template knows the developer role: its source names it.  A
+ * template that does not (most of them: Qwen, Llama, Mistral) would skip
+ * such a message, so it is given to it as a system message, as OpenAI
+ * treats developer messages for models without their own role.
+ */
+static int
+tmpl_has_developer(const llm_tmpl_t *tmpl)
+{
+    const char  *src;
+    size_t       len = 0;
+
+    src = tmpl ? llm_tmpl_source(tmpl, &len) : NULL;
+    return src != NULL && memmem(src, len, "developer", 9) != NULL;
+}
+
+/*
+ * The messages the template sees: msgs itself (a new reference), or with
+ * dev_as_system a copy in which each developer message is a shallow copy
+ * with role "system".  NULL on out of memory.
+ */
+static json_t *
+prompt_messages(json_t *msgs, int dev_as_system)
+{
+    json_t      *o, *x, *c;
+    const char  *role;
+    size_t       i;
+
+    if (msgs == NULL) {
+        return json_array();
+    }
+    if (!dev_as_system) {
+        return json_incref(msgs);
+    }
+    o = json_array();
+    if (o == NULL) {
+        return NULL;
+    }
+    json_array_foreach(msgs, i, x) {
+        role = json_string_value(json_object_get(x, "role"));
+        if (role != NULL && strcmp(role, "developer") == 0) {
+            c = json_copy(x);
+            if (c == NULL
+                || json_object_set_new(c, "role", json_string("system")) != 0)
+            {
+                json_decref(c);
+                json_decref(o);
+                return NULL;
+            }
+        } else {
+            c = json_incref(x);
+        }
+        if (json_array_append_new(o, c) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+/*
  * The template variables; with a guard, every string that came from the
  * request (messages, tools, chat_template_kwargs; keys included) carries
- * the tokenizer's guards.
+ * the tokenizer's guards.  dev_as_system: developer messages become
+ * system messages (prompt_messages).
  */
 static int
 prompt_vars(const llm_vocab_t *v, const llm_tok_guard_t *guard,
-    const llm_request_t *rq, json_t **out, const char **param, char *err,
-    size_t errlen)
+    const llm_request_t *rq, int dev_as_system, json_t **out,
+    const char **param, char *err, size_t errlen)
 {
     json_t       *vars = json_object(), *msgs = NULL, *x;
     size_t        i;
@@ -123,7 +184,7 @@ prompt_vars(const llm_vocab_t *v, const llm_tok_guard_t *guard,
             goto invalid;
         }
     }
-    msgs = rq->messages ? json_incref(rq->messages) : json_array();
+    msgs = prompt_messages(rq->messages, dev_as_system);
     if (msgs == NULL || guard_replace(guard, &msgs) != 0) {
         goto nomem;
     }
@@ -182,16 +243,41 @@ llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
 {
     json_t  *vars;
 
-    prompt_vars(v, NULL, rq, &vars, param, err, errlen);
+    prompt_vars(v, NULL, rq, 0, &vars, param, err, errlen);
     return vars;
+}
+
+/*
+ * A completion prompt given as token ids: those ids, each checked against
+ * the vocabulary (-EINVAL naming the first one out of it).
+ */
+static int
+prompt_ids(const llm_vocab_t *v, const int32_t *ids, size_t n,
+    llm_tokens_t *out, char *err, size_t errlen)
+{
+    uint32_t  nv = llm_vocab_n_tokens(v);
+
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t) ids[i] >= nv) {
+            snprintf(err, errlen, "prompt[%zu]: token id %d is not in the "
+                     "vocabulary (0..%u)", i, (int) ids[i], nv - 1);
+            return -EINVAL;
+        }
+        if (llm_tokens_push(out, ids[i]) != 0) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+    }
+    return 0;
 }
 
 /*
  * A completion prompt is the client's own raw text: tokenized as
  * llama.cpp's server does (special tokens parsed, BOS/EOS as the
- * vocabulary asks).  A chat is rendered with every request string
- * guarded, and tokenized so that special tokens come from the template's
- * markup only.
+ * vocabulary asks), or its token ids as they are.  A chat is rendered with every request string
+ * guarded (developer messages as system ones when the template has no
+ * developer role), and tokenized so that special tokens come from the
+ * template's markup only.
  */
 int
 llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
@@ -205,6 +291,14 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     size_t            len = 0, srclen;
     int               rc;
 
+    if (rq->is_completion && rq->n_prompts) {
+        return llm_prompt_build_nth(v, rq, 0, out, param, err, errlen);
+    }
+    if (rq->is_completion && rq->n_prompt_ids) {
+        *param = "prompt";
+        return prompt_ids(v, rq->prompt_ids, rq->n_prompt_ids, out, err,
+                          errlen);
+    }
     if (rq->is_completion) {
         *param = "prompt";
         return llm_tokenize(v, rq->prompt, strlen(rq->prompt),
@@ -222,7 +316,8 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    rc = prompt_vars(v, guard, rq, &vars, param, err, errlen);
+    rc = prompt_vars(v, guard, rq, !tmpl_has_developer(tmpl), &vars, param,
+                     err, errlen);
     llm_tok_guard_free(guard);
     if (rc != 0) {
         return rc;
@@ -236,6 +331,29 @@ llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     rc = llm_tokenize(v, text, len, LLM_TOK_PARSE_SPECIAL | LLM_TOK_GUARDED,
                       out, err, errlen);
     free(text);
+    return rc;
+}
+
+int
+llm_prompt_build_nth(const llm_vocab_t *v, const llm_request_t *rq,
+    size_t i, llm_tokens_t *out, const char **param, char *err,
+    size_t errlen)
+{
+    const llm_req_prompt_t  *p = &rq->prompts[i];
+    char                     e[256];
+    int                      rc;
+
+    *param = "prompt";
+    if (p->n_ids) {
+        rc = prompt_ids(v, p->ids, p->n_ids, out, e, sizeof(e));
+    } else {
+        rc = llm_tokenize(v, p->text, strlen(p->text),
+                          LLM_TOK_ADD_SPECIAL | LLM_TOK_PARSE_SPECIAL, out,
+                          e, sizeof(e));
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "prompt %zu: %s", i, e);
+    }
     return rc;
 }
 

@@ -8,7 +8,9 @@
  * guards (tokenizer.h), so "<|im_start|>" typed by a user stays plain
  * text.  A legacy completion prompt is the client's raw text, tokenized
  * as llama.cpp's server does: special tokens parsed, BOS/EOS as the
- * vocabulary asks.  See docs/TEMPLATES.md, "Special tokens".
+ * vocabulary asks.  A developer message reaches a template that has no
+ * developer role as a system message (OpenAI's rule).  See
+ * docs/TEMPLATES.md, "Special tokens".
  */
 
 #ifndef LLM_PROMPT_H
@@ -29,6 +31,14 @@
 int llm_prompt_build(const llm_tmpl_t *tmpl, const llm_vocab_t *v,
     const llm_request_t *rq, llm_tokens_t *out, const char **param,
     char *err, size_t errlen);
+
+/*
+ * Prompt i of a completion with several (rq->n_prompts), tokenized as a
+ * single completion prompt is; llm_prompt_build() gives prompt 0.
+ */
+int llm_prompt_build_nth(const llm_vocab_t *v, const llm_request_t *rq,
+    size_t i, llm_tokens_t *out, const char **param, char *err,
+    size_t errlen);
 
 /* The template variables alone (for tests and --dump-prompt). */
 json_t *llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,

@@ -58,6 +58,9 @@ struct llm_seq_s {
     char               *text;          /* content of the next Delta */
     size_t              text_len;
     size_t              text_cap;
+    llm_sample_result_t *plp;          /* echo with logprobs: the prompt
+                                          tokens' logprobs ([toks.n]) */
+    int32_t             plp_row;       /* this step's first prompt row */
     llm_seq_t          *qprev, *qnext;
 };
 
@@ -80,7 +83,13 @@ struct llm_sreq_s {
     int                   ignore_eos;
     int                   started;
     int                   dead;
-    char                 *echo;        /* completions with echo */
+    char                **echo;        /* completions with echo: the text
+                                          of each prompt, or NULL */
+    int                   prompt_lp;   /* echo with logprobs: each prompt
+                                          token with its logprob, as the
+                                          echo (no prefix cache then) */
+    uint32_t              n_per;       /* choices per prompt (n) */
+    uint32_t              n_prompts;   /* 1, or a completion's several */
     char                 *request_id;
     double                t_submit, t_admit, t_first;
 };
@@ -178,7 +187,8 @@ llm_seq_text(llm_seq_t *q, const char *p, size_t len)
  * its logprobs (when res is set and the request asked for them).
  */
 static void
-llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
+llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
+    const llm_sample_result_t *res, int echo)
 {
     llm_sched_t       *s = q->req->s;
     llm_sched_event_t  ev;
@@ -187,6 +197,7 @@ llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
         return;
     }
     memset(&ev, 0, sizeof(ev));
+    ev.u.delta.echo = echo;
     ev.kind = LLM_SEV_DELTA;
     ev.u.delta.index = q->index;
     ev.u.delta.text = q->text_len ? q->text : "";
@@ -200,6 +211,136 @@ llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
     q->text_len = 0;
     if (q->text) {
         q->text[0] = '\0';
+    }
+}
+
+static void
+llm_seq_flush_delta(llm_seq_t *q, int32_t tok, const llm_sample_result_t *res)
+{
+    llm_seq_flush_delta_as(q, tok, res, 0);
+}
+
+/*
+ * Echo with logprobs: the prompt of q (its first toks.n - n_gen tokens)
+ * as one Delta per token, each with its text and the logprobs plp holds
+ * (NaN for the first token, which nothing predicts).
+ */
+static void
+llm_seq_echo_logprobs(llm_sched_t *s, llm_seq_t *q)
+{
+    llm_detok_t  *d;
+    const char   *t;
+    size_t        len, n = q->toks.n - q->n_gen;
+
+    if (llm_detok_create(&d, s->c.vocab, NULL, 0) != 0) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        len = 0;
+        if (llm_detok_push(d, q->toks.ids[i], &t, &len) >= 0 && len) {
+            llm_seq_text(q, t, len);
+        }
+        if (i + 1 == n && llm_detok_flush(d, &t, &len) == 0 && len) {
+            llm_seq_text(q, t, len);
+        }
+        llm_seq_flush_delta_as(q, q->toks.ids[i], &q->plp[i], 1);
+    }
+    llm_detok_free(d);
+}
+
+/*
+ * The logprob of token tok under one row of raw logits (log-softmax,
+ * before any sampling option), and the top k into res.
+ */
+static void
+llm_row_logprobs(const float *row, uint32_t V, int32_t tok, uint32_t k,
+    llm_sample_result_t *res)
+{
+    float   mx = -INFINITY;
+    double  sum = 0.0;
+    float   lse;
+
+    for (uint32_t i = 0; i < V; i++) {
+        mx = row[i] > mx ? row[i] : mx;
+    }
+    for (uint32_t i = 0; i < V; i++) {
+        sum += exp((double) (row[i] - mx));
+    }
+    lse = mx + (float) log(sum);
+    res->token = tok;
+    res->logprob = row[tok] - lse;
+    res->n_top = 0;
+    if (k > LLM_SAMPLE_MAX_TOP_LOGPROBS) {
+        k = LLM_SAMPLE_MAX_TOP_LOGPROBS;
+    }
+    /* insertion into the k best so far, best first */
+    for (uint32_t i = 0; i < V && k; i++) {
+        uint32_t  j = res->n_top;
+
+        if (j == k && row[i] - lse <= res->top[k - 1].logprob) {
+            continue;
+        }
+        if (j == k) {
+            j--;
+        } else {
+            res->n_top++;
+        }
+        while (j > 0 && res->top[j - 1].logprob < row[i] - lse) {
+            res->top[j] = res->top[j - 1];
+            j--;
+        }
+        res->top[j].token = (int32_t) i;
+        res->top[j].logprob = row[i] - lse;
+    }
+}
+
+/*
+ * q's tokens of this step into the batch from token nt on, as sequence
+ * ns: a row of logits for its last token (the next one is sampled from
+ * it), and with echo and logprobs one for every prompt token before it
+ * too (from plp_row on).  nt and nl (rows) advance.
+ */
+static void
+llm_seq_batch(llm_sched_t *s, llm_seq_t *q, uint32_t ns, uint32_t *nt,
+    uint32_t *nl)
+{
+    q->plp_row = -1;
+    for (uint32_t j = 0; j < q->step_n; j++) {
+        uint32_t p = q->n_done + j, t = (*nt)++;
+
+        s->b_tok[t] = q->toks.ids[p];
+        s->b_pos[t] = (int32_t) p;
+        s->b_seq[t] = (int32_t) ns;
+        if (q->plp && q->n_gen == 0 && p + 1 < q->toks.n) {
+            /* echo with logprobs: this row predicts token p + 1 */
+            if (q->plp_row < 0) {
+                q->plp_row = (int32_t) *nl;
+            }
+            s->b_logits[t] = 1;
+            (*nl)++;
+            continue;
+        }
+        s->b_logits[t] = p + 1 == q->toks.n;
+        if (s->b_logits[t]) {
+            q->logit_row = (int32_t) (*nl)++;
+        }
+    }
+}
+
+/*
+ * Echo with logprobs, after a prefill step of q: each prompt token this
+ * step predicted (from plp_row on, one row per position) gets its
+ * logprob and top.
+ */
+static void
+llm_seq_prompt_logprobs(llm_sched_t *s, llm_seq_t *q)
+{
+    for (uint32_t j = 0; q->plp_row >= 0 && j < q->step_n
+                         && q->n_done + j + 1 < q->toks.n; j++)
+    {
+        llm_row_logprobs(s->out + (size_t) (q->plp_row + j) * s->c.n_vocab,
+                         s->c.n_vocab, q->toks.ids[q->n_done + j + 1],
+                         q->req->sp.top_logprobs, &q->plp[q->n_done + j + 1]);
     }
 }
 
@@ -409,6 +550,7 @@ llm_req_destroy(llm_sreq_t *r)
         llm_tokens_free(&q->toks);
         free(q->blocks);
         free(q->text);
+        free(q->plp);
     }
     if (!r->started) {
         s->n_queued_reqs--;
@@ -429,6 +571,9 @@ llm_req_destroy(llm_sreq_t *r)
     free(r->stops);
     free(r->bias_ids);
     free(r->bias_vals);
+    for (uint32_t p = 0; r->echo && p < r->n_prompts; p++) {
+        free(r->echo[p]);
+    }
     free(r->echo);
     free(r->request_id);
     free(r->seqs);
@@ -536,21 +681,176 @@ llm_sched_free(llm_sched_t *s)
 }
 
 
+
+/*
+ * The text of a prompt given as token ids, for echo: detokenized as the
+ * output is (control tokens give nothing).  malloc'd; NULL on no memory.
+ */
+static char *
+llm_echo_text(const llm_sched_t *s, const int32_t *ids, size_t n)
+{
+    llm_detok_t  *d;
+    const char   *t;
+    size_t        len, tl = 0, cap = 64;
+    char         *text = malloc(cap), *x;
+
+    if (text == NULL || llm_detok_create(&d, s->c.vocab, NULL, 0) != 0) {
+        free(text);
+        return NULL;
+    }
+    for (size_t i = 0; i <= n; i++) {
+        len = 0;
+        if (i < n ? llm_detok_push(d, ids[i], &t, &len) < 0
+                  : llm_detok_flush(d, &t, &len) != 0)
+        {
+            len = 0;
+        }
+        if (tl + len + 1 > cap) {
+            while (tl + len + 1 > cap) {
+                cap *= 2;
+            }
+            x = realloc(text, cap);
+            if (x == NULL) {
+                free(text);
+                llm_detok_free(d);
+                return NULL;
+            }
+            text = x;
+        }
+        if (len) {
+            memcpy(text + tl, t, len);
+            tl += len;
+        }
+    }
+    text[tl] = '\0';
+    llm_detok_free(d);
+    return text;
+}
+
 /* Submission. */
+
+/*
+ * The context check, with both numbers, for the longest of the prompts;
+ * sets r->n_prompt (all prompts' tokens) and r->max_tokens.  0, or
+ * -EINVAL (an empty prompt) / -E2BIG with param and err written.
+ */
+static int
+llm_req_context(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
+    const llm_tokens_t *prompts, uint32_t n_prompts, const char **param,
+    char *err, size_t errlen)
+{
+    const llm_req_sampling_t *sm = &rq->sampling;
+    const llm_tokens_t       *prompt;
+    uint32_t                  max_new, p;
+
+    prompt = &prompts[0];
+    r->n_prompt = 0;
+    for (p = 0; p < n_prompts; p++) {
+        if (prompts[p].n == 0) {
+            *param = rq->is_completion ? "prompt" : "messages";
+            snprintf(err, errlen, "the prompt is empty (0 tokens)");
+            return -EINVAL;
+        }
+        r->n_prompt += (uint32_t) prompts[p].n;
+        if (prompts[p].n > prompt->n) {
+            prompt = &prompts[p];
+        }
+    }
+    if (prompt->n >= s->c.n_ctx) {
+        *param = rq->is_completion ? "prompt" : "messages";
+        snprintf(err, errlen, "This model's maximum context length is %u "
+                 "tokens. However, your messages resulted in %zu tokens. "
+                 "Please reduce the length of the messages.", s->c.n_ctx,
+                 prompt->n);
+        return -E2BIG;
+    }
+    max_new = s->c.n_ctx - (uint32_t) prompt->n;
+    r->max_tokens = sm->max_tokens ? sm->max_tokens : max_new;
+    if (r->max_tokens > max_new) {
+        *param = rq->is_completion ? "prompt" : "messages";
+        snprintf(err, errlen, "This model's maximum context length is %u "
+                 "tokens. However, you requested %llu tokens (%zu in the "
+                 "messages, %u in the completion). Please reduce the length "
+                 "of the messages or completion.", s->c.n_ctx,
+                 (unsigned long long) prompt->n + r->max_tokens, prompt->n,
+                 r->max_tokens);
+        return -E2BIG;
+    }
+
+    return 0;
+}
+
+/*
+ * Echo: with logprobs, a logprob slot per prompt token of each sequence
+ * (the prompt then goes out token by token, llm_seq_echo_logprobs);
+ * without, the text of each prompt.  0 or -ENOMEM.
+ */
+static int
+llm_req_echo(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
+    uint32_t n_prompts)
+{
+    const llm_req_sampling_t *sm = &rq->sampling;
+    uint32_t                  p;
+
+    r->prompt_lp = rq->is_completion && rq->echo
+                   && (sm->logprobs || sm->top_logprobs);
+    for (uint32_t k = 0; r->prompt_lp && k < r->n; k++) {
+        llm_seq_t *q = &r->seqs[k];
+
+        q->plp = calloc(q->toks.n, sizeof(llm_sample_result_t));
+        if (q->plp == NULL) {
+            return -ENOMEM;
+        }
+        q->plp[0].token = q->toks.ids[0];
+        q->plp[0].logprob = NAN;
+    }
+    if (rq->is_completion && rq->echo && !r->prompt_lp) {
+        r->echo = calloc(n_prompts, sizeof(char *));
+        if (r->echo == NULL) {
+            return -ENOMEM;
+        }
+        for (p = 0; p < n_prompts; p++) {
+            const llm_req_prompt_t  one = {
+                rq->prompt, rq->prompt_ids, rq->n_prompt_ids
+            };
+            const llm_req_prompt_t *e = rq->n_prompts ? &rq->prompts[p]
+                                                      : &one;
+
+            r->echo[p] = e->n_ids ? llm_echo_text(s, e->ids, e->n_ids)
+                                  : strdup(e->text);
+            if (r->echo[p] == NULL) {
+                return -ENOMEM;
+            }
+        }
+    }
+    return 0;
+}
 
 static int
 llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
-    llm_tokens_t *prompt, const char **param, char *err, size_t errlen)
+    llm_tokens_t *prompts, uint32_t n_prompts, const char **param,
+    char *err, size_t errlen)
 {
     const llm_req_sampling_t *sm = &rq->sampling;
-    uint32_t              V = s->c.n_vocab, max_new;
+    uint32_t              V = s->c.n_vocab, p;
     uint64_t              seed;
     llm_sched_limits_t    lim;
     size_t                i;
     int                   rc;
 
     llm_sched_get_limits(s, &lim);
-    r->n = sm->n ? sm->n : 1;
+    r->n_per = sm->n ? sm->n : 1;
+    r->n_prompts = n_prompts;
+    r->n = r->n_per * n_prompts;
+    if (n_prompts > 1 && (r->n > lim.max_choices || r->n / n_prompts
+                                                    != r->n_per))
+    {
+        *param = "n";
+        snprintf(err, errlen, "n times the number of prompts must be at "
+                 "most %u, got %u x %u", lim.max_choices, r->n_per,
+                 n_prompts);
+        return -EINVAL;
+    }
     if (r->n > lim.max_choices) {
         *param = "n";
         snprintf(err, errlen, "n must be between 1 and %u, got %u",
@@ -661,32 +961,9 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
         }
     }
 
-    /* the context check, with both numbers */
-    r->n_prompt = (uint32_t) prompt->n;
-    if (prompt->n == 0) {
-        *param = rq->is_completion ? "prompt" : "messages";
-        snprintf(err, errlen, "the prompt is empty (0 tokens)");
-        return -EINVAL;
-    }
-    if (prompt->n >= s->c.n_ctx) {
-        *param = rq->is_completion ? "prompt" : "messages";
-        snprintf(err, errlen, "This model's maximum context length is %u "
-                 "tokens. However, your messages resulted in %zu tokens. "
-                 "Please reduce the length of the messages.", s->c.n_ctx,
-                 prompt->n);
-        return -E2BIG;
-    }
-    max_new = s->c.n_ctx - (uint32_t) prompt->n;
-    r->max_tokens = sm->max_tokens ? sm->max_tokens : max_new;
-    if (r->max_tokens > max_new) {
-        *param = rq->is_completion ? "prompt" : "messages";
-        snprintf(err, errlen, "This model's maximum context length is %u "
-                 "tokens. However, you requested %llu tokens (%zu in the "
-                 "messages, %u in the completion). Please reduce the length "
-                 "of the messages or completion.", s->c.n_ctx,
-                 (unsigned long long) prompt->n + r->max_tokens, prompt->n,
-                 r->max_tokens);
-        return -E2BIG;
+    rc = llm_req_context(s, r, rq, prompts, n_prompts, param, err, errlen);
+    if (rc != 0) {
+        return rc;
     }
 
     if (sm->has_seed) {
@@ -713,12 +990,17 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             snprintf(err, errlen, "detokenizer: %s", strerror(-rc));
             return rc;
         }
-        if (k == 0) {
-            q->toks = *prompt;
-            memset(prompt, 0, sizeof(*prompt));
+        /* choice k answers prompt k / n_per: the first of its prompt
+         * takes the tokens, the others copy them */
+        p = k / r->n_per;
+        if (k % r->n_per == 0) {
+            q->toks = prompts[p];
+            memset(&prompts[p], 0, sizeof(prompts[p]));
         } else {
-            for (i = 0; i < r->seqs[0].toks.n; i++) {
-                if (llm_tokens_push(&q->toks, r->seqs[0].toks.ids[i]) != 0) {
+            const llm_tokens_t *f = &r->seqs[p * r->n_per].toks;
+
+            for (i = 0; i < f->n; i++) {
+                if (llm_tokens_push(&q->toks, f->ids[i]) != 0) {
                     return -ENOMEM;
                 }
             }
@@ -732,8 +1014,9 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             }
         }
     }
-    if (rq->is_completion && rq->echo && rq->prompt[0]) {
-        r->echo = strdup(rq->prompt);
+    rc = llm_req_echo(s, r, rq, n_prompts);
+    if (rc != 0) {
+        return rc;
     }
     r->request_id = strdup(rq->request_id ? rq->request_id : "");
     return 0;
@@ -771,6 +1054,13 @@ llm_sreq_t *
 llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner)
 {
+    return llm_sched_submit_many(s, rq, prompt, 1, owner);
+}
+
+llm_sreq_t *
+llm_sched_submit_many(llm_sched_t *s, const llm_request_t *rq,
+    llm_tokens_t *prompts, uint32_t n_prompts, void *owner)
+{
     llm_sreq_t    *r;
     const char    *param = NULL;
     char           err[512] = "", pbuf[96];
@@ -800,7 +1090,8 @@ llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     s->reqs = r;
     s->n_queued_reqs++;
 
-    rc = llm_req_setup(s, r, rq, prompt, &param, err, sizeof(err));
+    rc = llm_req_setup(s, r, rq, prompts, n_prompts, &param, err,
+                       sizeof(err));
     if (rc != 0) {
         param = llm_hooks_err_param(param, err, pbuf, sizeof(pbuf));
         llm_emit_error(s, owner,
@@ -914,9 +1205,11 @@ llm_req_started(llm_sched_t *s, llm_sreq_t *r, uint32_t cached)
     ev.u.started.prompt_tokens = r->n_prompt;
     ev.u.started.cached_tokens = cached;
     s->c.emit(r->owner, &ev);
-    if (r->echo) {
-        for (uint32_t k = 0; k < r->n; k++) {
-            llm_seq_text(&r->seqs[k], r->echo, strlen(r->echo));
+    for (uint32_t k = 0; r->echo && k < r->n; k++) {
+        const char *e = r->echo[k / r->n_per];
+
+        if (e && e[0]) {
+            llm_seq_text(&r->seqs[k], e, strlen(e));
             llm_seq_flush_delta(&r->seqs[k], -1, NULL);
         }
     }
@@ -943,7 +1236,7 @@ llm_sched_admit(llm_sched_t *s)
         if (llm_seq_reserve_blocks(q, need + 1) != 0) {
             return;
         }
-        while (shared < max_shared) {
+        while (shared < max_shared && !(q->plp && q->n_gen == 0)) {
             const int32_t *t = q->toks.ids + (size_t) shared * bt;
 
             hh = llm_kvalloc_hash(h, t, bt);
@@ -1077,6 +1370,9 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     if (q->n_gen == 1 && q->index == 0) {
         llm_req_release_siblings(s, r);
     }
+    if (q->n_gen == 1 && q->plp) {
+        llm_seq_echo_logprobs(s, q);
+    }
     if (q->hooks.accept) {
         q->hooks.accept(q->hooks.ud, tok);
     }
@@ -1112,8 +1408,8 @@ llm_sched_reap(llm_sched_t *s)
 int
 llm_sched_step(llm_sched_t *s)
 {
-    uint32_t  bt = s->c.block_tokens, budget, i, j, nt, ns, nl;
-    uint32_t  n_dec = 0;
+    uint32_t  bt = s->c.block_tokens, budget, i, nt, ns, nl;
+    uint32_t  n_dec = 0, rows;
     llm_batch_t b;
     char      err[256] = "";
     int       rc;
@@ -1140,12 +1436,18 @@ llm_sched_step(llm_sched_t *s)
         }
     }
     budget = s->c.step_tokens - n_dec;
+    rows = s->c.max_batch - s->n_run;  /* logits rows beyond one each */
     for (i = 0; i < s->n_run && budget > 0; i++) {
         llm_seq_t *q = s->run[i];
         uint32_t   pend = (uint32_t) q->toks.n - q->n_done;
 
         if (pend > 1 && (!s->c.ready || s->c.ready(q->req->owner))) {
             q->step_n = pend < budget ? pend : budget;
+            if (q->plp && q->n_gen == 0) {
+                /* a row of logits per prompt token: as many as fit */
+                q->step_n = q->step_n < rows + 1 ? q->step_n : rows + 1;
+                rows -= q->step_n - 1;
+            }
             budget -= q->step_n;
         }
     }
@@ -1183,18 +1485,7 @@ llm_sched_step(llm_sched_t *s)
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
         s->b_seqs[ns] = q;
-        for (j = 0; j < q->step_n; j++) {
-            uint32_t p = q->n_done + j;
-
-            s->b_tok[nt] = q->toks.ids[p];
-            s->b_pos[nt] = (int32_t) p;
-            s->b_seq[nt] = (int32_t) ns;
-            s->b_logits[nt] = p + 1 == q->toks.n;
-            if (s->b_logits[nt]) {
-                q->logit_row = (int32_t) nl++;
-            }
-            nt++;
-        }
+        llm_seq_batch(s, q, ns, &nt, &nl);
         ns++;
     }
     if (nt == 0) {
@@ -1234,6 +1525,7 @@ llm_sched_step(llm_sched_t *s)
     for (i = 0; i < ns; i++) {
         llm_seq_t *q = s->b_seqs[i];
 
+        llm_seq_prompt_logprobs(s, q);
         q->n_done += q->step_n;
         llm_seq_publish(s, q);
         if (q->logit_row >= 0) {

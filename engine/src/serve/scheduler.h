@@ -103,6 +103,10 @@ typedef struct {
             int32_t         token;          /* -1: text only */
             /* token's logprobs, when the request asked for them */
             const llm_sample_result_t *lp;
+            int             echo;           /* token is a prompt token
+                                             * (echo with logprobs): not
+                                             * generated; lp->logprob NaN
+                                             * for the first */
         } delta;
         struct {
             uint32_t        index;          /* choice */
@@ -196,6 +200,15 @@ void llm_sched_free(llm_sched_t *s);
  */
 llm_sreq_t *llm_sched_submit(llm_sched_t *s, const llm_request_t *rq,
     llm_tokens_t *prompt, void *owner);
+
+/*
+ * The same for a completion with several prompts (n_prompts >= 1, each
+ * moved and left empty): each prompt gets rq's n choices, choice index
+ * prompt * n + j (OpenAI's numbering); usage counts every prompt's
+ * tokens; n times n_prompts is held to the max_choices limit.
+ */
+llm_sreq_t *llm_sched_submit_many(llm_sched_t *s, const llm_request_t *rq,
+    llm_tokens_t *prompts, uint32_t n_prompts, void *owner);
 
 /* The owner is gone: drop the request now, freeing its KV blocks.  No
  * more events are emitted. */

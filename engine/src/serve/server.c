@@ -66,6 +66,8 @@ struct llm_prep_s {
     atomic_int      dropped;       /* set by the loop: skip the work */
     int             rc;            /* llm_prompt_build's */
     llm_tokens_t    toks;
+    llm_tokens_t   *all;           /* several prompts: each one's tokens */
+    size_t          n_all;
     const char     *param;
     double          ms;            /* the worker's time on it */
     char            err[512];
@@ -432,7 +434,30 @@ llm_prep_free(llm_prep_t *j)
     llm_request_free(&j->req);
     llm__request__free_unpacked(j->rq, NULL);
     llm_tokens_free(&j->toks);
+    for (size_t i = 0; i < j->n_all; i++) {
+        llm_tokens_free(&j->all[i]);
+    }
+    free(j->all);
     free(j);
+}
+
+/* A completion with several prompts: each one's tokens into j->all. */
+static int
+llm_prep_prompts(llm_server_t *srv, llm_prep_t *j)
+{
+    int rc = 0;
+
+    j->all = calloc(j->req.n_prompts, sizeof(llm_tokens_t));
+    if (j->all == NULL) {
+        snprintf(j->err, sizeof(j->err), "out of memory");
+        return -ENOMEM;
+    }
+    j->n_all = j->req.n_prompts;
+    for (size_t i = 0; i < j->n_all && rc == 0; i++) {
+        rc = llm_prompt_build_nth(srv->c.vocab, &j->req, i, &j->all[i],
+                                  &j->param, j->err, sizeof(j->err));
+    }
+    return rc;
 }
 
 /* The worker: prepare the jobs in order until told to stop. */
@@ -474,7 +499,9 @@ llm_prep_main(void *arg)
             /* the one place a Generate is decoded */
             j->rc = llm_wire_request(&j->req, j->rq->generate, j->err,
                                      sizeof(j->err));
-            if (j->rc == 0) {
+            if (j->rc == 0 && j->req.n_prompts > 1) {
+                j->rc = llm_prep_prompts(srv, j);
+            } else if (j->rc == 0) {
                 j->rc = llm_prompt_build(srv->c.tmpl, srv->c.vocab, &j->req,
                                          &j->toks, &j->param, j->err,
                                          sizeof(j->err));
@@ -546,7 +573,10 @@ llm_srv_prepared(llm_conn_t *c, llm_prep_t *j)
         llm_log(LLM_LOG_DEBUG, "request %s: %zu prompt tokens prepared in "
                 "%.1f ms, key %s", c->req_id, j->toks.n, j->ms,
                 j->rq->generate->key_id[0] ? j->rq->generate->key_id : "-");
-        c->req = llm_sched_submit(srv->sched, &j->req, &j->toks, c);
+        c->req = j->n_all
+                 ? llm_sched_submit_many(srv->sched, &j->req, j->all,
+                                         j->n_all, c)
+                 : llm_sched_submit(srv->sched, &j->req, &j->toks, c);
     }
     if (c->req == NULL && srv->draining) {
         c->closing = 1;

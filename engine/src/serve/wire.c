@@ -137,6 +137,24 @@ llm_wire_request(llm_request_t *r, const Llm__GenerateRequest *g,
     r->request_id = g->request_id ? g->request_id : "";
     r->is_completion = g->is_completion;
     r->prompt = g->prompt ? g->prompt : "";
+    if (g->is_completion && g->n_prompt_token_ids) {
+        r->prompt_ids = g->prompt_token_ids;
+        r->n_prompt_ids = g->n_prompt_token_ids;
+    }
+    if (g->is_completion && g->n_prompts > 1) {
+        r->prompts = calloc(g->n_prompts, sizeof(llm_req_prompt_t));
+        if (r->prompts == NULL) {
+            snprintf(err, errlen, "out of memory");
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < g->n_prompts; i++) {
+            r->prompts[i].text = g->prompts[i]->text ? g->prompts[i]->text
+                                                     : "";
+            r->prompts[i].ids = g->prompts[i]->token_ids;
+            r->prompts[i].n_ids = g->prompts[i]->n_token_ids;
+        }
+        r->n_prompts = g->n_prompts;
+    }
     r->echo = g->echo;
     r->parallel_tool_calls = g->parallel_tool_calls;
     /* a completion has no tools: they are not even parsed */
@@ -201,7 +219,8 @@ llm_wire_delta(const llm_sched_event_t *ev, const llm_vocab_t *v,
 
     d.index = ev->u.delta.index;
     d.text = (char *) ev->u.delta.text;
-    if (tok >= 0) {
+    if (tok >= 0 && !ev->u.delta.echo) {
+        /* a prompt token echoed is not output: only its logprob goes */
         d.n_tokens = 1;
         d.tokens = &tok;
     }
