@@ -612,15 +612,38 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
         return ngx_http_llm_whole_body(r, &body);
 
+    case LLM__EVENT__KIND_EMBED:
+
+        if (ctx->emb == NULL) {
+            break;
+        }
+
+        ctx->done = 1;
+        ngx_http_llm_terminal(r, ctx);
+        ngx_http_llm_no_retry(r);
+
+        if (ngx_http_llm_embed_body(r, ctx, ev->embed, &body) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        rc = ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, body.len, 0);
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        return ngx_http_llm_whole_body(r, &body);
+
     case LLM__EVENT__KIND_ERROR:
         return ngx_http_llm_engine_error(r, ctx, ev->error);
 
     default:
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "llm: engine sent an unexpected event %d",
-                      (int) ev->kind_case);
-        return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        break;
     }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "llm: engine sent an unexpected event %d",
+                  (int) ev->kind_case);
+    return NGX_HTTP_UPSTREAM_INVALID_HEADER;
 }
 
 

@@ -57,7 +57,8 @@
 typedef struct llm_conn_s  llm_conn_t;
 typedef struct llm_prep_s  llm_prep_t;
 
-/* A Generate whose prompt the worker prepares, or a Tokenize. */
+/* A Generate whose prompt the worker prepares, a Tokenize, or an Embed
+ * (tokenized and run through the forward pass by the worker). */
 struct llm_prep_s {
     llm_prep_t     *next;          /* on the worker's FIFO or done list */
     llm_conn_t     *conn;          /* loop only; NULL: the result is dropped */
@@ -68,6 +69,9 @@ struct llm_prep_s {
     llm_tokens_t    toks;
     const char     *param;
     double          ms;            /* the worker's time on it */
+    float          *vec;           /* Embed: [n_in][dims] */
+    uint32_t       *in_tokens;     /* Embed: [n_in] tokens of each input */
+    uint32_t        n_in, dims;
     char            err[512];
 };
 
@@ -432,7 +436,69 @@ llm_prep_free(llm_prep_t *j)
     llm_request_free(&j->req);
     llm__request__free_unpacked(j->rq, NULL);
     llm_tokens_free(&j->toks);
+    free(j->vec);
+    free(j->in_tokens);
     free(j);
+}
+
+/*
+ * An Embed on the worker: the texts tokenized (special tokens added as the
+ * vocabulary asks), then every input through the forward pass together.
+ * The loop never runs the forward pass of an embedding engine (it takes
+ * no Generate), so the context is the worker's while this runs.
+ */
+static void
+llm_prep_embed(llm_server_t *srv, llm_prep_t *j)
+{
+    const Llm__EmbedRequest  *e = j->rq->embed;
+    const llm_embed_conf_t   *ec = srv->c.embed;
+    llm_tokens_t             *in;
+    uint32_t                  i, n = (uint32_t) e->n_inputs;
+    double                    t0 = llm_srv_now();
+
+    j->param = "input";
+    in = calloc(n ? n : 1, sizeof(*in));
+    j->in_tokens = calloc(n ? n : 1, sizeof(uint32_t));
+    if (in == NULL || j->in_tokens == NULL) {
+        j->rc = -ENOMEM;
+        free(in);
+        return;
+    }
+    j->rc = 0;
+    for (i = 0; i < n && j->rc == 0; i++) {
+        const Llm__EmbedInput *x = e->inputs[i];
+
+        if (x->is_tokens) {
+            in[i].ids = x->tokens;      /* borrowed: not freed below */
+            in[i].n = x->n_tokens;
+        } else {
+            j->rc = llm_tokenize(srv->c.vocab, x->text, strlen(x->text),
+                                 LLM_TOK_ADD_SPECIAL, &in[i], j->err,
+                                 sizeof(j->err));
+        }
+        j->in_tokens[i] = (uint32_t) in[i].n;
+    }
+    if (j->rc == 0) {
+        j->dims = e->dimensions ? e->dimensions : ec->n_embd;
+        if (j->dims <= ec->n_embd) {
+            j->vec = malloc((size_t) (n ? n : 1) * j->dims * sizeof(float));
+            if (j->vec == NULL) {
+                j->rc = -ENOMEM;
+            }
+        }
+    }
+    if (j->rc == 0) {
+        j->n_in = n;
+        j->rc = llm_embed_run(ec, in, n, e->dimensions, j->vec, &j->param,
+                              j->err, sizeof(j->err));
+    }
+    for (i = 0; i < n; i++) {
+        if (!e->inputs[i]->is_tokens) {
+            llm_tokens_free(&in[i]);
+        }
+    }
+    free(in);
+    j->ms = (llm_srv_now() - t0) * 1e3;
 }
 
 /* The worker: prepare the jobs in order until told to stop. */
@@ -468,6 +534,8 @@ llm_prep_main(void *arg)
                                  | (t->parse_special ? LLM_TOK_PARSE_SPECIAL
                                                      : 0),
                                  &j->toks, j->err, sizeof(j->err));
+        } else if (j->rq->kind_case == LLM__REQUEST__KIND_EMBED) {
+            llm_prep_embed(srv, j);
         } else {
             double t0 = llm_srv_now();
 
@@ -576,6 +644,57 @@ llm_srv_tokenized(llm_conn_t *c, llm_prep_t *j)
     }
 }
 
+/* c's Embed is done: the vectors, or the error. */
+static void
+llm_srv_embedded(llm_conn_t *c, llm_prep_t *j)
+{
+    Llm__Event           ev = LLM__EVENT__INIT;
+    Llm__EmbedResponse   er = LLM__EMBED_RESPONSE__INIT;
+    Llm__Usage           u = LLM__USAGE__INIT;
+    Llm__Embedding      *rows, **prow;
+    uint32_t             i, total = 0;
+
+    if (j->rc != 0) {
+        llm_conn_error(c, j->rc == -EINVAL ? LLM_ERR_INVALID_REQUEST
+                                           : LLM_ERR_INTERNAL,
+                       j->rc == -EINVAL ? j->param : NULL, "%s",
+                       j->err[0] ? j->err : strerror(-j->rc));
+        c->closing |= c->srv->draining;
+        return;
+    }
+    rows = calloc(j->n_in, sizeof(*rows));
+    prow = calloc(j->n_in, sizeof(*prow));
+    if (rows == NULL || prow == NULL) {
+        free(rows);
+        free(prow);
+        llm_conn_error(c, LLM_ERR_INTERNAL, NULL, "out of memory");
+        return;
+    }
+    for (i = 0; i < j->n_in; i++) {
+        llm__embedding__init(&rows[i]);
+        rows[i].n_values = j->dims;
+        rows[i].values = j->vec + (size_t) i * j->dims;
+        rows[i].tokens = j->in_tokens[i];
+        total += j->in_tokens[i];
+        prow[i] = &rows[i];
+    }
+    u.prompt_tokens = total;
+    er.n_data = j->n_in;
+    er.data = prow;
+    er.usage = &u;
+    er.model = (char *) c->srv->c.model_name;
+    ev.kind_case = LLM__EVENT__KIND_EMBED;
+    ev.embed = &er;
+    llm_log(LLM_LOG_DEBUG, "request %s: %u inputs, %u tokens embedded in "
+            "%.1f ms", c->req_id ? c->req_id : "-", j->n_in, total, j->ms);
+    llm_conn_send(c, &ev);
+    free(rows);
+    free(prow);
+    if (c->srv->draining) {
+        c->closing = 1;
+    }
+}
+
 /* The eventfd fired: take the finished jobs, in the order they ended. */
 static void
 llm_prep_results(llm_server_t *srv)
@@ -600,6 +719,8 @@ llm_prep_results(llm_server_t *srv)
             j->conn->prep = NULL;
             if (j->rq->kind_case == LLM__REQUEST__KIND_TOKENIZE) {
                 llm_srv_tokenized(j->conn, j);
+            } else if (j->rq->kind_case == LLM__REQUEST__KIND_EMBED) {
+                llm_srv_embedded(j->conn, j);
             } else {
                 llm_srv_prepared(j->conn, j);
             }
@@ -655,6 +776,13 @@ llm_srv_generate(llm_conn_t *c, Llm__Request *rq)
         llm_conn_error(c, LLM_ERR_MODEL_NOT_FOUND, "model",
                        "The model '%s' does not exist on this engine; it "
                        "serves '%s'", g->model, srv->c.model_name);
+        return 0;
+    }
+    if (srv->c.embed != NULL) {
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, "model",
+                       "The model '%s' is an embedding model (the engine "
+                       "runs with --embeddings): use /v1/embeddings",
+                       srv->c.model_name);
         return 0;
     }
     if (llm_prep_submit(c, rq) != 0) {
@@ -779,9 +907,60 @@ llm_srv_info(llm_conn_t *c)
     in.system_fingerprint = (char *) (srv->c.sched.fingerprint
                                       ? srv->c.sched.fingerprint : "");
     in.limits = &el;
+    if (srv->c.embed != NULL) {
+        in.embeddings = 1;
+        in.embedding_length = srv->c.embed->n_embd;
+        in.pooling = (char *) llm_pooling_name(srv->c.embed->pooling);
+        in.embedding_truncate = srv->c.embed->truncate;
+        el.max_embed_inputs = srv->c.embed->max_inputs;
+    }
     ev.kind_case = LLM__EVENT__KIND_INFO;
     ev.info = &in;
     llm_conn_send(c, &ev);
+}
+
+/*
+ * An Embed: checked here, tokenized and run by the worker.  Returns 1 when
+ * the job took rq, 0 when the caller still owns it (answered here).
+ */
+static int
+llm_srv_embed(llm_conn_t *c, Llm__Request *rq)
+{
+    llm_server_t            *srv = c->srv;
+    const Llm__EmbedRequest *e = rq->embed;
+
+    free(c->req_id);
+    c->req_id = strdup(e->request_id[0] ? e->request_id : "-");
+    if (srv->draining) {
+        llm_conn_error(c, LLM_ERR_SHUTTING_DOWN, NULL,
+                       "the engine is shutting down");
+        c->closing = 1;
+        return 0;
+    }
+    if (!llm_srv_model_ok(srv, e->model)) {
+        llm_conn_error(c, LLM_ERR_MODEL_NOT_FOUND, "model",
+                       "The model '%s' does not exist on this engine; it "
+                       "serves '%s'", e->model, srv->c.model_name);
+        return 0;
+    }
+    if (srv->c.embed == NULL) {
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, "model",
+                       "The model '%s' does not serve embeddings (its "
+                       "engine was not started with --embeddings)",
+                       srv->c.model_name);
+        return 0;
+    }
+    if (e->n_inputs > srv->c.embed->max_inputs) {
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, "input",
+                       "'input' holds %zu inputs; at most %u are allowed "
+                       "per request", e->n_inputs, srv->c.embed->max_inputs);
+        return 0;
+    }
+    if (llm_prep_submit(c, rq) != 0) {
+        llm_conn_error(c, LLM_ERR_INTERNAL, NULL, "out of memory");
+        return 0;
+    }
+    return 1;
 }
 
 /* Tokenize: on the worker (a long text would stall the streams).
@@ -960,10 +1139,15 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
     case LLM__REQUEST__KIND_DETOKENIZE:
         llm_srv_detokenize(c, rq->detokenize);
         break;
+    case LLM__REQUEST__KIND_EMBED:
+        if (llm_srv_embed(c, rq)) {
+            return;     /* the job owns rq */
+        }
+        break;
     default:
         llm_conn_error(c, LLM_ERR_INVALID_REQUEST, NULL,
                        "the request has no kind set (generate, info, "
-                       "tokenize, detokenize or cancel)");
+                       "tokenize, detokenize, embed or cancel)");
         break;
     }
     llm__request__free_unpacked(rq, NULL);
