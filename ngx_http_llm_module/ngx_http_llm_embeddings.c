@@ -3,8 +3,9 @@
  * ngx_http_llm_module: POST /v1/embeddings.  The body parsed with jansson
  * into an EmbedRequest (input as a string, strings, token ids or lists of
  * token ids; encoding_format; dimensions; model; user), the frame encoded,
- * and the engine's EmbedResponse written as OpenAI's list of embedding
- * objects, floats or base64 of little-endian float32.  The engine checks
+ * and the engine's Embedding events (one per input) written as OpenAI's
+ * list of embedding objects, floats or base64 of little-endian float32,
+ * the body completed at EmbedDone.  The engine checks
  * what depends on the model (tokens over the context, dimensions).
  */
 
@@ -513,34 +514,89 @@ ngx_http_llm_embed_vector(ngx_http_llm_ctx_t *ctx, u_char *p,
 
 
 /*
- * The answer: {"object":"list","data":[{"object":"embedding","index":i,
- * "embedding":...}],"model":...,"usage":{...}}, sized from its parts.
+ * One Embedding event: its data item appended to ctx->emb_data, written
+ * in place.  The engine sends them in input order; another index is an
+ * invalid answer (NGX_DECLINED).
+ */
+
+ngx_int_t
+ngx_http_llm_embed_add(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Embedding *e)
+{
+    u_char               *p;
+    size_t                need, cap;
+    ngx_http_llm_sbuf_t  *s;
+
+    if (e->index != ctx->emb_count) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "llm: engine sent embedding %uD, expected %ui",
+                      e->index, ctx->emb_count);
+        return NGX_DECLINED;
+    }
+
+    need = sizeof(",{\"object\":\"embedding\",\"index\":,"
+                  "\"embedding\":}") + NGX_INT_T_LEN
+           + (ctx->emb_base64
+              ? ngx_base64_encoded_length(e->n_values * 4) + 4
+                + e->n_values * 4
+              : e->n_values * 20 + 2);
+
+    s = &ctx->emb_data;
+
+    if (s->len + need > s->cap) {
+        cap = ngx_max(s->cap * 2, s->len + need);
+
+        p = ngx_pnalloc(r->pool, cap);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (s->len) {
+            ngx_memcpy(p, s->data, s->len);
+        }
+
+        s->data = p;
+        s->cap = cap;
+    }
+
+    p = ngx_sprintf(s->data + s->len, "%s{\"object\":\"embedding\","
+                    "\"index\":%ui,\"embedding\":",
+                    ctx->emb_count ? "," : "", ctx->emb_count);
+    p = ngx_http_llm_embed_vector(ctx, p, e);
+    *p++ = '}';
+
+    s->len = p - s->data;
+    ctx->emb_count++;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The answer, at EmbedDone: {"object":"list","data":[...],"model":...,
+ * "usage":{"prompt_tokens":N,"total_tokens":N}}.  The engine must have
+ * sent one Embedding per input (else NGX_DECLINED).
  */
 
 ngx_int_t
 ngx_http_llm_embed_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
-    Llm__EmbedResponse *er, ngx_str_t *body)
+    Llm__EmbedDone *done, ngx_str_t *body)
 {
-    u_char      *p;
-    size_t       len, per;
-    ngx_uint_t   i;
+    u_char  *p;
+    size_t   len;
 
-    ctx->prompt_tokens = er->usage ? er->usage->prompt_tokens : 0;
+    ctx->prompt_tokens = done->usage ? done->usage->prompt_tokens : 0;
 
-    len = sizeof("{\"object\":\"list\",\"data\":[],\"model\":\"\",\"usage\":"
-                 "{\"prompt_tokens\":,\"total_tokens\":}}")
-          + ctx->model_json.len + 2 * NGX_INT_T_LEN;
-
-    for (i = 0; i < er->n_data; i++) {
-        per = ctx->emb_base64
-              ? ngx_base64_encoded_length(er->data[i]->n_values * 4) + 4
-                + er->data[i]->n_values * 4
-              : er->data[i]->n_values * 20 + 2;
-
-        len += sizeof("{\"object\":\"embedding\",\"index\":,"
-                      "\"embedding\":},")
-               + NGX_INT_T_LEN + per;
+    if (ctx->emb && ctx->emb_count != ctx->emb->n_inputs) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "llm: engine sent %ui embeddings for %uz inputs",
+                      ctx->emb_count, ctx->emb->n_inputs);
+        return NGX_DECLINED;
     }
+
+    len = sizeof("{\"object\":\"list\",\"data\":[],\"model\":\"\","
+                 "\"usage\":{\"prompt_tokens\":,\"total_tokens\":}}")
+          + ctx->emb_data.len + ctx->model_json.len + 2 * NGX_INT_T_LEN;
 
     body->data = ngx_pnalloc(r->pool, len);
     if (body->data == NULL) {
@@ -549,26 +605,13 @@ ngx_http_llm_embed_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     p = ngx_cpymem(body->data, "{\"object\":\"list\",\"data\":[",
                    sizeof("{\"object\":\"list\",\"data\":[") - 1);
-
-    for (i = 0; i < er->n_data; i++) {
-        p = ngx_sprintf(p, "%s{\"object\":\"embedding\",\"index\":%ui,"
-                        "\"embedding\":", i ? "," : "", i);
-        p = ngx_http_llm_embed_vector(ctx, p, er->data[i]);
-        *p++ = '}';
-    }
-
-    p = ngx_sprintf(p, "],\"model\":\"%V\",\"usage\":{\"prompt_tokens\":%ui,"
-                    "\"total_tokens\":%ui}}", &ctx->model_json,
-                    ctx->prompt_tokens, ctx->prompt_tokens);
+    p = ngx_cpymem(p, ctx->emb_data.data, ctx->emb_data.len);
+    p = ngx_sprintf(p, "],\"model\":\"%V\",\"usage\":"
+                    "{\"prompt_tokens\":%ui,\"total_tokens\":%ui}}",
+                    &ctx->model_json, ctx->prompt_tokens,
+                    ctx->prompt_tokens);
 
     body->len = p - body->data;
-
-    if (body->len > len) {
-        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                      "llm: embeddings body of %uz bytes over its size %uz",
-                      body->len, len);
-        return NGX_ERROR;
-    }
 
     return NGX_OK;
 }

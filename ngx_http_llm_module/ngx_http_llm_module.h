@@ -359,6 +359,8 @@ typedef struct {
     ngx_uint_t                     fallbacks;
     Llm__GenerateRequest          *gen;
     Llm__EmbedRequest             *emb;        /* /v1/embeddings */
+    ngx_http_llm_sbuf_t            emb_data;   /* the data items so far */
+    ngx_uint_t                     emb_count;
     ngx_uint_t                     n;
     ngx_uint_t                     max_tokens;
     ngx_uint_t                     prompt_est;  /* body bytes / 4 */
@@ -492,8 +494,10 @@ ngx_int_t ngx_http_llm_embed_parse(ngx_http_request_t *r,
     ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_embed_encode(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_chain_t **out);
+ngx_int_t ngx_http_llm_embed_add(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Embedding *e);
 ngx_int_t ngx_http_llm_embed_body(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx, Llm__EmbedResponse *er, ngx_str_t *body);
+    ngx_http_llm_ctx_t *ctx, Llm__EmbedDone *done, ngx_str_t *body);
 
 /* ngx_http_llm_json.c */
 size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);

@@ -612,7 +612,27 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
         return ngx_http_llm_whole_body(r, &body);
 
-    case LLM__EVENT__KIND_EMBED:
+    case LLM__EVENT__KIND_EMBEDDING:
+
+        if (ctx->emb == NULL) {
+            break;
+        }
+
+        if (!ctx->got_token) {
+            ctx->got_token = 1;
+            ctx->ttft = ngx_current_msec - ctx->start;
+            ngx_http_llm_no_retry(r);
+        }
+
+        rc = ngx_http_llm_embed_add(r, ctx, ev->embedding);
+
+        if (rc == NGX_DECLINED) {
+            return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        }
+
+        return rc == NGX_OK ? NGX_AGAIN : NGX_ERROR;
+
+    case LLM__EVENT__KIND_EMBED_DONE:
 
         if (ctx->emb == NULL) {
             break;
@@ -622,7 +642,13 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         ngx_http_llm_terminal(r, ctx);
         ngx_http_llm_no_retry(r);
 
-        if (ngx_http_llm_embed_body(r, ctx, ev->embed, &body) != NGX_OK) {
+        rc = ngx_http_llm_embed_body(r, ctx, ev->embed_done, &body);
+
+        if (rc == NGX_DECLINED) {
+            return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        }
+
+        if (rc != NGX_OK) {
             return NGX_ERROR;
         }
 

@@ -9,7 +9,8 @@
 # (refused, then Matryoshka with --embd-truncate); mean and cls pooling;
 # the OpenAI-shaped 400s; usage metered in the access log, the key's
 # limits and the metrics; a chat request to an embedding model and an
-# embedding request to a chat model are 400s that say why.
+# embedding request to a chat model are 400s that say why; an answer
+# larger than llm_max_frame (each input is a frame of its own).
 
 use strict;
 use warnings;
@@ -66,6 +67,7 @@ $t->start_nginx(<<"EOF");
         access_log %%DIR%%/llm.log llm;
         location /v1/ { llm_api on; }
         location /keyed/v1/ { llm_api on; llm_keys $dir/keys; }
+        location /small/v1/ { llm_api on; llm_max_frame 1k; }
         location = /metrics { llm_metrics; }
     }
 EOF
@@ -139,6 +141,19 @@ for my $i (0 .. $#texts) {
 ok($sum > 128, "the batch is more than one forward call ($sum tokens)");
 is($r->{json}{usage}{prompt_tokens}, $sum,
    'batch usage: the sum of the inputs alone');
+
+# one frame per input: 300 inputs (150 KB of vectors) under an
+# llm_max_frame of 1k
+
+$r = $t->post('/small/v1/embeddings',
+              { model => 'embed', input => [ map { "word $_" } 1 .. 300 ] });
+is($r->{status}, 200, '300 inputs through 1k frames: 200')
+    or diag $r->{content};
+is(scalar @{ $r->{json}{data} // [] }, 300, '300 embeddings');
+is($r->{json}{data}[299]{index}, 299, 'the last one is index 299');
+is_deeply(vec_of($r, 1),
+          vec_of(emb({ model => 'embed', input => 'word 2' })),
+          'input 1 of 300: its vector alone');
 
 # token ids: the same as the text they spell (tokenized by the engine)
 

@@ -644,15 +644,16 @@ llm_srv_tokenized(llm_conn_t *c, llm_prep_t *j)
     }
 }
 
-/* c's Embed is done: the vectors, or the error. */
+/* c's Embed is done: one Embedding event per input and EmbedDone, or the
+ * error. */
 static void
 llm_srv_embedded(llm_conn_t *c, llm_prep_t *j)
 {
-    Llm__Event           ev = LLM__EVENT__INIT;
-    Llm__EmbedResponse   er = LLM__EMBED_RESPONSE__INIT;
-    Llm__Usage           u = LLM__USAGE__INIT;
-    Llm__Embedding      *rows, **prow;
-    uint32_t             i, total = 0;
+    Llm__Event       ev = LLM__EVENT__INIT;
+    Llm__Embedding   row = LLM__EMBEDDING__INIT;
+    Llm__EmbedDone   done = LLM__EMBED_DONE__INIT;
+    Llm__Usage       u = LLM__USAGE__INIT;
+    uint32_t         i, total = 0;
 
     if (j->rc != 0) {
         llm_conn_error(c, j->rc == -EINVAL ? LLM_ERR_INVALID_REQUEST
@@ -662,34 +663,24 @@ llm_srv_embedded(llm_conn_t *c, llm_prep_t *j)
         c->closing |= c->srv->draining;
         return;
     }
-    rows = calloc(j->n_in, sizeof(*rows));
-    prow = calloc(j->n_in, sizeof(*prow));
-    if (rows == NULL || prow == NULL) {
-        free(rows);
-        free(prow);
-        llm_conn_error(c, LLM_ERR_INTERNAL, NULL, "out of memory");
-        return;
-    }
+    ev.kind_case = LLM__EVENT__KIND_EMBEDDING;
+    ev.embedding = &row;
     for (i = 0; i < j->n_in; i++) {
-        llm__embedding__init(&rows[i]);
-        rows[i].n_values = j->dims;
-        rows[i].values = j->vec + (size_t) i * j->dims;
-        rows[i].tokens = j->in_tokens[i];
+        row.index = i;
+        row.n_values = j->dims;
+        row.values = j->vec + (size_t) i * j->dims;
+        row.tokens = j->in_tokens[i];
         total += j->in_tokens[i];
-        prow[i] = &rows[i];
+        llm_conn_send(c, &ev);
     }
     u.prompt_tokens = total;
-    er.n_data = j->n_in;
-    er.data = prow;
-    er.usage = &u;
-    er.model = (char *) c->srv->c.model_name;
-    ev.kind_case = LLM__EVENT__KIND_EMBED;
-    ev.embed = &er;
+    done.usage = &u;
+    done.model = (char *) c->srv->c.model_name;
+    ev.kind_case = LLM__EVENT__KIND_EMBED_DONE;
+    ev.embed_done = &done;
     llm_log(LLM_LOG_DEBUG, "request %s: %u inputs, %u tokens embedded in "
             "%.1f ms", c->req_id ? c->req_id : "-", j->n_in, total, j->ms);
     llm_conn_send(c, &ev);
-    free(rows);
-    free(prow);
     if (c->srv->draining) {
         c->closing = 1;
     }
