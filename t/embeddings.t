@@ -288,6 +288,34 @@ is($r->{status}, 400, 'chat with an embedding model: 400');
 like($r->{json}{error}{message}, qr{embedding model.*/v1/embeddings},
      '  says use /v1/embeddings');
 
+# the engine's Info: the mode, and the Embeds counted in its stats
+
+my $info = `@{[ $t->bin('llm-client') ]} --socket @{[ $t->engine_sock('e') ]} --info`;
+like($info, qr/"embeddings":true/, 'Info: embeddings true');
+like($info, qr/"embedding_length":128/, 'Info: embedding_length 128');
+like($info, qr/"pooling":"last"/, 'Info: pooling last');
+like($info, qr/"max_embed_inputs":2048/, 'Info: limits.max_embed_inputs');
+my ($reqs) = $info =~ /"requests_total":(\d+)/;
+cmp_ok($reqs // 0, '>=', 10, "Info: the Embeds answered counted ($reqs)");
+
+# a client that leaves while its inputs run: the engine drops the job,
+# the next request is answered
+
+my $s = $t->open_stream('/v1/embeddings',
+                        { model => 'embed',
+                          input => [ ('word ' x 400) x 40 ] });
+select(undef, undef, undef, 0.05);
+close $s;
+$r = emb({ model => 'embed', input => 'The quick brown fox' });
+is($r->{status}, 200, 'after a client left mid-request: 200');
+is_deeply(vec_of($r), $fox, '  and the same vector');
+for (1 .. 50) {
+    last if $t->engine_log('e') =~ /cancelled by the client/;
+    select(undef, undef, undef, 0.1);
+}
+like($t->engine_log('e'), qr/request emb-\w+ cancelled by the client/,
+     'the engine was told (Cancel) and dropped the job');
+
 # metering: the access log's variables, the key's tokens, the metrics
 
 my $k = $t->post('/keyed/v1/embeddings',

@@ -134,6 +134,11 @@ struct llm_server_s {
     int                prep_stop;
     uint32_t           n_prep;     /* jobs a connection waits for */
 
+    /* Embed requests answered and their tokens (Info's stats count them
+     * with the Generates') */
+    uint64_t           embed_requests;
+    uint64_t           embed_tokens;
+
     char               sock_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
 };
 
@@ -674,6 +679,8 @@ llm_srv_embedded(llm_conn_t *c, llm_prep_t *j)
         llm_conn_send(c, &ev);
     }
     u.prompt_tokens = total;
+    c->srv->embed_requests++;
+    c->srv->embed_tokens += total;
     done.usage = &u;
     done.model = (char *) c->srv->c.model_name;
     ev.kind_case = LLM__EVENT__KIND_EMBED_DONE;
@@ -852,11 +859,11 @@ llm_srv_info(llm_conn_t *c)
     el.max_stop = lim.max_stop;
     el.max_stop_bytes = lim.max_stop_bytes;
     el.max_top_logprobs = lim.max_top_logprobs;
-    es.requests_total = st.requests_total;
+    es.requests_total = st.requests_total + srv->embed_requests;
     es.requests_running = st.requests_running;
     es.requests_queued = st.requests_queued;
     es.requests_cancelled = st.requests_cancelled;
-    es.prompt_tokens_total = st.prompt_tokens_total;
+    es.prompt_tokens_total = st.prompt_tokens_total + srv->embed_tokens;
     es.completion_tokens_total = st.completion_tokens_total;
     es.cached_tokens_total = st.cached_tokens_total;
     es.steps_total = st.steps_total;
