@@ -4,7 +4,7 @@
  * rows of the whole input in one call; a batch, an input spanning several
  * forward calls and inputs split into several KV groups give the bits of
  * each input alone; Matryoshka truncation is the renormalized prefix;
- * every refusal is -EINVAL with the field.
+ * every refusal is -EINVAL with the field; a set cancel flag stops it.
  */
 
 #include <errno.h>
@@ -139,8 +139,8 @@ test_pooling(env_t *e, llm_pooling_t pool)
 
     REQUIRE(reference(e, &in, pool, ref) == 0, "reference");
     /* 70 tokens, 32 per call: three forward calls */
-    REQUIRE(llm_embed_run(&c, &in, 1, 0, got, &param, err, sizeof(err))
-            == 0, "%s", err);
+    REQUIRE(llm_embed_run(&c, &in, 1, 0, NULL, got, &param, err,
+                          sizeof(err)) == 0, "%s", err);
     CHECK(memcmp(ref, got, sizeof(ref)) == 0,
           "%s: over three calls, the bits of one call", llm_pooling_name(pool));
     for (i = 0; i < N_EMBD; i++) {
@@ -164,10 +164,10 @@ test_batch(env_t *e)
     for (i = 0; i < 5; i++) {
         in[i] = input(lens[i], 100 + i);
     }
-    REQUIRE(llm_embed_run(&c, in, 5, 0, all, &param, err, sizeof(err))
-            == 0, "%s", err);
+    REQUIRE(llm_embed_run(&c, in, 5, 0, NULL, all, &param, err,
+                          sizeof(err)) == 0, "%s", err);
     for (i = 0; i < 5; i++) {
-        REQUIRE(llm_embed_run(&c, &in[i], 1, 0, one, &param, err,
+        REQUIRE(llm_embed_run(&c, &in[i], 1, 0, NULL, one, &param, err,
                               sizeof(err)) == 0, "%s", err);
         CHECK(memcmp(one, all + i * N_EMBD, sizeof(one)) == 0,
               "input %u in the batch: the bits of it alone", i);
@@ -175,8 +175,8 @@ test_batch(env_t *e)
     /* a cache of 8 blocks (128 tokens): the inputs in several groups */
     g = c;
     g.n_blocks = 8;
-    REQUIRE(llm_embed_run(&g, in, 5, 0, grouped, &param, err, sizeof(err))
-            == 0, "%s", err);
+    REQUIRE(llm_embed_run(&g, in, 5, 0, NULL, grouped, &param, err,
+                          sizeof(err)) == 0, "%s", err);
     CHECK(memcmp(grouped, all, sizeof(all)) == 0,
           "in KV groups: the same bits");
     for (i = 0; i < 5; i++) {
@@ -196,10 +196,10 @@ test_truncate(env_t *e)
     int               i, bad = 0;
 
     c.truncate = 1;
-    REQUIRE(llm_embed_run(&c, &in, 1, 0, full, &param, err, sizeof(err))
-            == 0, "%s", err);
-    REQUIRE(llm_embed_run(&c, &in, 1, 16, cut, &param, err, sizeof(err))
-            == 0, "%s", err);
+    REQUIRE(llm_embed_run(&c, &in, 1, 0, NULL, full, &param, err,
+                          sizeof(err)) == 0, "%s", err);
+    REQUIRE(llm_embed_run(&c, &in, 1, 16, NULL, cut, &param, err,
+                          sizeof(err)) == 0, "%s", err);
     for (i = 0; i < 16; i++) {
         n2 += (double) full[i] * full[i];
     }
@@ -220,7 +220,8 @@ refused(env_t *e, llm_embed_conf_t *c, llm_tokens_t *in, uint32_t n,
     int           rc;
 
     (void) e;
-    rc = llm_embed_run(c, in, n, dims, out, &param, err, sizeof(err));
+    rc = llm_embed_run(c, in, n, dims, NULL, out, &param, err,
+                       sizeof(err));
     CHECK(rc == -EINVAL && param != NULL && strcmp(param, want_param) == 0
           && err[0] != '\0', "%s: rc %d, param %s, '%s'", what, rc,
           param ? param : "(null)", err);
@@ -256,6 +257,27 @@ test_errors(env_t *e)
     llm_tokens_free(&bad);
 }
 
+/* A set cancel flag stops before the first forward call. */
+static void
+test_cancel(env_t *e)
+{
+    llm_tokens_t      in = input(40, 9);
+    llm_embed_conf_t  c = conf(e, LLM_POOL_MEAN, 32);
+    float             out[N_EMBD];
+    const char       *param;
+    char              err[256] = "";
+    atomic_int        stop;
+    int               rc;
+
+    atomic_init(&stop, 1);
+    rc = llm_embed_run(&c, &in, 1, 0, &stop, out, &param, err, sizeof(err));
+    CHECK(rc == -ECANCELED, "rc %d (%s)", rc, err);
+    atomic_store(&stop, 0);
+    rc = llm_embed_run(&c, &in, 1, 0, &stop, out, &param, err, sizeof(err));
+    CHECK(rc == 0, "not set: rc %d (%s)", rc, err);
+    llm_tokens_free(&in);
+}
+
 int
 main(void)
 {
@@ -288,6 +310,8 @@ main(void)
     test_truncate(&e);
     tk_begin("refusals: -EINVAL with the field");
     test_errors(&e);
+    tk_begin("a set cancel flag: -ECANCELED, nothing computed");
+    test_cancel(&e);
 
     llm_ctx_free(e.small);
     llm_ctx_free(e.big);

@@ -169,12 +169,13 @@ llm_embed_buf_alloc(llm_embed_buf_t *b, const llm_embed_conf_t *ec,
 /*
  * Run inputs [first, last), whose blocks (from b->base) fit the cache
  * together, through the forward pass in batches of up to step_tokens
- * tokens, adding each wanted row into its input's accumulator.
+ * tokens, adding each wanted row into its input's accumulator; stops
+ * with -ECANCELED before a call once *cancel is set.
  */
 static int
 llm_embed_group(const llm_embed_conf_t *ec, llm_embed_buf_t *bf,
-    const llm_tokens_t *in, uint32_t first, uint32_t last, char *err,
-    size_t errlen)
+    const llm_tokens_t *in, uint32_t first, uint32_t last,
+    const atomic_int *cancel, char *err, size_t errlen)
 {
     uint32_t     s = first, T, ns, r, o, d;
     size_t       p = 0;
@@ -203,6 +204,10 @@ llm_embed_group(const llm_embed_conf_t *ec, llm_embed_buf_t *bf,
                 s++;
                 p = 0;
             }
+        }
+        if (cancel != NULL && atomic_load(cancel)) {
+            llm_err(err, errlen, "embeddings: cancelled");
+            return -ECANCELED;
         }
         memset(&b, 0, sizeof(b));
         b.n_tokens = T;
@@ -259,8 +264,8 @@ llm_embed_finish(const llm_embed_conf_t *ec, const llm_embed_buf_t *bf,
 
 int
 llm_embed_run(const llm_embed_conf_t *ec, const llm_tokens_t *in,
-    uint32_t n, uint32_t dims, float *out, const char **param, char *err,
-    size_t errlen)
+    uint32_t n, uint32_t dims, const atomic_int *cancel, float *out,
+    const char **param, char *err, size_t errlen)
 {
     llm_embed_buf_t  bf;
     uint32_t         i, first, nb, need;
@@ -290,7 +295,7 @@ llm_embed_run(const llm_embed_conf_t *ec, const llm_tokens_t *in,
             bf.base[i] = nb;
             nb += need;
         }
-        rc = llm_embed_group(ec, &bf, in, first, i, err, errlen);
+        rc = llm_embed_group(ec, &bf, in, first, i, cancel, err, errlen);
         if (rc < 0) {
             break;
         }

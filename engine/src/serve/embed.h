@@ -13,6 +13,7 @@
 #ifndef LLM_EMBED_H
 #define LLM_EMBED_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,11 +58,12 @@ int llm_pooling_from_name(const char *name);
  * engine refuses (no inputs or too many, an empty input or one over n_ctx,
  * more than max_total tokens in all,
  * a token id out of the vocabulary, dimensions not allowed) with *param
- * the field at fault and err the message; another negative errno when the
- * forward pass failed.
+ * the field at fault and err the message; -ECANCELED when *cancel (may be
+ * NULL) was set before a forward call (the client left: nothing more is
+ * computed); another negative errno when the forward pass failed.
  */
 int llm_embed_run(const llm_embed_conf_t *ec, const llm_tokens_t *in,
-    uint32_t n, uint32_t dims, float *out, const char **param, char *err,
-    size_t errlen);
+    uint32_t n, uint32_t dims, const atomic_int *cancel, float *out,
+    const char **param, char *err, size_t errlen);
 
 #endif /* LLM_EMBED_H */

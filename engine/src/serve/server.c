@@ -494,8 +494,9 @@ llm_prep_embed(llm_server_t *srv, llm_prep_t *j)
     }
     if (j->rc == 0) {
         j->n_in = n;
-        j->rc = llm_embed_run(ec, in, n, e->dimensions, j->vec, &j->param,
-                              j->err, sizeof(j->err));
+        /* the loop sets dropped when the client leaves: stop there */
+        j->rc = llm_embed_run(ec, in, n, e->dimensions, &j->dropped, j->vec,
+                              &j->param, j->err, sizeof(j->err));
     }
     for (i = 0; i < n; i++) {
         if (!e->inputs[i]->is_tokens) {
