@@ -4,8 +4,9 @@
  * whatever events come: the SSE stream (ngx_http_llm_stream_event ->
  * ngx_http_llm_sse_event), the non-streaming body (ngx_http_llm_collect,
  * ngx_http_llm_body; Embedding events through ngx_http_llm_embed_add
- * and ngx_http_llm_embed_body, floats or base64), the error mapping (ngx_http_llm_map_error,
- * ngx_http_llm_error_json), and the Info probe's reader.  This file
+ * and ngx_http_llm_embed_body, floats or base64), the error mapping
+ * (ngx_http_llm_map_error, ngx_http_llm_error_json), and the Info probe's
+ * reader.  This file
  * includes ngx_http_llm_upstream.c and ngx_http_llm_backend.c for their
  * static functions; the rest of the module and nginx's core are linked as
  * built.
