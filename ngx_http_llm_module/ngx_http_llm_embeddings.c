@@ -226,7 +226,7 @@ ngx_http_llm_embed_options(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
             return ngx_http_llm_embed_bad(r, err, "invalid_value",
                                           "dimensions",
                                           "Invalid value for 'dimensions': "
-                                          "must be at least 1.");
+                                          "must be between 1 and 65536.");
         }
 
         ctx->emb->dimensions = (uint32_t) json_integer_value(j);
