@@ -3,8 +3,10 @@
  * (ngx_http_llm_frame), the Event decoder, and the renderers fed with
  * whatever events come: the SSE stream (ngx_http_llm_stream_event ->
  * ngx_http_llm_sse_event), the non-streaming body (ngx_http_llm_collect,
- * ngx_http_llm_body), the error mapping (ngx_http_llm_map_error,
- * ngx_http_llm_error_json), and the Info probe's reader.  This file
+ * ngx_http_llm_body; Embedding events through ngx_http_llm_embed_add
+ * and ngx_http_llm_embed_body, floats or base64), the error mapping
+ * (ngx_http_llm_map_error, ngx_http_llm_error_json), and the Info probe's
+ * reader.  This file
  * includes ngx_http_llm_upstream.c and ngx_http_llm_backend.c for their
  * static functions; the rest of the module and nginx's core are linked as
  * built.
@@ -14,8 +16,8 @@
  * non-streaming n=2 with logprobs and tools, completions streaming with
  * logprobs and echo, completions non-streaming n=2 with logprobs); bits
  * 2-3 the size of the pieces the engine's bytes arrive in (all, 1, 3,
- * 61); bit 4 feeds the bytes to the Info probe's reader instead.  The
- * rest is what the engine sends.
+ * 61); bit 4 feeds the bytes to the Info probe's reader instead; bit 5
+ * renders embeddings as base64.  The rest is what the engine sends.
  *
  * Checks: every SSE event's data and every body is valid JSON and valid
  * UTF-8; a stream ends with [DONE] after Done, or with an error event.
@@ -185,6 +187,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     ctx->route = (data[0] & 2) ? NGX_HTTP_LLM_ROUTE_COMPLETION
                                : NGX_HTTP_LLM_ROUTE_CHAT;
+    ctx->emb_base64 = (data[0] & 0x20) != 0;
     len = ngx_strlen(bodies[data[0] & 3]);
     bp = ngx_pnalloc(r->pool, len);
     if (bp == NULL) {
@@ -262,6 +265,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     if (ngx_http_llm_body(r, ctx, &body) == NGX_OK) {
                         ngx_fuzz_check_json("body", body.data, body.len);
                     }
+                }
+
+            } else if (ev->kind_case == LLM__EVENT__KIND_EMBEDDING) {
+                /* a /v1/embeddings answer: its data items, then the body */
+                rc = ngx_http_llm_embed_add(r, ctx, ev->embedding);
+
+            } else if (ev->kind_case == LLM__EVENT__KIND_EMBED_DONE) {
+                ctx->done = 1;
+                rc = ngx_http_llm_embed_body(r, ctx, ev->embed_done, &body);
+                if (rc == NGX_OK) {
+                    ngx_fuzz_check_json("embeddings body", body.data,
+                                        body.len);
                 }
 
             } else {

@@ -1,13 +1,15 @@
 /*
  * The module's request JSON parser and validator
- * (ngx_http_llm_parse_request in ngx_http_llm_request.c) called as a
+ * (ngx_http_llm_parse_request in ngx_http_llm_request.c, and
+ * ngx_http_llm_embed_parse in ngx_http_llm_embeddings.c) called as a
  * function on a fake request (ngx_fuzz.h), then what follows it in the
  * module: a valid request is encoded as the engine frame
  * (ngx_http_llm_encode), a refused one becomes the OpenAI error body
  * (ngx_http_llm_error_json).
  *
  * Input: byte 0 bit 0 picks the route (0 chat completions, 1 legacy
- * completions), bit 1 attaches an API key; the rest is the body.
+ * completions), bit 1 attaches an API key, bit 2 makes it /v1/embeddings
+ * instead; the rest is the body.
  *
  * Checks: the encoded frame is one length-prefixed llm.Request that
  * decodes, with the model and prompt or messages of the body; every
@@ -29,7 +31,7 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 static void
-check_frame(ngx_chain_t *out)
+check_frame(ngx_chain_t *out, int kind)
 {
     u_char        *p;
     size_t         len, n;
@@ -55,8 +57,12 @@ check_frame(ngx_chain_t *out)
         abort();
     }
     rq = llm__request__unpack(NULL, n, p + 4);
-    if (rq == NULL || rq->kind_case != LLM__REQUEST__KIND_GENERATE) {
-        fprintf(stderr, "encode: the frame is no Generate request\n");
+    if (rq == NULL || (int) rq->kind_case != kind) {
+        fprintf(stderr, "encode: the frame is not the route's request\n");
+        abort();
+    }
+    if (kind == LLM__REQUEST__KIND_EMBED && rq->embed->n_inputs == 0) {
+        fprintf(stderr, "encode: an Embed without inputs\n");
         abort();
     }
     llm__request__free_unpacked(rq, NULL);
@@ -90,19 +96,29 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ctx->route = (data[0] & 1) ? NGX_HTTP_LLM_ROUTE_COMPLETION
                                : NGX_HTTP_LLM_ROUTE_CHAT;
     ctx->key = (data[0] & 2) ? &fuzz_key : NULL;
+    if (data[0] & 4) {
+        ctx->route = NGX_HTTP_LLM_ROUTE_EMBEDDINGS;
+    }
 
     ngx_memzero(&err, sizeof(err));
-    rc = ngx_http_llm_parse_request(r, ctx, body, size - 1, &err);
+    if (ctx->route == NGX_HTTP_LLM_ROUTE_EMBEDDINGS) {
+        rc = ngx_http_llm_embed_parse(r, ctx, body, size - 1, &err);
+    } else {
+        rc = ngx_http_llm_parse_request(r, ctx, body, size - 1, &err);
+    }
 
     if (rc == NGX_OK) {
-        if (ctx->gen == NULL || ctx->requested.len == 0) {
+        if ((ctx->gen == NULL && ctx->emb == NULL)
+            || ctx->requested.len == 0)
+        {
             fprintf(stderr, "parse: NGX_OK without a request or model\n");
             abort();
         }
         if (ngx_http_llm_encode(r, ctx, &out) != NGX_OK) {
             goto done;
         }
-        check_frame(out);
+        check_frame(out, ctx->emb ? LLM__REQUEST__KIND_EMBED
+                                  : LLM__REQUEST__KIND_GENERATE);
 
     } else if (rc == NGX_DECLINED) {
         if (err.status < 400 || err.status > 599) {

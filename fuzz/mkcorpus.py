@@ -168,6 +168,18 @@ def module_request():
     put("module_request", b"\x00{\"model\":1}")
     put("module_request", b"\x00[1,2]")
     put("module_request", b"\x00{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}]}")
+    embeds = [
+        {"model": "e", "input": "The quick brown fox"},
+        {"model": "e", "input": ["a", "b c"], "encoding_format": "base64",
+         "dimensions": 64, "user": "u"},
+        {"model": "e", "input": [1, 2, 3], "encoding_format": "float"},
+        {"model": "e", "input": [[1, 2], [3]]},
+        {"model": "e", "input": ["a", 1]},
+        {"model": "e", "input": []},
+    ]
+    for c in embeds:
+        put("module_request", b"\x04" + json.dumps(c).encode())
+        put("module_request", b"\x06" + json.dumps(c).encode())
 
 
 if __name__ == "__main__":

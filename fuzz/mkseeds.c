@@ -225,6 +225,47 @@ engine_seeds(void)
     save("engine_frame", "two", &b, NULL, 0);
 }
 
+/* An Embed's answer: two Embedding events and EmbedDone, as floats and
+ * as base64 (byte 0 bit 5), with the non-streaming chat request. */
+static void
+embed_seeds(void)
+{
+    buf_t            b = { 0 };
+    Llm__Event       ev = LLM__EVENT__INIT;
+    Llm__Embedding   e = LLM__EMBEDDING__INIT;
+    Llm__EmbedDone   dn = LLM__EMBED_DONE__INIT;
+    Llm__Usage       u = LLM__USAGE__INIT;
+    float            v[4] = { 0.5f, -0.5f, 1e-30f, 0.70710677f };
+    uint32_t         i;
+
+    for (i = 0; i < 2; i++) {
+        ev.kind_case = LLM__EVENT__KIND_EMBEDDING;
+        e.index = i;
+        e.n_values = 4;
+        e.values = v;
+        e.tokens = 3;
+        ev.embedding = &e;
+        put_ev(&b, &ev);
+    }
+    ev.kind_case = LLM__EVENT__KIND_EMBED_DONE;
+    u.prompt_tokens = 6;
+    dn.usage = &u;
+    dn.model = "fake";
+    ev.embed_done = &dn;
+    put_ev(&b, &ev);
+    {
+        uint8_t  opt[1] = { 1 };
+        buf_t    copy;
+
+        copy.n = b.n;
+        copy.p = malloc(b.n);
+        memcpy(copy.p, b.p, b.n);
+        save("module_events", "embed-float", &copy, opt, 1);
+        opt[0] = 1 | 0x20;
+        save("module_events", "embed-base64", &b, opt, 1);
+    }
+}
+
 static void
 events_seeds(void)
 {
@@ -360,6 +401,7 @@ events_seeds(void)
 
         save("module_events", "info", &b, opt, 1);
     }
+    embed_seeds();
 }
 
 int

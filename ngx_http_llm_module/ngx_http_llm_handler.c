@@ -415,6 +415,14 @@ ngx_http_llm_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_OK;
     }
 
+    if (rest.len == sizeof("embeddings") - 1
+        && ngx_strncmp(rest.data, "embeddings", rest.len) == 0)
+    {
+        ctx->route = NGX_HTTP_LLM_ROUTE_EMBEDDINGS;
+        *allowed = NGX_HTTP_POST;
+        return NGX_OK;
+    }
+
     if (rest.len >= sizeof("models") - 1
         && ngx_strncmp(rest.data, "models", 6) == 0
         && (rest.len == 6 || (rest.data[6] == '/' && rest.len > 7)))
@@ -495,7 +503,12 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
 
     ngx_memzero(&err, sizeof(ngx_http_llm_error_t));
 
-    rc = ngx_http_llm_parse_request(r, ctx, body.data, body.len, &err);
+    if (ctx->route == NGX_HTTP_LLM_ROUTE_EMBEDDINGS) {
+        rc = ngx_http_llm_embed_parse(r, ctx, body.data, body.len, &err);
+
+    } else {
+        rc = ngx_http_llm_parse_request(r, ctx, body.data, body.len, &err);
+    }
 
     if (rc == NGX_ERROR) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -514,7 +527,7 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
 
     /* what the model's engines accept, as they told in Info */
 
-    rc = ngx_http_llm_check_limits(r, ctx, &err);
+    rc = ctx->emb ? NGX_OK : ngx_http_llm_check_limits(r, ctx, &err);
 
     if (rc == NGX_ERROR) {
         ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
@@ -557,7 +570,10 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Sampling            *s;
     ngx_http_llm_decision_t   d;
 
-    if (ctx->max_tokens) {
+    if (ctx->emb) {
+        output = 0;             /* embeddings generate nothing */
+
+    } else if (ctx->max_tokens) {
         output = ctx->n * ctx->max_tokens;
 
     } else {
@@ -567,7 +583,8 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     }
 
     if (ngx_http_llm_limit_admit(r, ctx->key, ctx->prompt_est, output,
-                                 ctx->max_tokens != 0, &ctx->ticket, &d)
+                                 ctx->max_tokens != 0 || ctx->emb,
+                                 &ctx->ticket, &d)
         != NGX_OK)
     {
         *sent = NGX_HTTP_INTERNAL_SERVER_ERROR;

@@ -217,6 +217,7 @@ void ngx_http_llm_metrics_record(ngx_http_request_t *r,
 
 #define NGX_HTTP_LLM_ROUTE_CHAT         1
 #define NGX_HTTP_LLM_ROUTE_COMPLETION   2
+#define NGX_HTTP_LLM_ROUTE_EMBEDDINGS   4
 
 #define NGX_HTTP_LLM_INFO_MODELS        1   /* /v1/models */
 #define NGX_HTTP_LLM_INFO_MODEL         2   /* /v1/models/{id} */
@@ -361,6 +362,9 @@ typedef struct {
     ngx_uint_t                     chain_pos;
     ngx_uint_t                     fallbacks;
     Llm__GenerateRequest          *gen;
+    Llm__EmbedRequest             *emb;        /* /v1/embeddings */
+    ngx_http_llm_sbuf_t            emb_data;   /* the data items so far */
+    ngx_uint_t                     emb_count;
     ngx_uint_t                     n;
     ngx_uint_t                     max_tokens;
     ngx_uint_t                     prompt_est;  /* body bytes / 4 */
@@ -371,6 +375,7 @@ typedef struct {
     unsigned                       echo:1;
     unsigned                       legacy_functions:1;  /* functions[] */
     unsigned                       common_headers:1;  /* x-request-id.. */
+    unsigned                       emb_base64:1;
 
     /* the response */
     u_char                         id[48];
@@ -498,6 +503,17 @@ ngx_int_t ngx_http_llm_check_limits(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_chain_t **out);
+
+/* ngx_http_llm_embeddings.c */
+ngx_int_t ngx_http_llm_embed_parse(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, u_char *body, size_t len,
+    ngx_http_llm_error_t *err);
+ngx_int_t ngx_http_llm_embed_encode(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_chain_t **out);
+ngx_int_t ngx_http_llm_embed_add(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Embedding *e);
+ngx_int_t ngx_http_llm_embed_body(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__EmbedDone *done, ngx_str_t *body);
 
 /* ngx_http_llm_json.c */
 size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);

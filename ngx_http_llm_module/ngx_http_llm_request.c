@@ -2479,6 +2479,10 @@ ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_chain_t  *cl;
     Llm__Request  req = LLM__REQUEST__INIT;
 
+    if (ctx->emb) {
+        return ngx_http_llm_embed_encode(r, ctx, out);
+    }
+
     if (ctx->model) {
         /*
          * The model table already chose this engine: its configured name

@@ -57,6 +57,8 @@ static void ngx_http_llm_finalize_request(ngx_http_request_t *r,
 static void ngx_http_llm_heartbeat_handler(ngx_event_t *ev);
 static void ngx_http_llm_flush_handler(ngx_event_t *ev);
 static void ngx_http_llm_kick(ngx_http_request_t *r);
+static ngx_int_t ngx_http_llm_embed_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
 static void ngx_http_llm_no_retry(ngx_http_request_t *r);
 static void ngx_http_llm_rd_check_broken(ngx_http_request_t *r);
 static void ngx_http_llm_client_gone(ngx_http_request_t *r,
@@ -612,15 +614,77 @@ ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
         return ngx_http_llm_whole_body(r, &body);
 
+    case LLM__EVENT__KIND_EMBEDDING:
+    case LLM__EVENT__KIND_EMBED_DONE:
+
+        if (ctx->emb == NULL) {
+            break;
+        }
+
+        return ngx_http_llm_embed_event(r, ctx, ev);
+
     case LLM__EVENT__KIND_ERROR:
         return ngx_http_llm_engine_error(r, ctx, ev->error);
 
     default:
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "llm: engine sent an unexpected event %d",
-                      (int) ev->kind_case);
+        break;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "llm: engine sent an unexpected event %d",
+                  (int) ev->kind_case);
+    return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+}
+
+
+/*
+ * /v1/embeddings: an Embedding event adds its item (NGX_AGAIN), EmbedDone
+ * starts the whole answer (NGX_OK); the first vector ends retries, and an
+ * engine answering out of order is an invalid answer.
+ */
+
+static ngx_int_t
+ngx_http_llm_embed_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    Llm__Event *ev)
+{
+    ngx_int_t  rc;
+    ngx_str_t  body;
+
+    if (!ctx->got_token) {
+        ctx->got_token = 1;
+        ctx->ttft = ngx_current_msec - ctx->start;
+        ngx_http_llm_no_retry(r);
+    }
+
+    if (ev->kind_case == LLM__EVENT__KIND_EMBEDDING) {
+        rc = ngx_http_llm_embed_add(r, ctx, ev->embedding);
+
+        if (rc == NGX_DECLINED) {
+            return NGX_HTTP_UPSTREAM_INVALID_HEADER;
+        }
+
+        return rc == NGX_OK ? NGX_AGAIN : NGX_ERROR;
+    }
+
+    ctx->done = 1;
+    ngx_http_llm_terminal(r, ctx);
+
+    rc = ngx_http_llm_embed_body(r, ctx, ev->embed_done, &body);
+
+    if (rc == NGX_DECLINED) {
         return NGX_HTTP_UPSTREAM_INVALID_HEADER;
     }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_llm_start_response(r, ctx, NGX_HTTP_OK, body.len, 0);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    return ngx_http_llm_whole_body(r, &body);
 }
 
 

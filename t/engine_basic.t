@@ -29,8 +29,9 @@ is($info->{system_fingerprint}, "fp_$info->{revision}",
 is_deeply($info->{limits}, { max_choices => $info->{max_batch} < 16
                                             ? $info->{max_batch} : 16,
                              max_stop => 16, max_stop_bytes => 0,
-                             max_top_logprobs => 20 },
-          'limits: the ones Generate enforces');
+                             max_top_logprobs => 20,
+                             max_embed_inputs => 0 },
+          'limits: the ones Generate enforces (no Embed: not --embeddings)');
 my $model = $info->{model};
 # the start-up log shows the file's type mix (llm_gguf_type_mix)
 like($t->engine_log('a'), qr/\btypes: [A-Z][A-Z0-9_]* x \d+(, [A-Z][A-Z0-9_]* x \d+)*, F32 x \d+$/m,

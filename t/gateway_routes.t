@@ -304,9 +304,9 @@ like($e->{message}, qr/'gpt-4o-mini', 'tiny'/, 'unknown model: closest first');
 
 # 404 route, 405 method
 
-$e = err_ok($t->post('/v1/embeddings', { model => 'tiny' }), 404, undef, undef,
+$e = err_ok($t->post('/v1/images/generations', { model => 'tiny' }), 404, undef, undef,
             'unknown route');
-like($e->{message}, qr{Invalid URL \(POST /v1/embeddings\)}, 'unknown route: message');
+like($e->{message}, qr{Invalid URL \(POST /v1/images/generations\)}, 'unknown route: message');
 $r = $t->get('/v1/chat/completions');
 err_ok($r, 405, 'method_not_allowed', undef, 'GET chat');
 is($r->{headers}{allow}, 'POST', '405: Allow');

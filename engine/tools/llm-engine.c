@@ -75,6 +75,15 @@ usage(FILE *f)
 "                        anonymous copy; pages stay reclaimable)\n"
 "  --mlock               lock the weights in RAM\n"
 "  --log-level L         error, warn, info (default) or debug\n"
+"  --embeddings          serve embeddings (Embed requests, /v1/embeddings)\n"
+"                        instead of generation, as llama-server's\n"
+"                        --embeddings: the forward pass without the head,\n"
+"                        pooled as <arch>.pooling_type says, L2-normalized\n"
+"  --pooling P           mean, cls or last: overrides the file's pooling\n"
+"                        (required when the file has none)\n"
+"  --embd-truncate       the model is trained for truncated vectors\n"
+"                        (Matryoshka): `dimensions` below the embedding\n"
+"                        length keeps the first values and renormalizes\n"
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
 "                        template suggests: hermes, minimax-m2, llama3-json,\n"
 "                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
@@ -127,6 +136,65 @@ fwd(void *ud, const llm_batch_t *b, float *out, char *err, size_t errlen)
                 llm_gguf_path(f->gguf));
     }
     return llm_forward(f->ctx, b, out, err, errlen);
+}
+
+/* fwd for an embedding engine: the same checks, then no head. */
+static int
+fwd_hidden(void *ud, const llm_batch_t *b, float *out, char *err,
+    size_t errlen)
+{
+    engine_fwd_t  *f = ud;
+    int            rc;
+
+    rc = llm_gguf_check_file(f->gguf, err, errlen);
+    if (rc < 0) {
+        return fwd(ud, b, out, err, errlen);    /* logs, drains */
+    }
+    return llm_forward_hidden(f->ctx, b, out, err, errlen);
+}
+
+/*
+ * The pooling of an embedding engine: --pooling when given, else the
+ * file's <arch>.pooling_type (llama.cpp's enum).  Mean, cls and last are
+ * implemented; none (per-token vectors), rank (rerankers) and a file
+ * without the key are refused with the reason.  0 or -1 (logged).
+ */
+static int
+embed_pooling(const llm_model_t *m, const char *opt, llm_pooling_t *out)
+{
+    const llm_hparams_t *hp = llm_model_hparams(m);
+    char                 key[96], err[256];
+    uint32_t             pt;
+    int                  v;
+
+    if (opt != NULL) {
+        v = llm_pooling_from_name(opt);
+        if (v < 0 || llm_pooling_name((uint32_t) v) == NULL) {
+            llm_log(LLM_LOG_ERROR, "--pooling: expected mean, cls or last, "
+                    "got '%s'", opt);
+            return -1;
+        }
+        *out = (llm_pooling_t) v;
+        return 0;
+    }
+    snprintf(key, sizeof(key), "%s.pooling_type", hp->arch_name);
+    if (llm_gguf_get_u32(llm_model_gguf(m), key, &pt, err, sizeof(err))
+        != 0)
+    {
+        llm_log(LLM_LOG_ERROR, "--embeddings: the file has no %s (not an "
+                "embedding model?); give --pooling mean, cls or last", key);
+        return -1;
+    }
+    if (llm_pooling_name(pt) == NULL) {
+        llm_log(LLM_LOG_ERROR, "--embeddings: %s is %u (%s), which this "
+                "engine does not implement; it pools mean (1), cls (2) or "
+                "last (3); --pooling overrides the file", key, pt,
+                pt == LLM_POOL_NONE ? "none: per-token vectors"
+                : pt == LLM_POOL_RANK ? "rank: a reranker" : "unknown");
+        return -1;
+    }
+    *out = (llm_pooling_t) pt;
+    return 0;
 }
 
 /* A short revision id: SHA-256 of the header and metadata plus size. */
@@ -297,7 +365,7 @@ main(int argc, char **argv)
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
         O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
-        O_MEMLIMIT, O_NOREGROUP, O_HELP
+        O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -313,6 +381,8 @@ main(int argc, char **argv)
         { "tool-format", 1, 0, O_TOOLFMT },
         { "memory-limit-mb", 1, 0, O_MEMLIMIT },
         { "no-regroup", 0, 0, O_NOREGROUP },
+        { "embeddings", 0, 0, O_EMBD }, { "pooling", 1, 0, O_POOLING },
+        { "embd-truncate", 0, 0, O_EMBDTRUNC },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char         *model_path = NULL, *sock = NULL, *listen_on = NULL;
@@ -322,7 +392,9 @@ main(int argc, char **argv)
     uint32_t            max_queue = 256, max_frame = 16u << 20;
     uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
     uint32_t            limit_mb = 0;
-    int                 no_regroup = 0;
+    int                 no_regroup = 0, embeddings = 0, embd_trunc = 0;
+    const char         *pooling = NULL;
+    llm_embed_conf_t    ec;
     size_t              n_aliases = 0, block_bytes;
     double              drain = 30.0, t0;
     llm_type_t          kv_type = LLM_TYPE_F16;
@@ -355,6 +427,9 @@ main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (o) {
         case O_MODEL: model_path = optarg; break;
+        case O_EMBD: embeddings = 1; break;
+        case O_POOLING: pooling = optarg; break;
+        case O_EMBDTRUNC: embd_trunc = 1; break;
         case O_SOCKET: sock = optarg; break;
         case O_LISTEN: listen_on = optarg; break;
         case O_THREADS:
@@ -669,6 +744,33 @@ main(int argc, char **argv)
     sc.tool_call_format = tfmt;
     sc.created = (int64_t) time(NULL);
     sc.xcache = xc;
+
+    memset(&ec, 0, sizeof(ec));
+    if (embeddings) {
+        if (embed_pooling(m, pooling, &ec.pooling) != 0) {
+            goto done;
+        }
+        ec.forward = fwd_hidden;
+        ec.forward_ud = &ef;
+        ec.n_embd = hp->n_embd;
+        ec.n_vocab = hp->n_vocab;
+        ec.n_ctx = n_ctx;
+        ec.step_tokens = step_tokens;
+        ec.n_blocks = n_blocks;
+        ec.block_tokens = block_tokens;
+        ec.max_inputs = 2048;           /* OpenAI's limits */
+        ec.max_total = 300000;
+        ec.truncate = embd_trunc;
+        sc.embed = &ec;
+        llm_log(LLM_LOG_INFO, "embeddings: %u dimensions, %s pooling%s, "
+                "L2-normalized, up to %u inputs per request", ec.n_embd,
+                llm_pooling_name(ec.pooling), pooling ? " (--pooling)" : "",
+                ec.max_inputs);
+    } else if (pooling != NULL || embd_trunc) {
+        llm_log(LLM_LOG_ERROR, "--pooling and --embd-truncate need "
+                "--embeddings");
+        goto done;
+    }
 
     if (llm_server_create(&srv, &sc, err, sizeof(err)) != 0) {
         llm_log(LLM_LOG_ERROR, "%s", err);

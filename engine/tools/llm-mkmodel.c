@@ -35,6 +35,8 @@ usage(FILE *f)
 "                                    768, vocab 4096, ctx 8192 (ANCHORS.md)\n"
 "                      tiny-llama, tiny-mixtral, tiny-qwen2, tiny-qwen3,\n"
 "                      tiny-minimax  the tiny shape in each architecture\n"
+"                      tiny-embed    tiny-qwen3 as an embedding model\n"
+"                                    (qwen3.pooling_type 3: last token)\n"
 "  --arch ARCH       llama | qwen2 | qwen3 | qwen3moe | minimax-m2 (resets\n"
 "                    rope base, eps, rope dims, pre-tokenizer to the arch's)\n"
 "  --type TYPE       matrix type: F32 (default) F16 BF16 Q8_0 Q4_0; norms,\n"
@@ -51,6 +53,8 @@ usage(FILE *f)
 "  --tied            no output.weight: the output head is token_embd, as in\n"
 "                    small Qwen2/Qwen3 models\n"
 "  --pre NAME        tokenizer.ggml.pre: qwen2 | gpt-2\n"
+"  --pooling N       write <arch>.pooling_type N (llama.cpp's enum: 0 none,\n"
+"                    1 mean, 2 cls, 3 last, 4 rank): an embedding model\n"
 "  --name NAME       general.name\n"
 "  --threads N       worker threads (default: online CPUs)\n"
 "  -q, --quiet       no per-tensor lines\n"
@@ -214,6 +218,15 @@ main(int argc, char **argv)
             rc = parse_f32(f_, v, &p.eps);
         } else if (strcmp(f_, "--pre") == 0) {
             snprintf(p.pre, sizeof(p.pre), "%s", v);
+        } else if (strcmp(f_, "--pooling") == 0) {
+            uint32_t pt;
+
+            rc = parse_u32(f_, v, &pt);
+            if (rc == 0 && pt > 4) {
+                fprintf(stderr, "llm-mkmodel: --pooling: 0..4\n");
+                rc = -1;
+            }
+            p.pooling = (int) pt;
         } else if (strcmp(f_, "--name") == 0) {
             snprintf(p.name, sizeof(p.name), "%s", v);
         } else if (strcmp(f_, "--threads") == 0) {

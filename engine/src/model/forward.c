@@ -1304,13 +1304,17 @@ llm_task_embed(void *arg, uint32_t item, uint32_t ith)
     }
 }
 
-int
-llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
+/*
+ * The embeddings and every layer of a batch: leaves the rows that want
+ * output (n_out of them) gathered at the front of x.  0 or a negative
+ * errno with err set.
+ */
+static int
+llm_forward_layers(llm_ctx_t *c, const llm_batch_t *b, char *err,
     size_t errlen)
 {
-    const llm_model_t    *m = c->m;
-    const llm_hparams_t  *hp = &m->hp;
-    uint32_t              T = b->n_tokens, l, n_out;
+    const llm_hparams_t  *hp = &c->m->hp;
+    uint32_t              T = b->n_tokens, l;
     int                   rc;
 
     rc = llm_check_batch(c, b, err, errlen);
@@ -1329,7 +1333,22 @@ llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
             return rc;
         }
     }
+    return 0;
+}
 
+int
+llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
+    size_t errlen)
+{
+    const llm_model_t    *m = c->m;
+    const llm_hparams_t  *hp = &m->hp;
+    uint32_t              n_out;
+    int                   rc;
+
+    rc = llm_forward_layers(c, b, err, errlen);
+    if (rc < 0) {
+        return rc;
+    }
     n_out = c->n_out;
     if (n_out == 0) {
         return 0;
@@ -1344,6 +1363,23 @@ llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
         return rc;
     }
     llm_run_items(c);
+    return 0;
+}
+
+int
+llm_forward_hidden(llm_ctx_t *c, const llm_batch_t *b, float *out,
+    char *err, size_t errlen)
+{
+    size_t  n = c->m->hp.n_embd;
+    int     rc;
+
+    rc = llm_forward_layers(c, b, err, errlen);
+    if (rc < 0 || c->n_out == 0) {
+        return rc;
+    }
+    /* the output norm only: what the head would read (no activations) */
+    llm_run_norm(c, c->n_out, c->x, c->xn, c->m->output_norm, 0);
+    memcpy(out, c->xn, (size_t) c->n_out * n * sizeof(float));
     return 0;
 }
 

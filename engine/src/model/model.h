@@ -150,6 +150,13 @@ size_t llm_ctx_buffer_bytes(const llm_ctx_t *c);
  */
 int llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
     size_t errlen);
+/*
+ * The same batch without the head: for each token with logits[i] set, one
+ * row of n_embd floats, the last layer's hidden state after the output
+ * norm (what llama.cpp pools for embeddings), to out in batch order.
+ */
+int llm_forward_hidden(llm_ctx_t *c, const llm_batch_t *b, float *out,
+    char *err, size_t errlen);
 
 /*
  * Experts from somewhere other than the mapping (streamed experts,

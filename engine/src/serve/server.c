@@ -57,7 +57,8 @@
 typedef struct llm_conn_s  llm_conn_t;
 typedef struct llm_prep_s  llm_prep_t;
 
-/* A Generate whose prompt the worker prepares, or a Tokenize. */
+/* A Generate whose prompt the worker prepares, a Tokenize, or an Embed
+ * (tokenized and run through the forward pass by the worker). */
 struct llm_prep_s {
     llm_prep_t     *next;          /* on the worker's FIFO or done list */
     llm_conn_t     *conn;          /* loop only; NULL: the result is dropped */
@@ -70,6 +71,9 @@ struct llm_prep_s {
     size_t          n_all;
     const char     *param;
     double          ms;            /* the worker's time on it */
+    float          *vec;           /* Embed: [n_in][dims] */
+    uint32_t       *in_tokens;     /* Embed: [n_in] tokens of each input */
+    uint32_t        n_in, dims;
     char            err[512];
 };
 
@@ -131,6 +135,11 @@ struct llm_server_s {
     llm_prep_t        *prep_done;              /* done, LIFO */
     int                prep_stop;
     uint32_t           n_prep;     /* jobs a connection waits for */
+
+    /* Embed requests answered and their tokens (Info's stats count them
+     * with the Generates') */
+    uint64_t           embed_requests;
+    uint64_t           embed_tokens;
 
     char               sock_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
 };
@@ -438,6 +447,8 @@ llm_prep_free(llm_prep_t *j)
         llm_tokens_free(&j->all[i]);
     }
     free(j->all);
+    free(j->vec);
+    free(j->in_tokens);
     free(j);
 }
 
@@ -458,6 +469,67 @@ llm_prep_prompts(llm_server_t *srv, llm_prep_t *j)
                                   &j->param, j->err, sizeof(j->err));
     }
     return rc;
+}
+
+/*
+ * An Embed on the worker: the texts tokenized (special tokens added as the
+ * vocabulary asks), then every input through the forward pass together.
+ * The loop never runs the forward pass of an embedding engine (it takes
+ * no Generate), so the context is the worker's while this runs.
+ */
+static void
+llm_prep_embed(llm_server_t *srv, llm_prep_t *j)
+{
+    const Llm__EmbedRequest  *e = j->rq->embed;
+    const llm_embed_conf_t   *ec = srv->c.embed;
+    llm_tokens_t             *in;
+    uint32_t                  i, n = (uint32_t) e->n_inputs;
+    double                    t0 = llm_srv_now();
+
+    j->param = "input";
+    in = calloc(n ? n : 1, sizeof(*in));
+    j->in_tokens = calloc(n ? n : 1, sizeof(uint32_t));
+    if (in == NULL || j->in_tokens == NULL) {
+        j->rc = -ENOMEM;
+        free(in);
+        return;
+    }
+    j->rc = 0;
+    for (i = 0; i < n && j->rc == 0; i++) {
+        const Llm__EmbedInput *x = e->inputs[i];
+
+        if (x->is_tokens) {
+            in[i].ids = x->tokens;      /* borrowed: not freed below */
+            in[i].n = x->n_tokens;
+        } else {
+            j->rc = llm_tokenize(srv->c.vocab, x->text, strlen(x->text),
+                                 LLM_TOK_ADD_SPECIAL, &in[i], j->err,
+                                 sizeof(j->err));
+        }
+        j->in_tokens[i] = (uint32_t) in[i].n;
+    }
+    if (j->rc == 0) {
+        j->dims = e->dimensions ? e->dimensions : ec->n_embd;
+        if (j->dims <= ec->n_embd) {
+            j->vec = malloc((size_t) (n ? n : 1) * j->dims * sizeof(float));
+            if (j->vec == NULL) {
+                j->rc = -ENOMEM;
+            }
+        }
+    }
+    if (j->rc == 0) {
+        j->n_in = n;
+        /* the loop sets dropped when the client leaves: stop there */
+        j->rc = llm_embed_run(ec, in, n, e->dimensions, &j->dropped, j->vec,
+                              &j->param, j->err, sizeof(j->err));
+    }
+    for (i = 0; i < n; i++) {
+        if (!e->inputs[i]->is_tokens) {
+            llm_tokens_free(&in[i]);
+        }
+    }
+    free(in);
+    j->ms = (llm_srv_now() - t0) * 1e3;
 }
 
 /* The worker: prepare the jobs in order until told to stop. */
@@ -493,6 +565,8 @@ llm_prep_main(void *arg)
                                  | (t->parse_special ? LLM_TOK_PARSE_SPECIAL
                                                      : 0),
                                  &j->toks, j->err, sizeof(j->err));
+        } else if (j->rq->kind_case == LLM__REQUEST__KIND_EMBED) {
+            llm_prep_embed(srv, j);
         } else {
             double t0 = llm_srv_now();
 
@@ -606,6 +680,50 @@ llm_srv_tokenized(llm_conn_t *c, llm_prep_t *j)
     }
 }
 
+/* c's Embed is done: one Embedding event per input and EmbedDone, or the
+ * error. */
+static void
+llm_srv_embedded(llm_conn_t *c, llm_prep_t *j)
+{
+    Llm__Event       ev = LLM__EVENT__INIT;
+    Llm__Embedding   row = LLM__EMBEDDING__INIT;
+    Llm__EmbedDone   done = LLM__EMBED_DONE__INIT;
+    Llm__Usage       u = LLM__USAGE__INIT;
+    uint32_t         i, total = 0;
+
+    if (j->rc != 0) {
+        llm_conn_error(c, j->rc == -EINVAL ? LLM_ERR_INVALID_REQUEST
+                                           : LLM_ERR_INTERNAL,
+                       j->rc == -EINVAL ? j->param : NULL, "%s",
+                       j->err[0] ? j->err : strerror(-j->rc));
+        c->closing |= c->srv->draining;
+        return;
+    }
+    ev.kind_case = LLM__EVENT__KIND_EMBEDDING;
+    ev.embedding = &row;
+    for (i = 0; i < j->n_in; i++) {
+        row.index = i;
+        row.n_values = j->dims;
+        row.values = j->vec + (size_t) i * j->dims;
+        row.tokens = j->in_tokens[i];
+        total += j->in_tokens[i];
+        llm_conn_send(c, &ev);
+    }
+    u.prompt_tokens = total;
+    c->srv->embed_requests++;
+    c->srv->embed_tokens += total;
+    done.usage = &u;
+    done.model = (char *) c->srv->c.model_name;
+    ev.kind_case = LLM__EVENT__KIND_EMBED_DONE;
+    ev.embed_done = &done;
+    llm_log(LLM_LOG_DEBUG, "request %s: %u inputs, %u tokens embedded in "
+            "%.1f ms", c->req_id ? c->req_id : "-", j->n_in, total, j->ms);
+    llm_conn_send(c, &ev);
+    if (c->srv->draining) {
+        c->closing = 1;
+    }
+}
+
 /* The eventfd fired: take the finished jobs, in the order they ended. */
 static void
 llm_prep_results(llm_server_t *srv)
@@ -630,6 +748,8 @@ llm_prep_results(llm_server_t *srv)
             j->conn->prep = NULL;
             if (j->rq->kind_case == LLM__REQUEST__KIND_TOKENIZE) {
                 llm_srv_tokenized(j->conn, j);
+            } else if (j->rq->kind_case == LLM__REQUEST__KIND_EMBED) {
+                llm_srv_embedded(j->conn, j);
             } else {
                 llm_srv_prepared(j->conn, j);
             }
@@ -685,6 +805,13 @@ llm_srv_generate(llm_conn_t *c, Llm__Request *rq)
         llm_conn_error(c, LLM_ERR_MODEL_NOT_FOUND, "model",
                        "The model '%s' does not exist on this engine; it "
                        "serves '%s'", g->model, srv->c.model_name);
+        return 0;
+    }
+    if (srv->c.embed != NULL) {
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, "model",
+                       "The model '%s' is an embedding model (the engine "
+                       "runs with --embeddings): use /v1/embeddings",
+                       srv->c.model_name);
         return 0;
     }
     if (llm_prep_submit(c, rq) != 0) {
@@ -763,11 +890,11 @@ llm_srv_info(llm_conn_t *c)
     el.max_stop = lim.max_stop;
     el.max_stop_bytes = lim.max_stop_bytes;
     el.max_top_logprobs = lim.max_top_logprobs;
-    es.requests_total = st.requests_total;
+    es.requests_total = st.requests_total + srv->embed_requests;
     es.requests_running = st.requests_running;
     es.requests_queued = st.requests_queued;
     es.requests_cancelled = st.requests_cancelled;
-    es.prompt_tokens_total = st.prompt_tokens_total;
+    es.prompt_tokens_total = st.prompt_tokens_total + srv->embed_tokens;
     es.completion_tokens_total = st.completion_tokens_total;
     es.cached_tokens_total = st.cached_tokens_total;
     es.steps_total = st.steps_total;
@@ -809,9 +936,60 @@ llm_srv_info(llm_conn_t *c)
     in.system_fingerprint = (char *) (srv->c.sched.fingerprint
                                       ? srv->c.sched.fingerprint : "");
     in.limits = &el;
+    if (srv->c.embed != NULL) {
+        in.embeddings = 1;
+        in.embedding_length = srv->c.embed->n_embd;
+        in.pooling = (char *) llm_pooling_name(srv->c.embed->pooling);
+        in.embedding_truncate = srv->c.embed->truncate;
+        el.max_embed_inputs = srv->c.embed->max_inputs;
+    }
     ev.kind_case = LLM__EVENT__KIND_INFO;
     ev.info = &in;
     llm_conn_send(c, &ev);
+}
+
+/*
+ * An Embed: checked here, tokenized and run by the worker.  Returns 1 when
+ * the job took rq, 0 when the caller still owns it (answered here).
+ */
+static int
+llm_srv_embed(llm_conn_t *c, Llm__Request *rq)
+{
+    llm_server_t            *srv = c->srv;
+    const Llm__EmbedRequest *e = rq->embed;
+
+    free(c->req_id);
+    c->req_id = strdup(e->request_id[0] ? e->request_id : "-");
+    if (srv->draining) {
+        llm_conn_error(c, LLM_ERR_SHUTTING_DOWN, NULL,
+                       "the engine is shutting down");
+        c->closing = 1;
+        return 0;
+    }
+    if (!llm_srv_model_ok(srv, e->model)) {
+        llm_conn_error(c, LLM_ERR_MODEL_NOT_FOUND, "model",
+                       "The model '%s' does not exist on this engine; it "
+                       "serves '%s'", e->model, srv->c.model_name);
+        return 0;
+    }
+    if (srv->c.embed == NULL) {
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, "model",
+                       "The model '%s' does not serve embeddings (its "
+                       "engine was not started with --embeddings)",
+                       srv->c.model_name);
+        return 0;
+    }
+    if (e->n_inputs > srv->c.embed->max_inputs) {
+        llm_conn_error(c, LLM_ERR_INVALID_REQUEST, "input",
+                       "'input' holds %zu inputs; at most %u are allowed "
+                       "per request", e->n_inputs, srv->c.embed->max_inputs);
+        return 0;
+    }
+    if (llm_prep_submit(c, rq) != 0) {
+        llm_conn_error(c, LLM_ERR_INTERNAL, NULL, "out of memory");
+        return 0;
+    }
+    return 1;
 }
 
 /* Tokenize: on the worker (a long text would stall the streams).
@@ -990,10 +1168,15 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
     case LLM__REQUEST__KIND_DETOKENIZE:
         llm_srv_detokenize(c, rq->detokenize);
         break;
+    case LLM__REQUEST__KIND_EMBED:
+        if (llm_srv_embed(c, rq)) {
+            return;     /* the job owns rq */
+        }
+        break;
     default:
         llm_conn_error(c, LLM_ERR_INVALID_REQUEST, NULL,
                        "the request has no kind set (generate, info, "
-                       "tokenize, detokenize or cancel)");
+                       "tokenize, detokenize, embed or cancel)");
         break;
     }
     llm__request__free_unpacked(rq, NULL);

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "base/log.h"
+#include "embed.h"
 #include "model/expert_cache.h"
 #include "scheduler.h"
 #include "template/template.h"
@@ -58,6 +59,9 @@ typedef struct {
     const char          *tool_call_format;
     int64_t              created;
     llm_xcache_t        *xcache;        /* streamed experts, or NULL */
+
+    /* embedding mode (--embeddings): Embed only, no Generate; NULL: off */
+    const llm_embed_conf_t *embed;
 } llm_server_conf_t;
 
 typedef struct llm_server_s llm_server_t;

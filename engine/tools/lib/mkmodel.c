@@ -53,7 +53,7 @@ typedef struct {
 
 const char *const llm_mkmodel_presets[] = {
     "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
-    "tiny-qwen3", "tiny-minimax", NULL
+    "tiny-qwen3", "tiny-minimax", "tiny-embed", NULL
 };
 
 static int
@@ -147,6 +147,7 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
     p->type = LLM_TYPE_F32;
     p->seed = 1;
     p->n_threads = 2;
+    p->pooling = -1;
 
     if (strcmp(preset, "tiny") == 0) {
         mk_shape(p, "qwen3moe", 128, 4, 4, 2, 32, 256, 8, 2, 128, 1000,
@@ -162,6 +163,10 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
         mk_shape(p, "qwen2", 128, 4, 4, 2, 32, 256, 0, 0, 0, 1000, 2048);
     } else if (strcmp(preset, "tiny-qwen3") == 0) {
         mk_shape(p, "qwen3", 128, 4, 4, 2, 32, 256, 0, 0, 0, 1000, 2048);
+    } else if (strcmp(preset, "tiny-embed") == 0) {
+        /* a Qwen3-Embedding-shaped file: last-token pooling */
+        mk_shape(p, "qwen3", 128, 4, 4, 2, 32, 256, 0, 0, 0, 1000, 2048);
+        p->pooling = 3;
     } else if (strcmp(preset, "tiny-minimax") == 0) {
         mk_shape(p, "minimax-m2", 128, 4, 4, 2, 64, 128, 8, 2, 128, 1000,
             2048);
@@ -590,6 +595,10 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
         llm_gguf_w_u32(w, k, p->n_expert);
         mk_key(k, sizeof(k), a, "expert_used_count");
         llm_gguf_w_u32(w, k, p->n_expert_used);
+    }
+    if (p->pooling >= 0) {
+        mk_key(k, sizeof(k), a, "pooling_type");
+        llm_gguf_w_u32(w, k, (uint32_t) p->pooling);
     }
     if (strcmp(a, "minimax-m2") == 0) {
         mk_key(k, sizeof(k), a, "expert_gating_func");

@@ -43,6 +43,9 @@ typedef struct {
     int         split_experts;  /* llama: old per-expert tensors
                                    blk.N.ffn_{gate,up,down}.E.weight, same
                                    values as the merged _exps layout */
+    int         pooling;        /* -1: no <arch>.pooling_type key; else
+                                   llama.cpp's enum (1 mean, 2 cls, 3 last):
+                                   an embedding model */
 } llm_mkmodel_params_t;
 
 /* Names of the presets, NULL-terminated (for --help). */

@@ -1,0 +1,49 @@
+#!/usr/bin/perl
+# RAG clients against /v1/embeddings (tests/embeddings, pinned in its
+# package-lock.json): the openai SDK 5.x, which asks for base64 by default
+# and decodes it, and LangChain's OpenAIEmbeddings 0.6 (the last line that
+# runs on Debian 12's Node 20; 1.x needs Node 22): embedDocuments in
+# batches and embedQuery give the float answer's vectors, in order.
+
+use strict;
+use warnings;
+use lib 't/lib';
+use Test::More;
+use LlmTest;
+use LlmClient;
+use LlmKeys;
+use LlmNpm;
+
+my $dir = LlmTest->repo . '/tests/embeddings';
+LlmNpm::need('tests/embeddings', 'openai', '@langchain/openai');
+
+my $t = LlmTest->new;
+my $model = $t->build . '/models/test-embed.gguf';
+unless (-f $model) {
+    system('mkdir', '-p', $t->build . '/models') == 0 or die;
+    system($t->bin('llm-mkmodel'), '--preset', 'tiny-embed', '--type',
+           'Q8_0', '-q', '-o', "$model.tmp.$$") == 0 or die 'llm-mkmodel';
+    rename "$model.tmp.$$", $model or die "rename: $!";
+}
+$t->start_engine('e', model => $model, args => ['--embeddings']);
+my ($key, $line) = LlmKeys::new_key('rag', tpm => 1000000);
+LlmKeys::write_keys($t, $line);
+$t->start_nginx(<<"EOF");
+    llm_zone llm 1m;
+    llm_keys @{[ $t->dir ]}/keys;
+    upstream emb { server unix:%%SOCK_e%%; keepalive 2; }
+    llm_model embed upstream=emb;
+    server {
+        listen 127.0.0.1:%%PORT%%;
+        location /v1/ { llm_api on; }
+    }
+EOF
+
+local $ENV{LLM_URL} = 'http://127.0.0.1:' . $t->port . '/v1';
+local $ENV{LLM_KEY} = $key;
+my ($rc, $oks, $fails) = LlmClient::run_tap("$dir/rag.mjs",
+    echo => qr/^(#|not ok)/);
+is($rc, 0, 'rag.mjs exits 0');
+is($fails, 0, 'no check failed');
+is($oks, 11, 'every check ran');
+$t->done;

@@ -1,0 +1,85 @@
+package LlmSchema;
+
+# A small JSON Schema validator for the OpenAPI schemas copied under
+# tests/schemas (the subset they use: type, properties, required, items,
+# enum, $ref into the same file; descriptions and x-* keys are ignored).
+# validate() returns the list of violations, empty when the value fits.
+
+use strict;
+use warnings;
+use JSON::PP;
+use Scalar::Util qw(looks_like_number);
+use B;
+
+sub load {
+    my ($class, $file) = @_;
+    open my $f, '<', $file or die "$file: $!";
+    local $/;
+    my $doc = JSON::PP->new->decode(<$f>);
+    return bless { doc => $doc }, $class;
+}
+
+sub _ref {
+    my ($self, $ref) = @_;
+    $ref =~ m{^#/(.*)$} or die "unsupported \$ref $ref";
+    my $node = $self->{doc};
+    $node = $node->{$_} // die "no $ref" for split m{/}, $1;
+    return $node;
+}
+
+# The JSON type of a decoded value (JSON::PP keeps numbers as numbers).
+sub _type {
+    my ($v) = @_;
+    return 'null' unless defined $v;
+    return 'boolean' if JSON::PP::is_bool($v);
+    return 'object' if ref $v eq 'HASH';
+    return 'array' if ref $v eq 'ARRAY';
+    my $flags = B::svref_2object(\$v)->FLAGS;
+    if ($flags & (B::SVp_IOK | B::SVp_NOK) && !($flags & B::SVp_POK)) {
+        return $v == int($v) && $v !~ /[.eE]/ ? 'integer' : 'number';
+    }
+    return 'string';
+}
+
+sub validate {
+    my ($self, $name, $value) = @_;
+    my @err;
+    $self->_check($self->{doc}{components}{schemas}{$name} // die("no $name"),
+                  $value, '$', \@err);
+    return @err;
+}
+
+sub _check {
+    my ($self, $s, $v, $path, $err) = @_;
+    $s = $self->_ref($s->{'$ref'}) if $s->{'$ref'};
+    if (my $want = $s->{type}) {
+        my $got = _type($v);
+        my $ok = $got eq $want
+                 || ($want eq 'number' && $got eq 'integer');
+        unless ($ok) {
+            push @$err, "$path: expected $want, got $got";
+            return;
+        }
+    }
+    if ($s->{enum} && !grep { defined $v && $_ eq $v } @{ $s->{enum} }) {
+        push @$err, "$path: " . ($v // 'null') . " is not one of "
+                    . join(', ', @{ $s->{enum} });
+    }
+    if (ref $v eq 'HASH') {
+        for my $k (@{ $s->{required} // [] }) {
+            push @$err, "$path: missing required $k" unless exists $v->{$k};
+        }
+        for my $k (keys %{ $s->{properties} // {} }) {
+            $self->_check($s->{properties}{$k}, $v->{$k}, "$path.$k", $err)
+                if exists $v->{$k};
+        }
+    }
+    if (ref $v eq 'ARRAY' && $s->{items}) {
+        for my $i (0 .. $#$v) {
+            $self->_check($s->{items}, $v->[$i], "$path\[$i\]", $err);
+            last if @$err > 20;
+        }
+    }
+}
+
+1;
