@@ -4,8 +4,8 @@
  * For every model in INDEX.tsv (from $LLM_SHARED/reference, else the three
  * small copies in engine/tests/data/reference; others are skipped with a
  * message): the 48-token prompt as one batch at every SIMD level the CPU
- * has, compared with NAME.f64.logits.f32 by the README's bar for the file's
- * types.  Then the KV path: two sequences prefilled in uneven chunks mixed
+ * has ($LLM_REF_SIMD may name fewer; the best always runs), compared with
+ * NAME.f64.logits.f32 by the README's bar for the file's types.  Then the KV path: two sequences prefilled in uneven chunks mixed
  * in the same batches, over a shuffled block table with 16-token blocks,
  * then decoded one token per step each; their logits must agree with the
  * one-batch run and their greedy continuation with llama.cpp's (required
@@ -35,6 +35,31 @@ typedef struct {
 } ref_entry_t;
 
 static int   g_todo;    /* files of a type the engine refuses by name */
+
+
+/*
+ * The SIMD levels to run, from $LLM_REF_SIMD (a comma list of level names,
+ * e.g. "neon": the aarch64 run under qemu, where the scalar level of the
+ * I-quant files would take most of the suite's time); every level the CPU
+ * has when unset.  The best level always runs (the KV path uses it).
+ */
+static int
+level_wanted(llm_simd_t lvl)
+{
+    const char  *want = getenv("LLM_REF_SIMD");
+    const char  *name = llm_simd_name(lvl), *p;
+    size_t       n = strlen(name);
+
+    if (want == NULL || *want == '\0' || lvl == llm_simd_best()) {
+        return 1;
+    }
+    for (p = want; (p = strstr(p, name)) != NULL; p += n) {
+        if ((p == want || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 static int
 exists(const char *p)
@@ -379,7 +404,9 @@ check_model(const char *dir, const ref_entry_t *e)
     }
 
     for (lvl = LLM_SIMD_SCALAR; lvl < LLM_SIMD_COUNT; lvl++) {
-        if (llm_simd_force((llm_simd_t) lvl) != 0) {
+        if (!level_wanted((llm_simd_t) lvl)
+            || llm_simd_force((llm_simd_t) lvl) != 0)
+        {
             continue;
         }
         tk_begin("%s %s 1 batch", e->name, llm_simd_name((llm_simd_t) lvl));
