@@ -2293,4 +2293,5 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     llm_kernels_init_k23_avx512(k);
     llm_kernels_init_legacy_avx512(k);
     llm_kernels_init_iq4_avx512(k);
+    llm_kernels_init_iq3_avx512(k);
 }

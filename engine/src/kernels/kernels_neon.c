@@ -489,4 +489,5 @@ llm_kernels_init_neon(llm_kernels_t *k)
     llm_kernels_init_k23_neon(k);
     llm_kernels_init_legacy_neon(k);
     llm_kernels_init_iq4_neon(k);
+    llm_kernels_init_iq3_neon(k);
 }

@@ -36,7 +36,10 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     [LLM_TYPE_Q6_K] = { "Q6_K", LLM_QK_K, sizeof(llm_block_q6_K), 1 },
     /* activation type only: not a weight type */
     [LLM_TYPE_Q8_K] = { "Q8_K", LLM_QK_K, sizeof(llm_block_q8_K), 0 },
+    [LLM_TYPE_IQ3_XXS] = { "IQ3_XXS", LLM_QK_K, sizeof(llm_block_iq3_xxs),
+                           1 },
     [LLM_TYPE_IQ4_NL] = { "IQ4_NL", LLM_QK, sizeof(llm_block_iq4_nl), 1 },
+    [LLM_TYPE_IQ3_S] = { "IQ3_S", LLM_QK_K, sizeof(llm_block_iq3_s), 1 },
     [LLM_TYPE_IQ4_XS] = { "IQ4_XS", LLM_QK_K, sizeof(llm_block_iq4_xs), 1 },
     [LLM_TYPE_BF16] = { "BF16", 1, 2, 1 },
     [LLM_TYPE_MXFP4] = { "MXFP4", LLM_QK, sizeof(llm_block_mxfp4), 1 },
@@ -163,6 +166,8 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
     case LLM_TYPE_IQ4_XS:
+    case LLM_TYPE_IQ3_XXS:
+    case LLM_TYPE_IQ3_S:
         return LLM_TYPE_Q8_K;
     default:
         return LLM_TYPE_F32;
@@ -431,6 +436,12 @@ llm_dequantize_row(llm_type_t t, const void *src, float *dst, int64_t n)
         break;
     case LLM_TYPE_MXFP4:
         llm_mxfp4_dequant(src, dst, n / LLM_QK);
+        break;
+    case LLM_TYPE_IQ3_XXS:
+        llm_iq3_xxs_dequant(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_IQ3_S:
+        llm_iq3_s_dequant(src, dst, n / LLM_QK_K);
         break;
     default:
         memset(dst, 0, n * sizeof(float));
@@ -1223,6 +1234,8 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_IQ4_NL] = llm_iq4_nl_dot;
     k->vec_dot[LLM_TYPE_IQ4_XS] = llm_iq4_xs_dot;
     k->vec_dot[LLM_TYPE_MXFP4] = llm_mxfp4_dot;
+    k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_iq3_xxs_dot;
+    k->vec_dot[LLM_TYPE_IQ3_S] = llm_iq3_s_dot;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;
