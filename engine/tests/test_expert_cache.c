@@ -405,6 +405,7 @@ shared_refs(void)
         "ref-qwen3moe-q2_k", "ref-qwen3moe-q3_k_m", "ref-qwen3moe-iq4_nl",
         "ref-qwen3moe-iq4_xs", "ref-qwen3moe-mxfp4_moe",
         "ref-minimax-m2-q3_k_m", "ref-minimax-m2-mxfp4_moe",
+        "ref-qwen3moe-iq3_xxs", "ref-qwen3moe-iq3_s",
     };
     llm_model_t  *m;
     char          path[1200], err[512], types[64];
