@@ -407,6 +407,7 @@ shared_refs(void)
         "ref-qwen3moe-iq1_s", "ref-qwen3moe-iq1_m",
         "ref-minimax-m2-q3_k_m", "ref-minimax-m2-mxfp4_moe",
         "ref-qwen3moe-iq2_xxs", "ref-qwen3moe-iq2_xs", "ref-qwen3moe-iq2_s",
+        "ref-qwen3moe-iq3_xxs", "ref-qwen3moe-iq3_s",
     };
     llm_model_t  *m;
     char          path[1200], err[512], types[64];

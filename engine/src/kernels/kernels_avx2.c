@@ -866,4 +866,5 @@ llm_kernels_init_avx2(llm_kernels_t *k)
     llm_kernels_init_iq4_avx2(k);
     llm_kernels_init_iq1_avx2(k);
     llm_kernels_init_iq2_avx2(k);
+    llm_kernels_init_iq3_avx2(k);
 }

@@ -2528,4 +2528,5 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     llm_kernels_init_iq4_avx512(k);
     llm_kernels_init_iq1_avx512(k);
     llm_kernels_init_iq2_avx512(k);
+    llm_kernels_init_iq3_avx512(k);
 }

@@ -357,6 +357,49 @@ void llm_iq2_xxs_dot(int64_t n, float *s, const void *w, const void *x);
 void llm_iq2_xs_dot(int64_t n, float *s, const void *w, const void *x);
 void llm_iq2_s_dot(int64_t n, float *s, const void *w, const void *x);
 
+/* quant_iq3.c, iq3_grids.c */
+
+/*
+ * IQ3_XXS: 3.0625 bpw.  Per 32-weight sub-block j: 8 grid indices in
+ * qs[8j..8j+8) (each an entry of 4 magnitudes, llm_iq3xxs_grid), and
+ * the little-endian word sas[4j..4j+4): bits 7l..7l+6 the signs of
+ * weights 8l..8l+6 (the 8th sign, of weight 8l+7, makes the count of
+ * minus signs even), bits 28..31 the scale ls; w = d * (0.5 + ls) / 2 *
+ * magnitude * sign.  Dotted with Q8_K.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint8_t   qs[LLM_QK_K / 4];
+    uint8_t   sas[LLM_QK_K / 8];    /* scales and signs */
+} llm_block_iq3_xxs;
+
+/*
+ * IQ3_S: 3.4375 bpw.  Per 32-weight sub-block j: 8 grid indices of 9 bits
+ * (low 8 in qs[8j + k], bit 8 is bit k of qh[j]; llm_iq3s_grid), sign
+ * bits signs[4j..4j+4) (bit i of the 32 negates weight i), 4-bit scale
+ * ls (nibble j % 2 of scales[j / 2], low first); w = d * (1 + 2 ls) *
+ * magnitude * sign.  Dotted with Q8_K.
+ */
+typedef struct __attribute__((packed)) {
+    uint16_t  d;                    /* fp16 */
+    uint8_t   qs[LLM_QK_K / 4];
+    uint8_t   qh[LLM_QK_K / 32];
+    uint8_t   signs[LLM_QK_K / 8];
+    uint8_t   scales[LLM_QK_K / 64];
+} llm_block_iq3_s;
+
+_Static_assert(sizeof(llm_block_iq3_xxs) == 2 + 96, "iq3_xxs size");
+_Static_assert(sizeof(llm_block_iq3_s) == 2 + 64 + 8 + 32 + 4, "iq3_s size");
+
+/* The grids of the formats' definition (iq3_grids.c). */
+extern const uint32_t  llm_iq3xxs_grid[256];
+extern const uint32_t  llm_iq3s_grid[512];
+
+void llm_iq3_xxs_dequant(const void *src, float *y, int64_t nb);
+void llm_iq3_s_dequant(const void *src, float *y, int64_t nb);
+void llm_iq3_xxs_dot(int64_t n, float *s, const void *w, const void *x);
+void llm_iq3_s_dot(int64_t n, float *s, const void *w, const void *x);
+
 /* Kernel signatures (the type is implied by the table slot). */
 typedef void (*llm_vec_dot_fn)(int64_t n, float *s, const void *w,
     const void *x);
@@ -394,6 +437,11 @@ void llm_kernels_init_iq1_neon(llm_kernels_t *k);
 void llm_kernels_init_iq2_avx2(llm_kernels_t *k);
 void llm_kernels_init_iq2_avx512(llm_kernels_t *k);
 void llm_kernels_init_iq2_neon(llm_kernels_t *k);
+/* iq3_avx2.c, iq3_avx512.c, iq3_neon.c: IQ3_XXS and IQ3_S vec_dot,
+ * called at the end of the matching llm_kernels_init_<isa>. */
+void llm_kernels_init_iq3_avx2(llm_kernels_t *k);
+void llm_kernels_init_iq3_avx512(llm_kernels_t *k);
+void llm_kernels_init_iq3_neon(llm_kernels_t *k);
 
 /* The scalar table (quant.c); each SIMD file then overwrites the entries
  * it implements and leaves the others. */

@@ -491,4 +491,5 @@ llm_kernels_init_neon(llm_kernels_t *k)
     llm_kernels_init_iq4_neon(k);
     llm_kernels_init_iq1_neon(k);
     llm_kernels_init_iq2_neon(k);
+    llm_kernels_init_iq3_neon(k);
 }

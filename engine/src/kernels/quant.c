@@ -37,7 +37,10 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     /* activation type only: not a weight type */
     [LLM_TYPE_Q8_K] = { "Q8_K", LLM_QK_K, sizeof(llm_block_q8_K), 0 },
     [LLM_TYPE_IQ1_S] = { "IQ1_S", LLM_QK_K, sizeof(llm_block_iq1_s), 1 },
+    [LLM_TYPE_IQ3_XXS] = { "IQ3_XXS", LLM_QK_K, sizeof(llm_block_iq3_xxs),
+                           1 },
     [LLM_TYPE_IQ4_NL] = { "IQ4_NL", LLM_QK, sizeof(llm_block_iq4_nl), 1 },
+    [LLM_TYPE_IQ3_S] = { "IQ3_S", LLM_QK_K, sizeof(llm_block_iq3_s), 1 },
     [LLM_TYPE_IQ4_XS] = { "IQ4_XS", LLM_QK_K, sizeof(llm_block_iq4_xs), 1 },
     [LLM_TYPE_IQ1_M] = { "IQ1_M", LLM_QK_K, sizeof(llm_block_iq1_m), 1 },
     [LLM_TYPE_IQ2_XXS] = { "IQ2_XXS", LLM_QK_K, sizeof(llm_block_iq2_xxs),
@@ -182,6 +185,8 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_IQ2_XXS:
     case LLM_TYPE_IQ2_XS:
     case LLM_TYPE_IQ2_S:
+    case LLM_TYPE_IQ3_XXS:
+    case LLM_TYPE_IQ3_S:
         return LLM_TYPE_Q8_K;
     default:
         return LLM_TYPE_F32;
@@ -465,6 +470,12 @@ llm_dequantize_row(llm_type_t t, const void *src, float *dst, int64_t n)
         break;
     case LLM_TYPE_IQ2_S:
         llm_iq2_s_dequant(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_IQ3_XXS:
+        llm_iq3_xxs_dequant(src, dst, n / LLM_QK_K);
+        break;
+    case LLM_TYPE_IQ3_S:
+        llm_iq3_s_dequant(src, dst, n / LLM_QK_K);
         break;
     default:
         memset(dst, 0, n * sizeof(float));
@@ -1262,6 +1273,8 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_IQ2_XXS] = llm_iq2_xxs_dot;
     k->vec_dot[LLM_TYPE_IQ2_XS] = llm_iq2_xs_dot;
     k->vec_dot[LLM_TYPE_IQ2_S] = llm_iq2_s_dot;
+    k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_iq3_xxs_dot;
+    k->vec_dot[LLM_TYPE_IQ3_S] = llm_iq3_s_dot;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16_ref;
     k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16_ref;

@@ -5,8 +5,8 @@
  * is a packed struct with a static assert on its size (quant.c).  Each
  * weight type names the activation type its dot product takes
  * (llm_type_vec_dot_type): Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for
- * Q4_1/Q5_1, Q8_K for the K-quants, IQ4_XS, IQ1_S and IQ1_M, F32 for
- * the float types.
+ * Q4_1/Q5_1, Q8_K for the K-quants and the other I-quants (IQ4_XS, IQ3_*,
+ * IQ2_*, IQ1_*), F32 for the float types.
  * Activations are converted once per row with llm_quantize_act() and then
  * dotted with many weight rows.
  *
@@ -39,8 +39,10 @@ typedef enum {
     LLM_TYPE_Q8_K = 15,
     LLM_TYPE_IQ2_XXS = 16,
     LLM_TYPE_IQ2_XS = 17,
+    LLM_TYPE_IQ3_XXS = 18,
     LLM_TYPE_IQ1_S = 19,
     LLM_TYPE_IQ4_NL = 20,
+    LLM_TYPE_IQ3_S = 21,
     LLM_TYPE_IQ2_S = 22,
     LLM_TYPE_IQ4_XS = 23,
     LLM_TYPE_IQ1_M = 29,
