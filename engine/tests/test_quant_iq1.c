@@ -437,6 +437,23 @@ grid_stats_row(grid_stats_t *st, uint32_t type, const uint8_t *q,
 }
 
 
+static int
+iq1_family(uint32_t t)
+{
+    return t == LLM_TYPE_IQ1_S || t == LLM_TYPE_IQ1_M;
+}
+
+
+/* Row hook of tk_qref_check: the row's groups into the grid statistics. */
+static void
+iq1_row(void *ud, uint32_t type, const uint8_t *q, const float *deq,
+    const float *f, int64_t n)
+{
+    (void) deq;
+    grid_stats_row(ud, type, q, f, n);
+}
+
+
 /*
  * Every IQ1 tensor of reference file qname against the same tensor of
  * fname (F32): byte size, finite values, relative RMS error at most
@@ -447,78 +464,18 @@ static void
 test_ref_file(const char *qname, const char *fname, double max_err)
 {
     static grid_stats_t  st;
-    char                 qpath[1100], fpath[1100], err[512];
-    llm_gguf_t          *q = NULL, *f = NULL;
-    uint64_t             tensors = 0;
-    double               worst = 0, gworst = 0;
+    tk_qref_t            c = { qname, fname, iq1_family, max_err, 0, 0,
+                               iq1_row, &st };
+    tk_qref_stats_t      rs;
+    double               gworst = 0;
     int                  points = 0, off = 0;
 
     tk_begin("reference %s", qname);
     memset(&st, 0, sizeof(st));
-    snprintf(qpath, sizeof(qpath), "%s/reference/%s.gguf", tk_shared_dir(),
-             qname);
-    snprintf(fpath, sizeof(fpath), "%s/reference/%s.gguf", tk_shared_dir(),
-             fname);
-    if (llm_gguf_open(&q, qpath, err, sizeof(err)) != 0
-        || llm_gguf_open(&f, fpath, err, sizeof(err)) != 0)
-    {
-        tk_skip(qname, "%s", err);
-        goto done;
+    if (tk_qref_check(&c, &rs) != 0) {
+        return;
     }
-
-    for (uint64_t i = 0; i < llm_gguf_n_tensors(q); i++) {
-        const llm_gguf_tensor_t  *tq = llm_gguf_tensor_at(q, i);
-        const llm_gguf_tensor_t  *tf;
-        int64_t                   ne0 = tq->ne[0], rows = 1;
-        double                    num = 0, den = 0;
-        size_t                    rb;
-        float                    *deq;
-        int                       nonfinite = 0;
-
-        if (tq->type != LLM_TYPE_IQ1_S && tq->type != LLM_TYPE_IQ1_M) {
-            continue;
-        }
-        tf = llm_gguf_find_tensor(f, tq->name);
-        if (!CHECK(tf != NULL && tf->type == LLM_TYPE_F32, "%s: %s not F32 "
-                   "in %s", qname, tq->name, fname))
-        {
-            continue;
-        }
-        for (uint32_t d = 1; d < tq->n_dims; d++) {
-            rows *= tq->ne[d];
-        }
-        rb = llm_row_bytes(tq->type, ne0);
-        CHECK(rb != 0 && tq->nbytes == rb * (uint64_t) rows, "%s: %llu "
-              "bytes, table says %zu x %lld", tq->name,
-              (unsigned long long) tq->nbytes, rb, (long long) rows);
-        deq = malloc(ne0 * sizeof(float));
-        if (!CHECK(deq != NULL, "malloc")) {
-            break;
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            const float    *src = (const float *) tf->data + r * ne0;
-            const uint8_t  *qr = (const uint8_t *) tq->data + r * rb;
-
-            llm_dequantize_row(tq->type, qr, deq, ne0);
-            for (int64_t j = 0; j < ne0; j++) {
-                nonfinite += !isfinite(deq[j]);
-                num += ((double) deq[j] - src[j]) * ((double) deq[j] - src[j]);
-                den += (double) src[j] * src[j];
-            }
-            grid_stats_row(&st, tq->type, qr, src, ne0);
-        }
-        free(deq);
-
-        double  e = sqrt(num / (den > 0 ? den : 1));
-
-        CHECK(nonfinite == 0, "%s: %d values not finite", tq->name,
-              nonfinite);
-        CHECK(e <= max_err, "%s (%s): rel RMS error %.4f > %.4f", tq->name,
-              llm_type_name(tq->type), e, max_err);
-        worst = e > worst ? e : worst;
-        tensors++;
-    }
-    CHECK(tensors > 0, "%s: no IQ1_S/IQ1_M tensors", qname);
+    CHECK(rs.tensors > 0, "%s: no IQ1_S/IQ1_M tensors", qname);
 
     for (int i = 0; i < 2048; i++) {
         if (st.n[i] < 8) {
@@ -544,17 +501,8 @@ test_ref_file(const char *qname, const char *fname, double max_err)
     CHECK(off == 0, "%s: %d grid values off the data", qname, off);
     tk_end_as("reference %s: %llu tensors, worst rel RMS %.4f vs f32; "
               "%d grid points: data means within %.3f of the grid", qname,
-              (unsigned long long) tensors, worst, points, gworst);
-
-done:
-    if (q) {
-        llm_gguf_close(q);
-    }
-    if (f) {
-        llm_gguf_close(f);
-    }
+              (unsigned long long) rs.tensors, rs.worst, points, gworst);
 }
-
 
 int
 main(int argc, char **argv)

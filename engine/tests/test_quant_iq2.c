@@ -487,6 +487,36 @@ grid_index(llm_type_t t, const uint8_t *p, int64_t g)
 }
 
 
+/* Per grid entry k and weight j: sum(f32 x deq), sum(deq^2), groups. */
+typedef struct {
+    llm_type_t  t;
+    double      sd[1024][8], dd[1024][8];
+    int         cnt[1024];
+} iq2_gstats_t;
+
+static int is_iq2_xxs(uint32_t t) { return t == LLM_TYPE_IQ2_XXS; }
+static int is_iq2_xs(uint32_t t) { return t == LLM_TYPE_IQ2_XS; }
+static int is_iq2_s(uint32_t t) { return t == LLM_TYPE_IQ2_S; }
+
+
+/* Row hook of tk_qref_check: each group's weights into its entry's sums. */
+static void
+iq2_row(void *ud, uint32_t type, const uint8_t *q, const float *deq,
+    const float *f, int64_t n)
+{
+    iq2_gstats_t  *g = ud;
+
+    (void) type;
+    for (int64_t j = 0; j < n; j++) {
+        int  k = grid_index(g->t, q, j / 8);
+
+        g->sd[k][j % 8] += (double) f[j] * deq[j];
+        g->dd[k][j % 8] += (double) deq[j] * deq[j];
+        g->cnt[k] += j % 8 == 0;
+    }
+}
+
+
 /*
  * Every tensor of type t in reference file qname: byte size, finite
  * values, and against the same tensor of the f32 file: relative RMS error
@@ -504,129 +534,47 @@ static void
 test_ref_file(const char *qname, llm_type_t t, const uint64_t *grid,
     int grid_n, double max_err)
 {
-    char          qpath[1100], fpath[1100], err[512];
-    llm_gguf_t   *q = NULL, *f = NULL;
-    uint64_t      tensors = 0;
-    double        worst = 0, wratio = 1;
-    static double  sd[1024][8], dd[1024][8];
-    static int     cnt[1024];
-    int            n_used = 0, n_judged = 0, out = 0;
-    double         fmin = 1e9, fmax = -1e9;
+    static iq2_gstats_t  g;
+    tk_qref_t            c = { qname, "ref-qwen3moe-f32", NULL, max_err,
+                               0.75, 1.25, iq2_row, &g };
+    tk_qref_stats_t      st;
+    int                  n_used = 0, n_judged = 0, out = 0;
+    double               fmin = 1e9, fmax = -1e9;
 
     tk_begin("reference %s", qname);
-    memset(sd, 0, sizeof(sd));
-    memset(dd, 0, sizeof(dd));
-    memset(cnt, 0, sizeof(cnt));
-    snprintf(qpath, sizeof(qpath), "%s/reference/%s.gguf", tk_shared_dir(),
-             qname);
-    snprintf(fpath, sizeof(fpath), "%s/reference/ref-qwen3moe-f32.gguf",
-             tk_shared_dir());
-    if (llm_gguf_open(&q, qpath, err, sizeof(err)) != 0
-        || llm_gguf_open(&f, fpath, err, sizeof(err)) != 0)
-    {
-        tk_skip(qname, "%s", err);
-        goto done;
-    }
-
-    for (uint64_t i = 0; i < llm_gguf_n_tensors(q); i++) {
-        const llm_gguf_tensor_t  *tq = llm_gguf_tensor_at(q, i);
-        const llm_gguf_tensor_t  *tf;
-        int64_t                   ne0 = tq->ne[0], rows = 1;
-        double                    num = 0, den = 0, dq2 = 0;
-        size_t                    rb;
-        float                    *deq;
-        int                       nonfinite = 0;
-
-        if (tq->type != (uint32_t) t) {
-            continue;
-        }
-        tf = llm_gguf_find_tensor(f, tq->name);
-        if (!CHECK(tf != NULL && tf->type == LLM_TYPE_F32, "%s: %s not F32",
-                   qname, tq->name))
-        {
-            continue;
-        }
-        for (uint32_t d = 1; d < tq->n_dims; d++) {
-            rows *= tq->ne[d];
-        }
-        rb = llm_row_bytes(tq->type, ne0);
-        CHECK(rb != 0 && tq->nbytes == rb * (uint64_t) rows, "%s: %llu "
-              "bytes, table says %zu x %lld", tq->name,
-              (unsigned long long) tq->nbytes, rb, (long long) rows);
-        deq = malloc(ne0 * sizeof(float));
-        if (!CHECK(deq != NULL, "malloc")) {
-            break;
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            const float    *src = (const float *) tf->data + r * ne0;
-            const uint8_t  *row = (const uint8_t *) tq->data + r * rb;
-
-            llm_dequantize_row(t, row, deq, ne0);
-            for (int64_t j = 0; j < ne0; j++) {
-                double  e = ((double) deq[j] - src[j])
-                            * ((double) deq[j] - src[j]);
-                int     k = grid_index(t, row, j / 8);
-
-                nonfinite += !isfinite(deq[j]);
-                num += e;
-                den += (double) src[j] * src[j];
-                dq2 += (double) deq[j] * deq[j];
-                sd[k][j % 8] += (double) src[j] * deq[j];
-                dd[k][j % 8] += (double) deq[j] * deq[j];
-                cnt[k] += j % 8 == 0;
-            }
-        }
-        free(deq);
-
-        double  e = sqrt(num / (den > 0 ? den : 1));
-        double  ratio = sqrt(dq2 / (den > 0 ? den : 1));
-
-        CHECK(nonfinite == 0, "%s: %d values not finite", tq->name,
-              nonfinite);
-        CHECK(e <= max_err, "%s (%s): rel RMS error %.4f > %.4f", tq->name,
-              llm_type_name(t), e, max_err);
-        CHECK(ratio >= 0.75 && ratio <= 1.25, "%s: RMS ratio %.3f",
-              tq->name, ratio);
-        worst = e > worst ? e : worst;
-        wratio = fabs(ratio - 1) > fabs(wratio - 1) ? ratio : wratio;
-        tensors++;
+    memset(&g, 0, sizeof(g));
+    g.t = t;
+    c.want = t == LLM_TYPE_IQ2_XXS ? is_iq2_xxs
+             : t == LLM_TYPE_IQ2_XS ? is_iq2_xs : is_iq2_s;
+    if (tk_qref_check(&c, &st) != 0) {
+        return;
     }
     for (int k = 0; k < grid_n; k++) {
-        n_used += cnt[k] > 0;
-        if (cnt[k] < 8) {
+        n_used += g.cnt[k] > 0;
+        if (g.cnt[k] < 8) {
             continue;
         }
         n_judged++;
         for (int j = 0; j < 8; j++) {
-            double  fk = dd[k][j] > 0 ? sd[k][j] / dd[k][j] : 0;
-
+            double  fk = g.dd[k][j] > 0 ? g.sd[k][j] / g.dd[k][j] : 0;
             int     mag = (int) (grid[k] >> 8 * j) & 0xff;
 
             if (!(fk <= 1.6 && (mag == 8 || fk >= 0.7)) && out++ < 5) {
                 tk_note("%s: grid entry %d weight %d (%d): factor %.3f over "
-                        "%d groups\n", qname, k, j, mag, fk, cnt[k]);
+                        "%d groups\n", qname, k, j, mag, fk, g.cnt[k]);
             }
             fmin = fk < fmin ? fk : fmin;
             fmax = fk > fmax ? fk : fmax;
         }
     }
-    CHECK(tensors > 0, "%s: no %s tensors", qname, llm_type_name(t));
+    CHECK(st.tensors > 0, "%s: no %s tensors", qname, llm_type_name(t));
     CHECK(out == 0, "%s: %d grid slots off", qname, out);
     tk_end_as("reference %s: %llu tensors finite, vs f32 worst rel RMS "
               "%.4f, RMS ratio %.3f; %d of %d grid entries used, per "
               "entry and weight f32/deq factor %.3f..%.3f (%d entries)",
-              qname, (unsigned long long) tensors, worst, wratio, n_used,
-              grid_n, fmin, fmax, n_judged);
-
-done:
-    if (q) {
-        llm_gguf_close(q);
-    }
-    if (f) {
-        llm_gguf_close(f);
-    }
+              qname, (unsigned long long) st.tensors, st.worst, st.wratio,
+              n_used, grid_n, fmin, fmax, n_judged);
 }
-
 
 int
 main(int argc, char **argv)

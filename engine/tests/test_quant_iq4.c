@@ -306,6 +306,13 @@ test_dot(llm_simd_t level)
 }
 
 
+static int
+iq4_family(uint32_t t)
+{
+    return t == LLM_TYPE_IQ4_NL || t == LLM_TYPE_IQ4_XS || t == LLM_TYPE_MXFP4;
+}
+
+
 /*
  * Every tensor of our types in reference file qname: byte size, finite
  * values, and against the same tensor of fname (F32): relative RMS error
@@ -314,95 +321,19 @@ test_dot(llm_simd_t level)
 static void
 test_ref_file(const char *qname, const char *fname, double max_err)
 {
-    char                      qpath[1100], fpath[1100], err[512];
-    llm_gguf_t               *q = NULL, *f = NULL;
-    uint64_t                  tensors = 0;
-    double                    worst = 0, wratio = 1;
+    tk_qref_t        c = { qname, fname, iq4_family, max_err, 0.8, 1.25,
+                           NULL, NULL };
+    tk_qref_stats_t  st;
 
     tk_begin("reference %s", qname);
-    snprintf(qpath, sizeof(qpath), "%s/reference/%s.gguf", tk_shared_dir(),
-             qname);
-    snprintf(fpath, sizeof(fpath), "%s/reference/%s.gguf", tk_shared_dir(),
-             fname);
-    if (llm_gguf_open(&q, qpath, err, sizeof(err)) != 0
-        || llm_gguf_open(&f, fpath, err, sizeof(err)) != 0)
-    {
-        tk_skip(qname, "%s", err);
-        goto done;
+    if (tk_qref_check(&c, &st) != 0) {
+        return;
     }
-
-    for (uint64_t i = 0; i < llm_gguf_n_tensors(q); i++) {
-        const llm_gguf_tensor_t  *tq = llm_gguf_tensor_at(q, i);
-        const llm_gguf_tensor_t  *tf;
-        int64_t                   ne0 = tq->ne[0], rows = 1;
-        double                    num = 0, den = 0, dq2 = 0;
-        size_t                    rb;
-        float                    *deq;
-        int                       nonfinite = 0;
-
-        if (tq->type != LLM_TYPE_IQ4_NL && tq->type != LLM_TYPE_IQ4_XS
-            && tq->type != LLM_TYPE_MXFP4)
-        {
-            continue;
-        }
-        tf = llm_gguf_find_tensor(f, tq->name);
-        if (!CHECK(tf != NULL && tf->type == LLM_TYPE_F32, "%s: %s not F32 "
-                   "in %s", qname, tq->name, fname))
-        {
-            continue;
-        }
-        for (uint32_t d = 1; d < tq->n_dims; d++) {
-            rows *= tq->ne[d];
-        }
-        rb = llm_row_bytes(tq->type, ne0);
-        CHECK(rb != 0 && tq->nbytes == rb * (uint64_t) rows, "%s: %llu "
-              "bytes, table says %zu x %lld", tq->name,
-              (unsigned long long) tq->nbytes, rb, (long long) rows);
-        deq = malloc(ne0 * sizeof(float));
-        if (!CHECK(deq != NULL, "malloc")) {
-            break;
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            const float  *src = (const float *) tf->data + r * ne0;
-
-            llm_dequantize_row(tq->type, (const char *) tq->data + r * rb,
-                               deq, ne0);
-            for (int64_t j = 0; j < ne0; j++) {
-                nonfinite += !isfinite(deq[j]);
-                num += ((double) deq[j] - src[j]) * ((double) deq[j] - src[j]);
-                den += (double) src[j] * src[j];
-                dq2 += (double) deq[j] * deq[j];
-            }
-        }
-        free(deq);
-
-        double  e = sqrt(num / (den > 0 ? den : 1));
-        double  ratio = sqrt(dq2 / (den > 0 ? den : 1));
-
-        CHECK(nonfinite == 0, "%s: %d values not finite", tq->name,
-              nonfinite);
-        CHECK(e <= max_err, "%s (%s): rel RMS error %.4f > %.4f", tq->name,
-              llm_type_name(tq->type), e, max_err);
-        CHECK(ratio >= 0.8 && ratio <= 1.25, "%s: RMS ratio %.3f", tq->name,
-              ratio);
-        worst = e > worst ? e : worst;
-        wratio = fabs(ratio - 1) > fabs(wratio - 1) ? ratio : wratio;
-        tensors++;
-    }
-    CHECK(tensors > 0, "%s: no IQ4_NL/IQ4_XS/MXFP4 tensors", qname);
+    CHECK(st.tensors > 0, "%s: no IQ4_NL/IQ4_XS/MXFP4 tensors", qname);
     tk_end_as("reference %s: %llu tensors finite, vs f32 worst rel RMS "
-              "%.4f, RMS ratio %.3f", qname, (unsigned long long) tensors,
-              worst, wratio);
-
-done:
-    if (q) {
-        llm_gguf_close(q);
-    }
-    if (f) {
-        llm_gguf_close(f);
-    }
+              "%.4f, RMS ratio %.3f", qname, (unsigned long long) st.tensors,
+              st.worst, st.wratio);
 }
-
 
 int
 main(int argc, char **argv)

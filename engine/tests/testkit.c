@@ -5,6 +5,7 @@
  */
 
 #include <errno.h>
+#include <math.h>
 #include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #include "testkit.h"
+#include "kernels/quant.h"
+#include "model/gguf.h"
 #include "readfile.h"
 
 #define TK_MAX_TMPDIRS  8
@@ -395,4 +398,105 @@ tk_xorshift64(uint64_t *state)
     *state ^= *state >> 7;
     *state ^= *state << 17;
     return *state;
+}
+
+
+/* One tensor of tk_qref_check: tq against its F32 original tf. */
+static void
+tk_qref_tensor(const tk_qref_t *c, const llm_gguf_tensor_t *tq,
+    const llm_gguf_tensor_t *tf, tk_qref_stats_t *st)
+{
+    int64_t  ne0 = tq->ne[0], rows = 1;
+    double   num = 0, den = 0, dq2 = 0, e, ratio;
+    size_t   rb;
+    float   *deq;
+    int      nonfinite = 0;
+
+    for (uint32_t d = 1; d < tq->n_dims; d++) {
+        rows *= tq->ne[d];
+    }
+    rb = llm_row_bytes(tq->type, ne0);
+    CHECK(rb != 0 && tq->nbytes == rb * (uint64_t) rows, "%s: %llu bytes, "
+          "table says %zu x %lld", tq->name, (unsigned long long) tq->nbytes,
+          rb, (long long) rows);
+    deq = malloc(ne0 * sizeof(float));
+    if (!CHECK(deq != NULL, "malloc")) {
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        const float    *src = (const float *) tf->data + r * ne0;
+        const uint8_t  *qr = (const uint8_t *) tq->data + r * rb;
+
+        llm_dequantize_row(tq->type, qr, deq, ne0);
+        for (int64_t j = 0; j < ne0; j++) {
+            nonfinite += !isfinite(deq[j]);
+            num += ((double) deq[j] - src[j]) * ((double) deq[j] - src[j]);
+            den += (double) src[j] * src[j];
+            dq2 += (double) deq[j] * deq[j];
+        }
+        if (c->row != NULL) {
+            c->row(c->ud, tq->type, qr, deq, src, ne0);
+        }
+    }
+    free(deq);
+
+    e = sqrt(num / (den > 0 ? den : 1));
+    ratio = sqrt(dq2 / (den > 0 ? den : 1));
+    CHECK(nonfinite == 0, "%s: %d values not finite", tq->name, nonfinite);
+    CHECK(e <= c->max_err, "%s (%s): rel RMS error %.4f > %.4f", tq->name,
+          llm_type_name(tq->type), e, c->max_err);
+    if (c->ratio_lo != 0 || c->ratio_hi != 0) {
+        CHECK(ratio >= c->ratio_lo && ratio <= c->ratio_hi,
+              "%s: RMS ratio %.3f", tq->name, ratio);
+    }
+    st->worst = e > st->worst ? e : st->worst;
+    st->wratio = fabs(ratio - 1) > fabs(st->wratio - 1) ? ratio : st->wratio;
+    st->tensors++;
+}
+
+
+int
+tk_qref_check(const tk_qref_t *c, tk_qref_stats_t *st)
+{
+    char         qpath[1100], fpath[1100], err[512];
+    llm_gguf_t  *q = NULL, *f = NULL;
+    int          rc = 0;
+
+    st->tensors = 0;
+    st->worst = 0;
+    st->wratio = 1;
+    snprintf(qpath, sizeof(qpath), "%s/reference/%s.gguf", tk_shared_dir(),
+             c->qname);
+    snprintf(fpath, sizeof(fpath), "%s/reference/%s.gguf", tk_shared_dir(),
+             c->fname);
+    if (llm_gguf_open(&q, qpath, err, sizeof(err)) != 0
+        || llm_gguf_open(&f, fpath, err, sizeof(err)) != 0)
+    {
+        tk_skip(c->qname, "%s", err);
+        rc = -1;
+        goto done;
+    }
+    for (uint64_t i = 0; i < llm_gguf_n_tensors(q); i++) {
+        const llm_gguf_tensor_t  *tq = llm_gguf_tensor_at(q, i);
+        const llm_gguf_tensor_t  *tf;
+
+        if (!c->want(tq->type)) {
+            continue;
+        }
+        tf = llm_gguf_find_tensor(f, tq->name);
+        if (CHECK(tf != NULL && tf->type == LLM_TYPE_F32, "%s: %s not F32 "
+                  "in %s", c->qname, tq->name, c->fname))
+        {
+            tk_qref_tensor(c, tq, tf, st);
+        }
+    }
+
+done:
+    if (q) {
+        llm_gguf_close(q);
+    }
+    if (f) {
+        llm_gguf_close(f);
+    }
+    return rc;
 }

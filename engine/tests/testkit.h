@@ -136,4 +136,32 @@ const char *tk_shared_dir(void);
  * must not be 0. */
 uint64_t tk_xorshift64(uint64_t *state);
 
+/*
+ * The quantized tensors of a llama.cpp reference file against the same
+ * tensors of its f32 model ($LLM_SHARED/reference/QNAME.gguf and
+ * FNAME.gguf), inside an open test point: for each tensor whose type
+ * want() accepts, the f32 tensor exists, the byte size is the type
+ * table's, every dequantized value is finite, the relative RMS error is at
+ * most max_err and, unless both bounds are 0, the RMS ratio (dequantized
+ * over f32) within [ratio_lo, ratio_hi].  row (may be NULL) sees each row
+ * after its dequantization: q its quantized bytes, deq and f n values.
+ */
+typedef struct {
+    const char  *qname, *fname;
+    int        (*want)(uint32_t type);
+    double       max_err, ratio_lo, ratio_hi;
+    void       (*row)(void *ud, uint32_t type, const uint8_t *q,
+                      const float *deq, const float *f, int64_t n);
+    void        *ud;
+} tk_qref_t;
+
+typedef struct {
+    uint64_t  tensors;          /* checked */
+    double    worst;            /* the largest relative RMS error */
+    double    wratio;           /* the RMS ratio farthest from 1 */
+} tk_qref_stats_t;
+
+/* 0, or -1 when a file cannot be opened (the point skipped, saying why). */
+int tk_qref_check(const tk_qref_t *c, tk_qref_stats_t *st);
+
 #endif /* LLM_TESTKIT_H */
