@@ -483,6 +483,7 @@ ngx_http_llm_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_llm_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
+    ngx_int_t            rc;
     ngx_buf_t           *b;
     ngx_chain_t         *cl, out;
     ngx_http_llm_ctx_t  *ctx;
@@ -490,7 +491,17 @@ ngx_http_llm_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
 
     if (ctx == NULL || !ctx->rewrite || r != r->main) {
-        return ngx_http_next_body_filter(r, in);
+        rc = ngx_http_next_body_filter(r, in);
+
+        /* a client gone under a write: its generation is still billed */
+
+        if (rc == NGX_ERROR && ctx != NULL && r == r->main
+            && r->connection->error)
+        {
+            return ngx_http_llm_write_failed(r, ctx);
+        }
+
+        return rc;
     }
 
     for (cl = in; cl; cl = cl->next) {

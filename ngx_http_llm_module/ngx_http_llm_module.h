@@ -467,6 +467,8 @@ u_char *ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
 void ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_retry_after(ngx_http_request_t *r);
 ngx_int_t ngx_http_llm_error_filter_init(ngx_conf_t *cf);
+ngx_int_t ngx_http_llm_write_failed(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
 
 /* ngx_http_llm_backend.c */
 ngx_int_t ngx_http_llm_register_backends(ngx_conf_t *cf,

@@ -63,6 +63,8 @@ static void ngx_http_llm_no_retry(ngx_http_request_t *r);
 static void ngx_http_llm_rd_check_broken(ngx_http_request_t *r);
 static void ngx_http_llm_client_gone(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
+static ngx_int_t ngx_http_llm_cancel_running(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
 static ngx_int_t ngx_http_llm_send_control(ngx_http_request_t *r,
     ngx_connection_t *c, Llm__Request__KindCase kind);
 static void ngx_http_llm_gone_event(ngx_http_request_t *r,
@@ -1473,6 +1475,98 @@ gone:
 
 
 /*
+ * The Cancel half of ngx_http_llm_client_gone: when the engine has the
+ * whole request and takes the Cancel frame, the request lives on until
+ * its terminal event brings the usage.  NGX_OK then; NGX_DECLINED when no
+ * Cancel could be sent (nothing changed).
+ */
+
+static ngx_int_t
+ngx_http_llm_cancel_running(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    ngx_connection_t     *c;
+    ngx_http_upstream_t  *u;
+
+    c = r->connection;
+    u = r->upstream;
+
+    if (ctx->done || u == NULL || u->cleanup == NULL
+        || u->peer.connection == NULL || !u->request_body_sent
+        || ngx_http_llm_send_control(r, u->peer.connection,
+                                     LLM__REQUEST__KIND_CANCEL) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, c->log, 0,
+                  "llm: client closed the connection, cancelling the "
+                  "generation");
+
+    ctx->client_gone = 1;
+    ngx_http_llm_terminal(r, ctx);
+    ngx_http_llm_no_retry(r);
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        /* keep going: the engine's answer ends the request */
+    }
+
+    /* what the client did not take is dropped, not written */
+
+    u->out_bufs = NULL;
+    u->busy_bufs = NULL;
+    r->out = NULL;
+    c->buffered = 0;
+
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
+    }
+
+    if (u->header_sent) {
+
+        /*
+         * A slow client may have left the read buffer full (it is
+         * emptied only once the client took its data): input_filter
+         * consumed every byte in it, so it starts over, and the engine
+         * connection is read again, its answer bounded by
+         * llm_read_timeout.
+         */
+
+        u->buffer.pos = u->buffer.start;
+        u->buffer.last = u->buffer.start;
+        ngx_post_event(u->peer.connection->read, &ngx_posted_events);
+    }
+
+    ngx_add_timer(u->peer.connection->read, u->conf->read_timeout);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A write to the client failed (the output filter saw the error: a reset
+ * connection, found on a write before any read noticed it).  A running
+ * generation is cancelled and its usage awaited, as when the client's
+ * closing is seen on a read, so the tokens the engine made are billed:
+ * NGX_OK, and the upstream keeps reading the engine.  Otherwise NGX_ERROR,
+ * the write's own result: the request ends as nginx ends it.
+ */
+
+ngx_int_t
+ngx_http_llm_write_failed(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    if (r->upstream == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ctx->client_gone) {
+        return NGX_OK;      /* cancelled before: output is dropped */
+    }
+
+    return ngx_http_llm_cancel_running(r, ctx) == NGX_OK ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
  * The client left before the end.  When the engine has the whole request,
  * a Cancel frame stops the generation and the request lives on until the
  * engine's terminal event brings the usage (ngx_http_llm_gone_event);
@@ -1489,55 +1583,7 @@ ngx_http_llm_client_gone(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     c = r->connection;
     u = r->upstream;
 
-    if (ctx->client_gone) {
-        return;
-    }
-
-    if (!ctx->done && u->cleanup && u->peer.connection
-        && u->request_body_sent
-        && ngx_http_llm_send_control(r, u->peer.connection,
-                                     LLM__REQUEST__KIND_CANCEL) == NGX_OK)
-    {
-        ngx_log_error(NGX_LOG_INFO, c->log, 0,
-                      "llm: client closed the connection, cancelling the "
-                      "generation");
-
-        ctx->client_gone = 1;
-        ngx_http_llm_terminal(r, ctx);
-        ngx_http_llm_no_retry(r);
-
-        if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
-            /* keep going: the engine's answer ends the request */
-        }
-
-        /* what the client did not take is dropped, not written */
-
-        u->out_bufs = NULL;
-        u->busy_bufs = NULL;
-        r->out = NULL;
-        c->buffered = 0;
-
-        if (c->write->timer_set) {
-            ngx_del_timer(c->write);
-        }
-
-        if (u->header_sent) {
-
-            /*
-             * A slow client may have left the read buffer full (it is
-             * emptied only once the client took its data): input_filter
-             * consumed every byte in it, so it starts over, and the engine
-             * connection is read again, its answer bounded by
-             * llm_read_timeout.
-             */
-
-            u->buffer.pos = u->buffer.start;
-            u->buffer.last = u->buffer.start;
-            ngx_post_event(u->peer.connection->read, &ngx_posted_events);
-        }
-
-        ngx_add_timer(u->peer.connection->read, u->conf->read_timeout);
-
+    if (ctx->client_gone || ngx_http_llm_cancel_running(r, ctx) == NGX_OK) {
         return;
     }
 
