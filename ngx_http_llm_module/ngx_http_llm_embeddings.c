@@ -605,7 +605,11 @@ ngx_http_llm_embed_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     p = ngx_cpymem(body->data, "{\"object\":\"list\",\"data\":[",
                    sizeof("{\"object\":\"list\",\"data\":[") - 1);
-    p = ngx_cpymem(p, ctx->emb_data.data, ctx->emb_data.len);
+    if (ctx->emb_data.len) {
+        /* none yet: its data may be NULL, which memcpy must not get */
+        p = ngx_cpymem(p, ctx->emb_data.data, ctx->emb_data.len);
+    }
+
     p = ngx_sprintf(p, "],\"model\":\"%V\",\"usage\":"
                     "{\"prompt_tokens\":%ui,\"total_tokens\":%ui}}",
                     &ctx->model_json, ctx->prompt_tokens,
