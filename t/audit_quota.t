@@ -63,15 +63,20 @@ sub burst {
 
 my ($used, $st, $fin) = burst($kq, 10);
 ok($st->{200}, "quota burst: some answered ($st->{200})");
+diag('quota burst: statuses ' . join(' ', map { "$_ x$st->{$_}" } sort keys %$st)
+     . ", $used tokens") if $ENV{TEST_VERBOSE} || !$st->{429};
 cmp_ok($used, '<=', 3000 + 64,
        "10 concurrent requests on a 3000-token quota used $used tokens");
 ok($fin->{length}, 'quota burst: answers capped with finish_reason length');
 # What the burst left is what its last admitted requests' prompt
 # estimates exceeded their real token counts by (a request is capped from
 # its estimate): a few small requests may still fit in it, then the key is
-# refused, and the quota is never overrun.
+# refused, and the quota is never overrun.  How many fit depends on how
+# the burst's requests interleaved (one admitted late may have been capped
+# well below what was left), so go on until the key is refused: a quota
+# that is never exhausted fails here after 300 requests.
 my ($r, $more) = (undef, 0);
-for (1 .. 10) {
+for (1 .. 300) {
     $r = LlmKeys::chat($t, $kq);
     last if $r->{status} != 200;
     $more++;
