@@ -82,6 +82,20 @@ ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
 }
 
 
+/* The error body in the shape of ctx's dialect (OpenAI's without one). */
+
+u_char *
+ngx_http_llm_error_body(ngx_http_llm_ctx_t *ctx, ngx_pool_t *pool,
+    ngx_http_llm_error_t *err, size_t *len)
+{
+    if (ctx && ctx->dialect && ctx->dialect->error_json) {
+        return ctx->dialect->error_json(pool, err, len);
+    }
+
+    return ngx_http_llm_error_json(pool, err, len);
+}
+
+
 ngx_int_t
 ngx_http_llm_send_error(ngx_http_request_t *r, ngx_http_llm_error_t *err)
 {
@@ -112,7 +126,7 @@ ngx_http_llm_send_error(ngx_http_request_t *r, ngx_http_llm_error_t *err)
         }
     }
 
-    s = ngx_http_llm_error_json(r->pool, err, &len);
+    s = ngx_http_llm_error_body(ctx, r->pool, err, &len);
     if (s == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -439,7 +453,7 @@ ngx_http_llm_header_filter(ngx_http_request_t *r)
         }
     }
 
-    ctx->err_body.data = ngx_http_llm_error_json(r->pool, &err,
+    ctx->err_body.data = ngx_http_llm_error_body(ctx, r->pool, &err,
                                                  &ctx->err_body.len);
     if (ctx->err_body.data == NULL) {
         return NGX_ERROR;

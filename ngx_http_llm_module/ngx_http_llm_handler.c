@@ -109,7 +109,11 @@ ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx)
         return ctx->id;
     }
 
-    switch (ctx->route) {
+    if (ctx->dialect) {
+        p = ngx_cpymem(ctx->id, ctx->dialect->id_prefix,
+                       ngx_strlen(ctx->dialect->id_prefix));
+
+    } else switch (ctx->route) {
     case NGX_HTTP_LLM_ROUTE_CHAT:
         p = ngx_cpymem(ctx->id, "chatcmpl-", ngx_http_llm_len("chatcmpl-"));
         break;
@@ -505,6 +509,9 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
 
     if (ctx->route == NGX_HTTP_LLM_ROUTE_EMBEDDINGS) {
         rc = ngx_http_llm_embed_parse(r, ctx, body.data, body.len, &err);
+
+    } else if (ctx->dialect) {
+        rc = ctx->dialect->parse(r, ctx, body.data, body.len, &err);
 
     } else {
         rc = ngx_http_llm_parse_request(r, ctx, body.data, body.len, &err);

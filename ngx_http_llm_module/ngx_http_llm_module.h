@@ -225,6 +225,44 @@ void ngx_http_llm_metrics_record(ngx_http_request_t *r,
 
 
 typedef struct ngx_http_llm_model_s  ngx_http_llm_model_t;
+typedef struct ngx_http_llm_ctx_s    ngx_http_llm_ctx_t;
+
+
+/*
+ * An API dialect over the chat route (/v1/responses, /v1/messages): its
+ * request becomes the chat request the engine knows (parse, through
+ * ngx_http_llm_parse_json), and the engine's events, collected into
+ * ctx->choices as for chat, are rendered in its own shapes.  A request
+ * without a dialect (ctx->dialect NULL) is OpenAI's chat or legacy
+ * completions.
+ */
+
+typedef struct {
+    const char                    *name;       /* for logs */
+    const char                    *id_prefix;  /* of the response id */
+
+    /* the body into ctx (NGX_OK; NGX_DECLINED with err; NGX_ERROR) */
+    ngx_int_t                    (*parse)(ngx_http_request_t *r,
+                                          ngx_http_llm_ctx_t *ctx,
+                                          u_char *body, size_t len,
+                                          ngx_http_llm_error_t *err);
+
+    /* the whole answer, from ctx->choices after Done */
+    ngx_int_t                    (*body)(ngx_http_request_t *r,
+                                         ngx_http_llm_ctx_t *ctx,
+                                         ngx_str_t *body);
+
+    /* one event of a started stream as SSE at *ll; NULL: ctx's error */
+    ngx_int_t                    (*sse)(ngx_http_request_t *r,
+                                        ngx_http_llm_ctx_t *ctx,
+                                        Llm__Event *ev, ngx_chain_t ***ll);
+
+    /* an error body in the dialect's shape, ending in "\n"; NULL:
+     * OpenAI's */
+    u_char                      *(*error_json)(ngx_pool_t *pool,
+                                               ngx_http_llm_error_t *err,
+                                               size_t *len);
+} ngx_http_llm_dialect_t;
 
 
 /* What an engine accepts (InfoResponse.limits). */
@@ -347,9 +385,11 @@ typedef struct {
 } ngx_http_llm_choice_t;
 
 
-typedef struct {
+struct ngx_http_llm_ctx_s {
     ngx_http_request_t            *request;
     ngx_uint_t                     route;
+    ngx_http_llm_dialect_t        *dialect;    /* NULL: OpenAI chat/compl. */
+    void                          *dialect_ctx;  /* the dialect's state */
     ngx_uint_t                     info;       /* NGX_HTTP_LLM_INFO_* */
     ngx_str_t                      info_id;
 
@@ -438,7 +478,7 @@ typedef struct {
     ngx_event_get_peer_pt          inner_get;
     ngx_event_free_peer_pt         inner_free;
     void                          *inner_data;
-} ngx_http_llm_ctx_t;
+};
 
 
 /* ngx_http_llm_handler.c */
@@ -464,6 +504,8 @@ ngx_int_t ngx_http_llm_info_route(ngx_http_request_t *r,
 /* ngx_http_llm_error.c */
 u_char *ngx_http_llm_error_json(ngx_pool_t *pool, ngx_http_llm_error_t *err,
     size_t *len);
+u_char *ngx_http_llm_error_body(ngx_http_llm_ctx_t *ctx, ngx_pool_t *pool,
+    ngx_http_llm_error_t *err, size_t *len);
 void ngx_http_llm_map_error(Llm__Error *e, ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_retry_after(ngx_http_request_t *r);
 ngx_int_t ngx_http_llm_error_filter_init(ngx_conf_t *cf);
@@ -501,6 +543,11 @@ ngx_int_t ngx_http_llm_frame(ngx_http_llm_ctx_t *ctx, u_char **pos,
 ngx_int_t ngx_http_llm_parse_request(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, u_char *body, size_t len,
     ngx_http_llm_error_t *err);
+ngx_int_t ngx_http_llm_parse_json(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, json_t *root, size_t len,
+    ngx_http_llm_error_t *err);
+json_t *ngx_http_llm_load_json(ngx_http_request_t *r, u_char *body,
+    size_t len, ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_check_limits(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_http_llm_error_t *err);
 ngx_int_t ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,

@@ -518,11 +518,73 @@ ngx_int_t
 ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     u_char *body, size_t len, ngx_http_llm_error_t *err)
 {
+    json_t  *root;
+
+    root = ngx_http_llm_load_json(r, body, len, err);
+    if (root == NULL) {
+        return err->status ? NGX_DECLINED : NGX_ERROR;
+    }
+
+    return ngx_http_llm_parse_json(r, ctx, root, len, err);
+}
+
+
+/*
+ * The body as a JSON tree released with r->pool, or NULL: with err filled
+ * (a 400) when it is not JSON, else (err->status 0) on no memory.
+ */
+
+json_t *
+ngx_http_llm_load_json(ngx_http_request_t *r, u_char *body, size_t len,
+    ngx_http_llm_error_t *err)
+{
     json_t                 *root;
-    ngx_int_t               rc;
-    ngx_uint_t              i;
     json_error_t            jerr;
     ngx_pool_cleanup_t     *cln;
+    ngx_http_llm_check_t    ck;
+
+    ngx_memzero(&ck, sizeof(ngx_http_llm_check_t));
+    ck.request = r;
+    ck.err = err;
+
+    root = json_loadb((const char *) body, len, 0, &jerr);
+    if (root == NULL) {
+        (void) ngx_http_llm_bad(&ck, NULL, NULL,
+                                "We could not parse the JSON body of your "
+                                "request: %s at line %d, column %d "
+                                "(byte %d).", jerr.text, jerr.line,
+                                jerr.column, jerr.position);
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        json_decref(root);
+        err->status = 0;
+        return NULL;
+    }
+
+    cln->handler = ngx_http_llm_json_cleanup;
+    cln->data = root;
+
+    return root;
+}
+
+
+/*
+ * Validates a chat or legacy completion request given as a JSON tree
+ * (the client's body, or the chat request a dialect made of its own;
+ * released with r->pool by the caller) into ctx.  len: the bytes the
+ * client sent, for the admission estimate.  Returns as
+ * ngx_http_llm_parse_request().
+ */
+
+ngx_int_t
+ngx_http_llm_parse_json(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    json_t *root, size_t len, ngx_http_llm_error_t *err)
+{
+    ngx_int_t               rc;
+    ngx_uint_t              i;
     ngx_http_llm_check_t    ck;
     ngx_http_llm_params_t   params;
 
@@ -531,27 +593,8 @@ ngx_http_llm_parse_request(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ck.request = r;
     ck.err = err;
     ck.ctx = ctx;
-    ck.root = NULL;
-    ck.params = &params;
-
-    root = json_loadb((const char *) body, len, 0, &jerr);
-    if (root == NULL) {
-        return ngx_http_llm_bad(&ck, NULL, NULL,
-                                "We could not parse the JSON body of your "
-                                "request: %s at line %d, column %d "
-                                "(byte %d).", jerr.text, jerr.line,
-                                jerr.column, jerr.position);
-    }
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-    if (cln == NULL) {
-        json_decref(root);
-        return NGX_ERROR;
-    }
-
-    cln->handler = ngx_http_llm_json_cleanup;
-    cln->data = root;
     ck.root = root;
+    ck.params = &params;
 
     if (!json_is_object(root)) {
         return ngx_http_llm_bad(&ck, NULL, NULL,

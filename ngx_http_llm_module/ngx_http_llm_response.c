@@ -468,6 +468,10 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_uint_t              i;
     ngx_http_llm_choice_t  *ch;
 
+    if (ctx->dialect) {
+        return ctx->dialect->body(r, ctx, body);
+    }
+
     lp = ngx_pcalloc(r->pool, ctx->n * sizeof(char *));
     if (lp == NULL) {
         return NGX_ERROR;

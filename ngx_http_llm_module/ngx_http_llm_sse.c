@@ -225,6 +225,10 @@ ngx_int_t
 ngx_http_llm_sse_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Event *ev, ngx_chain_t ***ll)
 {
+    if (ctx->dialect) {
+        return ctx->dialect->sse(r, ctx, ev, ll);
+    }
+
     if (ev == NULL) {
         return ngx_http_llm_sse_error(r, ctx, NULL, ll);
     }
@@ -722,7 +726,7 @@ ngx_http_llm_sse_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     ngx_str_set(&ctx->finish_reason, "error");
 
-    body = ngx_http_llm_error_json(r->pool, &err, &len);
+    body = ngx_http_llm_error_body(ctx, r->pool, &err, &len);
     if (body == NULL) {
         return NGX_ERROR;
     }

@@ -802,7 +802,7 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ctx->error_code.data = (u_char *) (err.code ? err.code : err.type);
     ctx->error_code.len = ngx_strlen(ctx->error_code.data);
 
-    body.data = ngx_http_llm_error_json(r->pool, &err, &body.len);
+    body.data = ngx_http_llm_error_body(ctx, r->pool, &err, &body.len);
     if (body.data == NULL) {
         return NGX_ERROR;
     }
