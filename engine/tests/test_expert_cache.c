@@ -445,6 +445,8 @@ main(void)
         "engine/tests/data/reference/ref-qwen3moe-q4_0.gguf",
         "engine/tests/data/reference/ref-minimax-m2-q4_0.gguf",
         "engine/tests/data/reference/ref-llama-moe-q4_0.gguf",
+        /* a leading dense layer, shared experts, a NextN block */
+        "engine/tests/data/reference-arch/ref-glm4moe-q4_k_m.gguf",
         NULL
     };
     llm_model_t        *m;

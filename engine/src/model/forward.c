@@ -917,8 +917,9 @@ llm_prefetch_next(llm_ctx_t *c, uint32_t T)
     size_t                xs;
     const uint8_t        *x;
 
-    if (N->gate_inp.type != LLM_TYPE_F32) {
-        return;                     /* the operand would need quantizing */
+    if (!llm_layer_is_moe(N) || N->gate_inp.type != LLM_TYPE_F32) {
+        return;                     /* dense, or the operand would need
+                                       quantizing */
     }
     memset(mark, 0, NE);
     x = llm_act_operand(c, c->act, c->xn, hp->n_embd, hp->n_embd,
@@ -1074,26 +1075,31 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     return 0;
 }
 
+/*
+ * A dense SwiGLU FFN (a dense layer's, or a MoE layer's shared experts)
+ * of the normed rows c->xn, added to x.
+ */
 static int
-llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+llm_dense_ffn(llm_ctx_t *c, const llm_wt_t *gate, const llm_wt_t *upw,
+    const llm_wt_t *down, uint32_t T)
 {
     const llm_hparams_t  *hp = &c->m->hp;
-    int64_t               ff = hp->n_ff, E = hp->n_embd;
+    int64_t               ff = gate->n_out, E = hp->n_embd;
     llm_mm_item_t         it;
     int                   rc;
 
     memset(&it, 0, sizeof(it));
-    it.w = L->ffn_gate.data;
-    it.type = L->ffn_gate.type;
+    it.w = gate->data;
+    it.type = gate->type;
     it.n = E;
-    it.w_stride = L->ffn_gate.row_bytes;
-    it.x = llm_act_operand(c, c->act, c->xn, E, E, L->ffn_gate.type,
+    it.w_stride = gate->row_bytes;
+    it.x = llm_act_operand(c, c->act, c->xn, E, E, gate->type,
                            &it.x_stride);
     it.nc = T;
     it.y = c->ga;
     it.ldy = ff;
-    if (L->ffn_up.type == L->ffn_gate.type) {
-        it.w2 = L->ffn_up.data;
+    if (upw->type == gate->type) {
+        it.w2 = upw->data;
         it.y2 = c->up;
         rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff));
         if (rc < 0) {
@@ -1103,7 +1109,7 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     } else {
         /* mixed types: gate and up separately, then SwiGLU */
         if ((rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff))) < 0
-            || (rc = llm_items_mat(c, &L->ffn_up, c->xn, E, T, c->up, ff,
+            || (rc = llm_items_mat(c, upw, c->xn, E, T, c->up, ff,
                                    NULL, llm_chunk_rows(c, ff, ff))) < 0)
         {
             return rc;
@@ -1112,13 +1118,13 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         llm_swiglu_kernel()(c->ga, c->up, (size_t) T * ff);
     }
 
-    llm_run_act(c, T, c->ga, ff, llm_act_mask_of(L->ffn_down.type), c->act);
+    llm_run_act(c, T, c->ga, ff, llm_act_mask_of(down->type), c->act);
     memset(&it, 0, sizeof(it));
-    it.w = L->ffn_down.data;
-    it.type = L->ffn_down.type;
+    it.w = down->data;
+    it.type = down->type;
     it.n = ff;
-    it.w_stride = L->ffn_down.row_bytes;
-    it.x = llm_act_operand(c, c->act, c->ga, ff, ff, L->ffn_down.type,
+    it.w_stride = down->row_bytes;
+    it.x = llm_act_operand(c, c->act, c->ga, ff, ff, down->type,
                            &it.x_stride);
     it.nc = T;
     it.y = c->tmp;
@@ -1207,15 +1213,25 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     }
 
     /* FFN */
-    if (hp->n_expert > 0) {
+    if (llm_layer_is_moe(L)) {
         mask = llm_act_mask_of(L->gate_inp.type)
                | llm_act_mask_of(L->gate_exps.type);
+        if (L->gate_shexp.data != NULL) {
+            mask |= llm_act_mask_of(L->gate_shexp.type)
+                    | llm_act_mask_of(L->up_shexp.type);
+        }
         llm_run_norm(c, T, c->x, c->xn, L->ffn_norm, mask);
-        return llm_moe(c, L, T);
+        rc = llm_moe(c, L, T);
+        if (rc < 0 || L->gate_shexp.data == NULL) {
+            return rc;
+        }
+        /* the shared experts see every token: x += their output */
+        return llm_dense_ffn(c, &L->gate_shexp, &L->up_shexp,
+                             &L->down_shexp, T);
     }
     mask = llm_act_mask_of(L->ffn_gate.type) | llm_act_mask_of(L->ffn_up.type);
     llm_run_norm(c, T, c->x, c->xn, L->ffn_norm, mask);
-    return llm_dense_ffn(c, L, T);
+    return llm_dense_ffn(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, T);
 }
 
 /* ---- batch validation, embeddings, logits ------------------------------ */
@@ -1460,6 +1476,14 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     maxlen = q_dim > maxlen ? q_dim : maxlen;
     maxlen = o_dim > maxlen ? o_dim : maxlen;
     maxlen = ff > maxlen ? ff : maxlen;
+    maxlen = hp->n_ff > maxlen ? hp->n_ff : maxlen;
+    maxlen = hp->n_ff_shexp > maxlen ? hp->n_ff_shexp : maxlen;
+
+    /* ga and up hold S rows of the experts' width, or T rows of a dense
+     * layer's or the shared experts' */
+    ff = S * ff;
+    ff = T * hp->n_ff > ff ? T * hp->n_ff : ff;
+    ff = T * hp->n_ff_shexp > ff ? T * hp->n_ff_shexp : ff;
 
     c->x = llm_ctx_map(c, T * E * sizeof(float));
     c->xn = llm_ctx_map(c, T * E * sizeof(float));
@@ -1468,8 +1492,8 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     c->v = llm_ctx_map(c, T * v_dim * sizeof(float));
     c->att = llm_ctx_map(c, T * o_dim * sizeof(float));
     c->tmp = llm_ctx_map(c, T * E * sizeof(float));
-    c->ga = llm_ctx_map(c, S * ff * sizeof(float));
-    c->up = llm_ctx_map(c, S * ff * sizeof(float));
+    c->ga = llm_ctx_map(c, ff * sizeof(float));
+    c->up = llm_ctx_map(c, ff * sizeof(float));
     c->scores = llm_ctx_map(c, (size_t) n_threads * G * c->max_pos
                                 * sizeof(float));
     c->rope_cs = llm_ctx_map(c, T * (hp->rope_dims + 2) * sizeof(float));

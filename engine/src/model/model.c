@@ -37,6 +37,7 @@ static const llm_arch_desc_t llm_archs[] = {
     { LLM_ARCH_QWEN3,      "qwen3",      1, 0, 1, 0, LLM_GATING_SOFTMAX },
     { LLM_ARCH_QWEN3MOE,   "qwen3moe",   1, 0, 1, 2, LLM_GATING_SOFTMAX },
     { LLM_ARCH_MINIMAX_M2, "minimax-m2", 1, 0, 2, 2, LLM_GATING_SIGMOID },
+    { LLM_ARCH_GLM4MOE,    "glm4moe",    1, 1, 1, 2, LLM_GATING_SIGMOID },
 };
 
 /* llama.cpp's general.file_type values (llama_ftype). */
@@ -177,6 +178,47 @@ llm_hp_bool(llm_bind_t *b, const char *key, int *v, int def)
  * Read the hyperparameters of b->m (arch already set).  Values the shapes
  * decide (n_vocab) are checked later against the tensors.
  */
+/*
+ * The MoE keys beside the routed experts: leading dense layers
+ * (leading_dense_block_count, with feed_forward_length) and shared
+ * experts (expert_shared_count of expert_shared_feed_forward_length each,
+ * by default expert_feed_forward_length, as llama.cpp sizes them).
+ */
+static int
+llm_bind_moe_shape(llm_bind_t *b)
+{
+    llm_hparams_t  *hp = &b->m->hp;
+    uint32_t        ff;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "leading_dense_block_count", &hp->n_layer_dense,
+                         1, 0)) < 0
+        || (rc = llm_hp_u32(b, "expert_shared_count", &hp->n_expert_shared,
+                            1, 0)) < 0
+        || (rc = llm_hp_u32(b, "expert_shared_feed_forward_length", &ff, 1,
+                            hp->n_ff_exp)) < 0)
+    {
+        return rc;
+    }
+    if (hp->n_layer_dense > hp->n_layer) {
+        return llm_bind_fail(b, -EINVAL, "%s.leading_dense_block_count is "
+                             "%u, expected <= %u layers", hp->arch_name,
+                             hp->n_layer_dense, hp->n_layer);
+    }
+    if (hp->n_layer_dense > 0 && hp->n_ff == 0) {
+        return llm_bind_fail(b, -EINVAL, "missing metadata key "
+                             "'%s.feed_forward_length' (the %u leading dense "
+                             "layers)", hp->arch_name, hp->n_layer_dense);
+    }
+    if (hp->n_expert_shared > 64 || ff > (1u << 20)) {
+        return llm_bind_fail(b, -EINVAL, "%s.expert_shared_count %u of "
+                             "width %u, expected <= 64 of <= 2^20",
+                             hp->arch_name, hp->n_expert_shared, ff);
+    }
+    hp->n_ff_shexp = hp->n_expert_shared * ff;
+    return 0;
+}
+
 static int
 llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
 {
@@ -210,6 +252,23 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
         return llm_bind_fail(b, -EINVAL, "%s.block_count is %u, expected "
                              "1..4096", hp->arch_name, hp->n_layer);
     }
+
+    /*
+     * NextN / MTP blocks (GLM-4.5, Qwen3.5) come last in block_count:
+     * llama.cpp loads them for speculative decoding and never runs them
+     * in the forward pass; neither does this engine, nor does it bind
+     * them (their tensors stay unread in the mapping).
+     */
+    hp->n_layer_file = hp->n_layer;
+    if ((rc = llm_hp_u32(b, "nextn_predict_layers", &u, 1, 0)) < 0) {
+        return rc;
+    }
+    if (u >= hp->n_layer) {
+        return llm_bind_fail(b, -EINVAL, "%s.nextn_predict_layers is %u, "
+                             "expected less than block_count %u",
+                             hp->arch_name, u, hp->n_layer);
+    }
+    hp->n_layer -= u;
     if (hp->n_embd == 0 || hp->n_embd > (1u << 20)) {
         return llm_bind_fail(b, -EINVAL, "%s.embedding_length is %u, "
                              "expected 1..2^20", hp->arch_name, hp->n_embd);
@@ -303,6 +362,9 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
             return llm_bind_fail(b, -EINVAL, "missing metadata key "
                                  "'%s.expert_feed_forward_length'",
                                  hp->arch_name);
+        }
+        if ((rc = llm_bind_moe_shape(b)) < 0) {
+            return rc;
         }
     } else if (ad->moe == 2) {
         return llm_bind_fail(b, -EINVAL, "missing metadata key "
@@ -577,9 +639,21 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         || (rc = llm_bind_mat(b, &L->wo, LLM_NAME("attn_output.weight"),
                               o_dim, E, "n_head*head_dim_v, n_embd", 0)) < 0
         || (rc = llm_bind_vec(b, &L->ffn_norm, LLM_NAME("ffn_norm.weight"),
-                              E, "n_embd", 0)) < 0)
+                              E, "n_embd", 1)) < 0)
     {
         return rc;
+    }
+    /* glm4moe and gpt-oss name the FFN's input norm post_attention_norm */
+    if (L->ffn_norm == NULL
+        && (rc = llm_bind_vec(b, &L->ffn_norm,
+                              LLM_NAME("post_attention_norm.weight"), E,
+                              "n_embd", 1)) < 0)
+    {
+        return rc;
+    }
+    if (L->ffn_norm == NULL) {
+        return llm_bind_fail(b, -EINVAL, "missing tensor "
+                             "'blk.%u.ffn_norm.weight'", il);
     }
 
     if (ad->qkv_bias || m->hp.arch == LLM_ARCH_LLAMA) {
@@ -615,7 +689,7 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         }
     }
 
-    if (hp->n_expert == 0) {
+    if (hp->n_expert == 0 || il < hp->n_layer_dense) {
         if ((rc = llm_bind_mat(b, &L->ffn_gate, LLM_NAME("ffn_gate.weight"),
                                E, hp->n_ff, "n_embd, n_ff", 0)) < 0
             || (rc = llm_bind_mat(b, &L->ffn_up, LLM_NAME("ffn_up.weight"),
@@ -634,13 +708,30 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         || (rc = llm_bind_vec(b, &L->exp_probs_b,
                               LLM_NAME("exp_probs_b.bias"), hp->n_expert,
                               "n_expert",
-                              hp->arch != LLM_ARCH_MINIMAX_M2)) < 0
+                              hp->arch != LLM_ARCH_MINIMAX_M2
+                              && hp->arch != LLM_ARCH_GLM4MOE)) < 0
         || (rc = llm_bind_experts(b, &L->gate_exps, il, "gate", E,
                                   hp->n_ff_exp, "n_embd, n_ff_exp")) < 0
         || (rc = llm_bind_experts(b, &L->up_exps, il, "up", E, hp->n_ff_exp,
                                   "n_embd, n_ff_exp")) < 0
         || (rc = llm_bind_experts(b, &L->down_exps, il, "down", hp->n_ff_exp,
                                   E, "n_ff_exp, n_embd")) < 0)
+    {
+        return rc;
+    }
+
+    if (hp->n_ff_shexp > 0
+        && ((rc = llm_bind_mat(b, &L->gate_shexp,
+                               LLM_NAME("ffn_gate_shexp.weight"), E,
+                               hp->n_ff_shexp, "n_embd, n_ff_shexp", 0)) < 0
+            || (rc = llm_bind_mat(b, &L->up_shexp,
+                                  LLM_NAME("ffn_up_shexp.weight"), E,
+                                  hp->n_ff_shexp, "n_embd, n_ff_shexp", 0))
+               < 0
+            || (rc = llm_bind_mat(b, &L->down_shexp,
+                                  LLM_NAME("ffn_down_shexp.weight"),
+                                  hp->n_ff_shexp, E, "n_ff_shexp, n_embd", 0))
+               < 0))
     {
         return rc;
     }
@@ -828,6 +919,9 @@ llm_gemm_weights(llm_model_t *m, int experts, llm_wt_t **out)
         out[n++] = &L->ffn_gate;
         out[n++] = &L->ffn_up;
         out[n++] = &L->ffn_down;
+        out[n++] = &L->gate_shexp;
+        out[n++] = &L->up_shexp;
+        out[n++] = &L->down_shexp;
         if (experts) {
             out[n++] = &L->gate_exps;
             out[n++] = &L->up_exps;
@@ -899,7 +993,7 @@ llm_model_regroup_bytes(const llm_model_t *m, int experts)
     if (m->repack != NULL) {
         return 0;                   /* already regrouped */
     }
-    ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 13 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return 0;
     }
@@ -930,7 +1024,7 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     if (m->repack != NULL) {
         return 0;                   /* prepared before */
     }
-    ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 13 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
@@ -1053,7 +1147,7 @@ llm_model_load(llm_model_t **out, const char *path,
     if (ad == NULL) {
         rc = llm_bind_fail(&b, -EINVAL, "unknown architecture '%.*s' "
                            "(general.architecture), expected llama, qwen2, "
-                           "qwen3, qwen3moe or minimax-m2",
+                           "qwen3, qwen3moe, minimax-m2 or glm4moe",
                            (int) (s.len > 64 ? 64 : s.len), s.ptr);
         goto failed;
     }
@@ -1220,6 +1314,9 @@ llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
         return -EINVAL;
     }
     L = &m->layers[layer];
+    if (!llm_layer_is_moe(L)) {
+        return -ENOENT;             /* a leading dense layer */
+    }
     w[0] = &L->gate_exps;
     w[1] = &L->up_exps;
     w[2] = &L->down_exps;

@@ -28,6 +28,7 @@ typedef enum {
     LLM_ARCH_QWEN3,
     LLM_ARCH_QWEN3MOE,
     LLM_ARCH_MINIMAX_M2,
+    LLM_ARCH_GLM4MOE,
     LLM_ARCH_COUNT
 } llm_arch_t;
 
@@ -43,7 +44,9 @@ typedef struct {
     uint32_t     n_vocab;
     uint32_t     n_ctx_train;
     uint32_t     n_embd;
-    uint32_t     n_layer;
+    uint32_t     n_layer;          /* run; NextN/MTP blocks not counted */
+    uint32_t     n_layer_file;     /* block_count */
+    uint32_t     n_layer_dense;    /* leading dense layers of a MoE model */
     uint32_t     n_head;
     uint32_t     n_head_kv;
     uint32_t     head_dim;         /* key_length */
@@ -53,7 +56,7 @@ typedef struct {
     uint32_t     n_expert_used;
     uint32_t     n_ff_exp;
     uint32_t     n_expert_shared;
-    uint32_t     n_ff_shexp;
+    uint32_t     n_ff_shexp;       /* all shared experts together */
     llm_gating_t gating;
     int          expert_weights_norm;
     float        expert_weights_scale;
@@ -201,6 +204,8 @@ typedef struct {
     uint32_t  type[3];
 } llm_expert_slices_t;
 
+/* 0; -ENOENT for a layer without routed experts (a leading dense layer);
+ * -EINVAL for a layer or expert out of range. */
 int llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
     uint32_t expert, llm_expert_slices_t *out);
 

@@ -48,7 +48,14 @@ typedef struct {
     llm_wt_t         gate_exps;    /* per expert [n_embd] -> [n_ff_exp] */
     llm_wt_t         up_exps;
     llm_wt_t         down_exps;    /* per expert [n_ff_exp] -> [n_embd] */
+
+    llm_wt_t         gate_shexp;   /* shared experts: [n_embd] -> */
+    llm_wt_t         up_shexp;     /*   [n_ff_shexp], or absent */
+    llm_wt_t         down_shexp;   /* [n_ff_shexp] -> [n_embd] */
 } llm_layer_t;
+
+/* A MoE layer (routed experts); else the layer's FFN is dense. */
+#define llm_layer_is_moe(L)  ((L)->gate_exps.data != NULL)
 
 struct llm_model_s {
     llm_gguf_t      *gguf;
