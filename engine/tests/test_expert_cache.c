@@ -447,6 +447,8 @@ main(void)
         "engine/tests/data/reference/ref-llama-moe-q4_0.gguf",
         /* a leading dense layer, shared experts, a NextN block */
         "engine/tests/data/reference-arch/ref-glm4moe-q4_k_m.gguf",
+        /* expert biases, MXFP4 experts, sliding window and sinks */
+        "engine/tests/data/reference-arch/ref-gpt-oss-mxfp4_moe.gguf",
         NULL
     };
     llm_model_t        *m;

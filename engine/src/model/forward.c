@@ -49,6 +49,8 @@ typedef struct {
     float          *y2;             /* partner output */
     size_t          ldy;
     const float    *bias;           /* added to y rows, or NULL */
+    const float    *bias2;          /* added to y2 rows, or NULL */
+    const llm_hparams_t *glu;       /* with w2: the activation's kind */
     int64_t         r0, nr;         /* row range of this item */
 } llm_mm_item_t;
 
@@ -341,33 +343,70 @@ llm_items_add(llm_ctx_t *c, const llm_mm_item_t *proto, int64_t rows,
     return 0;
 }
 
+/* y[c * ldy + r0 + r] += bias[r0 + r] for the item's rows and columns. */
+static void
+llm_item_bias(const llm_mm_item_t *it, float *y, const float *bias)
+{
+    int64_t  ci, r;
+    float   *yc;
+
+    for (ci = 0; ci < it->nc; ci++) {
+        yc = y + ci * it->ldy + it->r0;
+        for (r = 0; r < it->nr; r++) {
+            yc[r] += bias[it->r0 + r];
+        }
+    }
+}
+
+/*
+ * gpt-oss's gated activation in place, as ggml's swiglu_oai: the gate
+ * clamped above at limit, up clamped to [-limit, limit], then
+ * g = g * sigmoid(alpha * g) * (u + 1).
+ */
+static void
+llm_swiglu_oai(float *g, const float *u, size_t n, float alpha, float limit)
+{
+    size_t  i;
+    float   x, y;
+
+    for (i = 0; i < n; i++) {
+        x = g[i] < limit ? g[i] : limit;
+        y = u[i] < -limit ? -limit : (u[i] > limit ? limit : u[i]);
+        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+    }
+}
+
 static void
 llm_item_run(const llm_mm_item_t *it)
 {
-    int64_t  ci, r;
-    float   *y;
+    int64_t  ci;
+    float   *g, *u;
 
     llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
              it->w + it->r0 * it->w_stride, it->w_stride, it->x,
              it->x_stride, it->y + it->r0, it->ldy);
-
-    if (it->w2 != NULL) {
-        llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
-                 it->w2 + it->r0 * it->w_stride, it->w_stride, it->x,
-                 it->x_stride, it->y2 + it->r0, it->ldy);
-        for (ci = 0; ci < it->nc; ci++) {
-            llm_swiglu_kernel()(it->y + ci * it->ldy + it->r0,
-                                it->y2 + ci * it->ldy + it->r0,
-                                (size_t) it->nr);
-        }
+    if (it->bias != NULL) {
+        llm_item_bias(it, it->y, it->bias);
+    }
+    if (it->w2 == NULL) {
+        return;
     }
 
-    if (it->bias != NULL) {
-        for (ci = 0; ci < it->nc; ci++) {
-            y = it->y + ci * it->ldy + it->r0;
-            for (r = 0; r < it->nr; r++) {
-                y[r] += it->bias[it->r0 + r];
-            }
+    /* a GLU pair: up, its bias, then the activation into y */
+    llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
+             it->w2 + it->r0 * it->w_stride, it->w_stride, it->x,
+             it->x_stride, it->y2 + it->r0, it->ldy);
+    if (it->bias2 != NULL) {
+        llm_item_bias(it, it->y2, it->bias2);
+    }
+    for (ci = 0; ci < it->nc; ci++) {
+        g = it->y + ci * it->ldy + it->r0;
+        u = it->y2 + ci * it->ldy + it->r0;
+        if (it->glu != NULL && it->glu->ffn_act == LLM_ACT_SWIGLU_OAI) {
+            llm_swiglu_oai(g, u, (size_t) it->nr, it->glu->swiglu_alpha,
+                           it->glu->swiglu_limit);
+        } else {
+            llm_swiglu_kernel()(g, u, (size_t) it->nr);
         }
     }
 }
@@ -627,14 +666,40 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 /* ---- attention ---------------------------------------------------------- */
 
 /*
+ * Softmax of one head's scores s[0..n) with an attention sink: an extra
+ * logit in the denominator that weighs no value (gpt-oss).  The kernel's
+ * softmax gives p = e / Z with e = exp(s - max), and 1 / Z is p at the
+ * maximum; with the sink the weights are e / (Z + exp(sink - max)).
+ */
+static void
+llm_softmax_sink(llm_attn_softmax_fn sm, float *s, uint32_t n, float sink)
+{
+    uint32_t  t, top = 0;
+    float     mx, f;
+
+    for (t = 1; t < n; t++) {
+        top = s[t] > s[top] ? t : top;
+    }
+    mx = s[top];
+    sm(s, n);
+    f = 1.0f / (1.0f + expf(sink - mx) * s[top]);
+    for (t = 0; t < n; t++) {
+        s[t] *= f;
+    }
+}
+
+/*
  * Item (token r, kv head g): for the G query heads of the group, scores
- * over positions 0..pos of the token's sequence read block by block from
- * the cache, softmax, weighted sum of V rows into att.
+ * over the positions the token sees (0..pos, or the last `swa` of them on
+ * a sliding-window layer) read block by block from the cache, softmax
+ * (with the layer's sinks), weighted sum of V rows into att.  Blocks
+ * wholly before the window are not read.
  */
 static void
 llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
 {
     const llm_hparams_t  *hp = &c->m->hp;
+    const llm_layer_t    *L = &c->m->layers[c->layer];
     const llm_batch_t    *b = c->b;
     llm_kv_t             *kv = c->kv;
     const llm_seq_view_t *sv = &b->seqs[b->seq[r]];
@@ -642,10 +707,11 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     uint32_t              hd = hp->head_dim, hv = hp->head_dim_v;
     uint32_t              n_pos = (uint32_t) b->pos[r] + 1;
     uint32_t              bt = kv->block_tokens;
+    uint32_t              lo, b0, np;
     int                   f16 = kv->type == LLM_TYPE_F16;
     float                 scale = 1.0f / sqrtf((float) hd);
-    uint32_t              h, i, n;
-    float                 *q, *o;
+    uint32_t              h, i, n, t;
+    float                 *q, *o, *s;
     llm_attn_qk_fn        qk;
     llm_attn_pv_fn        pv;
     llm_attn_softmax_fn   sm;
@@ -654,25 +720,38 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     q = c->q + (size_t) r * hp->n_head * hd + (size_t) g * G * hd;
     o = c->att + (size_t) r * hp->n_head * hv + (size_t) g * G * hv;
 
-    for (i = 0; i * bt < n_pos; i++) {
+    /* positions [lo, n_pos) are seen; scores start at block b0's first */
+    lo = L->swa != 0 && n_pos > L->swa ? n_pos - L->swa : 0;
+    b0 = lo / bt;
+    np = n_pos - b0 * bt;
+
+    for (i = b0; i * bt < n_pos; i++) {
         n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
         qk(q, G, hd,
            llm_kv_k_block(kv, c->layer, sv->blocks[i])
            + (size_t) g * hd * bt * kv->elem,
-           bt, n, f16, scale, sc + (size_t) i * bt, n_pos);
+           bt, n, f16, scale, sc + (size_t) (i - b0) * bt, np);
     }
 
     for (h = 0; h < G; h++) {
-        sm(sc + (size_t) h * n_pos, n_pos);
+        s = sc + (size_t) h * np;
+        for (t = 0; t < lo - b0 * bt; t++) {
+            s[t] = -INFINITY;
+        }
+        if (L->sinks != NULL) {
+            llm_softmax_sink(sm, s, np, L->sinks[g * G + h]);
+        } else {
+            sm(s, np);
+        }
         memset(o + h * hv, 0, hv * sizeof(float));
     }
 
-    for (i = 0; i * bt < n_pos; i++) {
+    for (i = b0; i * bt < n_pos; i++) {
         n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
         pv(o, G, hv,
            llm_kv_v_row(kv, c->layer, sv->blocks[i], 0)
            + (size_t) g * hv * kv->elem,
-           kv->v_dim, n, f16, sc + (size_t) i * bt, n_pos);
+           kv->v_dim, n, f16, sc + (size_t) (i - b0) * bt, np);
     }
 }
 
@@ -927,6 +1006,11 @@ llm_prefetch_next(llm_ctx_t *c, uint32_t T)
     llm_gemm(LLM_TYPE_F32, hp->n_embd, NE, T, N->gate_inp.data,
              N->gate_inp.row_bytes, x, xs, lg, NE);
     for (t = 0; t < T; t++, lg += NE) {
+        if (N->gate_inp_b != NULL) {
+            for (e = 0; e < NE; e++) {
+                lg[e] += N->gate_inp_b[e];
+            }
+        }
         /* the selection order of the real router: gating, then bias */
         if (hp->gating == LLM_GATING_SIGMOID) {
             for (e = 0; e < NE; e++) {
@@ -986,7 +1070,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
 
     /* router logits (gate_inp is usually F32: operand is xn itself) */
     rc = llm_items_mat(c, &L->gate_inp, c->xn, E, T, c->router,
-                       hp->n_expert, NULL,
+                       hp->n_expert, L->gate_inp_b,
                        llm_chunk_rows(c, hp->n_expert, hp->n_expert));
     if (rc < 0) {
         return rc;
@@ -1036,6 +1120,9 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         it.y = c->ga + (size_t) c->e_off[e] * ff;
         it.y2 = c->up + (size_t) c->e_off[e] * ff;
         it.ldy = ff;
+        it.glu = hp;
+        it.bias = L->gate_exps_b ? L->gate_exps_b + (size_t) e * ff : NULL;
+        it.bias2 = L->up_exps_b ? L->up_exps_b + (size_t) e * ff : NULL;
         if ((rc = llm_items_add(c, &it, ff, ch)) < 0) {
             return rc;
         }
@@ -1062,6 +1149,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         it.nc = n_e;
         it.y = c->eo + (size_t) c->e_off[e] * E;
         it.ldy = E;
+        it.bias = L->down_exps_b ? L->down_exps_b + (size_t) e * E : NULL;
         if ((rc = llm_items_add(c, &it, E, ch)) < 0) {
             return rc;
         }
@@ -1099,6 +1187,7 @@ llm_dense_ffn(llm_ctx_t *c, const llm_wt_t *gate, const llm_wt_t *upw,
     it.y = c->ga;
     it.ldy = ff;
     if (upw->type == gate->type) {
+        it.glu = hp;
         it.w2 = upw->data;
         it.y2 = c->up;
         rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff));
@@ -1195,7 +1284,7 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
 
     /* output projection, residual */
     llm_run_act(c, T, c->att, o_dim, llm_act_mask_of(L->wo.type), c->act);
-    rc = llm_items_mat(c, &L->wo, c->att, o_dim, T, c->tmp, E, NULL,
+    rc = llm_items_mat(c, &L->wo, c->att, o_dim, T, c->tmp, E, L->bo,
                        llm_chunk_rows(c, E, E));
     if (rc < 0) {
         return rc;
@@ -1287,6 +1376,24 @@ llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
     return 0;
 }
 
+/*
+ * YaRN's (cos, sin) of pair i at the unscaled angle th, as ggml's
+ * rope_yarn: the interpolated angle below the correction range, the
+ * original above it, a linear ramp between, both scaled by mscale.
+ */
+static void
+llm_yarn_cs(const llm_model_t *m, double th, uint32_t i, float *cs)
+{
+    double  y, ramp, interp = th * m->rope_scale;
+
+    y = ((double) i - m->yarn_corr[0])
+        / fmax(0.001, (double) m->yarn_corr[1] - m->yarn_corr[0]);
+    ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * m->yarn_ext;
+    th = interp * (1.0 - ramp) + th * ramp;
+    cs[0] = (float) cos(th) * m->yarn_mscale;
+    cs[1] = (float) sin(th) * m->yarn_mscale;
+}
+
 /* Embedding rows and RoPE tables, rows split by thread. */
 static void
 llm_task_embed(void *arg, uint32_t item, uint32_t ith)
@@ -1309,11 +1416,16 @@ llm_task_embed(void *arg, uint32_t item, uint32_t ith)
                            c->x + (size_t) r * hp->n_embd, hp->n_embd);
         cs = c->rope_cs + (size_t) r * hp->rope_dims;
         for (i = 0; i < half; i++) {
-            th = (double) b->pos[r] * m->rope_scale
+            th = (double) b->pos[r]
                  * pow(base, -2.0 * i / (double) hp->rope_dims);
             if (m->rope_freqs != NULL) {
                 th /= m->rope_freqs[i];
             }
+            if (m->yarn) {
+                llm_yarn_cs(m, th, i, cs + 2 * i);
+                continue;
+            }
+            th *= m->rope_scale;
             cs[2 * i] = (float) cos(th);
             cs[2 * i + 1] = (float) sin(th);
         }

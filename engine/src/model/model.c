@@ -7,6 +7,7 @@
  */
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@ static const llm_arch_desc_t llm_archs[] = {
     { LLM_ARCH_QWEN3MOE,   "qwen3moe",   1, 0, 1, 2, LLM_GATING_SOFTMAX },
     { LLM_ARCH_MINIMAX_M2, "minimax-m2", 1, 0, 2, 2, LLM_GATING_SIGMOID },
     { LLM_ARCH_GLM4MOE,    "glm4moe",    1, 1, 1, 2, LLM_GATING_SIGMOID },
+    { LLM_ARCH_GPT_OSS,    "gpt-oss",    1, 1, 0, 2, LLM_GATING_SOFTMAX },
 };
 
 /* llama.cpp's general.file_type values (llama_ftype). */
@@ -314,6 +316,23 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
     }
     hp->rope_neox = ad->rope_neox;
 
+    if (hp->arch == LLM_ARCH_GPT_OSS) {
+        /* sliding-window layers and OpenAI's clamped SwiGLU, with the
+         * constants llama.cpp uses for this architecture */
+        if ((rc = llm_hp_u32(b, "attention.sliding_window", &hp->n_swa, 0,
+                             0)) < 0)
+        {
+            return rc;
+        }
+        if (hp->n_swa == 0) {
+            return llm_bind_fail(b, -EINVAL, "%s.attention.sliding_window "
+                                 "is 0, expected > 0", hp->arch_name);
+        }
+        hp->ffn_act = LLM_ACT_SWIGLU_OAI;
+        hp->swiglu_alpha = 1.702f;
+        hp->swiglu_limit = 7.0f;
+    }
+
     if (hp->n_expert > 0) {
         if (ad->moe == 0) {
             return llm_bind_fail(b, -EINVAL, "architecture '%s' has no "
@@ -516,16 +535,22 @@ llm_bind_mat(llm_bind_t *b, llm_wt_t *w, const char *name, int64_t n_in,
  * A 1-D float vector of n values.  F32 points into the mapping; other
  * types are converted into an owned array.
  */
+/*
+ * A small tensor of floats, [n1][n0] (n1 = 1: a vector): F32 in place,
+ * another type converted once into memory the model owns.
+ */
 static int
-llm_bind_vec(llm_bind_t *b, const float **v, const char *name, int64_t n,
-    const char *what, int optional)
+llm_bind_floats(llm_bind_t *b, const float **v, const char *name,
+    int64_t n0, int64_t n1, const char *what, int optional)
 {
     const llm_gguf_tensor_t  *t;
     float                    *f;
+    int64_t                   ne[2] = { n0, n1 }, r;
+    size_t                    rb;
     int                       rc;
 
     *v = NULL;
-    rc = llm_bind_tensor(b, name, 1, &n, what, optional, &t);
+    rc = llm_bind_tensor(b, name, n1 > 1 ? 2 : 1, ne, what, optional, &t);
     if (rc < 0 || t == NULL) {
         return rc;
     }
@@ -533,13 +558,24 @@ llm_bind_vec(llm_bind_t *b, const float **v, const char *name, int64_t n,
         *v = t->data;
         return 0;
     }
-    f = malloc(n * sizeof(float));
+    f = malloc((size_t) n0 * n1 * sizeof(float));
     if (llm_model_own(b->m, f) < 0) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
-    llm_dequantize_row(t->type, t->data, f, n);
+    rb = llm_row_bytes(t->type, n0);
+    for (r = 0; r < n1; r++) {
+        llm_dequantize_row(t->type, (const uint8_t *) t->data + r * rb,
+                           f + r * n0, n0);
+    }
     *v = f;
     return 0;
+}
+
+static int
+llm_bind_vec(llm_bind_t *b, const float **v, const char *name, int64_t n,
+    const char *what, int optional)
+{
+    return llm_bind_floats(b, v, name, n, 1, what, optional);
 }
 
 /*
@@ -689,6 +725,17 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         }
     }
 
+    /* gpt-oss: output bias, sinks, every other layer sliding (from 0) */
+    if ((rc = llm_bind_vec(b, &L->bo, LLM_NAME("attn_output.bias"), E,
+                           "n_embd", hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_vec(b, &L->sinks, LLM_NAME("attn_sinks.weight"),
+                              hp->n_head, "n_head",
+                              hp->arch != LLM_ARCH_GPT_OSS)) < 0)
+    {
+        return rc;
+    }
+    L->swa = hp->arch == LLM_ARCH_GPT_OSS && il % 2 == 0 ? hp->n_swa : 0;
+
     if (hp->n_expert == 0 || il < hp->n_layer_dense) {
         if ((rc = llm_bind_mat(b, &L->ffn_gate, LLM_NAME("ffn_gate.weight"),
                                E, hp->n_ff, "n_embd, n_ff", 0)) < 0
@@ -716,6 +763,27 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
                                   "n_embd, n_ff_exp")) < 0
         || (rc = llm_bind_experts(b, &L->down_exps, il, "down", hp->n_ff_exp,
                                   E, "n_ff_exp, n_embd")) < 0)
+    {
+        return rc;
+    }
+
+    /* gpt-oss: router and expert biases */
+    if ((rc = llm_bind_vec(b, &L->gate_inp_b, LLM_NAME("ffn_gate_inp.bias"),
+                           hp->n_expert, "n_expert",
+                           hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_floats(b, &L->gate_exps_b,
+                                 LLM_NAME("ffn_gate_exps.bias"),
+                                 hp->n_ff_exp, hp->n_expert,
+                                 "n_ff_exp, n_expert",
+                                 hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_floats(b, &L->up_exps_b,
+                                 LLM_NAME("ffn_up_exps.bias"), hp->n_ff_exp,
+                                 hp->n_expert, "n_ff_exp, n_expert",
+                                 hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_floats(b, &L->down_exps_b,
+                                 LLM_NAME("ffn_down_exps.bias"), E,
+                                 hp->n_expert, "n_embd, n_expert",
+                                 hp->arch != LLM_ARCH_GPT_OSS)) < 0)
     {
         return rc;
     }
@@ -748,10 +816,65 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 }
 
 /*
- * RoPE scaling: rope_freqs.weight (per-pair frequency divisors, Llama 3.1)
- * and rope.scaling.type "linear" with rope.scaling.factor are applied;
- * other scaling types (yarn, longrope) are refused rather than computed
- * wrong.
+ * YaRN's correction range as ggml computes it: the pairs whose rotation
+ * over the original context is between beta_fast and beta_slow turns.
+ */
+static float
+llm_yarn_corr_dim(uint32_t n_dims, uint32_t n_ctx_orig, float n_rot,
+    float base)
+{
+    return (float) n_dims * logf((float) n_ctx_orig
+                                 / (n_rot * 2.0f * (float) M_PI))
+           / (2.0f * logf(base));
+}
+
+static int
+llm_bind_yarn(llm_bind_t *b, float factor)
+{
+    llm_model_t    *m = b->m;
+    llm_hparams_t  *hp = &m->hp;
+    uint32_t        orig;
+    float           fast, slow, attn, lo, hi;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "rope.scaling.original_context_length", &orig,
+                         1, hp->n_ctx_train)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_beta_fast", &fast, 1,
+                            32.0f)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_beta_slow", &slow, 1,
+                            1.0f)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_ext_factor", &m->yarn_ext,
+                            1, 1.0f)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_attn_factor", &attn, 1,
+                            1.0f)) < 0)
+    {
+        return rc;
+    }
+    if (orig == 0 || !(fast > 0.0f) || !(slow > 0.0f)) {
+        return llm_bind_fail(b, -EINVAL, "%s.rope.scaling: yarn with "
+                             "original_context_length %u, beta_fast %g, "
+                             "beta_slow %g; expected all > 0",
+                             hp->arch_name, orig, (double) fast,
+                             (double) slow);
+    }
+    lo = floorf(llm_yarn_corr_dim(hp->rope_dims, orig, fast, hp->rope_base));
+    hi = ceilf(llm_yarn_corr_dim(hp->rope_dims, orig, slow, hp->rope_base));
+    m->yarn = 1;
+    m->yarn_corr[0] = lo > 0.0f ? lo : 0.0f;
+    m->yarn_corr[1] = hi < (float) (hp->rope_dims - 1)
+                      ? hi : (float) (hp->rope_dims - 1);
+    /* ggml scales the attention by 1 + 0.1 ln(factor) when extrapolating */
+    m->yarn_mscale = m->yarn_ext != 0.0f
+                     ? attn * (1.0f + 0.1f * logf(factor)) : attn;
+    return 0;
+}
+
+/*
+ * RoPE scaling: rope_freqs.weight (per-pair frequency divisors, Llama 3.1),
+ * rope.scaling.type "linear" with rope.scaling.factor, and "yarn" (with
+ * its original context, beta_fast / beta_slow and the attention factor)
+ * are applied; other scaling types (longrope) are refused rather than
+ * computed wrong.
  */
 static int
 llm_bind_rope_scaling(llm_bind_t *b)
@@ -774,10 +897,12 @@ llm_bind_rope_scaling(llm_bind_t *b)
     {
         return 0;
     }
-    if (s.len != 6 || memcmp(s.ptr, "linear", 6) != 0) {
-        return llm_bind_fail(b, -EINVAL, "%s is '%.*s', expected none or "
-                             "linear (others are not supported)", key,
-                             (int) (s.len > 32 ? 32 : s.len), s.ptr);
+    if (!(s.len == 6 && memcmp(s.ptr, "linear", 6) == 0)
+        && !(s.len == 4 && memcmp(s.ptr, "yarn", 4) == 0))
+    {
+        return llm_bind_fail(b, -EINVAL, "%s is '%.*s', expected none, "
+                             "linear or yarn (others are not supported)",
+                             key, (int) (s.len > 32 ? 32 : s.len), s.ptr);
     }
     if ((rc = llm_hp_f32(b, "rope.scaling.factor", &f, 1, 1.0f)) < 0) {
         return rc;
@@ -787,7 +912,7 @@ llm_bind_rope_scaling(llm_bind_t *b)
                              "expected > 0", m->hp.arch_name, (double) f);
     }
     m->rope_scale = 1.0f / f;
-    return 0;
+    return s.len == 4 ? llm_bind_yarn(b, f) : 0;
 }
 
 /* The name of the file's quantization: general.file_type, else the type
@@ -1147,7 +1272,8 @@ llm_model_load(llm_model_t **out, const char *path,
     if (ad == NULL) {
         rc = llm_bind_fail(&b, -EINVAL, "unknown architecture '%.*s' "
                            "(general.architecture), expected llama, qwen2, "
-                           "qwen3, qwen3moe, minimax-m2 or glm4moe",
+                           "qwen3, qwen3moe, minimax-m2, glm4moe or "
+                           "gpt-oss",
                            (int) (s.len > 64 ? 64 : s.len), s.ptr);
         goto failed;
     }

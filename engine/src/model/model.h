@@ -29,6 +29,7 @@ typedef enum {
     LLM_ARCH_QWEN3MOE,
     LLM_ARCH_MINIMAX_M2,
     LLM_ARCH_GLM4MOE,
+    LLM_ARCH_GPT_OSS,
     LLM_ARCH_COUNT
 } llm_arch_t;
 
@@ -36,6 +37,13 @@ typedef enum {
     LLM_GATING_SOFTMAX = 1,
     LLM_GATING_SIGMOID = 2
 } llm_gating_t;
+
+/* The FFN's gated activation. */
+typedef enum {
+    LLM_ACT_SWIGLU = 0,            /* silu(gate) * up */
+    LLM_ACT_SWIGLU_OAI             /* gpt-oss: clamped, (up + 1) * gate *
+                                      sigmoid(alpha * gate) */
+} llm_ffn_act_t;
 
 typedef struct {
     llm_arch_t   arch;
@@ -64,6 +72,11 @@ typedef struct {
     float        rope_base;
     uint32_t     rope_dims;        /* rotated dims per head */
     int          rope_neox;        /* 1: NEOX pairing (i, i + d/2) */
+    uint32_t     n_swa;            /* sliding window of the sliding
+                                      layers (0: none) */
+    llm_ffn_act_t ffn_act;
+    float        swiglu_alpha;     /* LLM_ACT_SWIGLU_OAI */
+    float        swiglu_limit;
     uint32_t     ftype;            /* general.file_type, if present */
     uint64_t     n_params;
 } llm_hparams_t;

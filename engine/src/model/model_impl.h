@@ -35,6 +35,9 @@ typedef struct {
     llm_wt_t         wv;           /* [n_embd] -> [n_head_kv * head_dim_v] */
     llm_wt_t         wo;           /* [n_head * head_dim_v] -> [n_embd] */
     const float     *bq, *bk, *bv; /* qwen2 biases, or NULL */
+    const float     *bo;           /* attn_output bias, or NULL */
+    const float     *sinks;        /* [n_head] attention sink logits */
+    uint32_t         swa;          /* sliding window (0: full attention) */
     const float     *q_norm;       /* [head_dim] or [n_head * head_dim] */
     const float     *k_norm;       /* [head_dim] or [n_head_kv * head_dim] */
     const float     *ffn_norm;     /* [n_embd] */
@@ -45,6 +48,10 @@ typedef struct {
 
     llm_wt_t         gate_inp;     /* router: [n_embd] -> [n_expert] */
     const float     *exp_probs_b;  /* [n_expert] selection bias, or NULL */
+    const float     *gate_inp_b;   /* [n_expert] router bias, or NULL */
+    const float     *gate_exps_b;  /* [n_expert][n_ff_exp] or NULL */
+    const float     *up_exps_b;    /* [n_expert][n_ff_exp] or NULL */
+    const float     *down_exps_b;  /* [n_expert][n_embd] or NULL */
     llm_wt_t         gate_exps;    /* per expert [n_embd] -> [n_ff_exp] */
     llm_wt_t         up_exps;
     llm_wt_t         down_exps;    /* per expert [n_ff_exp] -> [n_embd] */
@@ -69,6 +76,15 @@ struct llm_model_s {
     llm_layer_t     *layers;       /* [n_layer] */
     const float     *rope_freqs;   /* [rope_dims / 2] divisors, or NULL */
     float            rope_scale;   /* linear position scale (1: none) */
+
+    /* YaRN (rope.scaling.type yarn), ggml's rope_yarn: pair i's angle
+     * mixes the interpolated (rope_scale) and the original angle by a
+     * ramp over pairs [corr[0], corr[1]], times ext_factor; cos and sin
+     * are scaled by mscale */
+    int              yarn;
+    float            yarn_ext;
+    float            yarn_corr[2];
+    float            yarn_mscale;
 
     /* Weights regrouped at load (llm_repack_rows), anonymous memory */
     uint8_t         *repack;
