@@ -26,6 +26,7 @@
 #include "serve/server.h"
 #include "template/template.h"
 #include "text/tokenizer.h"
+#include "decode/reasoning.h"
 #include "decode/toolcall.h"
 
 #define LLM_MAX_ALIASES  32
@@ -87,6 +88,10 @@ usage(FILE *f)
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
 "                        template suggests: hermes, minimax-m2, llama3-json,\n"
 "                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
+"  --reasoning-format F  think or none: how a chat answer's reasoning is\n"
+"                        told from the answer (reasoning_content); by\n"
+"                        default think when the chat template knows\n"
+"                        </think>, else none (docs/TOOLS.md)\n"
 "  --help                this text\n"
 "\n"
 "Exit codes: 0 drained after SIGTERM/SIGINT, 1 an error (logged), 2 bad\n"
@@ -365,7 +370,7 @@ main(int argc, char **argv)
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
         O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
-        O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC, O_HELP
+        O_RSNFMT, O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -379,6 +384,7 @@ main(int argc, char **argv)
         { "mlock", 0, 0, O_MLOCK }, { "log-level", 1, 0, O_LOG },
         { "write-buffer-kb", 1, 0, O_WBUF },
         { "tool-format", 1, 0, O_TOOLFMT },
+        { "reasoning-format", 1, 0, O_RSNFMT },
         { "memory-limit-mb", 1, 0, O_MEMLIMIT },
         { "no-regroup", 0, 0, O_NOREGROUP },
         { "embeddings", 0, 0, O_EMBD }, { "pooling", 1, 0, O_POOLING },
@@ -415,7 +421,7 @@ main(int argc, char **argv)
     char                err[512] = "", rev[16], fp[32], mix[512];
     const char         *tsrc = "gguf", *tfmt = "none", *tool_format = NULL;
     sigset_t            set;
-    int                 o, rc = 1, lvl;
+    int                 o, rc = 1, lvl, rfmt = -1;
 
     /* before any thread exists: SIGTERM/SIGINT only through the signalfd */
     sigemptyset(&set);
@@ -520,6 +526,14 @@ main(int argc, char **argv)
                 return 2;
             }
             tool_format = optarg;
+            break;
+        case O_RSNFMT:
+            rfmt = llm_reasoning_fmt_from_name(optarg);
+            if (rfmt < 0) {
+                fprintf(stderr, "llm-engine: --reasoning-format: think or "
+                        "none, got '%s'\n", optarg);
+                return 2;
+            }
             break;
         case O_HELP: case 'h':
             usage(stdout);
@@ -666,6 +680,9 @@ main(int argc, char **argv)
             tmpl = NULL;
         } else {
             tfmt = llm_prompt_tool_format(ts.ptr, ts.len);
+            if (rfmt < 0) {
+                rfmt = llm_prompt_reasoning_format(ts.ptr, ts.len);
+            }
         }
     }
     if (tmpl == NULL) {
@@ -683,20 +700,25 @@ main(int argc, char **argv)
     if (tool_format) {
         tfmt = tool_format;
     }
+    if (rfmt < 0) {
+        rfmt = LLM_REASONING_NONE;      /* the ChatML fallback */
+    }
 
     revision_of(llm_model_gguf(m), rev, sizeof(rev));
     snprintf(fp, sizeof(fp), "fp_%s", rev);
 
     llm_log(LLM_LOG_INFO, "model loaded in %.2f s: %s (%s, %s), %u layers, "
             "n_embd %u, %u experts (%u used), vocab %u, %.2f %s params, "
-            "file %.1f MiB, revision %s, chat template %s, tool calls %s%s",
+            "file %.1f MiB, revision %s, chat template %s, tool calls %s%s, "
+            "reasoning %s",
             now_s() - t0, name ? name : hp->name, hp->arch_name,
             llm_model_quant_name(m), hp->n_layer, hp->n_embd, hp->n_expert,
             hp->n_expert_used, hp->n_vocab,
             (double) hp->n_params / (hp->n_params >= 1000000000 ? 1e9 : 1e6),
             hp->n_params >= 1000000000 ? "B" : "M",
             (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
-            tsrc, tfmt, tool_format ? " (--tool-format)" : "");
+            tsrc, tfmt, tool_format ? " (--tool-format)" : "",
+            llm_reasoning_fmt_name(rfmt));
     llm_gguf_type_mix(llm_model_gguf(m), mix, sizeof(mix));
     llm_log(LLM_LOG_INFO, "types: %s", mix);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
@@ -724,6 +746,7 @@ main(int argc, char **argv)
     sc.sched.max_queue = max_queue;
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;
+    sc.sched.reasoning = rfmt;
     ef.ctx = ctx;
     ef.gguf = llm_model_gguf(m);
     sc.sched.forward = fwd;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "prompt.h"
+#include "decode/reasoning.h"
 
 static json_t *
 llm_token_text(const llm_vocab_t *v, int32_t id)
@@ -378,4 +379,11 @@ llm_prompt_tool_format(const char *src, size_t len)
         }
     }
     return "none";
+}
+
+int
+llm_prompt_reasoning_format(const char *src, size_t len)
+{
+    return src != NULL && memmem(src, len, "</think>", 8) != NULL
+           ? LLM_REASONING_THINK : LLM_REASONING_NONE;
 }

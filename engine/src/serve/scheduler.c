@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "kvalloc.h"
+#include "decode/reasoning.h"
 #include "decode/sample.h"
 #include "scheduler.h"
 
@@ -58,6 +59,10 @@ struct llm_seq_s {
     char               *text;          /* content of the next Delta */
     size_t              text_len;
     size_t              text_cap;
+    llm_reasoning_t    *rs;            /* the reasoning split, or NULL */
+    char               *rtext;         /* reasoning of the next Delta */
+    size_t              rtext_len;
+    size_t              rtext_cap;
     llm_sample_result_t *plp;          /* echo with logprobs: the prompt
                                           tokens' logprobs ([toks.n]) */
     int32_t             plp_row;       /* this step's first prompt row */
@@ -160,26 +165,44 @@ llm_req_usage(const llm_sreq_t *r, llm_usage_t *u)
     u->cached_tokens = r->cached;
 }
 
-/* Appends text to the sequence's pending Delta. */
+/* Appends p to a growing NUL-terminated buffer (lost under OOM: the
+ * tokens still flow). */
 static void
-llm_seq_text(llm_seq_t *q, const char *p, size_t len)
+llm_buf_add(char **buf, size_t *blen, size_t *bcap, const char *p,
+    size_t len)
 {
     if (len == 0) {
         return;
     }
-    if (q->text_len + len + 1 > q->text_cap) {
-        size_t  cap = (q->text_len + len + 1) * 2;
-        char   *t = realloc(q->text, cap);
+    if (*blen + len + 1 > *bcap) {
+        size_t  cap = (*blen + len + 1) * 2;
+        char   *t = realloc(*buf, cap);
 
         if (t == NULL) {
-            return;     /* text lost under OOM; tokens still flow */
+            return;
         }
-        q->text = t;
-        q->text_cap = cap;
+        *buf = t;
+        *bcap = cap;
     }
-    memcpy(q->text + q->text_len, p, len);
-    q->text_len += len;
-    q->text[q->text_len] = '\0';
+    memcpy(*buf + *blen, p, len);
+    *blen += len;
+    (*buf)[*blen] = '\0';
+}
+
+/* Appends text to the sequence's pending Delta. */
+static void
+llm_seq_text(llm_seq_t *q, const char *p, size_t len)
+{
+    llm_buf_add(&q->text, &q->text_len, &q->text_cap, p, len);
+}
+
+/* Appends reasoning text to the pending Delta. */
+static void
+llm_seq_reasoning(void *ud, const char *p, size_t len)
+{
+    llm_seq_t  *q = ud;
+
+    llm_buf_add(&q->rtext, &q->rtext_len, &q->rtext_cap, p, len);
 }
 
 /*
@@ -193,7 +216,7 @@ llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
     llm_sched_t       *s = q->req->s;
     llm_sched_event_t  ev;
 
-    if (tok < 0 && q->text_len == 0) {
+    if (tok < 0 && q->text_len == 0 && q->rtext_len == 0) {
         return;
     }
     memset(&ev, 0, sizeof(ev));
@@ -201,6 +224,7 @@ llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
     ev.kind = LLM_SEV_DELTA;
     ev.u.delta.index = q->index;
     ev.u.delta.text = q->text_len ? q->text : "";
+    ev.u.delta.reasoning = q->rtext_len ? q->rtext : "";
     ev.u.delta.token = tok >= 0 ? tok : -1;
     if (tok >= 0 && res != NULL
         && (q->req->sp.logprobs || q->req->sp.top_logprobs))
@@ -211,6 +235,10 @@ llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
     q->text_len = 0;
     if (q->text) {
         q->text[0] = '\0';
+    }
+    q->rtext_len = 0;
+    if (q->rtext) {
+        q->rtext[0] = '\0';
     }
 }
 
@@ -369,9 +397,9 @@ llm_sink_tool_call(void *sink, uint32_t call_index, const char *id,
     q->req->s->c.emit(q->req->owner, &ev);
 }
 
-/* Route detokenized text: through the hooks when set, else content. */
+/* The answer's text: through the hooks when set, else content. */
 static void
-llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
+llm_seq_answer_text(llm_seq_t *q, const char *p, size_t len, int final)
 {
     llm_text_out_t out = { llm_sink_content, llm_sink_tool_call, q };
     int            rc;
@@ -384,6 +412,32 @@ llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
     if (rc > 0) {
         q->n_tool_calls = rc;
     }
+}
+
+static void
+llm_seq_answer(void *ud, const char *p, size_t len)
+{
+    llm_seq_answer_text(ud, p, len, 0);
+}
+
+/*
+ * Route detokenized text: a reasoning model's thinking to the reasoning
+ * text (reasoning.h), the answer to the hooks or content.
+ */
+static void
+llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
+{
+    llm_reasoning_out_t  ro = { llm_seq_reasoning, llm_seq_answer, q };
+
+    if (q->rs != NULL) {
+        llm_reasoning_feed(q->rs, p, len, final, &ro);
+        if (!final) {
+            return;
+        }
+        p = "";
+        len = 0;
+    }
+    llm_seq_answer_text(q, p, len, final);
 }
 
 /*
@@ -550,6 +604,8 @@ llm_req_destroy(llm_sreq_t *r)
         llm_tokens_free(&q->toks);
         free(q->blocks);
         free(q->text);
+        free(q->rtext);
+        llm_reasoning_free(q->rs);
         free(q->plp);
     }
     if (!r->started) {
@@ -725,6 +781,25 @@ llm_echo_text(const llm_sched_t *s, const int32_t *ids, size_t n)
     text[tl] = '\0';
     llm_detok_free(d);
     return text;
+}
+
+/*
+ * 1 when q's prompt ends inside a reasoning block (the chat template
+ * opened <think> for the answer): its last tokens, as text.
+ */
+static int
+llm_seq_think_open(const llm_sched_t *s, const llm_seq_t *q)
+{
+    size_t  n = q->toks.n < 8 ? q->toks.n : 8;
+    char   *t = llm_echo_text(s, q->toks.ids + q->toks.n - n, n);
+    int     open;
+
+    if (t == NULL) {
+        return 0;
+    }
+    open = llm_reasoning_prompt_opens(s->c.reasoning, t, strlen(t));
+    free(t);
+    return open;
 }
 
 /* Submission. */
@@ -1011,6 +1086,13 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             if (rc != 0) {
                 *param = "response_format";
                 return rc;
+            }
+        }
+        if (s->c.reasoning != LLM_REASONING_NONE && !rq->is_completion) {
+            q->rs = llm_reasoning_create(s->c.reasoning,
+                                         llm_seq_think_open(s, q));
+            if (q->rs == NULL) {
+                return -ENOMEM;
             }
         }
     }
@@ -1310,7 +1392,7 @@ llm_seq_finish(llm_sched_t *s, llm_seq_t *q, llm_finish_e why)
     if (llm_detok_flush(q->detok, &t, &len) == 0 && len > 0) {
         llm_seq_route_text(q, t, len, 0);
     }
-    if (q->hooks.text) {
+    if (q->hooks.text || q->rs) {
         llm_seq_route_text(q, "", 0, 1);
     }
     llm_seq_flush_delta(q, -1, NULL);
@@ -1345,9 +1427,13 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     const char          *t;
     size_t               len = 0;
     int32_t              tok;
-    int                  stop;
+    int                  stop, thinking;
 
-    if (q->hooks.mask && q->hooks.mask(q->hooks.ud, row, s->c.n_vocab) < 0) {
+    /* the answer's grammars do not constrain a reasoning block */
+    thinking = llm_reasoning_inside(q->rs);
+    if (!thinking && q->hooks.mask
+        && q->hooks.mask(q->hooks.ud, row, s->c.n_vocab) < 0)
+    {
         llm_seq_finish(s, q, LLM_FINISH_CONTENT_FILTER);
         return;
     }
@@ -1373,7 +1459,7 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     if (q->n_gen == 1 && q->plp) {
         llm_seq_echo_logprobs(s, q);
     }
-    if (q->hooks.accept) {
+    if (!thinking && q->hooks.accept) {
         q->hooks.accept(q->hooks.ud, tok);
     }
 

@@ -100,6 +100,7 @@ typedef struct {
         struct {
             uint32_t        index;          /* choice */
             const char     *text;           /* UTF-8, NUL-terminated */
+            const char     *reasoning;      /* the same, reasoning text */
             int32_t         token;          /* -1: text only */
             /* token's logprobs, when the request asked for them */
             const llm_sample_result_t *lp;
@@ -159,6 +160,8 @@ typedef struct {
     llm_sched_ready_pt      ready;        /* optional */
     llm_sched_hooks_pt      hooks_make;   /* optional */
     void                   *hooks_ctx;
+    int                     reasoning;    /* llm_reasoning_fmt_e of the
+                                             chat answers */
     const char             *model_name;
     const char             *fingerprint;
 } llm_sched_conf_t;

@@ -219,6 +219,8 @@ llm_wire_delta(const llm_sched_event_t *ev, const llm_vocab_t *v,
 
     d.index = ev->u.delta.index;
     d.text = (char *) ev->u.delta.text;
+    d.reasoning = (char *) (ev->u.delta.reasoning ? ev->u.delta.reasoning
+                                                   : "");
     if (tok >= 0 && !ev->u.delta.echo) {
         /* a prompt token echoed is not output: only its logprob goes */
         d.n_tokens = 1;

@@ -550,7 +550,8 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
     const llm_vocabgen_t *v)
 {
     const char *a = p->arch;
-    const char *tmpl = llm_vocabgen_chat_template();
+    const char *tmpl = p->chat_template ? p->chat_template
+                                        : llm_vocabgen_chat_template();
     char k[128];
     uint32_t ff = p->n_ff;
 

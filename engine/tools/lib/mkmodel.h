@@ -46,6 +46,8 @@ typedef struct {
     int         pooling;        /* -1: no <arch>.pooling_type key; else
                                    llama.cpp's enum (1 mean, 2 cls, 3 last):
                                    an embedding model */
+    const char *chat_template;  /* tokenizer.chat_template; NULL: the
+                                   generated vocabulary's ChatML one */
 } llm_mkmodel_params_t;
 
 /* Names of the presets, NULL-terminated (for --help). */
