@@ -17,7 +17,28 @@ typedef struct {
     size_t  rlen;
     char    answer[1024];
     size_t  alen;
+    char    calls[1024];          /* "name(args) " per call */
+    int     open;                 /* a call's arguments are coming */
 } rec_t;
+
+static void
+rec_call(void *ud, const char *name, size_t nlen, const char *args,
+    size_t len)
+{
+    rec_t  *r = ud;
+    size_t  n = strlen(r->calls);
+
+    if (name != NULL) {
+        snprintf(r->calls + n, sizeof(r->calls) - n, "%s%.*s(",
+                 r->open ? ") " : "", (int) nlen, name);
+        r->open = 1;
+    } else if (r->open) {
+        snprintf(r->calls + n, sizeof(r->calls) - n, "%.*s", (int) len,
+                 args);
+    } else {
+        snprintf(r->calls + n, sizeof(r->calls) - n, "<args without a call>");
+    }
+}
 
 static void
 rec_reasoning(void *ud, const char *s, size_t len)
@@ -50,30 +71,53 @@ typedef struct {
     const char  *text;
     const char  *reasoning;
     const char  *answer;
+    const char  *calls;        /* harmony: "name(args" per call, ") " apart */
 } rcase_t;
 
 static const rcase_t  cases[] = {
     { "think block, then the answer", LLM_REASONING_THINK, 0,
       "<think>\nI should greet.\n</think>\n\nHello!", "I should greet.",
-      "Hello!" },
+      "Hello!", NULL },
     { "the template opened it", LLM_REASONING_THINK, 1,
-      "\nplan: say hi\n\n</think>\n\nHi", "plan: say hi", "Hi" },
+      "\nplan: say hi\n\n</think>\n\nHi", "plan: say hi", "Hi", NULL },
     { "no block: all answer, space kept", LLM_REASONING_THINK, 0,
-      "\n\nHello <think> there", "", "\n\nHello <think> there" },
+      "\n\nHello <think> there", "", "\n\nHello <think> there", NULL },
     { "cut off inside", LLM_REASONING_THINK, 0, "<think>still thinking  ",
-      "still thinking", "" },
-    { "not the marker", LLM_REASONING_THINK, 0, "<thinx>a", "", "<thinx>a" },
+      "still thinking", "", NULL },
+    { "not the marker", LLM_REASONING_THINK, 0, "<thinx>a", "", "<thinx>a", NULL },
     { "a broken close stays reasoning", LLM_REASONING_THINK, 0,
-      "<think>a </thin b</think>c", "a </thin b", "c" },
+      "<think>a </thin b</think>c", "a </thin b", "c", NULL },
     { "a later <think> is answer", LLM_REASONING_THINK, 0,
-      "<think>r</think>a <think>b</think>", "r", "a <think>b</think>" },
+      "<think>r</think>a <think>b</think>", "r", "a <think>b</think>", NULL },
     { "empty block (thinking off)", LLM_REASONING_THINK, 0,
-      "<think>\n\n</think>\n\nOK", "", "OK" },
+      "<think>\n\n</think>\n\nOK", "", "OK", NULL },
     { "UTF-8 in both", LLM_REASONING_THINK, 0,
       "<think>caf\xc3\xa9 \xe2\x80\x94 ok</think>\xe4\xbd\xa0\xe5\xa5\xbd",
-      "caf\xc3\xa9 \xe2\x80\x94 ok", "\xe4\xbd\xa0\xe5\xa5\xbd" },
+      "caf\xc3\xa9 \xe2\x80\x94 ok", "\xe4\xbd\xa0\xe5\xa5\xbd", NULL },
     { "format none passes all", LLM_REASONING_NONE, 0,
-      "<think>x</think>y", "", "<think>x</think>y" },
+      "<think>x</think>y", "", "<think>x</think>y", NULL },
+    { "harmony: analysis, then final", LLM_REASONING_HARMONY, 0,
+      "<|channel|>analysis<|message|>think hard<|end|><|start|>assistant"
+      "<|channel|>final<|message|>The answer.", "think hard", "The answer.", NULL },
+    { "harmony: a tool call", LLM_REASONING_HARMONY, 0,
+      "<|channel|>analysis<|message|>need weather<|end|><|start|>assistant"
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>{\"city\":\"Paris\"}", "need weather", "",
+      "get_weather({\"city\":\"Paris\"}" },
+    { "harmony: the recipient first, two calls", LLM_REASONING_HARMONY, 0,
+      "<|channel|>analysis<|message|>x<|end|><|start|>assistant "
+      "to=functions.f<|channel|>commentary json<|message|>{}<|end|>"
+      "<|start|>assistant to=functions.g<|channel|>commentary"
+      "<|message|>{\"a\":1}", "x", "", "f({}) g({\"a\":1}" },
+    { "harmony: a preamble to the user", LLM_REASONING_HARMONY, 0,
+      "<|channel|>commentary<|message|>Let me check.<|end|>", "",
+      "Let me check.", NULL },
+    { "harmony: plain text", LLM_REASONING_HARMONY, 0, "Hello there", "",
+      "Hello there", NULL },
+    { "harmony: cut off in analysis", LLM_REASONING_HARMONY, 0,
+      "<|channel|>analysis<|message|>abc", "abc", "", NULL },
+    { "harmony: cut off in a header", LLM_REASONING_HARMONY, 0,
+      "<|channel|>analysis<|message|>a<|end|><|start|>assist", "a", "", NULL },
 };
 
 /* Feeds c->text in the pieces cut (sorted offsets, ncut of them). */
@@ -81,7 +125,7 @@ static int
 run(const rcase_t *c, const size_t *cut, size_t ncut, rec_t *rec,
     int *inside_ok)
 {
-    llm_reasoning_out_t  out = { rec_reasoning, rec_answer, rec };
+    llm_reasoning_out_t  out = { rec_reasoning, rec_answer, rec_call, rec };
     llm_reasoning_t     *r = llm_reasoning_create(c->fmt, c->inside);
     size_t               n = strlen(c->text), at = 0, i, end;
     const char          *open, *close;
@@ -123,7 +167,8 @@ static int
 same(const rcase_t *c, const rec_t *rec)
 {
     return strcmp(rec->reasoning, c->reasoning) == 0
-           && strcmp(rec->answer, c->answer) == 0;
+           && strcmp(rec->answer, c->answer) == 0
+           && strcmp(rec->calls, c->calls ? c->calls : "") == 0;
 }
 
 static void
@@ -137,8 +182,8 @@ check_case(const rcase_t *c)
     tk_begin("%s", c->name);
     /* whole */
     REQUIRE(run(c, NULL, 0, &rec, &ok_in) == 0);
-    CHECK(same(c, &rec), "whole: reasoning '%s' answer '%s'", rec.reasoning,
-          rec.answer);
+    CHECK(same(c, &rec), "whole: reasoning '%s' answer '%s' calls '%s'",
+          rec.reasoning, rec.answer, rec.calls);
     /* byte by byte */
     for (i = 0; i + 1 < n && i < 64; i++) {
         cut[i] = i + 1;
@@ -187,6 +232,8 @@ main(void)
     tk_begin("format names");
     CHECK(llm_reasoning_fmt_from_name("think") == LLM_REASONING_THINK, "think");
     CHECK(llm_reasoning_fmt_from_name("none") == LLM_REASONING_NONE, "none");
+    CHECK(llm_reasoning_fmt_from_name("harmony") == LLM_REASONING_HARMONY,
+          "harmony");
     CHECK(llm_reasoning_fmt_from_name("bogus") == -1, "bogus");
     CHECK(strcmp(llm_reasoning_fmt_name(LLM_REASONING_THINK), "think") == 0,
           "name");

@@ -88,10 +88,11 @@ usage(FILE *f)
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
 "                        template suggests: hermes, minimax-m2, llama3-json,\n"
 "                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
-"  --reasoning-format F  think or none: how a chat answer's reasoning is\n"
-"                        told from the answer (reasoning_content); by\n"
-"                        default think when the chat template knows\n"
-"                        </think>, else none (docs/TOOLS.md)\n"
+"  --reasoning-format F  think, harmony or none: how a chat answer's\n"
+"                        reasoning is told from the answer\n"
+"                        (reasoning_content); by default harmony when the\n"
+"                        chat template knows <|channel|> (gpt-oss), think\n"
+"                        when it knows </think>, else none (docs/TOOLS.md)\n"
 "  --help                this text\n"
 "\n"
 "Exit codes: 0 drained after SIGTERM/SIGINT, 1 an error (logged), 2 bad\n"
@@ -530,8 +531,8 @@ main(int argc, char **argv)
         case O_RSNFMT:
             rfmt = llm_reasoning_fmt_from_name(optarg);
             if (rfmt < 0) {
-                fprintf(stderr, "llm-engine: --reasoning-format: think or "
-                        "none, got '%s'\n", optarg);
+                fprintf(stderr, "llm-engine: --reasoning-format: think, "
+                        "harmony or none, got '%s'\n", optarg);
                 return 2;
             }
             break;

@@ -12,11 +12,19 @@
 #define LLM_THINK_OPEN   "<think>"
 #define LLM_THINK_CLOSE  "</think>"
 
+#define LLM_HM_MESSAGE   "<|message|>"
+#define LLM_HM_END       "<|end|>"
+#define LLM_HM_HEAD_MAX  256       /* a longer header is not one */
+
 typedef enum {
     RS_START = 0,       /* nothing decided: leading space, maybe <think> */
     RS_IN,              /* inside the reasoning */
     RS_AFTER,           /* after </think>: the answer's leading space */
-    RS_ANSWER           /* the answer, passed on */
+    RS_ANSWER,          /* the answer, passed on */
+    RS_HM_HEAD,         /* harmony: a message header, up to <|message|> */
+    RS_HM_REASON,       /* harmony: an analysis message's body */
+    RS_HM_TEXT,         /* harmony: a final / commentary message's body */
+    RS_HM_CALL          /* harmony: a message to a tool */
 } llm_rs_state_e;
 
 struct llm_reasoning_s {
@@ -27,7 +35,8 @@ struct llm_reasoning_s {
     size_t           len, cap;
 };
 
-static const char *const llm_reasoning_names[] = { "none", "think" };
+static const char *const llm_reasoning_names[] = { "none", "think",
+                                                   "harmony" };
 
 int
 llm_reasoning_fmt_from_name(const char *s)
@@ -47,7 +56,7 @@ llm_reasoning_fmt_from_name(const char *s)
 const char *
 llm_reasoning_fmt_name(int fmt)
 {
-    return fmt >= 0 && fmt <= LLM_REASONING_THINK
+    return fmt >= 0 && fmt <= LLM_REASONING_HARMONY
            ? llm_reasoning_names[fmt] : "?";
 }
 
@@ -59,6 +68,7 @@ llm_reasoning_create(int fmt, int inside)
     if (r != NULL) {
         r->fmt = fmt;
         r->state = fmt == LLM_REASONING_NONE ? RS_ANSWER
+                   : fmt == LLM_REASONING_HARMONY ? RS_HM_HEAD
                    : inside ? RS_IN : RS_START;
     }
     return r;
@@ -76,7 +86,7 @@ llm_reasoning_free(llm_reasoning_t *r)
 int
 llm_reasoning_inside(const llm_reasoning_t *r)
 {
-    return r != NULL && r->state == RS_IN;
+    return r != NULL && (r->state == RS_IN || r->state == RS_HM_REASON);
 }
 
 static int
@@ -156,6 +166,86 @@ llm_rs_inside(llm_reasoning_t *r, const char *s, size_t n, int final,
     return final ? n : k;
 }
 
+/*
+ * harmony: a header s[0..n) up to <|message|> decides the body: analysis
+ * is reasoning, a recipient functions.NAME a tool call (out->call with
+ * the name), anything else answer text.
+ */
+static void
+llm_hm_header(llm_reasoning_t *r, const char *s, size_t n,
+    const llm_reasoning_out_t *out)
+{
+    const char  *ch = llm_rs_find(s, n, "<|channel|>");
+    const char  *to = llm_rs_find(s, n, "to=functions.");
+    size_t       k, cl = strlen("<|channel|>"), tl = strlen("to=functions.");
+
+    if (to != NULL && out->call != NULL) {
+        k = (size_t) (to - s) + tl;
+        while (k < n && s[k] != ' ' && s[k] != '<') {
+            k++;
+        }
+        out->call(out->ud, to + tl, (size_t) (s + k - to - tl), NULL, 0);
+        r->state = RS_HM_CALL;
+        return;
+    }
+    if (ch != NULL && (size_t) (s + n - ch) >= cl + 8
+        && memcmp(ch + cl, "analysis", 8) == 0)
+    {
+        r->state = RS_HM_REASON;
+        return;
+    }
+    r->state = RS_HM_TEXT;
+}
+
+/* harmony: a message's body up to <|end|>; returns the bytes taken. */
+static size_t
+llm_hm_body(llm_reasoning_t *r, const char *s, size_t n, int final,
+    const llm_reasoning_out_t *out)
+{
+    const char  *e = llm_rs_find(s, n, LLM_HM_END);
+    size_t       k = e ? (size_t) (e - s)
+                       : final ? n : n - llm_rs_partial(s, n, LLM_HM_END);
+
+    if (r->state == RS_HM_REASON) {
+        llm_rs_say(r, s, k, out);
+    } else if (r->state == RS_HM_CALL) {
+        if (k > 0) {
+            out->call(out->ud, NULL, 0, s, k);
+        }
+    } else if (k > 0) {
+        out->answer(out->ud, s, k);
+    }
+    if (e == NULL) {
+        return k;
+    }
+    r->state = RS_HM_HEAD;
+    return k + strlen(LLM_HM_END);
+}
+
+/* harmony: one decision; returns the bytes taken (0: wait). */
+static size_t
+llm_hm_step(llm_reasoning_t *r, const char *s, size_t n, int final,
+    const llm_reasoning_out_t *out)
+{
+    const char  *m;
+
+    if (r->state != RS_HM_HEAD) {
+        return llm_hm_body(r, s, n, final, out);
+    }
+    m = llm_rs_find(s, n, LLM_HM_MESSAGE);
+    if (m != NULL && (size_t) (m - s) <= LLM_HM_HEAD_MAX) {
+        llm_hm_header(r, s, (size_t) (m - s), out);
+        return (size_t) (m - s) + strlen(LLM_HM_MESSAGE);
+    }
+    if (n <= LLM_HM_HEAD_MAX && (n == 0 || s[0] == '<' || s[0] == 't')) {
+        /* the header goes on; cut off by the end, it is markup only */
+        return final ? n : 0;
+    }
+    /* not a header: the model wrote plain text; it is the answer */
+    r->state = RS_HM_TEXT;
+    return 0;
+}
+
 /* One decision over s[0..n); returns the bytes it took (0: wait). */
 static size_t
 llm_rs_step(llm_reasoning_t *r, const char *s, size_t n, int final,
@@ -163,6 +253,9 @@ llm_rs_step(llm_reasoning_t *r, const char *s, size_t n, int final,
 {
     size_t  i = 0, ol = strlen(LLM_THINK_OPEN);
 
+    if (r->fmt == LLM_REASONING_HARMONY) {
+        return llm_hm_step(r, s, n, final, out);
+    }
     switch (r->state) {
 
     case RS_START:

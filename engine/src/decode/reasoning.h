@@ -11,6 +11,16 @@
  * Whitespace around the reasoning and at the start of the answer is
  * dropped; a <think> later in the answer is answer text.
  *
+ * Format "harmony" (gpt-oss): the answer is a series of messages, each a
+ * header (<|start|>assistant, <|channel|>NAME, to=RECIPIENT,
+ * <|constrain|>TYPE) then <|message|> and its body up to <|end|> (or the
+ * end: <|return|> and <|call|> end generation).  The analysis channel is
+ * reasoning; final, and commentary to the user, are the answer's text,
+ * without the markup; a message to a tool (to=functions.NAME) is a tool
+ * call: out->call(NAME) when its header is read, then its body (the
+ * arguments JSON) as it comes.
+ * The detokenizer must emit control tokens' text for this format.
+ *
  * Fed the detokenized text in pieces of any size (down to one byte); a
  * marker may be split across pieces: the bytes that could still begin
  * one are held until they can be decided.
@@ -23,16 +33,21 @@
 
 typedef enum {
     LLM_REASONING_NONE = 0,
-    LLM_REASONING_THINK
+    LLM_REASONING_THINK,
+    LLM_REASONING_HARMONY
 } llm_reasoning_fmt_e;
 
-/* The format named s ("none", "think"), or -1. */
+/* The format named s ("none", "think", "harmony"), or -1. */
 int llm_reasoning_fmt_from_name(const char *s);
 const char *llm_reasoning_fmt_name(int fmt);
 
 typedef struct {
     void  (*reasoning)(void *ud, const char *s, size_t len);
     void  (*answer)(void *ud, const char *s, size_t len);
+    /* harmony tool calls: name set (args NULL) when a call starts, then
+     * argument fragments with name NULL */
+    void  (*call)(void *ud, const char *name, size_t name_len,
+                  const char *args, size_t len);
     void   *ud;
 } llm_reasoning_out_t;
 

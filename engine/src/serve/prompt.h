@@ -49,7 +49,8 @@ json_t *llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
 const char *llm_prompt_tool_format(const char *src, size_t len);
 
 /* The reasoning format (decode/reasoning.h) a template's source suggests:
- * think when it knows </think>, else none. */
+ * harmony when it knows <|channel|>, think when it knows </think>, else
+ * none. */
 int llm_prompt_reasoning_format(const char *src, size_t len);
 
 #endif /* LLM_PROMPT_H */

@@ -421,13 +421,52 @@ llm_seq_answer(void *ud, const char *p, size_t len)
 }
 
 /*
+ * A tool call the reasoning split read (harmony): its first delta with
+ * an id call_ + 24 letters and digits and the name, then argument
+ * fragments, as the tool-call parsers give them.
+ */
+static void
+llm_seq_call(void *ud, const char *name, size_t name_len, const char *args,
+    size_t len)
+{
+    static const char  an[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+                              "vwxyz0123456789";
+    llm_seq_t  *q = ud;
+    char        id[32], nm[256];
+    uint8_t     rnd[24];
+    size_t      i;
+
+    if (name == NULL) {
+        if (q->n_tool_calls > 0) {
+            llm_sink_tool_call(q, (uint32_t) q->n_tool_calls - 1, NULL, NULL,
+                               args, len);
+        }
+        return;
+    }
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t) sizeof(rnd)) {
+        memset(rnd, 0, sizeof(rnd));
+    }
+    memcpy(id, "call_", 5);
+    for (i = 0; i < sizeof(rnd); i++) {
+        id[5 + i] = an[rnd[i] % (sizeof(an) - 1)];
+    }
+    id[5 + sizeof(rnd)] = '\0';
+    name_len = name_len < sizeof(nm) - 1 ? name_len : sizeof(nm) - 1;
+    memcpy(nm, name, name_len);
+    nm[name_len] = '\0';
+    llm_sink_tool_call(q, (uint32_t) q->n_tool_calls, id, nm, NULL, 0);
+    q->n_tool_calls++;
+}
+
+/*
  * Route detokenized text: a reasoning model's thinking to the reasoning
  * text (reasoning.h), the answer to the hooks or content.
  */
 static void
 llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
 {
-    llm_reasoning_out_t  ro = { llm_seq_reasoning, llm_seq_answer, q };
+    llm_reasoning_out_t  ro = { llm_seq_reasoning, llm_seq_answer,
+                                llm_seq_call, q };
 
     if (q->rs != NULL) {
         llm_reasoning_feed(q->rs, p, len, final, &ro);
@@ -1094,6 +1133,9 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
             if (q->rs == NULL) {
                 return -ENOMEM;
             }
+            /* harmony's markup is control tokens: the split reads them */
+            llm_detok_set_special(q->detok,
+                                  s->c.reasoning == LLM_REASONING_HARMONY);
         }
     }
     rc = llm_req_echo(s, r, rq, n_prompts);
