@@ -358,7 +358,9 @@ ngx_http_llm_handler(ngx_http_request_t *r)
 
 
 /*
- * The route of r: chat/completions and completions (POST), models and
+ * The route of r: chat/completions and completions (POST), messages and
+ * messages/count_tokens (POST, the chat route in Anthropic's dialect),
+ * models and
  * models/{id} (GET, HEAD), healthz where llm_health is on (GET, HEAD);
  * an llm_health location without llm_api is /healthz whatever its path.
  * NGX_OK with ctx->route or ctx->info set and *allowed the methods;
@@ -407,6 +409,19 @@ ngx_http_llm_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         && ngx_strncmp(rest.data, "chat/completions", rest.len) == 0)
     {
         ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
+        *allowed = NGX_HTTP_POST;
+        return NGX_OK;
+    }
+
+    if (rest.len >= sizeof("messages") - 1
+        && ngx_strncmp(rest.data, "messages", 8) == 0
+        && (rest.len == 8
+            || (rest.len == sizeof("messages/count_tokens") - 1
+                && ngx_strncmp(rest.data + 8, "/count_tokens", 13) == 0)))
+    {
+        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
+        ctx->dialect = rest.len == 8 ? &ngx_http_llm_anthropic_dialect
+                                     : &ngx_http_llm_anthropic_count_dialect;
         *allowed = NGX_HTTP_POST;
         return NGX_OK;
     }
@@ -577,8 +592,8 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Sampling            *s;
     ngx_http_llm_decision_t   d;
 
-    if (ctx->emb) {
-        output = 0;             /* embeddings generate nothing */
+    if (ctx->emb || (ctx->gen && ctx->gen->count_only)) {
+        output = 0;             /* embeddings, counts generate nothing */
 
     } else if (ctx->max_tokens) {
         output = ctx->n * ctx->max_tokens;
@@ -590,7 +605,7 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     }
 
     if (ngx_http_llm_limit_admit(r, ctx->key, ctx->prompt_est, output,
-                                 ctx->max_tokens != 0 || ctx->emb,
+                                 ctx->max_tokens != 0 || output == 0,
                                  &ctx->ticket, &d)
         != NGX_OK)
     {
