@@ -350,17 +350,21 @@ for (1 .. 3) {
     is($t->post('/v1/messages/count_tokens', { model => 'tiny', messages => $hi },
                 'x-api-key' => $quo)->{status}, 200, 'count_tokens on the quota key');
 }
-$r = $t->post('/v1/messages', { model => 'tiny', max_tokens => 20, messages => $hi },
+# (the greedy story: 31 prompt tokens, 16 generated, see stop_sequences)
+$r = $t->post('/v1/messages', { model => 'tiny', max_tokens => 16, temperature => 0,
+                                messages => [ { role => 'user', content => 'Tell me a story' } ] },
               'x-api-key' => $quo);
 is($r->{status}, 200, 'the quota key answers after the counts') or diag($r->{content});
-my $used = total_in($r->{json}{usage} // {}) + ($r->{json}{usage}{output_tokens} // 0);
+my ($used_in, $used_out) = (total_in($r->{json}{usage} // {}),
+                            $r->{json}{usage}{output_tokens} // -1);
+my $used = $used_in + $used_out;
 ok($used >= 40, "it used the quota ($used tokens)");
 refused($t->post('/v1/messages', { model => 'tiny', max_tokens => 4, messages => $hi },
                  'x-api-key' => $quo), 429, 'rate_limit_error', 'the quota is spent');
 
 $t->stop_nginx;
 my $log = $t->slurp("$dir/access.log");
-like($log, qr{^/v1/messages 200 key=quota prompt=\d+ completion=20$}m,
+like($log, qr{^/v1/messages 200 key=quota prompt=$used_in completion=$used_out$}m,
      'the access log: the answer\'s usage');
 like($log, qr{^/v1/messages/count_tokens 200 key=quota prompt=0 completion=0$}m,
      'the access log: a count uses no tokens');
