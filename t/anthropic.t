@@ -8,7 +8,7 @@
 # in Anthropic's order, the text and the tool input the same as
 # unstreamed), count_tokens (the prompt create counts, tools included,
 # free of the key's tokens), errors in Anthropic's shape (400s, 401, 404,
-# 405, 429, an engine error mid-stream) and the key's usage settled as for
+# 405, 413, 429, 503, an engine error mid-stream) and the key's usage settled as for
 # chat.  Thinking blocks come from a fake engine sending reasoning.  Every
 # response and event validates against tests/schemas/anthropic-messages.json
 # (written from Anthropic's API reference).
@@ -55,6 +55,7 @@ my $fake = FakeEngine->start("$dir/fake.sock", serve => sub {
     }
 });
 my $broken = FakeEngine->start("$dir/broken.sock", mode => 'error_mid');
+my $busy = FakeEngine->start("$dir/busy.sock", mode => 'overloaded');
 
 $t->start_engine('a');
 $t->start_nginx(<<"EOF");
@@ -66,13 +67,15 @@ $t->start_nginx(<<"EOF");
     upstream engines { server unix:%%SOCK_a%%; keepalive 4; }
     upstream think { server unix:$dir/fake.sock; }
     upstream broken { server unix:$dir/broken.sock; }
+    upstream busy { server unix:$dir/busy.sock; }
     llm_model tiny upstream=engines;
     llm_model think upstream=think;
     llm_model broken upstream=broken;
+    llm_model busy upstream=busy;
     server {
         listen 127.0.0.1:%%PORT%%;
         access_log $dir/access.log llm;
-        location /v1/ { llm_api on; }
+        location /v1/ { llm_api on; client_max_body_size 64k; }
         location = /metrics { llm_metrics; }
     }
 EOF
@@ -334,6 +337,10 @@ refused(msg({ messages => $hi }, 'x-api-key' => 'sk-llm-bad'), 401, 'authenticat
 refused($t->post('/v1/messages', { model => 'tiny', max_tokens => 4, messages => $hi }),
         401, 'authentication_error', 'no key');
 refused($t->get('/v1/messages', %H), 405, 'invalid_request_error', 'GET');
+refused(msg({ messages => [ { role => "user", content => "x" x 70000 } ] }), 413,
+        'request_too_large', 'a body over client_max_body_size');
+refused(msg({ model => 'busy', messages => $hi }), 503, 'overloaded_error',
+        'every engine overloaded');
 msg({ messages => $hi }, 'x-api-key' => $lim) for 1 .. 2;
 refused(msg({ messages => $hi }, 'x-api-key' => $lim), 429, 'rate_limit_error',
         'over the key\'s requests per minute');
@@ -371,4 +378,5 @@ like($log, qr{^/v1/messages/count_tokens 200 key=quota prompt=0 completion=0$}m,
 unlike($t->error_log, qr/\[(alert|emerg)\]/, 'no alerts in error.log');
 $fake->stop;
 $broken->stop;
+$busy->stop;
 $t->done;
