@@ -169,12 +169,14 @@ my $SYS = 'You are a terse assistant: answer every question in one short '
 my $sys1 = msg({ system => $SYS,
                  messages => [ { role => 'user', content => 'Hello' } ] });
 my $sys2 = msg({ system => [ { type => 'text', text => $SYS } ],
+                 metadata => { user_id => 'u-42' }, top_p => 0.9, top_k => 40,
                  messages => [ { role => 'user',
                                  content => [ { type => 'text', text => 'Hello' } ] } ] });
 is($sys1->{status}, 200, 'system string 200') or diag($sys1->{content});
 ok(total_in($sys1->{json}{usage}) > $hello_in, 'system: more input tokens');
 is(total_in($sys2->{json}{usage}), total_in($sys1->{json}{usage}),
-   'system and content as text blocks: the same prompt');
+   'system and content as text blocks: the same prompt (metadata, top_p, '
+   . 'top_k accepted)');
 
 # count_tokens: the prompt create counted, without max_tokens
 is(count({ messages => [ { role => 'user', content => 'Hello' } ] }), $hello_in,
@@ -182,6 +184,18 @@ is(count({ messages => [ { role => 'user', content => 'Hello' } ] }), $hello_in,
 is(count({ system => $SYS,
            messages => [ { role => 'user', content => 'Hello' } ] }),
    total_in($sys1->{json}{usage}), 'count_tokens with system');
+
+# thinking blocks of earlier turns are dropped, as the templates drop
+# earlier reasoning
+my @turns = ({ role => 'user', content => 'Hello' }, undef,
+             { role => 'user', content => 'And then?' });
+$turns[1] = { role => 'assistant', content => [ { type => 'text', text => 'Hi there.' } ] };
+my $plain = count({ messages => [ @turns ] });
+$turns[1] = { role => 'assistant', content => [
+    { type => 'thinking', thinking => 'A long thought about greetings.', signature => 'sig' },
+    { type => 'redacted_thinking', data => 'opaque' },
+    { type => 'text', text => 'Hi there.' } ] };
+is(count({ messages => [ @turns ] }), $plain, 'thinking blocks sent back: dropped');
 
 # tools: the named tool, its input parsed; the round trip
 my $tools = [ { name => 'get_weather', description => 'The weather in a city',
