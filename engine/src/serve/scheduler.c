@@ -509,15 +509,19 @@ llm_req_done(llm_sreq_t *r)
     llm_sched_t       *s = r->s;
     llm_sched_event_t  ev;
     llm_finish_e       fin[LLM_SCHED_MAX_N];
+    const char        *stop[LLM_SCHED_MAX_N];
     double             now = llm_now_ms();
 
     for (uint32_t i = 0; i < r->n; i++) {
         fin[i] = r->seqs[i].finish;
+        stop[i] = fin[i] == LLM_FINISH_STOP
+                  ? llm_detok_stop_string(r->seqs[i].detok) : NULL;
     }
     memset(&ev, 0, sizeof(ev));
     ev.kind = LLM_SEV_DONE;
     ev.u.done.n_choices = r->n;
     ev.u.done.finish = fin;
+    ev.u.done.stop = stop;
     llm_req_usage(r, &ev.u.done.usage);
     ev.u.done.queue_ms = r->t_admit - r->t_submit;
     ev.u.done.prefill_ms = (r->t_first ? r->t_first : now) - r->t_admit;

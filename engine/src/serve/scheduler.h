@@ -120,6 +120,9 @@ typedef struct {
         struct {
             uint32_t        n_choices;
             const llm_finish_e *finish;     /* [n_choices] */
+            /* [n_choices]: the stop string that ended a choice
+             * (LLM_FINISH_STOP), else NULL */
+            const char *const *stop;
             llm_usage_t     usage;
             double          queue_ms, prefill_ms, decode_ms;
             const char     *model;

@@ -285,6 +285,9 @@ llm_wire_done(const llm_sched_event_t *ev, llm_wire_send_pt send, void *ud)
         llm__choice_end__init(&ce[i]);
         ce[i].index = i;
         ce[i].finish_reason = (Llm__FinishReason) ev->u.done.finish[i];
+        if (ev->u.done.stop != NULL && ev->u.done.stop[i] != NULL) {
+            ce[i].stop_sequence = (char *) ev->u.done.stop[i];
+        }
         cep[i] = &ce[i];
     }
     llm_wire_usage(&u, &ev->u.done.usage);
