@@ -100,7 +100,7 @@ fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
             row_out[k < script_n ? script[k]
                     : eog_token >= 0 ? eog_token : 3] = 10.0f;
         }
-        if (eog_token >= 0 && p >= 40) {
+        if (eog_token >= 0 && p >= 40 && script == NULL) {
             row_out[eog_token] = 20.0f;   /* stop long ones at EOG */
         }
     }
@@ -119,6 +119,7 @@ typedef struct {
     uint32_t  u_prompt, u_completion;
     llm_sreq_t *r;
     char      text[512], rsn[512];     /* choice 0's content, reasoning */
+    char      calls[512];              /* its tool calls: "id name(args" */
 } owner_t;
 
 static void
@@ -143,6 +144,22 @@ emit(void *o, const llm_sched_event_t *ev)
         if (ev->u.delta.token >= 0 && w->n[ev->u.delta.index] < MAXT) {
             w->toks[ev->u.delta.index][w->n[ev->u.delta.index]++] =
                 ev->u.delta.token;
+        }
+        break;
+    case LLM_SEV_TOOL_CALL:
+        if (ev->u.tool_call.id[0]) {
+            append(w->calls, sizeof(w->calls),
+                   strncmp(ev->u.tool_call.id, "call_", 5) == 0
+                   && strlen(ev->u.tool_call.id) == 29 ? "call_id " : "bad ");
+            append(w->calls, sizeof(w->calls), ev->u.tool_call.name);
+            append(w->calls, sizeof(w->calls), "(");
+        }
+        if (ev->u.tool_call.args_len) {
+            char a[256];
+
+            snprintf(a, sizeof(a), "%.*s", (int) ev->u.tool_call.args_len,
+                     ev->u.tool_call.args);
+            append(w->calls, sizeof(w->calls), a);
         }
         break;
     case LLM_SEV_DONE:
@@ -499,15 +516,27 @@ test_reasoning(void)
         int          fmt;
         const char  *prompt, *answer, *rsn, *text;
         int          completion;
+        const char  *calls;
+        int          finish;
     } c[] = {
         { 1, "Q: hi\n", "<think>\nplan a\n</think>\n\nAnswer b",
-          "plan a", "Answer b", 0 },
-        { 1, "Q: hi\n<think>\n", "x y</think>z", "x y", "z", 0 },
-        { 0, "Q: hi\n", "<think>r</think>s", "", "<think>r</think>s", 0 },
-        { 1, "Q: hi\n", "<think>r</think>s", "", "<think>r</think>s", 1 },
+          "plan a", "Answer b", 0, "", LLM_FINISH_LENGTH },
+        { 1, "Q: hi\n<think>\n", "x y</think>z", "x y", "z", 0, "",
+          LLM_FINISH_LENGTH },
+        { 0, "Q: hi\n", "<think>r</think>s", "", "<think>r</think>s", 0, "",
+          LLM_FINISH_LENGTH },
+        { 1, "Q: hi\n", "<think>r</think>s", "", "<think>r</think>s", 1, "",
+          LLM_FINISH_LENGTH },
+        { 2, "Q: hi\n", "<|channel|>analysis<|message|>r<|end|><|start|>"
+          "assistant<|channel|>final<|message|>ok", "r", "ok", 0, "",
+          LLM_FINISH_LENGTH },
+        { 2, "Q: hi\n", "<|channel|>analysis<|message|>r<|end|><|start|>"
+          "assistant<|channel|>commentary to=functions.f <|constrain|>json"
+          "<|message|>{\"a\":1}", "r", "", 0, "call_id f({\"a\":1}",
+          LLM_FINISH_TOOL_CALLS },
     };
     static owner_t  w;
-    int32_t         prompt[64], ans[64];
+    int32_t         prompt[64], ans[256];
     uint32_t        np, na, i;
     llm_request_t   rq;
     llm_tokens_t    t;
@@ -515,8 +544,8 @@ test_reasoning(void)
 
     for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         np = toks_of(c[i].prompt, prompt, 64);
-        na = toks_of(c[i].answer, ans, 64);
-        REQUIRE(np > 0 && na > 0);
+        na = toks_of(c[i].answer, ans, 256);
+        REQUIRE(np > 0 && na > 0 && na < 256);
         sched_reasoning = c[i].fmt;
         s = make(64, 2, 64, 4, 256);
         REQUIRE(s != NULL);
@@ -526,8 +555,11 @@ test_reasoning(void)
         memset(&w, 0, sizeof(w));
         memset(&t, 0, sizeof(t));
         llm_request_init(&rq);
-        rq.sampling.max_tokens = na;
-        rq.sampling.ignore_eos = 1;
+        /* a harmony call ends at <|call|>, an end-of-generation token */
+        eog_token = c[i].finish == LLM_FINISH_TOOL_CALLS
+                    ? llm_vocab_eos(vocab) : -1;
+        rq.sampling.max_tokens = na + (eog_token >= 0);
+        rq.sampling.ignore_eos = eog_token < 0;
         rq.is_completion = c[i].completion;
         for (uint32_t k = 0; k < np; k++) {
             llm_tokens_push(&t, prompt[k]);
@@ -536,12 +568,16 @@ test_reasoning(void)
         llm_tokens_free(&t);
         REQUIRE(w.r != NULL);
         run(s);
+        eog_token = -1;
         script = NULL;
         sched_reasoning = 0;
         llm_sched_free(s);
         CHECK(w.done && strcmp(w.rsn, c[i].rsn) == 0
-              && strcmp(w.text, c[i].text) == 0,
-              "case %u: reasoning '%s' content '%s'", i, w.rsn, w.text);
+              && strcmp(w.text, c[i].text) == 0
+              && strcmp(w.calls, c[i].calls) == 0
+              && (int) w.finish[0] == c[i].finish,
+              "case %u: reasoning '%s' content '%s' calls '%s' finish %d", i,
+              w.rsn, w.text, w.calls, (int) w.finish[0]);
     }
     tk_end_as("reasoning split (%u cases)", i);
 }
