@@ -17,11 +17,15 @@ use LlmTest;
 my $t = LlmTest->new;
 
 my %model;
-for my $p ('tiny-glm4moe', 'tiny-gpt-oss') {
+for my $p ('tiny-glm4moe', 'tiny-gpt-oss', 'tiny-gpt-oss+harmony') {
     my $m = $t->build . "/models/test-$p.gguf";
+    my ($preset, $tmpl) = split /\+/, $p;
     unless (-f $m) {
         system('mkdir', '-p', $t->build . '/models') == 0 or die;
-        system($t->bin('llm-mkmodel'), '--preset', $p, '--type', 'Q8_0',
+        system($t->bin('llm-mkmodel'), '--preset', $preset, '--type', 'Q8_0',
+               ($tmpl ? ('--chat-template', 'engine/tests/data/templates/'
+                                            . 'openai-gpt-oss-120b.jinja')
+                      : ()),
                '-q', '-o', "$m.tmp.$$") == 0 or die 'llm-mkmodel';
         rename "$m.tmp.$$", $m or die "rename: $!";
     }
@@ -36,6 +40,10 @@ $t->start_engine('oss', model => $model{'tiny-gpt-oss'},
                  args => ['--name', 'oss']);
 $t->start_engine('ossx', model => $model{'tiny-gpt-oss'},
                  args => ['--name', 'oss', '--expert-cache-mb', 1]);
+$t->start_engine('harmony', model => $model{'tiny-gpt-oss+harmony'},
+                 args => ['--name', 'harmony']);
+like($t->engine_log('harmony'), qr/reasoning harmony/,
+     "gpt-oss's own template: the harmony format");
 like($t->engine_log('glm'), qr/\(glm4moe, Q8_0\), 4 layers/,
      'glm4moe: 4 layers run (the NextN block skipped)');
 like($t->engine_log('oss'), qr/\(gpt-oss, Q8_0\)/, 'gpt-oss loads');
@@ -49,6 +57,8 @@ $t->start_nginx(<<"EOF2");
     llm_model glm-streamed upstream=glmx;
     llm_model oss upstream=oss;
     llm_model oss-streamed upstream=ossx;
+    upstream harmony { server unix:%%SOCK_harmony%%; }
+    llm_model harmony upstream=harmony;
     server {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { llm_api on; }
@@ -88,5 +98,28 @@ for my $m ('glm', 'oss') {
                         LlmTest::sse_events($body);
     is($text, $ch->{message}{content}, "$m stream: the same text");
 }
+
+# reasoning_effort reaches gpt-oss's template ("Reasoning: medium" unless
+# told otherwise): low renders another prompt, medium the default one
+my %pt;
+for my $effort ('', 'low', 'medium') {
+    my $r = $t->post('/v1/chat/completions', {
+        model => 'harmony', max_tokens => 2, temperature => 0,
+        ($effort ? (reasoning_effort => $effort) : ()),
+        messages => [ { role => 'user', content => 'Hi' } ] });
+    is($r->{status}, 200, "harmony, effort '$effort': 200");
+    $pt{$effort} = $r->{json}{usage}{prompt_tokens};
+}
+is($pt{medium}, $pt{''}, 'reasoning_effort medium is the template\'s default');
+isnt($pt{low}, $pt{medium}, "reasoning_effort low changes the prompt "
+     . "($pt{low} vs $pt{medium} tokens)");
+# the client's own chat_template_kwargs win
+my $r = $t->post('/v1/chat/completions', {
+    model => 'harmony', max_tokens => 2, temperature => 0,
+    reasoning_effort => 'low',
+    chat_template_kwargs => { reasoning_effort => 'medium' },
+    messages => [ { role => 'user', content => 'Hi' } ] });
+is($r->{json}{usage}{prompt_tokens}, $pt{medium},
+   'chat_template_kwargs.reasoning_effort wins over reasoning_effort');
 
 $t->done;
