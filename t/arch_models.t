@@ -40,6 +40,17 @@ $t->start_engine('oss', model => $model{'tiny-gpt-oss'},
                  args => ['--name', 'oss']);
 $t->start_engine('ossx', model => $model{'tiny-gpt-oss'},
                  args => ['--name', 'oss', '--expert-cache-mb', 1]);
+$t->start_engine('ossf', model => $model{'tiny-gpt-oss'},
+                 args => ['--name', 'oss', '--swa-full']);
+$t->start_engine('ossc', model => $model{'tiny-gpt-oss'},
+                 args => ['--name', 'oss', '--step-tokens', 128]);
+like($t->engine_log('oss'), qr/sliding-window layers: a ring of \d+ blocks/,
+     'gpt-oss: the window layers keep a ring, not the whole sequence');
+unlike($t->engine_log('ossf'), qr/a ring of/, '--swa-full: no ring');
+my ($kv_ring) = $t->engine_log('oss') =~ /KV cache: .*?\(([\d.]+) MiB/;
+my ($kv_full) = $t->engine_log('ossf') =~ /KV cache: .*?\(([\d.]+) MiB/;
+cmp_ok($kv_ring, '<', $kv_full, "the block pool without the window layers "
+       . "is smaller ($kv_ring vs $kv_full MiB)");
 $t->start_engine('harmony', model => $model{'tiny-gpt-oss+harmony'},
                  args => ['--name', 'harmony']);
 like($t->engine_log('harmony'), qr/reasoning harmony/,
@@ -57,6 +68,10 @@ $t->start_nginx(<<"EOF2");
     llm_model glm-streamed upstream=glmx;
     llm_model oss upstream=oss;
     llm_model oss-streamed upstream=ossx;
+    upstream ossf { server unix:%%SOCK_ossf%%; }
+    upstream ossc { server unix:%%SOCK_ossc%%; }
+    llm_model oss-full upstream=ossf;
+    llm_model oss-chunked upstream=ossc;
     upstream harmony { server unix:%%SOCK_harmony%%; }
     llm_model harmony upstream=harmony;
     server {
@@ -88,6 +103,18 @@ for my $m ('glm', 'oss') {
     is_deeply([ map { $_->{logprob} } @{ $x->{json}{choices}[0]{logprobs}{content} } ],
               [ map { $_->{logprob} } @{ $ch->{logprobs}{content} } ],
               "$m: streamed experts give the same tokens and logprobs");
+
+    if ($m eq 'oss') {
+        # the rings give the numbers of the whole KV, prefilled in one
+        # step or in 128-token chunks going around them
+        for my $v ('oss-full', 'oss-chunked') {
+            my $y = $t->post('/v1/chat/completions', { %req, model => $v });
+            is_deeply([ map { $_->{logprob} }
+                        @{ $y->{json}{choices}[0]{logprobs}{content} } ],
+                      [ map { $_->{logprob} } @{ $ch->{logprobs}{content} } ],
+                      "oss: $v gives the same tokens and logprobs");
+        }
+    }
 
     my $s = $t->open_stream('/v1/chat/completions',
                             { %req, model => $m, stream => \1 });

@@ -654,7 +654,7 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 
         pos = (uint32_t) b->pos[r];
         sv = &b->seqs[b->seq[r]];
-        blk = sv->blocks[pos / kv->block_tokens];
+        blk = llm_kv_block_of(kv, c->layer, sv, pos);
         llm_store_col(kv->type, llm_kv_k_block(kv, c->layer, blk),
                       pos % kv->block_tokens, kv->block_tokens, k, k_dim);
         llm_store_row(kv->type,
@@ -728,7 +728,8 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     for (i = b0; i * bt < n_pos; i++) {
         n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
         qk(q, G, hd,
-           llm_kv_k_block(kv, c->layer, sv->blocks[i])
+           llm_kv_k_block(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
+                                                         i * bt))
            + (size_t) g * hd * bt * kv->elem,
            bt, n, f16, scale, sc + (size_t) (i - b0) * bt, np);
     }
@@ -749,7 +750,8 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     for (i = b0; i * bt < n_pos; i++) {
         n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
         pv(o, G, hv,
-           llm_kv_v_row(kv, c->layer, sv->blocks[i], 0)
+           llm_kv_v_row(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
+                                                       i * bt), 0)
            + (size_t) g * hv * kv->elem,
            kv->v_dim, n, f16, sc + (size_t) (i - b0) * bt, np);
     }
@@ -1325,6 +1327,52 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
 
 /* ---- batch validation, embeddings, logits ------------------------------ */
 
+/*
+ * A cache with a window pool: sequence s's ring is valid and holds, for
+ * every token of s in the batch, its window and the positions the batch
+ * writes (they go in before attention reads).
+ */
+static int
+llm_check_ring(const llm_ctx_t *c, const llm_batch_t *b, uint32_t s,
+    char *err, size_t errlen)
+{
+    const llm_seq_view_t *sv = &b->seqs[s];
+    uint32_t              i, bt = c->kv->block_tokens, w = c->m->hp.n_swa;
+    int64_t               lo = INT64_MAX, hi = -1, first;
+
+    if (sv->swa_blocks == NULL || sv->n_swa_blocks == 0) {
+        snprintf(err, errlen, "forward: sequence %u has no window ring, "
+                 "which this cache needs", s);
+        return -EINVAL;
+    }
+    for (i = 0; i < sv->n_swa_blocks; i++) {
+        if (sv->swa_blocks[i] >= c->kv->n_blocks_swa) {
+            snprintf(err, errlen, "forward: sequence %u ring block %u is "
+                     "%u, expected < %u", s, i, sv->swa_blocks[i],
+                     c->kv->n_blocks_swa);
+            return -EINVAL;
+        }
+    }
+    for (i = 0; i < b->n_tokens; i++) {
+        if ((uint32_t) b->seq[i] == s) {
+            lo = b->pos[i] < lo ? b->pos[i] : lo;
+            hi = b->pos[i] > hi ? b->pos[i] : hi;
+        }
+    }
+    if (hi < 0) {
+        return 0;
+    }
+    first = lo + 1 > (int64_t) w ? lo + 1 - w : 0;
+    if (hi / bt - first / bt + 1 > (int64_t) sv->n_swa_blocks) {
+        snprintf(err, errlen, "forward: sequence %u's ring of %u blocks "
+                 "cannot hold positions %lld..%lld and the %u-token "
+                 "window", s, sv->n_swa_blocks, (long long) lo,
+                 (long long) hi, w);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static int
 llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
     size_t errlen)
@@ -1371,6 +1419,11 @@ llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
                          c->kv->n_blocks);
                 return -EINVAL;
             }
+        }
+        if (c->kv->n_blocks_swa > 0
+            && llm_check_ring(c, b, s, err, errlen) < 0)
+        {
+            return -EINVAL;
         }
     }
     return 0;

@@ -121,18 +121,46 @@ typedef struct llm_kv_s llm_kv_t;
 int llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     uint32_t block_tokens, llm_type_t type /* F32 or F16 */, char *err,
     size_t errlen);
+/*
+ * The same with the sliding-window layers (gpt-oss) in a pool of their
+ * own of n_blocks_swa blocks (0: they keep every position like the
+ * others): each sequence gives them a ring of llm_kv_swa_ring() blocks
+ * (llm_seq_view_t.swa_blocks), so their memory is bounded by the window,
+ * not by the sequence.
+ */
+int llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m,
+    uint32_t n_blocks, uint32_t n_blocks_swa, uint32_t block_tokens,
+    llm_type_t type, char *err, size_t errlen);
 void llm_kv_free(llm_kv_t *kv);
 uint32_t llm_kv_n_blocks(const llm_kv_t *kv);
+uint32_t llm_kv_n_blocks_swa(const llm_kv_t *kv);
 uint32_t llm_kv_block_tokens(const llm_kv_t *kv);
+size_t llm_kv_bytes(const llm_kv_t *kv);
 /* Bytes one block takes across all layers (K and V). */
 size_t llm_kv_block_bytes(const llm_model_t *m, uint32_t block_tokens,
     llm_type_t type);
+/* ... across the layers of one group: LLM_KV_FULL (those a block table
+ * addresses when the window layers are pooled), LLM_KV_SWA, LLM_KV_ALL. */
+#define LLM_KV_ALL   0
+#define LLM_KV_FULL  1
+#define LLM_KV_SWA   2
+size_t llm_kv_block_bytes_of(const llm_model_t *m, uint32_t block_tokens,
+    llm_type_t type, int group);
+/*
+ * The ring a sequence gives the window layers: enough blocks for the
+ * window before a step's first token and the max_step tokens of a step;
+ * 0 when the model has no sliding-window layers.
+ */
+uint32_t llm_kv_swa_ring(const llm_model_t *m, uint32_t block_tokens,
+    uint32_t max_step);
 /* Copy one block's contents to another (copy-on-write of a shared tail). */
 void llm_kv_copy_block(llm_kv_t *kv, uint32_t dst, uint32_t src);
 
 typedef struct {
     const uint32_t *blocks;        /* block table */
     uint32_t        n_blocks;
+    const uint32_t *swa_blocks;    /* ring of the window pool's blocks */
+    uint32_t        n_swa_blocks;  /*   (when the cache has the pool) */
 } llm_seq_view_t;
 
 typedef struct {

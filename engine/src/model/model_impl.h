@@ -98,8 +98,11 @@ struct llm_model_s {
     size_t           cap_owned;
 };
 
+#define LLM_KV_MAX_LAYERS  512
+
 struct llm_kv_s {
     uint32_t         n_blocks;
+    uint32_t         n_blocks_swa; /* the window layers' pool, 0: none */
     uint32_t         block_tokens;
     uint32_t         n_layer;
     uint32_t         k_dim;        /* n_head_kv * head_dim */
@@ -109,26 +112,56 @@ struct llm_kv_s {
     size_t           k_block;      /* bytes of one block of K of one layer */
     size_t           v_block;
     size_t           bytes;        /* whole mapping */
+    size_t           k_swa;        /* offsets: the window pool's K, */
+    size_t           v_base;       /*   all V, */
+    size_t           v_swa;        /*   the window pool's V */
     uint8_t         *base;         /* anonymous mapping */
+    uint8_t          swa[LLM_KV_MAX_LAYERS];   /* layer in the window pool */
+    uint32_t         slot[LLM_KV_MAX_LAYERS];  /* its index in its pool */
 };
 
 /*
- * Layout: [layer][block] of K, then [layer][block] of V.  K blocks are
- * transposed, [k_dim][block_tokens] (dim-major, so attention loads many
- * positions of one dim at once); V blocks are [block_tokens][v_dim].
+ * Layout: [layer][block] of K for the full pool's layers, then for the
+ * window pool's, then V the same way.  K blocks are transposed,
+ * [k_dim][block_tokens] (dim-major, so attention loads many positions of
+ * one dim at once); V blocks are [block_tokens][v_dim].  blk is a block
+ * of the layer's pool.
  */
 static inline uint8_t *
 llm_kv_k_block(const llm_kv_t *kv, uint32_t l, uint32_t blk)
 {
-    return kv->base + ((size_t) l * kv->n_blocks + blk) * kv->k_block;
+    if (kv->swa[l]) {
+        return kv->base + kv->k_swa
+               + ((size_t) kv->slot[l] * kv->n_blocks_swa + blk)
+                 * kv->k_block;
+    }
+    return kv->base + ((size_t) kv->slot[l] * kv->n_blocks + blk)
+                      * kv->k_block;
 }
 
 static inline uint8_t *
 llm_kv_v_row(const llm_kv_t *kv, uint32_t l, uint32_t blk, uint32_t tok)
 {
-    return kv->base + (size_t) kv->n_layer * kv->n_blocks * kv->k_block
-           + ((size_t) l * kv->n_blocks + blk) * kv->v_block
-           + (size_t) tok * kv->v_dim * kv->elem;
+    size_t  at = kv->swa[l]
+                 ? kv->v_swa + ((size_t) kv->slot[l] * kv->n_blocks_swa + blk)
+                               * kv->v_block
+                 : kv->v_base + ((size_t) kv->slot[l] * kv->n_blocks + blk)
+                                * kv->v_block;
+
+    return kv->base + at + (size_t) tok * kv->v_dim * kv->elem;
+}
+
+/*
+ * The block of layer l holding position pos of sequence sv: its block
+ * table's, or for a pooled window layer its ring's.
+ */
+static inline uint32_t
+llm_kv_block_of(const llm_kv_t *kv, uint32_t l, const llm_seq_view_t *sv,
+    uint32_t pos)
+{
+    uint32_t  i = pos / kv->block_tokens;
+
+    return kv->swa[l] ? sv->swa_blocks[i % sv->n_swa_blocks] : sv->blocks[i];
 }
 
 /* Base address of expert e of an expert weight. */

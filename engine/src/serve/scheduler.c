@@ -46,6 +46,7 @@ struct llm_seq_s {
     uint32_t            n_done;        /* tokens in the KV cache */
     uint32_t           *blocks;        /* block table */
     uint32_t            n_blocks;
+    int32_t             ring;          /* its window pool ring, -1 */
     uint32_t            cap_blocks;
     uint32_t            n_pub;         /* leading blocks published */
     uint64_t            last_hash;     /* chained hash of block n_pub-1 */
@@ -102,6 +103,9 @@ struct llm_sreq_s {
 struct llm_sched_s {
     llm_sched_conf_t      c;
     llm_kvalloc_t        *kva;
+    uint32_t             *rings;       /* window pool block ids, in order */
+    uint32_t             *ring_free;   /* free ring indexes, a stack */
+    uint32_t              n_ring_free;
     llm_sampler_t        *sampler;
     llm_sreq_t           *reqs;
     llm_sreq_t          **dead;
@@ -588,12 +592,16 @@ llm_run_remove(llm_sched_t *s, llm_seq_t *q)
     }
 }
 
-/* Give back every KV block of q. */
+/* Give back every KV block of q, and its window ring. */
 static void
 llm_seq_release(llm_sched_t *s, llm_seq_t *q)
 {
     for (uint32_t i = 0; i < q->n_blocks; i++) {
         llm_kvalloc_put(s->kva, q->blocks[i]);
+    }
+    if (q->ring >= 0) {
+        s->ring_free[s->n_ring_free++] = (uint32_t) q->ring;
+        q->ring = -1;
     }
     q->n_blocks = 0;
     q->n_done = 0;
@@ -745,6 +753,19 @@ llm_sched_create(llm_sched_t **out, const llm_sched_conf_t *conf, char *err,
     {
         goto nomem;
     }
+    if (conf->swa_ring > 0) {
+        s->rings = calloc((size_t) B * conf->swa_ring, sizeof(uint32_t));
+        s->ring_free = calloc(B, sizeof(uint32_t));
+        if (s->rings == NULL || s->ring_free == NULL) {
+            goto nomem;
+        }
+        for (uint32_t i = 0; i < B * conf->swa_ring; i++) {
+            s->rings[i] = i;
+        }
+        for (uint32_t i = 0; i < B; i++) {
+            s->ring_free[s->n_ring_free++] = B - 1 - i;
+        }
+    }
     s->st.kv_blocks_total = conf->n_blocks;
     s->st.kv_block_tokens = conf->block_tokens;
     *out = s;
@@ -766,6 +787,8 @@ llm_sched_free(llm_sched_t *s)
         llm_req_destroy(s->reqs);
     }
     llm_kvalloc_free(s->kva);
+    free(s->rings);
+    free(s->ring_free);
     llm_sampler_free(s->sampler);
     free(s->dead);
     free(s->run);
@@ -1101,6 +1124,7 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
         q->index = k;
         q->state = LLM_SEQ_LIMBO;
         q->logit_row = -1;
+        q->ring = -1;
         llm_rng_seed(&q->rng, seed + 0x9e3779b97f4a7c15ull * k);
         rc = llm_detok_create(&q->detok, s->c.vocab,
                               (const char *const *) r->stops, r->n_stops);
@@ -1364,7 +1388,9 @@ llm_sched_admit(llm_sched_t *s)
         if (llm_seq_reserve_blocks(q, need + 1) != 0) {
             return;
         }
-        while (shared < max_shared && !(q->plp && q->n_gen == 0)) {
+        while (shared < max_shared && !(q->plp && q->n_gen == 0)
+               && s->c.swa_ring == 0)
+        {
             const int32_t *t = q->toks.ids + (size_t) shared * bt;
 
             hh = llm_kvalloc_hash(h, t, bt);
@@ -1385,6 +1411,9 @@ llm_sched_admit(llm_sched_t *s)
         }
         for (i = shared; i < need; i++) {
             q->blocks[i] = (uint32_t) llm_kvalloc_get(s->kva);
+        }
+        if (s->c.swa_ring > 0) {
+            q->ring = (int32_t) s->ring_free[--s->n_ring_free];
         }
         q->n_blocks = need;
         q->n_done = shared * bt;
@@ -1415,6 +1444,9 @@ llm_seq_publish(llm_sched_t *s, llm_seq_t *q)
 {
     uint32_t bt = s->c.block_tokens;
 
+    if (s->c.swa_ring > 0) {
+        return;     /* a block without its window layers is no prefix */
+    }
     while ((q->n_pub + 1) * bt <= q->n_done && q->n_pub < q->n_blocks) {
         const int32_t *t = q->toks.ids + (size_t) q->n_pub * bt;
         uint64_t       h = llm_kvalloc_hash(q->last_hash, t, bt);
@@ -1616,6 +1648,9 @@ llm_sched_step(llm_sched_t *s)
         }
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
+        s->b_views[ns].swa_blocks = q->ring >= 0
+            ? s->rings + (size_t) q->ring * s->c.swa_ring : NULL;
+        s->b_views[ns].n_swa_blocks = q->ring >= 0 ? s->c.swa_ring : 0;
         s->b_seqs[ns] = q;
         llm_seq_batch(s, q, ns, &nt, &nl);
         ns++;

@@ -157,6 +157,13 @@ typedef struct {
     uint32_t                max_queue;    /* queued requests; beyond: 429 */
     uint32_t                n_blocks;     /* KV blocks (llm_kv_t's) */
     uint32_t                block_tokens;
+    uint32_t                swa_ring;     /* a ring of this many blocks of
+                                             the window pool per running
+                                             sequence (the cache has
+                                             max_batch * swa_ring); 0: no
+                                             pool.  No prefix reuse then:
+                                             a ring holds the last window
+                                             only */
     llm_sched_forward_pt    forward;
     void                   *forward_ud;
     llm_sched_emit_pt       emit;
