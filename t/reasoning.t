@@ -80,6 +80,17 @@ $msg = $r->{json}{choices}[0]{message};
 ok(!exists $msg->{reasoning_content}, 'reasoning off: no reasoning_content');
 is($msg->{content}, $rsn, 'reasoning off: the same text as content');
 
+# Anthropic's Messages: the same thinking as a thinking block, no text
+$r = $t->post('/v1/messages', { model => 'think', max_tokens => 12,
+                                temperature => 0,
+                                messages => [ $req{messages}[0] ] });
+is($r->{status}, 200, 'messages: 200');
+my @blocks = @{ $r->{json}{content} // [] };
+is($blocks[0]{type} // '', 'thinking', 'messages: a thinking block first');
+is($blocks[0]{thinking} // '', $rsn, 'messages: the same thinking');
+ok(!grep({ $_->{type} eq 'text' && length $_->{text} } @blocks),
+   'messages: no text of it');
+
 # completions are the raw continuation, never split
 $r = $t->post('/v1/completions', { model => 'think', prompt => "<think>\n",
                                    max_tokens => 6, temperature => 0 });
