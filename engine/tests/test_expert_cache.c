@@ -449,6 +449,8 @@ main(void)
         "engine/tests/data/reference-arch/ref-glm4moe-q4_k_m.gguf",
         /* expert biases, MXFP4 experts, sliding window and sinks */
         "engine/tests/data/reference-arch/ref-gpt-oss-mxfp4_moe.gguf",
+        /* MLA, group-limited routing */
+        "engine/tests/data/reference-arch/ref-deepseek2-q4_k_m.gguf",
         NULL
     };
     llm_model_t        *m;

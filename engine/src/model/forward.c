@@ -83,6 +83,9 @@ struct llm_ctx_s {
     float              *router;     /* [T][n_expert] */
     float              *scores;     /* [nth][n_group][max_pos] */
     float              *rope_cs;    /* [T][rope_dims] cos, sin pairs */
+    float              *mla_a;      /* MLA: q before absorption, then the
+                                       heads' values after v_b */
+    float              *mla_in;     /* MLA: one head's rows, contiguous */
 
     /* quantized activations: one buffer per activation type */
     llm_act_buf_t       act[LLM_ACT_KINDS];
@@ -643,12 +646,12 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 
         if (hp->rope_dims > 0) {
             for (h = 0; h < hp->n_head; h++) {
-                llm_rope_head(q + h * hp->head_dim, cs, hp->rope_dims,
-                              hp->rope_neox);
+                llm_rope_head(q + h * hp->head_dim + hp->rope_off, cs,
+                              hp->rope_dims, hp->rope_neox);
             }
             for (h = 0; h < hp->n_head_kv; h++) {
-                llm_rope_head(k + h * hp->head_dim, cs, hp->rope_dims,
-                              hp->rope_neox);
+                llm_rope_head(k + h * hp->head_dim + hp->rope_off, cs,
+                              hp->rope_dims, hp->rope_neox);
             }
         }
 
@@ -709,7 +712,8 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     uint32_t              bt = kv->block_tokens;
     uint32_t              lo, b0, np;
     int                   f16 = kv->type == LLM_TYPE_F16;
-    float                 scale = 1.0f / sqrtf((float) hd);
+    float                 scale = hp->attn_scale != 0.0f ? hp->attn_scale
+                                  : 1.0f / sqrtf((float) hd);
     uint32_t              h, i, n, t;
     float                 *q, *o, *s;
     llm_attn_qk_fn        qk;
@@ -771,6 +775,49 @@ llm_task_attn(void *arg, uint32_t i, uint32_t ith)
 /* ---- MoE routing -------------------------------------------------------- */
 
 /*
+ * Group-limited routing (DeepSeek-V3): a group of experts scores the sum
+ * of its best two selection scores; only the n_group_used best groups'
+ * experts stay selectable (the others' scores become -INFINITY).
+ */
+static void
+llm_route_groups(const llm_hparams_t *hp, float *sel)
+{
+    uint32_t  NG = hp->n_expert_groups, per = hp->n_expert / NG;
+    uint32_t  g, e, j, best;
+    float     gs[64], a, b, v;
+    uint8_t   keep[64];
+
+    for (g = 0; g < NG; g++) {
+        a = b = -INFINITY;
+        for (e = g * per; e < (g + 1) * per; e++) {
+            v = sel[e];
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+        gs[g] = per > 1 ? a + b : a;
+        keep[g] = 0;
+    }
+    for (j = 0; j < hp->n_group_used; j++) {
+        best = 0;
+        for (g = 1; g < NG; g++) {
+            if (!keep[g] && (keep[best] || gs[g] > gs[best])) {
+                best = g;
+            }
+        }
+        keep[best] = 1;
+    }
+    for (g = 0; g < NG; g++) {
+        for (e = g * per; !keep[g] && e < (g + 1) * per; e++) {
+            sel[e] = -INFINITY;
+        }
+    }
+}
+
+/*
  * Router for rows split by thread: logits = xn @ gate_inp (already in
  * c->router), then gating, top-k on (probs + selection bias), weights from
  * the unbiased probs, optional renormalization and scale.
@@ -817,6 +864,9 @@ llm_task_route(void *arg, uint32_t item, uint32_t ith)
 
         for (e = 0; e < NE; e++) {
             sel[e] = pr[e] + (L->exp_probs_b ? L->exp_probs_b[e] : 0.0f);
+        }
+        if (hp->n_expert_groups > 1) {
+            llm_route_groups(hp, sel);
         }
         ws = 0.0;
         for (j = 0; j < K; j++) {
@@ -1247,6 +1297,145 @@ llm_gather_out_rows(llm_ctx_t *c, const llm_batch_t *b)
     return o;
 }
 
+/* ---- multi-head latent attention (deepseek2) -------------------------- */
+
+/*
+ * y[t][0..rows) (row stride ldy) = W_h x_t for the T rows x_t of n floats
+ * at src + t * src_stride: one head's block of rows of a per-head weight
+ * (wk_b, wv_b).  The rows are gathered contiguous and quantized for W
+ * first.
+ */
+static int
+llm_mla_head_mat(llm_ctx_t *c, const llm_wt_t *w, uint32_t h, int64_t rows,
+    const float *src, size_t src_stride, int64_t n, uint32_t T, float *y,
+    size_t ldy)
+{
+    llm_wt_t  wh = *w;
+    uint32_t  t;
+
+    for (t = 0; t < T; t++) {
+        memcpy(c->mla_in + (size_t) t * n, src + (size_t) t * src_stride,
+               (size_t) n * sizeof(float));
+    }
+    wh.data = w->data + (size_t) h * rows * w->row_bytes;
+    wh.n_out = rows;
+    llm_run_act(c, T, c->mla_in, n, llm_act_mask_of(w->type), c->act);
+    if (llm_items_mat(c, &wh, c->mla_in, n, T, y, ldy, NULL,
+                      llm_chunk_rows(c, rows, rows)) < 0)
+    {
+        return -ENOMEM;
+    }
+    llm_run_items(c);
+    return 0;
+}
+
+/* RMS-norm rows of n floats in place, at stride floats apart. */
+static void
+llm_norm_rows(float *x, uint32_t T, size_t stride, const float *w,
+    int64_t n, float eps)
+{
+    uint32_t  t;
+
+    for (t = 0; t < T; t++) {
+        llm_rmsnorm(x + t * stride, x + t * stride, w, n, eps);
+    }
+}
+
+/*
+ * MLA's q, k and v in the latent space, as llama.cpp absorbs them:
+ * q = q_b(norm(q_a(x))) per head [nope | rope]; each head's nope part
+ * through its block of k_b gives its latent query, followed by its rope
+ * part; k = [norm(latent) | rope key] (the shared kv head), v = the
+ * normed latent.  RoPE comes after (llm_task_rope, at rope_off).
+ */
+static int
+llm_mla_qkv(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    int64_t               E = hp->n_embd, R = hp->n_lora_kv;
+    int64_t               rope = hp->rope_dims, nope = hp->mla_k - rope;
+    int64_t               qk = (int64_t) hp->n_head * hp->mla_k;
+    uint32_t              h, t;
+    int                   rc;
+
+    /* from the normed x (its activations are set now): k = [latent |
+     * rope key] and q's LoRA (or q itself, into mla_a) */
+    if (llm_items_mat(c, &L->wkv_a, c->xn, E, T, c->k, R + rope, NULL,
+                      llm_chunk_rows(c, R + rope, R + rope)) < 0
+        || (L->wq_a.data != NULL
+            ? llm_items_mat(c, &L->wq_a, c->xn, E, T, c->mla_in,
+                            hp->n_lora_q, NULL,
+                            llm_chunk_rows(c, hp->n_lora_q, hp->n_lora_q))
+            : llm_items_mat(c, &L->wq_b, c->xn, E, T, c->mla_a, qk, NULL,
+                            llm_chunk_rows(c, qk, qk))) < 0)
+    {
+        return -ENOMEM;
+    }
+    llm_run_items(c);
+
+    /* q before absorption into mla_a: [T][n_head * mla_k] */
+    if (L->wq_a.data != NULL) {
+        llm_norm_rows(c->mla_in, T, hp->n_lora_q, L->q_a_norm, hp->n_lora_q,
+                      hp->rms_eps);
+        llm_run_act(c, T, c->mla_in, hp->n_lora_q,
+                    llm_act_mask_of(L->wq_b.type), c->act);
+        if (llm_items_mat(c, &L->wq_b, c->mla_in, hp->n_lora_q, T, c->mla_a,
+                          qk, NULL, llm_chunk_rows(c, qk, qk)) < 0)
+        {
+            return -ENOMEM;
+        }
+        llm_run_items(c);
+    }
+
+    /* the latent normed, and v a copy of it */
+    llm_norm_rows(c->k, T, hp->head_dim, L->kv_a_norm, R, hp->rms_eps);
+    for (t = 0; t < T; t++) {
+        memcpy(c->v + (size_t) t * R, c->k + (size_t) t * hp->head_dim,
+               (size_t) R * sizeof(float));
+    }
+
+    /* each head's query: its nope part through k_b, then its rope part */
+    for (h = 0; h < hp->n_head; h++) {
+        rc = llm_mla_head_mat(c, &L->wk_b, h, R,
+                              c->mla_a + (size_t) h * hp->mla_k, qk, nope, T,
+                              c->q + (size_t) h * hp->head_dim,
+                              (size_t) hp->n_head * hp->head_dim);
+        if (rc < 0) {
+            return rc;
+        }
+        for (t = 0; t < T; t++) {
+            memcpy(c->q + (size_t) t * hp->n_head * hp->head_dim
+                   + (size_t) h * hp->head_dim + R,
+                   c->mla_a + (size_t) t * qk + (size_t) h * hp->mla_k + nope,
+                   (size_t) rope * sizeof(float));
+        }
+    }
+    return 0;
+}
+
+/* Each head's attention output (a latent) through its block of v_b, into
+ * mla_a: [T][n_head * mla_v], what attn_output reads. */
+static int
+llm_mla_values(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    int64_t               R = hp->n_lora_kv;
+    uint32_t              h;
+    int                   rc;
+
+    for (h = 0; h < hp->n_head; h++) {
+        rc = llm_mla_head_mat(c, &L->wv_b, h, hp->mla_v,
+                              c->att + (size_t) h * R,
+                              (size_t) hp->n_head * R, R, T,
+                              c->mla_a + (size_t) h * hp->mla_v,
+                              (size_t) hp->n_head * hp->mla_v);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
 static int
 llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
 {
@@ -1259,34 +1448,54 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     uint32_t              o_dim = hp->n_head * hp->head_dim_v;
     int64_t               ch;
     uint32_t              mask;
-    int                   rc;
+    float                *att;
+    int                   rc = 0;
 
     c->layer = l;
 
-    /* attention norm, activations for q/k/v */
-    mask = llm_act_mask_of(L->wq.type) | llm_act_mask_of(L->wk.type)
-           | llm_act_mask_of(L->wv.type);
+    /* attention norm, activations for q/k/v (MLA: q_a or q, kv_a) */
+    mask = hp->n_lora_kv > 0
+           ? llm_act_mask_of(L->wq_a.data ? L->wq_a.type : L->wq_b.type)
+             | llm_act_mask_of(L->wkv_a.type)
+           : llm_act_mask_of(L->wq.type) | llm_act_mask_of(L->wk.type)
+             | llm_act_mask_of(L->wv.type);
     llm_run_norm(c, T, c->x, c->xn, L->attn_norm, mask);
 
-    ch = llm_chunk_rows(c, q_dim + k_dim + v_dim, q_dim);
-    if ((rc = llm_items_mat(c, &L->wq, c->xn, E, T, c->q, q_dim, L->bq, ch))
-        < 0
-        || (rc = llm_items_mat(c, &L->wk, c->xn, E, T, c->k, k_dim, L->bk,
-                               ch)) < 0
-        || (rc = llm_items_mat(c, &L->wv, c->xn, E, T, c->v, v_dim, L->bv,
-                               ch)) < 0)
-    {
+    if (hp->n_lora_kv > 0) {
+        rc = llm_mla_qkv(c, L, T);
+    } else {
+        ch = llm_chunk_rows(c, q_dim + k_dim + v_dim, q_dim);
+        if ((rc = llm_items_mat(c, &L->wq, c->xn, E, T, c->q, q_dim, L->bq,
+                                ch)) < 0
+            || (rc = llm_items_mat(c, &L->wk, c->xn, E, T, c->k, k_dim,
+                                   L->bk, ch)) < 0
+            || (rc = llm_items_mat(c, &L->wv, c->xn, E, T, c->v, v_dim,
+                                   L->bv, ch)) < 0)
+        {
+            return rc;
+        }
+        llm_run_items(c);
+    }
+    if (rc < 0) {
         return rc;
     }
-    llm_run_items(c);
 
     llm_run_rows(c, T, llm_task_rope);
 
     llm_pool_for(c->pool, T * hp->n_head_kv, llm_task_attn, c);
 
-    /* output projection, residual */
-    llm_run_act(c, T, c->att, o_dim, llm_act_mask_of(L->wo.type), c->act);
-    rc = llm_items_mat(c, &L->wo, c->att, o_dim, T, c->tmp, E, L->bo,
+    /* output projection (MLA: each head's latent through v_b first),
+     * residual */
+    att = c->att;
+    if (hp->n_lora_kv > 0) {
+        if ((rc = llm_mla_values(c, L, T)) < 0) {
+            return rc;
+        }
+        att = c->mla_a;
+        o_dim = hp->n_head * hp->mla_v;
+    }
+    llm_run_act(c, T, att, o_dim, llm_act_mask_of(L->wo.type), c->act);
+    rc = llm_items_mat(c, &L->wo, att, o_dim, T, c->tmp, E, L->bo,
                        llm_chunk_rows(c, E, E));
     if (rc < 0) {
         return rc;
@@ -1643,6 +1852,10 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     maxlen = ff > maxlen ? ff : maxlen;
     maxlen = hp->n_ff > maxlen ? hp->n_ff : maxlen;
     maxlen = hp->n_ff_shexp > maxlen ? hp->n_ff_shexp : maxlen;
+    maxlen = hp->n_lora_q > maxlen ? hp->n_lora_q : maxlen;
+    maxlen = hp->n_lora_kv > maxlen ? hp->n_lora_kv : maxlen;
+    maxlen = (size_t) hp->n_head * hp->mla_v > maxlen
+             ? (size_t) hp->n_head * hp->mla_v : maxlen;
 
     /* ga and up hold S rows of the experts' width, or T rows of a dense
      * layer's or the shared experts' */
@@ -1662,6 +1875,18 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     c->scores = llm_ctx_map(c, (size_t) n_threads * G * c->max_pos
                                 * sizeof(float));
     c->rope_cs = llm_ctx_map(c, T * (hp->rope_dims + 2) * sizeof(float));
+    if (hp->n_lora_kv > 0) {
+        size_t  a = hp->n_lora_q, h = (size_t) hp->n_head;
+
+        a = h * hp->mla_k > a ? h * hp->mla_k : a;
+        a = h * hp->mla_v > a ? h * hp->mla_v : a;
+        c->mla_a = llm_ctx_map(c, T * a * sizeof(float));
+        a = hp->n_lora_q > hp->n_lora_kv ? hp->n_lora_q : hp->n_lora_kv;
+        c->mla_in = llm_ctx_map(c, T * a * sizeof(float));
+        if (c->mla_a == NULL || c->mla_in == NULL) {
+            goto nomem;
+        }
+    }
     c->out_rows = calloc(T, sizeof(uint32_t));
     if (c->x == NULL || c->xn == NULL || c->q == NULL || c->k == NULL
         || c->v == NULL || c->att == NULL || c->tmp == NULL || c->ga == NULL

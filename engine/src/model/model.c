@@ -40,6 +40,7 @@ static const llm_arch_desc_t llm_archs[] = {
     { LLM_ARCH_MINIMAX_M2, "minimax-m2", 1, 0, 2, 2, LLM_GATING_SIGMOID },
     { LLM_ARCH_GLM4MOE,    "glm4moe",    1, 1, 1, 2, LLM_GATING_SIGMOID },
     { LLM_ARCH_GPT_OSS,    "gpt-oss",    1, 1, 0, 2, LLM_GATING_SOFTMAX },
+    { LLM_ARCH_DEEPSEEK2,  "deepseek2",  0, 0, 0, 2, LLM_GATING_SOFTMAX },
 };
 
 /* llama.cpp's general.file_type values (llama_ftype). */
@@ -218,6 +219,74 @@ llm_bind_moe_shape(llm_bind_t *b)
                              hp->arch_name, hp->n_expert_shared, ff);
     }
     hp->n_ff_shexp = hp->n_expert_shared * ff;
+
+    /* group-limited routing (DeepSeek-V3): the best groups first */
+    if ((rc = llm_hp_u32(b, "expert_group_count", &hp->n_expert_groups, 1,
+                         1)) < 0
+        || (rc = llm_hp_u32(b, "expert_group_used_count", &hp->n_group_used,
+                            1, hp->n_expert_groups)) < 0)
+    {
+        return rc;
+    }
+    if (hp->n_expert_groups == 0 || hp->n_expert_groups > 64
+        || hp->n_expert % hp->n_expert_groups != 0 || hp->n_group_used == 0
+        || hp->n_group_used > hp->n_expert_groups
+        || (hp->n_expert_groups > 1
+            && hp->n_expert_used > hp->n_group_used
+                                   * (hp->n_expert / hp->n_expert_groups)))
+    {
+        return llm_bind_fail(b, -EINVAL, "%s.expert_group_count %u, "
+                             "expert_group_used_count %u: expected groups "
+                             "dividing the %u experts, 1..64 of them, and "
+                             "enough used for %u experts", hp->arch_name,
+                             hp->n_expert_groups, hp->n_group_used,
+                             hp->n_expert, hp->n_expert_used);
+    }
+    return 0;
+}
+
+/*
+ * deepseek2's MLA keys: the latent ranks, the per-head sizes
+ * (key_length_mla, value_length_mla), and the cache's shape they make
+ * (key_length = kv_lora + rope, value_length = kv_lora, one KV head);
+ * the rotated dims come after the latent in q and k.
+ */
+static int
+llm_bind_mla_shape(llm_bind_t *b)
+{
+    llm_hparams_t  *hp = &b->m->hp;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "attention.q_lora_rank", &hp->n_lora_q, 1, 0))
+        < 0
+        || (rc = llm_hp_u32(b, "attention.kv_lora_rank", &hp->n_lora_kv, 0,
+                            0)) < 0
+        || (rc = llm_hp_u32(b, "attention.key_length_mla", &hp->mla_k, 0,
+                            0)) < 0
+        || (rc = llm_hp_u32(b, "attention.value_length_mla", &hp->mla_v, 0,
+                            0)) < 0)
+    {
+        return rc;
+    }
+    if (hp->n_lora_kv == 0 || hp->n_lora_kv > 8192 || hp->n_head_kv != 1
+        || hp->head_dim != hp->n_lora_kv + hp->rope_dims
+        || hp->head_dim_v != hp->n_lora_kv || hp->mla_k <= hp->rope_dims
+        || hp->mla_k > 1024 || hp->mla_v == 0 || hp->mla_v > 1024)
+    {
+        return llm_bind_fail(b, -EINVAL, "%s: kv_lora_rank %u, rope %u, "
+                             "key_length %u / value_length %u, head_count_kv "
+                             "%u, key_length_mla %u, value_length_mla %u: "
+                             "expected the latent cache's shape (key_length "
+                             "= kv_lora_rank + rope, value_length = "
+                             "kv_lora_rank, one KV head); files written "
+                             "before the converter split attn_kv_b are not "
+                             "supported", hp->arch_name, hp->n_lora_kv,
+                             hp->rope_dims, hp->head_dim, hp->head_dim_v,
+                             hp->n_head_kv, hp->mla_k, hp->mla_v);
+    }
+    hp->rope_off = hp->n_lora_kv;
+    /* q.k over the per-head dims the model was trained with */
+    hp->attn_scale = 1.0f / sqrtf((float) hp->mla_k);
     return 0;
 }
 
@@ -331,6 +400,9 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
         hp->ffn_act = LLM_ACT_SWIGLU_OAI;
         hp->swiglu_alpha = 1.702f;
         hp->swiglu_limit = 7.0f;
+    }
+    if (hp->arch == LLM_ARCH_DEEPSEEK2 && (rc = llm_bind_mla_shape(b)) < 0) {
+        return rc;
     }
 
     if (hp->n_expert > 0) {
@@ -648,6 +720,81 @@ llm_bind_experts(llm_bind_t *b, llm_wt_t *w, uint32_t il, const char *kind,
     return 0;
 }
 
+/*
+ * deepseek2's attention tensors: q through its LoRA (attn_q_a, its norm,
+ * attn_q_b) or attn_q, the latent and rope key (attn_kv_a_mqa, the
+ * latent's norm), and the per-head halves of the latent's up-projection
+ * as the converter splits it (attn_k_b [nope, kv_lora, n_head], attn_v_b
+ * [kv_lora, mla_v, n_head]), each bound as one matrix of n_head blocks
+ * of rows.
+ */
+static int
+llm_bind_mla(llm_bind_t *b, uint32_t il)
+{
+    llm_layer_t          *L = &b->m->layers[il];
+    const llm_hparams_t  *hp = &b->m->hp;
+    int64_t               E = hp->n_embd, H = hp->n_head;
+    int64_t               nope = hp->mla_k - hp->rope_dims;
+    int64_t               qk = (int64_t) H * hp->mla_k;
+    int64_t               ne_k[3] = { nope, hp->n_lora_kv, H };
+    int64_t               ne_v[3] = { hp->n_lora_kv, hp->mla_v, H };
+    const llm_gguf_tensor_t *t;
+    char                  n[96];
+    int                   rc;
+
+#define LLM_NAME(fmt) (snprintf(n, sizeof(n), "blk.%u." fmt, il), n)
+
+    if (hp->n_lora_q > 0) {
+        if ((rc = llm_bind_mat(b, &L->wq_a, LLM_NAME("attn_q_a.weight"), E,
+                               hp->n_lora_q, "n_embd, q_lora_rank", 0)) < 0
+            || (rc = llm_bind_vec(b, &L->q_a_norm,
+                                  LLM_NAME("attn_q_a_norm.weight"),
+                                  hp->n_lora_q, "q_lora_rank", 0)) < 0
+            || (rc = llm_bind_mat(b, &L->wq_b, LLM_NAME("attn_q_b.weight"),
+                                  hp->n_lora_q, qk,
+                                  "q_lora_rank, n_head*key_length_mla", 0))
+               < 0)
+        {
+            return rc;
+        }
+    } else if ((rc = llm_bind_mat(b, &L->wq_b, LLM_NAME("attn_q.weight"), E,
+                                  qk, "n_embd, n_head*key_length_mla", 0))
+               < 0)
+    {
+        return rc;
+    }
+    if ((rc = llm_bind_mat(b, &L->wkv_a, LLM_NAME("attn_kv_a_mqa.weight"), E,
+                           hp->n_lora_kv + hp->rope_dims,
+                           "n_embd, kv_lora_rank+rope", 0)) < 0
+        || (rc = llm_bind_vec(b, &L->kv_a_norm,
+                              LLM_NAME("attn_kv_a_norm.weight"),
+                              hp->n_lora_kv, "kv_lora_rank", 0)) < 0
+        || (rc = llm_bind_tensor(b, LLM_NAME("attn_k_b.weight"), 3, ne_k,
+                                 "nope, kv_lora_rank, n_head", 0, &t)) < 0)
+    {
+        return rc;
+    }
+    L->wk_b.type = t->type;
+    L->wk_b.data = t->data;
+    L->wk_b.n_in = nope;
+    L->wk_b.n_out = (int64_t) hp->n_lora_kv * H;
+    L->wk_b.row_bytes = llm_row_bytes(t->type, nope);
+    rc = llm_bind_tensor(b, LLM_NAME("attn_v_b.weight"), 3, ne_v,
+                         "kv_lora_rank, value_length_mla, n_head", 0, &t);
+    if (rc < 0) {
+        return rc;
+    }
+    L->wv_b.type = t->type;
+    L->wv_b.data = t->data;
+    L->wv_b.n_in = hp->n_lora_kv;
+    L->wv_b.n_out = (int64_t) hp->mla_v * H;
+    L->wv_b.row_bytes = llm_row_bytes(t->type, hp->n_lora_kv);
+
+#undef LLM_NAME
+
+    return 0;
+}
+
 static int
 llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 {
@@ -664,14 +811,28 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 
 #define LLM_NAME(fmt) (snprintf(n, sizeof(n), "blk.%u." fmt, il), n)
 
+    if (hp->n_lora_kv > 0) {
+        rc = llm_bind_mla(b, il);
+    } else if ((rc = llm_bind_mat(b, &L->wq, LLM_NAME("attn_q.weight"), E,
+                                  q_dim, "n_embd, n_head*head_dim", 0)) < 0
+               || (rc = llm_bind_mat(b, &L->wk, LLM_NAME("attn_k.weight"), E,
+                                     k_dim, "n_embd, n_head_kv*head_dim", 0))
+                  < 0
+               || (rc = llm_bind_mat(b, &L->wv, LLM_NAME("attn_v.weight"), E,
+                                     v_dim, "n_embd, n_head_kv*head_dim_v",
+                                     0)) < 0)
+    {
+        return rc;
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (hp->n_lora_kv > 0) {
+        o_dim = (int64_t) hp->n_head * hp->mla_v;
+    }
+
     if ((rc = llm_bind_vec(b, &L->attn_norm, LLM_NAME("attn_norm.weight"), E,
                            "n_embd", 0)) < 0
-        || (rc = llm_bind_mat(b, &L->wq, LLM_NAME("attn_q.weight"), E, q_dim,
-                              "n_embd, n_head*head_dim", 0)) < 0
-        || (rc = llm_bind_mat(b, &L->wk, LLM_NAME("attn_k.weight"), E, k_dim,
-                              "n_embd, n_head_kv*head_dim", 0)) < 0
-        || (rc = llm_bind_mat(b, &L->wv, LLM_NAME("attn_v.weight"), E, v_dim,
-                              "n_embd, n_head_kv*head_dim_v", 0)) < 0
         || (rc = llm_bind_mat(b, &L->wo, LLM_NAME("attn_output.weight"),
                               o_dim, E, "n_head*head_dim_v, n_embd", 0)) < 0
         || (rc = llm_bind_vec(b, &L->ffn_norm, LLM_NAME("ffn_norm.weight"),
@@ -866,6 +1027,27 @@ llm_bind_yarn(llm_bind_t *b, float factor)
     /* ggml scales the attention by 1 + 0.1 ln(factor) when extrapolating */
     m->yarn_mscale = m->yarn_ext != 0.0f
                      ? attn * (1.0f + 0.1f * logf(factor)) : attn;
+    if (hp->n_lora_kv > 0) {
+        /*
+         * deepseek2, as llama.cpp runs it: RoPE unscaled (the attention
+         * factor cancels ggml's), and q.k scaled by mscale^2 instead,
+         * mscale = 1 + yarn_log_multiplier * ln(factor): the converter
+         * writes the multiplier as 0.1 * mscale_all_dim, so this is
+         * DeepSeek's 1 + 0.1 * mscale_all_dim * ln(factor) (checked
+         * against llama.cpp's logits on ../shared/reference-arch)
+         */
+        float  lm, ms;
+        int    rc2;
+
+        if ((rc2 = llm_hp_f32(b, "rope.scaling.yarn_log_multiplier", &lm, 1,
+                              0.0f)) < 0)
+        {
+            return rc2;
+        }
+        ms = attn * (1.0f + lm * logf(factor));
+        m->yarn_mscale = attn;
+        hp->attn_scale = ms * ms / sqrtf((float) hp->mla_k);
+    }
     return 0;
 }
 
@@ -1047,6 +1229,11 @@ llm_gemm_weights(llm_model_t *m, int experts, llm_wt_t **out)
         out[n++] = &L->gate_shexp;
         out[n++] = &L->up_shexp;
         out[n++] = &L->down_shexp;
+        out[n++] = &L->wq_a;
+        out[n++] = &L->wq_b;
+        out[n++] = &L->wkv_a;
+        out[n++] = &L->wk_b;
+        out[n++] = &L->wv_b;
         if (experts) {
             out[n++] = &L->gate_exps;
             out[n++] = &L->up_exps;
@@ -1118,7 +1305,7 @@ llm_model_regroup_bytes(const llm_model_t *m, int experts)
     if (m->repack != NULL) {
         return 0;                   /* already regrouped */
     }
-    ws = malloc((1 + 13 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 18 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return 0;
     }
@@ -1149,7 +1336,7 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     if (m->repack != NULL) {
         return 0;                   /* prepared before */
     }
-    ws = malloc((1 + 13 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 18 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
@@ -1272,8 +1459,8 @@ llm_model_load(llm_model_t **out, const char *path,
     if (ad == NULL) {
         rc = llm_bind_fail(&b, -EINVAL, "unknown architecture '%.*s' "
                            "(general.architecture), expected llama, qwen2, "
-                           "qwen3, qwen3moe, minimax-m2, glm4moe or "
-                           "gpt-oss",
+                           "qwen3, qwen3moe, minimax-m2, glm4moe, "
+                           "gpt-oss or deepseek2",
                            (int) (s.len > 64 ? 64 : s.len), s.ptr);
         goto failed;
     }

@@ -30,6 +30,7 @@ typedef enum {
     LLM_ARCH_MINIMAX_M2,
     LLM_ARCH_GLM4MOE,
     LLM_ARCH_GPT_OSS,
+    LLM_ARCH_DEEPSEEK2,
     LLM_ARCH_COUNT
 } llm_arch_t;
 
@@ -77,6 +78,19 @@ typedef struct {
     llm_ffn_act_t ffn_act;
     float        swiglu_alpha;     /* LLM_ACT_SWIGLU_OAI */
     float        swiglu_limit;
+    uint32_t     rope_off;         /* dims of a head before its rotated
+                                      ones (deepseek2: the latent) */
+    float        attn_scale;       /* of q.k; 0: 1/sqrt(head_dim) */
+    /* deepseek2: multi-head latent attention (MLA), attention in the
+     * latent space: the cache holds the normed latent and the shared
+     * rope key (head_dim = kv_lora + rope), the values the latent
+     * (head_dim_v = kv_lora) */
+    uint32_t     n_lora_q;         /* 0: attn_q directly (V2-Lite) */
+    uint32_t     n_lora_kv;
+    uint32_t     mla_k;            /* per-head q.k dims: nope + rope */
+    uint32_t     mla_v;            /* per-head value dims after v_b */
+    uint32_t     n_expert_groups;  /* group-limited routing (1: none) */
+    uint32_t     n_group_used;
     uint32_t     ftype;            /* general.file_type, if present */
     uint64_t     n_params;
 } llm_hparams_t;

@@ -42,6 +42,15 @@ typedef struct {
     const float     *k_norm;       /* [head_dim] or [n_head_kv * head_dim] */
     const float     *ffn_norm;     /* [n_embd] */
 
+    /* deepseek2's MLA (instead of wq, wk, wv) */
+    llm_wt_t         wq_a;         /* [n_embd] -> [n_lora_q], or absent */
+    const float     *q_a_norm;     /* [n_lora_q] */
+    llm_wt_t         wq_b;         /* [n_lora_q] -> [n_head * mla_k] */
+    llm_wt_t         wkv_a;        /* [n_embd] -> [n_lora_kv + rope] */
+    const float     *kv_a_norm;    /* [n_lora_kv] */
+    llm_wt_t         wk_b;         /* per head [nope] -> [n_lora_kv] */
+    llm_wt_t         wv_b;         /* per head [n_lora_kv] -> [mla_v] */
+
     llm_wt_t         ffn_gate;     /* dense: [n_embd] -> [n_ff] */
     llm_wt_t         ffn_up;
     llm_wt_t         ffn_down;     /* [n_ff] -> [n_embd] */
