@@ -3,7 +3,7 @@
  * in two at every point and in random chunks; the content and the calls
  * (id, name, concatenated arguments) must be the expected ones every
  * time.  Multiple calls, text before and after, broken and cut-off
- * markers.
+ * markers; minimax-m2 and glm4.5 values converted by the tool's schema.
  */
 
 #include <ctype.h>
@@ -260,6 +260,7 @@ done:
 #define L LLM_TOOLFMT_LLAMA3_JSON
 #define S LLM_TOOLFMT_MISTRAL
 #define D LLM_TOOLFMT_DEEPSEEK_V3
+#define G LLM_TOOLFMT_GLM45
 
 #define DS_CALLS_BEGIN  "<｜tool▁calls▁begin｜>"
 #define DS_CALLS_END    "<｜tool▁calls▁end｜>"
@@ -388,6 +389,71 @@ static const case_t cases[] = {
     { "deepseek-v3: broken head is content", D, NULL,
       DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops",
       DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops", 0, { 0 }, { 0 } },
+
+    /* glm4.5: the bytes GLM-4.6's template renders (build/bin/llm-template
+     * on GLM-4.6.jinja), GLM-4.7's compact form, values by schema type */
+    { "glm4.5: text then calls, as GLM-4.6 writes them", G, mm_tools,
+      "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>"
+      "New \"York\"\n</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3"
+      "</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"unit\": \"c\"}"
+      "</arg_value>\n<arg_key>note</arg_key>\n<arg_value>null</arg_value>\n"
+      "</tool_call>\n<tool_call>get_time\n</tool_call>",
+      "Sure.\n", 2, { "get_weather", "get_time" },
+      { "{\"city\": \"New \\\"York\\\"\\n\", \"days\": 3, \"opts\": "
+        "{\"unit\": \"c\"}, \"note\": \"null\"}", "{}" } },
+    { "glm4.5: GLM-4.7's form, values by schema", G, mm_tools,
+      "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a<b"
+      "</arg_value><arg_key>days</arg_key><arg_value>three</arg_value>"
+      "<arg_key>x</arg_key><arg_value>[1, 2]</arg_value><arg_key>y"
+      "</arg_key><arg_value>hi</arg_value></tool_call><tool_call>get_time"
+      "</tool_call>",
+      "", 2, { "get_weather", "get_time" },
+      { "{\"city\": \"a<b\", \"days\": \"three\", \"x\": [1, 2], "
+        "\"y\": \"hi\"}", "{}" } },
+    { "glm4.5: no tools given, values as JSON or text", G, NULL,
+      "<tool_call>f\n<arg_key>n</arg_key>\n<arg_value>12</arg_value>\n"
+      "<arg_key>s</arg_key>\n<arg_value>日本 \"x\"</arg_value>\n"
+      "</tool_call>",
+      "", 1, { "f" }, { "{\"n\": 12, \"s\": \"日本 \\\"x\\\"\"}" } },
+    { "glm4.5: text after calls", G, mm_tools,
+      "<tool_call>get_time\n</tool_call>\n\nDone.",
+      "\n\nDone.", 1, { "get_time" }, { "{}" } },
+    { "glm4.5: hermes JSON is content", G, mm_tools,
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 0,
+      { 0 }, { 0 } },
+    { "glm4.5: a sentence is not a name", G, mm_tools,
+      "a <tool_call>call it</tool_call> b",
+      "a <tool_call>call it</tool_call> b", 0, { 0 }, { 0 } },
+    { "glm4.5: marker prefixes are content", G, mm_tools,
+      "x < y, <tool_c and <tool_call", "x < y, <tool_c and <tool_call", 0,
+      { 0 }, { 0 } },
+    { "glm4.5: cut off after the name", G, mm_tools,
+      "Hm <tool_call>get_weather\n<arg_",
+      "Hm <tool_call>get_weather\n<arg_", 0, { 0 }, { 0 } },
+    { "glm4.5: broken key, after the name went out", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>city</arg_value>\nPa",
+      "<arg_key>city</arg_value>\nPa", 1, { "get_weather" }, { "{}" } },
+    { "glm4.5: broken inside a call", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2"
+      "</arg_value>\nthen text",
+      "\nthen text", 1, { "get_weather" }, { "{\"days\": 2}" } },
+    { "glm4.5: broken second call", G, mm_tools,
+      "<tool_call>get_time\n</tool_call>\n<tool_call>\noops",
+      "<tool_call>\noops", 1, { "get_time" }, { "{}" } },
+    { "glm4.5: cut off in a string value", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Par",
+      "", 1, { "get_weather" }, { "{\"city\": \"Par\"}" } },
+    { "glm4.5: cut off in a number", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>1",
+      "", 1, { "get_weather" }, { "{\"days\": 1}" } },
+    { "glm4.5: cut off in the head", G, mm_tools,
+      "<tool_call>get_time\n</tool_",
+      "<tool_call>get_time\n</tool_", 0, { 0 }, { 0 } },
+    { "glm4.5: cut off in the closer", G, mm_tools,
+      "<tool_call>get_time\n<arg_key>a</arg_key><arg_value>1</arg_value>\n"
+      "</tool_",
+      "", 1, { "get_time" }, { "{\"a\": 1}" } },
 };
 
 static void
@@ -396,6 +462,9 @@ test_names(void)
     if (llm_toolfmt_from_name("hermes") != LLM_TOOLFMT_HERMES
         || llm_toolfmt_from_name("deepseek-v3") != LLM_TOOLFMT_DEEPSEEK_V3
         || llm_toolfmt_from_name("none") != LLM_TOOLFMT_NONE
+        || llm_toolfmt_from_name("glm4.5") != LLM_TOOLFMT_GLM45
+        || strcmp(llm_toolfmt_name(LLM_TOOLFMT_GLM45), "glm4.5")
+        || strstr(llm_toolfmt_names(), "glm4.5") == NULL
         || llm_toolfmt_from_name("xml") != -1
         || strcmp(llm_toolfmt_name(LLM_TOOLFMT_MINIMAX_M2), "minimax-m2"))
     {
