@@ -66,8 +66,8 @@ typedef struct llm_toolcall_s llm_toolcall_t;
 
 /*
  * A parser for one answer.  tools is the request's parsed tools array (may
- * be NULL; minimax-m2 and glm4.5 read the parameter types from it): the parser takes
- * a reference and only reads it.  Call ids come from seed (0: from
+ * be NULL; minimax-m2 and glm4.5 read the parameter types from it): the
+ * parser takes a reference and only reads it.  Call ids come from seed (0: from
  * getrandom).  Returns 0 or a negative errno with err filled.
  */
 int llm_toolcall_create(llm_toolcall_t **out, int fmt, const json_t *tools,
