@@ -3,7 +3,9 @@
  * in two at every point and in random chunks; the content and the calls
  * (id, name, concatenated arguments) must be the expected ones every
  * time.  Multiple calls, text before and after, broken and cut-off
- * markers; minimax-m2 and glm4.5 values converted by the tool's schema.
+ * markers; minimax-m2 and glm4.5 values converted by the tool's schema;
+ * for those two also random texts of their fragments, whole and in
+ * chunks, whose calls' arguments must always be JSON objects.
  */
 
 #include <ctype.h>
@@ -456,6 +458,120 @@ static const case_t cases[] = {
       "", 1, { "get_time" }, { "{\"a\": 1}" } },
 };
 
+/*
+ * Random text made of a family's fragments (its markers, names, keys,
+ * values, whitespace and stray bytes), 2000 pieces: fed whole and in
+ * random chunks it must give the same content and calls, every call's
+ * arguments a JSON object (however the text breaks or ends), and the
+ * content at most the text's bytes.
+ */
+static size_t
+count_str(const char *s, const char *x)
+{
+    size_t n = 0;
+
+    for (s = strstr(s, x); s; s = strstr(s + 1, x)) {
+        n++;
+    }
+    return n;
+}
+
+static void
+test_soup(const char *what, int fmt, const char *tools,
+    const char *const *frags, size_t n_frags, const char *opener,
+    const char *call_mark)
+{
+    char       in[1024];
+    size_t     cuts[64];
+    rec_t     *whole = malloc(sizeof(rec_t)), *r = malloc(sizeof(rec_t));
+    llm_rng_t  rng;
+    uint32_t   calls = 0, broken = 0, tried = 0;
+    case_t     c = { what, fmt, tools, in, "", 0, { 0 }, { 0 } };
+
+    tk_begin("%s", what);
+    llm_rng_seed(&rng, 11);
+    for (int t = 0; t < 2000; t++) {
+        size_t len = 0, nf = 1 + llm_rng_next(&rng) % 24, at, n;
+
+        in[0] = '\0';
+        for (size_t k = 0; k < nf; k++) {
+            const char *f = frags[llm_rng_next(&rng) % n_frags];
+
+            if (len + strlen(f) < sizeof(in)) {
+                memcpy(in + len, f, strlen(f) + 1);
+                len += strlen(f);
+            }
+        }
+        if (count_str(in, call_mark) > MAXC) {
+            continue;                   /* more calls than rec_t holds */
+        }
+        tried++;
+        if (run(&c, NULL, 0, whole) != 0 || whole->bad) {
+            tk_fail("[%s]: whole: deltas out of order", in);
+            break;
+        }
+        for (uint32_t i = 0; i < whole->n; i++) {
+            json_t *j = json_loads(whole->calls[i].args, 0, NULL);
+
+            if (!json_is_object(j)) {
+                tk_fail("[%s]: call %u arguments are not a JSON object: %s",
+                        in, i, whole->calls[i].args);
+                json_decref(j);
+                goto done;
+            }
+            json_decref(j);
+        }
+        if (whole->clen > len) {
+            tk_fail("[%s]: more content than text: [%s]", in,
+                    whole->content);
+            break;
+        }
+        calls += whole->n;
+        broken += whole->clen > 0 && strstr(whole->content, opener) != NULL;
+        n = 0;
+        at = 0;
+        while (n < 64) {
+            at += 1 + llm_rng_next(&rng) % 7;
+            if (at >= len) {
+                break;
+            }
+            cuts[n++] = at;
+        }
+        if (run(&c, cuts, n, r) != 0 || r->bad || !same(whole, r)) {
+            tk_fail("[%s]: in chunks: content [%s], %u calls; whole: "
+                    "[%s], %u calls", in, r->content, r->n, whole->content,
+                    whole->n);
+            break;
+        }
+    }
+done:
+    tk_end_as("%s (%u texts, %u calls, %u with an opener given back as "
+              "content)", what, tried, calls, broken);
+    free(whole);
+    free(r);
+}
+
+static const char *const glm_frags[] = {
+    "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+    "</arg_value>", "get_weather", "get_time", "city", "days", "opts", "x",
+    "Paris", "3", "{\"unit\": \"c\"}", "[1", "\"", "\\", "\n", " ", "<",
+    "</", ">", "<tool_", "</arg_", "日本",
+    /* whole pieces, so that calls form too */
+    "<tool_call>get_weather\n", "<arg_key>city</arg_key>\n<arg_value>",
+    "<arg_key>days</arg_key><arg_value>", "</arg_value>\n",
+    "</tool_call>\n",
+};
+
+static const char *const mm_frags[] = {
+    "<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=\"",
+    "</invoke>", "<parameter name=\"", "</parameter>", "\">", "get_weather",
+    "city", "days", "Paris", "3", "{\"unit\": \"c\"}", "[1", "\"", "\\",
+    "\n", " ", "<", "</", ">", "日本",
+    "<minimax:tool_call>\n<invoke name=\"get_weather\">\n",
+    "<parameter name=\"city\">", "<parameter name=\"days\">",
+    "</parameter>\n", "</invoke>\n",
+};
+
 static void
 test_names(void)
 {
@@ -480,5 +596,11 @@ main(void)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         check(&cases[i]);
     }
+    test_soup("glm4.5: random fragments", G, mm_tools, glm_frags,
+              sizeof(glm_frags) / sizeof(glm_frags[0]), "<tool_call>",
+              "<tool_call>");
+    test_soup("minimax-m2: random fragments", M, mm_tools, mm_frags,
+              sizeof(mm_frags) / sizeof(mm_frags[0]), "<minimax:tool_call>",
+              "<invoke name=\"");
     return tk_done();
 }
