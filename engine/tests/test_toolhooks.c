@@ -633,8 +633,9 @@ test_mm_raw(env_t *e, const raw_fmt_t *f)
     h.free(h.ud);
     llm_detok_reset(d);
 
-    /* inside a value that ends with </parameter>, what may come is only
-     * a token that ends right after the closer's \n */
+    /* inside a value that ends with </parameter> (</arg_value>), the
+     * parser has ended the value: what may come is only the closer's \n,
+     * as a token of its own */
     memset(r, 0, sizeof(*r));
     memset(&h, 0, sizeof(h));
     rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
@@ -656,6 +657,10 @@ test_mm_raw(env_t *e, const raw_fmt_t *f)
         }
     }
     REQUIRE(single >= 0 && row[single] == 0.0f, "'\\n' is not allowed");
+    for (uint32_t id = 0; id < e->nv; id++) {
+        REQUIRE(row[id] == -INFINITY || (int) id == single,
+                "token %u allowed after the closer but its newline", id);
+    }
     h.free(h.ud);
     llm_detok_free(d);
     free(row);

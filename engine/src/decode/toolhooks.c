@@ -1091,7 +1091,9 @@ llm_th_mask_after(llm_th_t *th, float *logits, uint32_t n_vocab)
 
 /* minimax-m2, glm4.5 string value: no end token, and the closer
  * (raw_closer) only at the end of a token (what follows it is the
- * grammar's again). */
+ * grammar's again).  Once all of the closer but its newline is there
+ * (</parameter>, </arg_value>: a single token in GLM's vocabulary), the
+ * parser has ended the value, so only the newline may follow. */
 static void
 llm_th_mask_raw(llm_th_t *th, float *logits, uint32_t n_vocab)
 {
@@ -1099,6 +1101,15 @@ llm_th_mask_raw(llm_th_t *th, float *logits, uint32_t n_vocab)
     size_t             cl = strlen(c);
     uint32_t           nv = llm_vocab_n_tokens(th->ctx->vocab);
 
+    if (th->raw_len >= cl - 1
+        && memcmp(th->raw_tail + th->raw_len - (cl - 1), c, cl - 1) == 0)
+    {
+        th->lit = c;
+        th->lit_off = cl - 1;
+        llm_th_keep_only(th, logits, n_vocab, th->lit_toks, th->n_lit,
+                         llm_th_lit_ok);
+        return;
+    }
     for (uint32_t i = 0; i < th->n_bad_raw; i++) {
         if ((uint32_t) th->bad_raw[i] < n_vocab) {
             logits[th->bad_raw[i]] = -INFINITY;
