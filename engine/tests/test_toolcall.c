@@ -5,7 +5,10 @@
  * time.  Multiple calls, text before and after, broken and cut-off
  * markers; minimax-m2 and glm4.5 values converted by the tool's schema;
  * for those two also random texts of their fragments, whole and in
- * chunks, whose calls' arguments must always be JSON objects.
+ * chunks, whose calls' arguments must always be JSON objects.  Calls
+ * rendered by the real templates (GLM-4.6, GLM-4.7-Flash, MiniMax-M2,
+ * Qwen3) parse back to the arguments rendered.  Run from the repository
+ * root.
  */
 
 #include <ctype.h>
@@ -17,6 +20,7 @@
 
 #include "decode/sample.h"
 #include "decode/toolcall.h"
+#include "template/template.h"
 #include "testkit.h"
 
 #define MAXC  4
@@ -572,6 +576,121 @@ static const char *const mm_frags[] = {
     "</parameter>\n", "</invoke>\n",
 };
 
+/*
+ * Round trip through the model's own template: an assistant turn with
+ * two calls rendered by the real chat template (what a model trained on
+ * it writes), the answer's text from the first opener to the end of the
+ * turn (eot, an end token the model writes; NULL: the text's end) parsed
+ * back:
+ * the same names, and arguments equal as JSON to the ones rendered.
+ * Run from the repository root (engine/tests/data/templates).
+ */
+static const char rt_tools[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {"
+    "\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}, "
+    "\"opts\": {\"type\": \"object\"}, \"flag\": {\"type\": \"boolean\"}, "
+    "\"code\": {\"type\": \"string\"}}}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]";
+
+static const char *const rt_args[] = {
+    "{\"city\": \"New \\\"York\\\" <b>\\n\", \"days\": 3, \"opts\": "
+    "{\"unit\": \"c\", \"n\": [1, 2.5]}, \"flag\": true, \"code\": \"42\"}",
+    "{}",
+};
+
+static void
+test_roundtrip(const char *file, int fmt, const char *opener,
+    const char *eot)
+{
+    char           path[512], err[256], *src = NULL, *text = NULL;
+    char          *at;
+    size_t         tl;
+    long           fl = 0;
+    FILE          *fp;
+    llm_tmpl_t    *t = NULL;
+    json_t        *vars = NULL, *msg, *calls;
+    rec_t         *r = calloc(1, sizeof(rec_t));
+    case_t         c = { file, fmt, rt_tools, NULL, "", 0, { 0 }, { 0 } };
+
+    tk_begin("%s: template round trip", file);
+    snprintf(path, sizeof(path), "engine/tests/data/templates/%s", file);
+    fp = fopen(path, "rb");
+    if (fp == NULL || fseek(fp, 0, SEEK_END) != 0 || (fl = ftell(fp)) <= 0
+        || fseek(fp, 0, SEEK_SET) != 0 || (src = malloc((size_t) fl)) == NULL
+        || fread(src, 1, (size_t) fl, fp) != (size_t) fl
+        || llm_tmpl_compile(&t, src, (size_t) fl, err, sizeof(err)) != 0)
+    {
+        tk_fail("cannot read or compile %s (run from the repository root)",
+                path);
+        goto done;
+    }
+    calls = json_array();
+    for (size_t i = 0; i < 2; i++) {
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:o}}",
+            "id", i ? "call_2" : "call_1", "type", "function", "function",
+            "name", i ? "get_time" : "get_weather", "arguments",
+            json_loads(rt_args[i], 0, NULL)));
+    }
+    msg = json_pack("{s:s, s:s, s:o}", "role", "assistant", "content", "",
+                    "tool_calls", calls);
+    vars = json_pack("{s:[{s:s, s:s}, o], s:o, s:b, s:s, s:s}", "messages",
+                     "role", "user", "content", "Weather?", msg, "tools",
+                     json_loads(rt_tools, 0, NULL), "add_generation_prompt",
+                     0, "bos_token", "", "eos_token", "");
+    if (vars == NULL
+        || llm_tmpl_render(t, vars, &text, &tl, err, sizeof(err)) != 0)
+    {
+        tk_fail("render: %s", vars ? err : "out of memory");
+        goto done;
+    }
+    /* the answer: from the last message's first opener on */
+    at = strstr(strstr(text, "Weather?"), opener);
+    if (at == NULL) {
+        tk_fail("no %s in the rendered answer: %s", opener, text);
+        goto done;
+    }
+    if (eot && strstr(at, eot)) {
+        *strstr(at, eot) = '\0';
+    }
+    c.in = at;
+    if (run(&c, NULL, 0, r) != 0 || r->bad || r->n != 2) {
+        tk_fail("parsed %u calls from [%s]", r->n, at);
+        goto done;
+    }
+    for (uint32_t i = 0; i < 2; i++) {
+        json_t *want = json_loads(rt_args[i], 0, NULL);
+        json_t *got = json_loads(r->calls[i].args, 0, NULL);
+        int     ok = got && json_equal(want, got)
+                     && strcmp(r->calls[i].name, i ? "get_time"
+                                                   : "get_weather") == 0;
+
+        json_decref(want);
+        json_decref(got);
+        if (!ok) {
+            tk_fail("call %u: %s %s from [%s]", i, r->calls[i].name,
+                    r->calls[i].args, at);
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < r->clen; i++) {
+        if (!isspace((unsigned char) r->content[i])) {
+            tk_fail("content beside the calls: [%s]", r->content);
+            goto done;
+        }
+    }
+done:
+    if (fp) {
+        fclose(fp);
+    }
+    json_decref(vars);
+    llm_tmpl_free(t);
+    free(text);
+    free(src);
+    free(r);
+}
+
 static void
 test_names(void)
 {
@@ -596,6 +715,10 @@ main(void)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         check(&cases[i]);
     }
+    test_roundtrip("GLM-4.6.jinja", G, "<tool_call>", NULL);
+    test_roundtrip("GLM-4.7-Flash.jinja", G, "<tool_call>", NULL);
+    test_roundtrip("MiniMax-M2.jinja", M, "<minimax:tool_call>", "[e~[");
+    test_roundtrip("Qwen-Qwen3-0.6B.jinja", H, "<tool_call>", "<|im_end|>");
     test_soup("glm4.5: random fragments", G, mm_tools, glm_frags,
               sizeof(glm_frags) / sizeof(glm_frags[0]), "<tool_call>",
               "<tool_call>");
