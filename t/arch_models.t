@@ -17,14 +17,16 @@ use LlmTest;
 my $t = LlmTest->new;
 
 my %model;
-for my $p ('tiny-glm4moe', 'tiny-gpt-oss', 'tiny-gpt-oss+harmony') {
+my %tmpl = (harmony => 'openai-gpt-oss-120b.jinja', glm => 'GLM-4.6.jinja');
+for my $p ('tiny-glm4moe', 'tiny-gpt-oss', 'tiny-gpt-oss+harmony',
+           'tiny-glm4moe+glm') {
     my $m = $t->build . "/models/test-$p.gguf";
     my ($preset, $tmpl) = split /\+/, $p;
     unless (-f $m) {
         system('mkdir', '-p', $t->build . '/models') == 0 or die;
         system($t->bin('llm-mkmodel'), '--preset', $preset, '--type', 'Q8_0',
                ($tmpl ? ('--chat-template', 'engine/tests/data/templates/'
-                                            . 'openai-gpt-oss-120b.jinja')
+                                            . $tmpl{$tmpl})
                       : ()),
                '-q', '-o', "$m.tmp.$$") == 0 or die 'llm-mkmodel';
         rename "$m.tmp.$$", $m or die "rename: $!";
@@ -55,6 +57,10 @@ $t->start_engine('harmony', model => $model{'tiny-gpt-oss+harmony'},
                  args => ['--name', 'harmony']);
 like($t->engine_log('harmony'), qr/reasoning harmony/,
      "gpt-oss's own template: the harmony format");
+$t->start_engine('glmt', model => $model{'tiny-glm4moe+glm'},
+                 args => ['--name', 'glm-chat']);
+like($t->engine_log('glmt'), qr/tool calls glm4\.5, reasoning think/,
+     "GLM-4.6's own template: glm4.5 tool calls, think reasoning");
 like($t->engine_log('glm'), qr/\(glm4moe, Q8_0\), 4 layers/,
      'glm4moe: 4 layers run (the NextN block skipped)');
 like($t->engine_log('oss'), qr/\(gpt-oss, Q8_0\)/, 'gpt-oss loads');
@@ -73,6 +79,8 @@ $t->start_nginx(<<"EOF2");
     llm_model oss-full upstream=ossf;
     llm_model oss-chunked upstream=ossc;
     upstream harmony { server unix:%%SOCK_harmony%%; }
+    upstream glmt { server unix:%%SOCK_glmt%%; }
+    llm_model glm-chat upstream=glmt;
     llm_model harmony upstream=harmony;
     server {
         listen 127.0.0.1:%%PORT%%;
@@ -148,5 +156,50 @@ my $r = $t->post('/v1/chat/completions', {
     messages => [ { role => 'user', content => 'Hi' } ] });
 is($r->{json}{usage}{prompt_tokens}, $pt{medium},
    'chat_template_kwargs.reasoning_effort wins over reasoning_effort');
+
+# GLM-4.5's tool calls: a forced call in GLM's XML form, constrained by
+# the grammar, comes back as an OpenAI tool call whose arguments fit the
+# schema (bounded values: a random model ends no string or number)
+my $tools = [ { type => 'function', function => {
+    name => 'set_temp', description => 'Set the thermostat',
+    parameters => { type => 'object', required => [ 'unit', 'eco' ],
+                    properties => {
+                        unit => { type => 'string', enum => [ 'c', 'f' ] },
+                        eco => { type => 'boolean' } } } } } ];
+my ($calls, $valid) = (0, 0);
+for my $i (1 .. 6) {
+    my $r = $t->post('/v1/chat/completions', {
+        model => 'glm-chat', max_tokens => 300, temperature => 0.8,
+        seed => $i, tools => $tools, parallel_tool_calls => JSON::PP::false,
+        tool_choice => { type => 'function',
+                         function => { name => 'set_temp' } },
+        messages => [ { role => 'user', content => "Make it warm $i" } ] });
+    next unless $r->{status} == 200;
+    my $tc = $r->{json}{choices}[0]{message}{tool_calls} // [];
+    next unless @$tc;
+    $calls++;
+    my $a = eval { JSON::PP->new->decode($tc->[0]{function}{arguments}) };
+    my $ok = $a && $tc->[0]{function}{name} eq 'set_temp'
+             && JSON::PP::is_bool($a->{eco})
+             && defined $a->{unit} && $a->{unit} =~ /^[cf]$/
+             && $r->{json}{choices}[0]{finish_reason} eq 'tool_calls';
+    $valid++ if $ok;
+    diag("glm4.5 call $i: $tc->[0]{function}{arguments}, finish "
+         . $r->{json}{choices}[0]{finish_reason}) unless $ok;
+}
+is($calls, 6, "glm4.5: every forced request made a call ($calls of 6)");
+is($valid, $calls, "glm4.5: every call's arguments fit the schema "
+   . "($valid of $calls)");
+# reasoning_effort none: GLM's template closes the think block itself
+my %gp;
+for my $effort ('', 'none') {
+    my $r = $t->post('/v1/chat/completions', {
+        model => 'glm-chat', max_tokens => 2, temperature => 0,
+        ($effort ? (reasoning_effort => $effort) : ()),
+        messages => [ { role => 'user', content => 'Hi' } ] });
+    $gp{$effort} = $r->{json}{usage}{prompt_tokens} // 0;
+}
+cmp_ok($gp{none}, '>', $gp{''}, "glm: reasoning_effort none renders "
+       . "<think></think> ($gp{none} vs $gp{''} prompt tokens)");
 
 $t->done;

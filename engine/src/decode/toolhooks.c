@@ -139,6 +139,9 @@ typedef struct {
     llm_gstate_t          **st;
     llm_th_cand_t          *cands;       /* <parameter name="k">, then
                                             </invoke>\n at [n] */
+    llm_th_cand_t         **enums;       /* a string with an enum: its
+                                            values, each with the closer */
+    uint32_t               *n_enums;
 } llm_th_mmtool_t;
 
 /* Newlines end the literals, as they end pre-tokens: a BPE token such as
@@ -599,6 +602,43 @@ llm_th_cat3(const char *a, const char *b, const char *c, size_t *len)
     return s;
 }
 
+/*
+ * A raw string parameter with an enum of strings: its values, each
+ * followed by the closer, as the candidates the value must be one of
+ * (else the text up to the closer is free).  0, or -1 on no memory.
+ */
+static int
+llm_th_mm_enum(llm_th_mmtool_t *t, json_t *p, const char *closer)
+{
+    json_t  *en = json_object_get(p, "enum"), *v;
+    size_t   i, n = json_array_size(en);
+
+    json_array_foreach(en, i, v) {
+        if (!json_is_string(v) || strstr(json_string_value(v), closer)) {
+            return 0;               /* null or others: left free */
+        }
+    }
+    if (n == 0) {
+        return 0;
+    }
+    t->enums[t->n] = calloc(n, sizeof(llm_th_cand_t));
+    if (t->enums[t->n] == NULL) {
+        return -1;
+    }
+    json_array_foreach(en, i, v) {
+        llm_th_cand_t *c = &t->enums[t->n][i];
+
+        c->s = llm_th_cat3(json_string_value(v), closer, "", &c->len);
+        if (c->s == NULL) {
+            return -1;
+        }
+        c->next = NX_MM_PARAMS;
+        c->tool = -1;
+        t->n_enums[t->n]++;
+    }
+    return 0;
+}
+
 /* One tool's parameters: a candidate per property (minimax-m2
  * <parameter name="k">, glm4.5 <arg_key>k</arg_key>\n<arg_value>), a
  * grammar per value that is not a string (the property's schema, with the
@@ -619,8 +659,10 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
     t->g = calloc(n + 1, sizeof(*t->g));
     t->st = calloc(n + 1, sizeof(*t->st));
     t->cands = calloc(n + 1, sizeof(*t->cands));
+    t->enums = calloc(n + 1, sizeof(*t->enums));
+    t->n_enums = calloc(n + 1, sizeof(*t->n_enums));
     if (t->required == NULL || t->g == NULL || t->st == NULL
-        || t->cands == NULL)
+        || t->cands == NULL || t->enums == NULL || t->n_enums == NULL)
     {
         goto nomem;
     }
@@ -640,6 +682,11 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
         }
         c->next = NX_MM_VALUE;
         c->tool = (int) t->n;
+        if (llm_toolcall_param_is_string(p)
+            && llm_th_mm_enum(t, p, glm ? GLM_CLOSER : MM_CLOSER) != 0)
+        {
+            goto nomem;
+        }
         if (!llm_toolcall_param_is_string(p)) {
             json_t *sub = json_deep_copy(p);
 
@@ -886,6 +933,13 @@ llm_th_mm_value(llm_th_t *th, int k)
     llm_th_mmtool_t *t = &th->mm[th->mm_tool];
 
     th->mm_pos = (uint32_t) k + 1;
+    if (t->g[k] == NULL && t->n_enums[k] > 0) {
+        th->set = t->enums[k];              /* one of the enum's values */
+        th->n_set = t->n_enums[k];
+        th->sbuf_len = 0;
+        th->phase = TP_SET;
+        return;
+    }
     if (t->g[k] == NULL) {
         th->raw_len = 0;
         th->phase = TP_RAW;
@@ -1559,6 +1613,14 @@ llm_th_free(void *ud)
         for (uint32_t i = 0; th->mm[t].cands && i <= th->mm[t].n; i++) {
             free(th->mm[t].cands[i].s);
         }
+        for (uint32_t i = 0; th->mm[t].enums && i <= th->mm[t].n; i++) {
+            for (uint32_t j = 0; j < th->mm[t].n_enums[i]; j++) {
+                free(th->mm[t].enums[i][j].s);
+            }
+            free(th->mm[t].enums[i]);
+        }
+        free(th->mm[t].enums);
+        free(th->mm[t].n_enums);
         free(th->mm[t].required);
         free(th->mm[t].g);
         free(th->mm[t].st);
