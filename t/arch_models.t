@@ -1,5 +1,7 @@
 #!/usr/bin/perl
-# The glm4moe and gpt-oss architectures served end to end: llm-mkmodel's
+# The glm4moe, gpt-oss and deepseek2 architectures served end to end
+# (deepseek2: tiny-deepseek2 with MLA, group-limited routing and
+# DeepSeek-V3.1's own template), and before them llm-mkmodel's
 # tiny-glm4moe (a leading dense layer, a shared expert, a NextN block the
 # engine skips) and tiny-gpt-oss (sinks, biases, a 64-token sliding window,
 # YaRN) behind nginx: chat JSON and streamed, a prompt longer than the
@@ -17,9 +19,10 @@ use LlmTest;
 my $t = LlmTest->new;
 
 my %model;
-my %tmpl = (harmony => 'openai-gpt-oss-120b.jinja', glm => 'GLM-4.6.jinja');
+my %tmpl = (harmony => 'openai-gpt-oss-120b.jinja', glm => 'GLM-4.6.jinja',
+            ds => 'deepseek-ai-DeepSeek-V3.1.jinja');
 for my $p ('tiny-glm4moe', 'tiny-gpt-oss', 'tiny-gpt-oss+harmony',
-           'tiny-glm4moe+glm') {
+           'tiny-glm4moe+glm', 'tiny-deepseek2+ds') {
     my $m = $t->build . "/models/test-$p.gguf";
     my ($preset, $tmpl) = split /\+/, $p;
     unless (-f $m) {
@@ -59,6 +62,12 @@ like($t->engine_log('harmony'), qr/reasoning harmony/,
      "gpt-oss's own template: the harmony format");
 $t->start_engine('glmt', model => $model{'tiny-glm4moe+glm'},
                  args => ['--name', 'glm-chat']);
+$t->start_engine('ds', model => $model{'tiny-deepseek2+ds'},
+                 args => ['--name', 'ds']);
+$t->start_engine('dsx', model => $model{'tiny-deepseek2+ds'},
+                 args => ['--name', 'ds', '--expert-cache-mb', 1]);
+like($t->engine_log('ds'), qr/\(deepseek2, Q8_0\).*tool calls deepseek-v3, reasoning think/,
+     "deepseek2 with DeepSeek-V3.1's template: its tool calls and think");
 like($t->engine_log('glmt'), qr/tool calls glm4\.5, reasoning think/,
      "GLM-4.6's own template: glm4.5 tool calls, think reasoning");
 like($t->engine_log('glm'), qr/\(glm4moe, Q8_0\), 4 layers/,
@@ -80,6 +89,10 @@ $t->start_nginx(<<"EOF2");
     llm_model oss-chunked upstream=ossc;
     upstream harmony { server unix:%%SOCK_harmony%%; }
     upstream glmt { server unix:%%SOCK_glmt%%; }
+    upstream ds { server unix:%%SOCK_ds%%; }
+    upstream dsx { server unix:%%SOCK_dsx%%; }
+    llm_model ds upstream=ds;
+    llm_model ds-streamed upstream=dsx;
     llm_model glm-chat upstream=glmt;
     llm_model harmony upstream=harmony;
     server {
@@ -91,7 +104,7 @@ EOF2
 # a prompt past gpt-oss's 64-token window
 my $long = join ' ', map { "word$_" } 1 .. 80;
 
-for my $m ('glm', 'oss') {
+for my $m ('glm', 'oss', 'ds') {
     my %req = (temperature => 0, max_tokens => 16,
                ignore_eos => JSON::PP::true, logprobs => JSON::PP::true,
                messages => [ { role => 'user', content => $long } ]);
@@ -167,9 +180,9 @@ my $tools = [ { type => 'function', function => {
                         unit => { type => 'string', enum => [ 'c', 'f' ] },
                         eco => { type => 'boolean' } } } } } ];
 my ($calls, $valid) = (0, 0);
-for my $i (1 .. 6) {
+for my $i (1 .. 8) {
     my $r = $t->post('/v1/chat/completions', {
-        model => 'glm-chat', max_tokens => 300, temperature => 0.8,
+        model => $i <= 6 ? 'glm-chat' : 'ds', max_tokens => 300, temperature => 0.8,
         seed => $i, tools => $tools, parallel_tool_calls => JSON::PP::false,
         tool_choice => { type => 'function',
                          function => { name => 'set_temp' } },
@@ -187,8 +200,9 @@ for my $i (1 .. 6) {
     diag("glm4.5 call $i: $tc->[0]{function}{arguments}, finish "
          . $r->{json}{choices}[0]{finish_reason}) unless $ok;
 }
-is($calls, 6, "glm4.5: every forced request made a call ($calls of 6)");
-is($valid, $calls, "glm4.5: every call's arguments fit the schema "
+is($calls, 8, "glm4.5 (6) and deepseek-v3 (2): every forced request made "
+   . "a call ($calls of 8)");
+is($valid, $calls, "glm4.5 and deepseek-v3: every call's arguments fit the schema "
    . "($valid of $calls)");
 # reasoning_effort none: GLM's template closes the think block itself
 my %gp;

@@ -676,7 +676,8 @@ test_llamacpp_identity(void)
 static void
 test_new_arch_presets(void)
 {
-    static const char *presets[] = { "tiny-glm4moe", "tiny-gpt-oss" };
+    static const char *presets[] = { "tiny-glm4moe", "tiny-gpt-oss",
+                                     "tiny-deepseek2" };
     static const int32_t ids[] = { 5, 17, 300, 42, 7, 999, 12, 64 };
     char path[128], err[512];
     uint32_t blocks[2] = { 0, 1 };
@@ -709,6 +710,15 @@ test_new_arch_presets(void)
                   "%s: layers %u of %u, dense %u, shexp %u, rope %u",
                   presets[k], hp->n_layer, hp->n_layer_file,
                   hp->n_layer_dense, hp->n_ff_shexp, hp->rope_dims);
+        } else if (strcmp(p.arch, "deepseek2") == 0) {
+            CHECK(hp->n_lora_kv == 64 && hp->n_lora_q == 96
+                  && hp->head_dim == 64 + 16 && hp->head_dim_v == 64
+                  && hp->mla_k == 48 && hp->mla_v == 32 && hp->rope_off == 64
+                  && hp->n_expert_groups == 2 && hp->n_group_used == 1
+                  && hp->n_layer_dense == 1,
+                  "%s: latent %u, heads %u/%u, groups %u/%u", presets[k],
+                  hp->n_lora_kv, hp->mla_k, hp->mla_v, hp->n_expert_groups,
+                  hp->n_group_used);
         } else {
             CHECK(hp->n_swa == 64 && hp->ffn_act == LLM_ACT_SWIGLU_OAI
                   && hp->n_layer == 4,
@@ -733,7 +743,7 @@ test_new_arch_presets(void)
         llm_kv_free(kv);
         llm_model_free(m);
     }
-    tk_end_as("glm4moe and gpt-oss presets bind and run");
+    tk_end_as("glm4moe, gpt-oss and deepseek2 presets bind and run");
 }
 
 int

@@ -54,14 +54,15 @@ typedef struct {
 const char *const llm_mkmodel_presets[] = {
     "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
     "tiny-qwen3", "tiny-minimax", "tiny-embed", "tiny-glm4moe",
-    "tiny-gpt-oss", NULL
+    "tiny-gpt-oss", "tiny-deepseek2", NULL
 };
 
 static int
 mk_is_moe_arch(const char *arch)
 {
     return strcmp(arch, "qwen3moe") == 0 || strcmp(arch, "minimax-m2") == 0
-           || strcmp(arch, "glm4moe") == 0 || strcmp(arch, "gpt-oss") == 0;
+           || strcmp(arch, "glm4moe") == 0 || strcmp(arch, "gpt-oss") == 0
+           || strcmp(arch, "deepseek2") == 0;
 }
 
 uint32_t
@@ -115,6 +116,16 @@ llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
         p->rope_base = 1000000.0f;
         p->eps = 1e-5f;
         mk_set_pre(p, "gpt-2");
+    } else if (strcmp(p->arch, "deepseek2") == 0) {
+        p->rope_base = 10000.0f;
+        p->eps = 1e-6f;
+        mk_set_pre(p, "gpt-2");
+        p->n_head_kv = 1;
+        p->n_lora_kv = p->n_lora_kv ? p->n_lora_kv : 2 * p->head_dim;
+        p->mla_v = p->mla_v ? p->mla_v : p->head_dim;
+        p->rope_dim = p->head_dim / 3;
+        p->rope_dim -= p->rope_dim % 2;
+        return 0;
     } else if (strcmp(p->arch, "gpt-oss") == 0) {
         p->rope_base = 150000.0f;
         p->eps = 1e-5f;
@@ -124,8 +135,8 @@ llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
         p->yarn_orig_ctx = p->yarn_orig_ctx ? p->yarn_orig_ctx : 4096;
     } else {
         llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
-            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe or gpt-oss)",
-            p->arch);
+            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe, gpt-oss or "
+            "deepseek2)", p->arch);
         return -EINVAL;
     }
     /* partial rope: minimax-m2 and glm4moe rotate half the head */
@@ -194,6 +205,19 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
         p->n_layer_dense = 1;
         p->n_expert_shared = 1;
         p->n_nextn = 1;
+    } else if (strcmp(preset, "tiny-deepseek2") == 0) {
+        /* DeepSeek-V3's layout: MLA (q LoRA, a 64-dim latent, heads of
+         * 32 + 16 rope), a dense layer, MoE with a shared expert and
+         * 2 expert groups of which 1 is used */
+        mk_shape(p, "deepseek2", 128, 4, 4, 1, 48, 256, 8, 2, 128, 1000,
+            2048);
+        p->n_lora_q = 96;
+        p->n_lora_kv = 64;
+        p->mla_v = 32;
+        p->n_layer_dense = 1;
+        p->n_expert_shared = 1;
+        p->n_groups = 2;
+        p->n_groups_used = 1;
     } else if (strcmp(preset, "tiny-gpt-oss") == 0) {
         /* gpt-oss's: sinks, biases, a 64-token window on every other
          * layer, YaRN over a 512-token original context */
@@ -220,8 +244,8 @@ llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
         && strcmp(p->arch, "qwen3") != 0 && !moe_arch)
     {
         llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
-            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe or gpt-oss)",
-            p->arch);
+            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe, gpt-oss or "
+            "deepseek2)", p->arch);
         return -EINVAL;
     }
     if (p->n_layer_dense >= p->n_layer && p->n_layer_dense > 0) {
@@ -362,6 +386,33 @@ mk_split_experts(mk_list_t *l, const llm_mkmodel_params_t *p, uint32_t i)
     return rc;
 }
 
+/* deepseek2's attention (MLA), as the converter writes it with attn_kv_b
+ * split into attn_k_b and attn_v_b. */
+static int
+mk_mla(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i)
+{
+    int64_t E = p->n_embd, H = p->n_head, R = p->n_lora_kv;
+    int64_t rope = p->rope_dim, nope = p->head_dim - rope;
+    uint32_t ty = p->type;
+    int rc = 0;
+
+    rc |= mk_add(l, ty, MK_MATRIX, E, p->n_lora_q, 0,
+        "blk.%u.attn_q_a.weight", i);
+    rc |= mk_add(l, ty, MK_NORM, p->n_lora_q, 0, 0,
+        "blk.%u.attn_q_a_norm.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, p->n_lora_q, H * p->head_dim, 0,
+        "blk.%u.attn_q_b.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, E, R + rope, 0,
+        "blk.%u.attn_kv_a_mqa.weight", i);
+    rc |= mk_add(l, ty, MK_NORM, R, 0, 0, "blk.%u.attn_kv_a_norm.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, nope, R, H, "blk.%u.attn_k_b.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, R, p->mla_v, H, "blk.%u.attn_v_b.weight",
+        i);
+    rc |= mk_add(l, ty, MK_MATRIX, H * p->mla_v, E, 0,
+        "blk.%u.attn_output.weight", i);
+    return rc;
+}
+
 /*
  * One decoder layer's tensors, in the order the converter writes them;
  * dense: the dense FFN of a leading layer of a MoE model (glm4moe).
@@ -382,9 +433,13 @@ mk_layer(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i, int dense)
     int minimax = strcmp(p->arch, "minimax-m2") == 0;
     int glm = strcmp(p->arch, "glm4moe") == 0;
     int oss = strcmp(p->arch, "gpt-oss") == 0;
+    int ds = strcmp(p->arch, "deepseek2") == 0;
     int rc = 0;
 
     rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.attn_norm.weight", i);
+    if (ds) {
+        rc |= mk_mla(p, l, i);
+    } else {
     rc |= mk_add(l, ty, MK_MATRIX, E, Q, 0, "blk.%u.attn_q.weight", i);
     if (oss) {
         rc |= mk_add(l, ty, MK_BIAS, Q, 0, 0, "blk.%u.attn_q.bias", i);
@@ -415,6 +470,7 @@ mk_layer(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i, int dense)
             i);
     }
     rc |= mk_add(l, ty, MK_MATRIX, Q, E, 0, "blk.%u.attn_output.weight", i);
+    }
     if (oss) {
         rc |= mk_add(l, ty, MK_BIAS, E, 0, 0, "blk.%u.attn_output.bias", i);
         /* one sink logit per head: norm-filled, about 1 */
@@ -435,7 +491,7 @@ mk_layer(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i, int dense)
     if (oss) {
         rc |= mk_add(l, ty, MK_BIAS, X, 0, 0, "blk.%u.ffn_gate_inp.bias", i);
     }
-    if (minimax || glm) {
+    if (minimax || glm || ds) {
         rc |= mk_add(l, ty, MK_BIAS, X, 0, 0, "blk.%u.exp_probs_b.bias", i);
     }
     if (p->split_experts) {
@@ -668,6 +724,26 @@ mk_write_meta_arch(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p)
         mk_key(k, sizeof(k), a, "nextn_predict_layers");
         llm_gguf_w_u32(w, k, p->n_nextn);
     }
+    if (strcmp(a, "deepseek2") == 0) {
+        mk_key(k, sizeof(k), a, "attention.q_lora_rank");
+        llm_gguf_w_u32(w, k, p->n_lora_q);
+        mk_key(k, sizeof(k), a, "attention.kv_lora_rank");
+        llm_gguf_w_u32(w, k, p->n_lora_kv);
+        mk_key(k, sizeof(k), a, "attention.key_length_mla");
+        llm_gguf_w_u32(w, k, p->head_dim);
+        mk_key(k, sizeof(k), a, "attention.value_length_mla");
+        llm_gguf_w_u32(w, k, p->mla_v);
+        mk_key(k, sizeof(k), a, "leading_dense_block_count");
+        llm_gguf_w_u32(w, k, p->n_layer_dense);
+        mk_key(k, sizeof(k), a, "expert_shared_count");
+        llm_gguf_w_u32(w, k, p->n_expert_shared);
+        mk_key(k, sizeof(k), a, "expert_weights_scale");
+        llm_gguf_w_f32(w, k, 2.5f);
+        mk_key(k, sizeof(k), a, "expert_group_count");
+        llm_gguf_w_u32(w, k, p->n_groups ? p->n_groups : 1);
+        mk_key(k, sizeof(k), a, "expert_group_used_count");
+        llm_gguf_w_u32(w, k, p->n_groups_used ? p->n_groups_used : 1);
+    }
     if (strcmp(a, "gpt-oss") == 0) {
         mk_key(k, sizeof(k), a, "attention.sliding_window");
         llm_gguf_w_u32(w, k, p->n_swa);
@@ -722,9 +798,10 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
     mk_key(k, sizeof(k), a, "attention.head_count_kv");
     llm_gguf_w_u32(w, k, p->n_head_kv);
     mk_key(k, sizeof(k), a, "attention.key_length");
-    llm_gguf_w_u32(w, k, p->head_dim);
+    llm_gguf_w_u32(w, k, p->n_lora_kv ? p->n_lora_kv + p->rope_dim
+                                      : p->head_dim);
     mk_key(k, sizeof(k), a, "attention.value_length");
-    llm_gguf_w_u32(w, k, p->head_dim);
+    llm_gguf_w_u32(w, k, p->n_lora_kv ? p->n_lora_kv : p->head_dim);
     mk_key(k, sizeof(k), a, "attention.layer_norm_rms_epsilon");
     llm_gguf_w_f32(w, k, p->eps);
     mk_key(k, sizeof(k), a, "rope.dimension_count");
@@ -741,7 +818,9 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
         mk_key(k, sizeof(k), a, "pooling_type");
         llm_gguf_w_u32(w, k, (uint32_t) p->pooling);
     }
-    if (strcmp(a, "minimax-m2") == 0 || strcmp(a, "glm4moe") == 0) {
+    if (strcmp(a, "minimax-m2") == 0 || strcmp(a, "glm4moe") == 0
+        || strcmp(a, "deepseek2") == 0)
+    {
         mk_key(k, sizeof(k), a, "expert_gating_func");
         llm_gguf_w_u32(w, k, 2);            /* sigmoid */
         mk_key(k, sizeof(k), a, "expert_weights_norm");

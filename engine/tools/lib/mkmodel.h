@@ -39,6 +39,12 @@ typedef struct {
     uint32_t    n_swa;          /* gpt-oss: sliding window */
     float       yarn_factor;    /* gpt-oss: rope.scaling yarn factor */
     uint32_t    yarn_orig_ctx;  /*   and original_context_length */
+    uint32_t    n_lora_q;       /* deepseek2 (MLA; head_dim is the q.k
+                                   head, key_length_mla): q LoRA rank, */
+    uint32_t    n_lora_kv;      /*   the latent's rank, */
+    uint32_t    mla_v;          /*   the value head after v_b, */
+    uint32_t    n_groups;       /*   expert groups and those used */
+    uint32_t    n_groups_used;
     uint32_t    rope_dim;
     float       rope_base;
     float       eps;
