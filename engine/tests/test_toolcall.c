@@ -267,6 +267,13 @@ done:
 #define S LLM_TOOLFMT_MISTRAL
 #define D LLM_TOOLFMT_DEEPSEEK_V3
 #define G LLM_TOOLFMT_GLM45
+#define K LLM_TOOLFMT_KIMI_K2
+
+#define KM_CALLS_BEGIN  "<|tool_calls_section_begin|>"
+#define KM_CALLS_END    "<|tool_calls_section_end|>"
+#define KM_CALL_BEGIN   "<|tool_call_begin|>"
+#define KM_CALL_END     "<|tool_call_end|>"
+#define KM_ARGS         "<|tool_call_argument_begin|>"
 
 #define DS_CALLS_BEGIN  "<｜tool▁calls▁begin｜>"
 #define DS_CALLS_END    "<｜tool▁calls▁end｜>"
@@ -395,6 +402,24 @@ static const case_t cases[] = {
     { "deepseek-v3: broken head is content", D, NULL,
       DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops",
       DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops", 0, { 0 }, { 0 } },
+
+    /* kimi-k2: as Kimi-K2's template writes calls */
+    { "kimi-k2: text then two calls", K, NULL,
+      "Let me check." KM_CALLS_BEGIN KM_CALL_BEGIN "functions.get_weather:0"
+      KM_ARGS "{\"city\": \"Paris\"}" KM_CALL_END KM_CALL_BEGIN
+      "functions.f:1" KM_ARGS "{}" KM_CALL_END KM_CALLS_END,
+      "Let me check.", 2, { "get_weather", "f" },
+      { "{\"city\": \"Paris\"}", "{}" } },
+    { "kimi-k2: an id without the prefix or index", K, NULL,
+      KM_CALLS_BEGIN KM_CALL_BEGIN "lookup" KM_ARGS "{\"q\": 1}"
+      KM_CALL_END KM_CALLS_END " done",
+      " done", 1, { "lookup" }, { "{\"q\": 1}" } },
+    { "kimi-k2: broken is content", K, NULL,
+      "a" KM_CALLS_BEGIN "nope", "a" KM_CALLS_BEGIN "nope", 0, { 0 },
+      { 0 } },
+    { "kimi-k2: no argument marker is content", K, NULL,
+      KM_CALLS_BEGIN KM_CALL_BEGIN "functions.f:0{}",
+      KM_CALLS_BEGIN KM_CALL_BEGIN "functions.f:0{}", 0, { 0 }, { 0 } },
 
     /* glm4.5: the bytes GLM-4.6's template renders (build/bin/llm-template
      * on GLM-4.6.jinja), GLM-4.7's compact form, values by schema type */

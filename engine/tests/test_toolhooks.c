@@ -850,6 +850,8 @@ main(void)
     test_forced(&e, "mistral", NULL, "lookup_order");
     tk_begin("forced calls, deepseek-v3");
     test_forced(&e, "deepseek-v3", NULL, "lookup_order");
+    tk_begin("forced calls, kimi-k2");
+    test_forced(&e, "kimi-k2", NULL, "lookup_order");
     tk_begin("forced calls, minimax-m2");
     test_forced(&e, "minimax-m2", mm_tools, "set_level");
     tk_begin("forced calls, glm4.5");

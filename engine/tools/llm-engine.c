@@ -91,7 +91,7 @@ usage(FILE *f)
 "                        length keeps the first values and renormalizes\n"
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
 "                        template suggests: hermes, minimax-m2, llama3-json,\n"
-"                        mistral, deepseek-v3, glm4.5 or none\n"
+"                        mistral, deepseek-v3, glm4.5, kimi-k2 or none\n"
 "                        (docs/TOOLS.md)\n"
 "  --reasoning-format F  think, harmony or none: how a chat answer's\n"
 "                        reasoning is told from the answer\n"

@@ -38,6 +38,12 @@
                           "end\xef\xbd\x9c>"
 #define DS_SEP            "<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>"
 
+#define KM_CALLS_BEGIN    "<|tool_calls_section_begin|>"
+#define KM_CALLS_END      "<|tool_calls_section_end|>"
+#define KM_CALL_BEGIN     "<|tool_call_begin|>"
+#define KM_CALL_END       "<|tool_call_end|>"
+#define KM_ARGS           "<|tool_call_argument_begin|>"
+
 typedef enum {
     S_TEXT = 0,
     S_PLAIN,         /* llama3-json: the answer is not a call */
@@ -103,6 +109,7 @@ static const struct {
     { LLM_TOOLFMT_MISTRAL, "mistral" },
     { LLM_TOOLFMT_DEEPSEEK_V3, "deepseek-v3" },
     { LLM_TOOLFMT_GLM45, "glm4.5" },
+    { LLM_TOOLFMT_KIMI_K2, "kimi-k2" },
 };
 
 int
@@ -135,7 +142,7 @@ const char *
 llm_toolfmt_names(void)
 {
     return "hermes, minimax-m2, llama3-json, mistral, deepseek-v3, glm4.5, "
-           "none";
+           "kimi-k2, none";
 }
 
 
@@ -266,6 +273,7 @@ static const char *llm_tc_openers[][3] = {
     [LLM_TOOLFMT_MISTRAL] = { "[TOOL_CALLS]", NULL },
     [LLM_TOOLFMT_DEEPSEEK_V3] = { DS_CALLS_BEGIN, DS_CALL_BEGIN, NULL },
     [LLM_TOOLFMT_GLM45] = { "<tool_call>", NULL },
+    [LLM_TOOLFMT_KIMI_K2] = { KM_CALLS_BEGIN, KM_CALL_BEGIN, NULL },
 };
 
 static int
@@ -1149,11 +1157,11 @@ static int
 llm_tc_ds_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
     size_t k = tc->pos, k0;
-    int    r1, r2;
+    int    r1, r2, km = tc->fmt == LLM_TOOLFMT_KIMI_K2;
 
     llm_tc_ws(tc->b, tc->len, &k);
     k0 = k;
-    r1 = llm_tc_lit(tc->b, tc->len, &k, DS_CALL_BEGIN);
+    r1 = llm_tc_lit(tc->b, tc->len, &k, km ? KM_CALL_BEGIN : DS_CALL_BEGIN);
     if (r1 == M_OK) {
         tc->pos = k;
         if (!tc->mark_live) {
@@ -1162,7 +1170,7 @@ llm_tc_ds_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
         tc->state = S_DS_HEAD;
         return R_MORE;
     }
-    r2 = llm_tc_lit(tc->b, tc->len, &k, DS_CALLS_END);
+    r2 = llm_tc_lit(tc->b, tc->len, &k, km ? KM_CALLS_END : DS_CALLS_END);
     if (r2 == M_OK) {
         tc->pos = k;
         llm_tc_to_text(tc);
@@ -1182,6 +1190,69 @@ llm_tc_ds_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     return R_MORE;
 }
 
+/*
+ * kimi-k2: the call's id functions.NAME:INDEX, <|tool_call_argument_begin|>
+ * and the arguments' '{'; the name is NAME (an id without the functions.
+ * prefix or the :INDEX is taken whole).
+ */
+static int
+llm_tc_kimi_head(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
+{
+    const char *p = tc->b, *c;
+    size_t      n = tc->len, k = tc->pos, s0, s1;
+    char        name[LLM_TC_NAME_MAX + 1];
+    int         r;
+
+    r = llm_tc_until(p, n, &k, "<", LLM_TC_NAME_MAX, &s0, &s1);
+    if (r == M_NEED) {
+        goto need;
+    }
+    if (r == M_BAD || s1 == s0) {
+        goto bad;
+    }
+    r = llm_tc_lit(p, n, &k, KM_ARGS);
+    if (r == M_NEED) {
+        goto need;
+    }
+    if (r == M_BAD) {
+        goto bad;
+    }
+    llm_tc_ws(p, n, &k);
+    r = llm_tc_lit(p, n, &k, "{");
+    if (r == M_NEED) {
+        goto need;
+    }
+    if (r == M_BAD) {
+        goto bad;
+    }
+    if (s1 - s0 > 10 && memcmp(p + s0, "functions.", 10) == 0) {
+        s0 += 10;
+    }
+    for (c = p + s1; c > p + s0 && isdigit((unsigned char) c[-1]); c--) {
+        /* void */
+    }
+    if (c > p + s0 + 1 && c < p + s1 && c[-1] == ':') {
+        s1 = (size_t) (c - 1 - p);
+    }
+    memcpy(name, p + s0, s1 - s0);
+    name[s1 - s0] = '\0';
+    llm_tc_begin_call(tc, out, name);
+    tc->ds_v3 = 0;
+    tc->pos = k - 1;
+    tc->depth = tc->in_str = tc->esc = 0;
+    tc->after_args = S_DS_TAIL;
+    tc->state = S_JARGS;
+    return R_MORE;
+
+need:
+    if (!final && n - tc->pos <= LLM_TC_HEAD_MAX) {
+        return R_NEED;
+    }
+bad:
+    llm_tc_fallback(tc, out);
+    return R_MORE;
+}
+
 static int
 llm_tc_ds_head(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
@@ -1189,6 +1260,10 @@ llm_tc_ds_head(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     size_t      n = tc->len, k = tc->pos, s0, s1, n0, n1;
     char        name[LLM_TC_NAME_MAX + 1];
     int         r, v3 = 0;
+
+    if (tc->fmt == LLM_TOOLFMT_KIMI_K2) {
+        return llm_tc_kimi_head(tc, final, out);
+    }
 
     r = llm_tc_until(p, n, &k, "<\n", LLM_TC_NAME_MAX, &s0, &s1);
     if (r == M_NEED) {
@@ -1283,7 +1358,8 @@ llm_tc_ds_tail(llm_toolcall_t *tc, int final)
         }
         llm_tc_ws(tc->b, tc->len, &k);
     }
-    r = llm_tc_lit(tc->b, tc->len, &k, DS_CALL_END);
+    r = llm_tc_lit(tc->b, tc->len, &k, tc->fmt == LLM_TOOLFMT_KIMI_K2
+                                       ? KM_CALL_END : DS_CALL_END);
     if (r == M_OK) {
         tc->pos = k;
         tc->state = S_DS_BLOCK;
@@ -1512,7 +1588,7 @@ llm_toolcall_create(llm_toolcall_t **out, int fmt, const json_t *tools,
     llm_toolcall_t *tc;
 
     *out = NULL;
-    if (fmt <= LLM_TOOLFMT_NONE || fmt > LLM_TOOLFMT_GLM45) {
+    if (fmt <= LLM_TOOLFMT_NONE || fmt > LLM_TOOLFMT_KIMI_K2) {
         snprintf(err, errlen, "tool-call format %d: no parser", fmt);
         return -EINVAL;
     }

@@ -23,6 +23,9 @@
  *   deepseek-v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
  *                ```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
  *                and the V3.1 form <｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}
+ *   kimi-k2      <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0
+ *                <|tool_call_argument_begin|>{...}<|tool_call_end|>...
+ *                <|tool_calls_section_end|>
  *   glm4.5       <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n
  *                </tool_call>  (GLM-4.5/4.6; GLM-4.7 writes no newlines;
  *                v converted by the tool's schema, as for minimax-m2)
@@ -45,7 +48,8 @@ typedef enum {
     LLM_TOOLFMT_LLAMA3_JSON,
     LLM_TOOLFMT_MISTRAL,
     LLM_TOOLFMT_DEEPSEEK_V3,
-    LLM_TOOLFMT_GLM45
+    LLM_TOOLFMT_GLM45,
+    LLM_TOOLFMT_KIMI_K2
 } llm_toolfmt_e;
 
 /* The family named s ("hermes", ...), or -1 when there is none. */

@@ -67,6 +67,12 @@
 #define DS_CALL_END     DS_MARK("call\xe2\x96\x81" "end")
 #define DS_SEP          DS_MARK("sep")
 
+#define KM_CALLS_BEGIN  "<|tool_calls_section_begin|>"
+#define KM_CALLS_END    "<|tool_calls_section_end|>"
+#define KM_CALL_BEGIN   "<|tool_call_begin|>"
+#define KM_CALL_END     "<|tool_call_end|>"
+#define KM_ARGS         "<|tool_call_argument_begin|>"
+
 /* Every marker of each family (toolcall.h), NULL-terminated. */
 static const char *llm_th_markers[][LLM_TH_MARKERS] = {
     [LLM_TOOLFMT_NONE] = { NULL },
@@ -80,6 +86,8 @@ static const char *llm_th_markers[][LLM_TH_MARKERS] = {
     [LLM_TOOLFMT_GLM45] = { "<tool_call>", "</tool_call>", "<arg_key>",
                             "</arg_key>", "<arg_value>", "</arg_value>",
                             NULL },
+    [LLM_TOOLFMT_KIMI_K2] = { KM_CALLS_BEGIN, KM_CALLS_END, KM_CALL_BEGIN,
+                              KM_CALL_END, KM_ARGS, NULL },
 };
 
 /*
@@ -110,7 +118,8 @@ typedef enum {
 typedef enum {
     NX_JSON = 0,     /* the call's JSON (of tool `tool` when per tool) */
     NX_NAMES,        /* the set of names */
-    NX_CALLBEGIN,    /* deepseek-v3: <｜tool▁call▁begin｜>, then names */
+    NX_CALLBEGIN,    /* deepseek-v3, kimi-k2: the call marker (call_begin),
+                        then names */
     NX_MM_START,     /* minimax-m2: \n, then names */
     NX_HEAD,         /* hermes, llama3-json with many tools: the call
                         object's head {"name": ", then names */
@@ -587,6 +596,30 @@ llm_th_grammar_per_tool(llm_th_t *th, json_t *tools, const char *only,
 }
 
 
+/* Every name candidate gets prefix in front (kimi-k2's functions.). */
+static int
+llm_th_prefix_names(llm_th_t *th, const char *prefix, char *err,
+    size_t errlen)
+{
+    size_t  pl = strlen(prefix);
+
+    for (uint32_t i = 0; i < th->n_names; i++) {
+        llm_th_cand_t *c = &th->names[i];
+        char          *s = malloc(pl + c->len + 1);
+
+        if (s == NULL) {
+            snprintf(err, errlen, "tools: out of memory");
+            return -ENOMEM;
+        }
+        memcpy(s, prefix, pl);
+        memcpy(s + pl, c->s, c->len + 1);
+        free(c->s);
+        c->s = s;
+        c->len += pl;
+    }
+    return 0;
+}
+
 static char *
 llm_th_cat3(const char *a, const char *b, const char *c, size_t *len)
 {
@@ -974,7 +1007,9 @@ llm_th_go(llm_th_t *th, llm_th_next_e nx, int tool)
         th->phase = th->n_names ? TP_SET : TP_OFF;
         return;
     case NX_CALLBEGIN:
-        llm_th_lit(th, DS_CALL_BEGIN, 0, NX_NAMES);
+        llm_th_lit(th, th->fmt == LLM_TOOLFMT_KIMI_K2 ? KM_CALL_BEGIN
+                                                     : DS_CALL_BEGIN,
+                   0, NX_NAMES);
         return;
     case NX_MM_START:
         llm_th_lit(th, "\n", 0, NX_NAMES);
@@ -1730,6 +1765,32 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_per_tool(th, tools, only, DS_SEP, err,
                                          errlen);
+        }
+        break;
+    case LLM_TOOLFMT_KIMI_K2:
+        /* as deepseek-v3's, with the ids functions.NAME:0 (the grammar
+         * numbers every call 0; the parser takes any index) */
+        th->opener = KM_CALLS_BEGIN;
+        th->opener_next = NX_CALLBEGIN;
+        th->json_union = KM_CALL_END;
+        th->union_next = NX_AFTER;
+        th->after[th->n_after++] = (llm_th_cand_t) {
+            (char *) KM_CALLS_END, strlen(KM_CALLS_END), NX_END, -1 };
+        if (th->parallel) {
+            th->after[th->n_after++] = (llm_th_cand_t) {
+                (char *) KM_CALL_BEGIN, strlen(KM_CALL_BEGIN), NX_NAMES,
+                -1 };
+        }
+        th->lits[th->n_lits++] = KM_CALLS_BEGIN;
+        th->lits[th->n_lits++] = KM_CALLS_END;
+        th->lits[th->n_lits++] = KM_CALL_BEGIN;
+        th->lits[th->n_lits++] = KM_CALL_END;
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
+            rc = llm_th_grammar_per_tool(th, tools, only, ":0" KM_ARGS, err,
+                                         errlen);
+        }
+        if (rc == 0 && th->choice != LLM_TOOL_CHOICE_NONE) {
+            rc = llm_th_prefix_names(th, "functions.", err, errlen);
         }
         break;
     case LLM_TOOLFMT_MINIMAX_M2:
