@@ -19,7 +19,7 @@ FUZZ=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUILD=${1:?usage: run.sh BUILD_DIR [TARGET|all] [SECONDS]}
 WHICH=${2:-all}
 SECS=${3:-60}
-TARGETS=(engine_frame gguf tokenizer template grammar module_request
+TARGETS=(engine_frame gguf tokenizer textout template grammar module_request
          module_events)
 
 if [ "$WHICH" != all ]; then

@@ -232,12 +232,18 @@ llm_hm_step(llm_reasoning_t *r, const char *s, size_t n, int final,
     if (r->state != RS_HM_HEAD) {
         return llm_hm_body(r, s, n, final, out);
     }
+    /* a header starts with its markup (<|start|>, <|channel|>) or to= */
+    if (n > 0 && s[0] != '<' && s[0] != 't') {
+        r->state = RS_HM_TEXT;
+        return 0;
+    }
     m = llm_rs_find(s, n, LLM_HM_MESSAGE);
     if (m != NULL && (size_t) (m - s) <= LLM_HM_HEAD_MAX) {
         llm_hm_header(r, s, (size_t) (m - s), out);
         return (size_t) (m - s) + strlen(LLM_HM_MESSAGE);
     }
-    if (n <= LLM_HM_HEAD_MAX && (n == 0 || s[0] == '<' || s[0] == 't')) {
+    /* wait while a marker starting within the limit may still complete */
+    if (n < LLM_HM_HEAD_MAX + strlen(LLM_HM_MESSAGE)) {
         /* the header goes on; cut off by the end, it is markup only */
         return final ? n : 0;
     }

@@ -343,14 +343,15 @@ llm_tc_args_escaped(llm_toolcall_t *tc, const llm_text_out_t *out,
     if (n == 0) {
         return 0;
     }
-    if (tc->tmp_cap < n * 6) {
-        char *t = realloc(tc->tmp, n * 6);
+    /* six bytes per byte at most (\u00XX), and sprintf's NUL */
+    if (tc->tmp_cap < n * 6 + 1) {
+        char *t = realloc(tc->tmp, n * 6 + 1);
 
         if (t == NULL) {
             return -ENOMEM;
         }
         tc->tmp = t;
-        tc->tmp_cap = n * 6;
+        tc->tmp_cap = n * 6 + 1;
     }
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char) s[i];
@@ -1539,7 +1540,9 @@ llm_toolcall_feed(llm_toolcall_t *tc, const char *s, size_t len, int final,
     size_t keep;
     int    rc;
 
-    if (tc->len + len > tc->cap) {
+    /* a buffer from the first call on, also for len 0: the states do
+     * arithmetic on it */
+    if (tc->len + len > tc->cap || tc->b == NULL) {
         size_t  cap = tc->cap ? tc->cap : 256;
         char   *b;
 
