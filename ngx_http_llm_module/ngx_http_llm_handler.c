@@ -419,6 +419,15 @@ ngx_http_llm_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_OK;
     }
 
+    if (rest.len == sizeof("responses") - 1
+        && ngx_strncmp(rest.data, "responses", rest.len) == 0)
+    {
+        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
+        ctx->dialect = &ngx_http_llm_responses_dialect;
+        *allowed = NGX_HTTP_POST;
+        return NGX_OK;
+    }
+
     if (rest.len == sizeof("embeddings") - 1
         && ngx_strncmp(rest.data, "embeddings", rest.len) == 0)
     {

@@ -564,6 +564,9 @@ ngx_int_t ngx_http_llm_embed_add(ngx_http_request_t *r,
 ngx_int_t ngx_http_llm_embed_body(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__EmbedDone *done, ngx_str_t *body);
 
+/* ngx_http_llm_responses.c: POST /v1/responses */
+extern ngx_http_llm_dialect_t  ngx_http_llm_responses_dialect;
+
 /* ngx_http_llm_json.c */
 size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);
 void ngx_http_llm_utf8_cpystrn(u_char *dst, const u_char *src, size_t size);
