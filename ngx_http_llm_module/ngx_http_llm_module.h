@@ -336,6 +336,9 @@ typedef struct {
     ngx_array_t                    passes;     /* llm_pass upstreams */
     ngx_array_t                    registered; /* upstreams with backends */
     ngx_msec_t                     info_cache;
+    ngx_shm_zone_t                *responses_store;  /* NULL: off */
+    time_t                         responses_ttl;
+    unsigned                       responses_set:1;
 } ngx_http_llm_main_conf_t;
 
 
@@ -566,6 +569,8 @@ ngx_int_t ngx_http_llm_embed_body(ngx_http_request_t *r,
 
 /* ngx_http_llm_responses.c: POST /v1/responses */
 extern ngx_http_llm_dialect_t  ngx_http_llm_responses_dialect;
+char *ngx_http_llm_responses_store(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* ngx_http_llm_json.c */
 size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);

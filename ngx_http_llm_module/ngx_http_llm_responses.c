@@ -7,8 +7,9 @@
  * request the module already validates (ngx_http_llm_parse_json), so the
  * engine runs it as any chat request; the answer is the Response object,
  * or its typed event stream (response.created ... response.completed,
- * each with its sequence_number).  Nothing is stored: previous_response_id
- * and item references are refused, and "store" is always false.
+ * each with its sequence_number).  Finished responses are kept for a while
+ * in a shared zone (llm_responses_store) for previous_response_id and
+ * item_reference.
  * JSON is made with jansson (strings from the engine through
  * ngx_http_llm_resp_str, which never fails on bad UTF-8).
  */
@@ -38,8 +39,38 @@ typedef struct {
     ngx_uint_t                     kind;      /* NGX_HTTP_LLM_RESP_* */
     ngx_uint_t                     call_index;
     ngx_uint_t                     seq;       /* sequence_number */
+    json_t                        *conv;      /* the conversation's items */
+    ngx_uint_t                     n_prev;    /* of previous_response_id */
     unsigned                       started:1;
+    unsigned                       store:1;   /* kept in the store */
 } ngx_http_llm_resp_t;
+
+
+/*
+ * The store (llm_responses_store): output items by their id, for
+ * item_reference, and each response's conversation (its input items and
+ * output) by the response id, for previous_response_id; JSON text in a
+ * shared zone, kept for a lifetime, the oldest dropped when full.
+ */
+
+typedef struct {
+    ngx_rbtree_t                   rbtree;
+    ngx_rbtree_node_t              sentinel;
+    ngx_queue_t                    lru;       /* the newest first */
+} ngx_http_llm_store_sh_t;
+
+
+typedef struct {
+    ngx_str_node_t                 sn;        /* sn.str: the id */
+    ngx_queue_t                    queue;
+    time_t                         expires;
+    size_t                         len;       /* of the JSON */
+    u_char                         data[1];   /* the id, then the JSON */
+} ngx_http_llm_store_node_t;
+
+
+#define NGX_HTTP_LLM_STORE_SIZE  (4 * 1024 * 1024)
+#define NGX_HTTP_LLM_STORE_TTL   3600
 
 
 static ngx_int_t ngx_http_llm_resp_parse(ngx_http_request_t *r,
@@ -285,6 +316,317 @@ ngx_http_llm_resp_cleanup(void *data)
     if (st->item) {
         json_decref(st->item);
     }
+
+    if (st->conv) {
+        json_decref(st->conv);
+    }
+}
+
+
+/* ------------------------------------------------------------------ */
+/* the store                                                           */
+/* ------------------------------------------------------------------ */
+
+
+static ngx_int_t
+ngx_http_llm_store_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_slab_pool_t          *shpool;
+    ngx_http_llm_store_sh_t  *sh;
+
+    if (data) {
+        /* a reload, the same size: the old cycle's items stay */
+        shm_zone->data = data;
+        return NGX_OK;
+    }
+
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (shm_zone->shm.exists) {
+        shm_zone->data = shpool->data;
+        return NGX_OK;
+    }
+
+    sh = ngx_slab_alloc(shpool, sizeof(ngx_http_llm_store_sh_t));
+    if (sh == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_rbtree_init(&sh->rbtree, &sh->sentinel, ngx_str_rbtree_insert_value);
+    ngx_queue_init(&sh->lru);
+
+    shpool->data = sh;
+    shpool->log_nomem = 0;        /* full: the oldest go */
+    shm_zone->data = sh;
+
+    return NGX_OK;
+}
+
+
+/*
+ * llm_responses_store off | SIZE [LIFETIME] (http{}); cmd NULL: the
+ * default, 4m for an hour.
+ */
+
+char *
+ngx_http_llm_responses_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_llm_main_conf_t *mcf = conf;
+
+    time_t      ttl;
+    ssize_t     size;
+    ngx_str_t  *value, name;
+
+    if (mcf->responses_set) {
+        return "is duplicate";
+    }
+
+    mcf->responses_set = 1;
+    size = NGX_HTTP_LLM_STORE_SIZE;
+    ttl = NGX_HTTP_LLM_STORE_TTL;
+
+    if (cmd) {
+        value = cf->args->elts;
+
+        if (ngx_strcmp(value[1].data, "off") == 0) {
+            if (cf->args->nelts != 2) {
+                return "takes no lifetime with \"off\"";
+            }
+
+            mcf->responses_store = NULL;
+            return NGX_CONF_OK;
+        }
+
+        size = ngx_parse_size(&value[1]);
+        if (size == NGX_ERROR || size < (ssize_t) (8 * ngx_pagesize)) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid size \"%V\" of llm_responses_store "
+                               "(at least %ui)", &value[1], 8 * ngx_pagesize);
+            return NGX_CONF_ERROR;
+        }
+
+        if (cf->args->nelts == 3) {
+            ttl = ngx_parse_time(&value[2], 1);
+            if (ttl == (time_t) NGX_ERROR || ttl == 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid lifetime \"%V\" of "
+                                   "llm_responses_store", &value[2]);
+                return NGX_CONF_ERROR;
+            }
+        }
+    }
+
+    ngx_str_set(&name, "llm_responses");
+
+    mcf->responses_store = ngx_shared_memory_add(cf, &name, size,
+                                                 &ngx_http_llm_module);
+    if (mcf->responses_store == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    mcf->responses_store->init = ngx_http_llm_store_init_zone;
+    mcf->responses_ttl = ttl;
+
+    return NGX_CONF_OK;
+}
+
+
+static void
+ngx_http_llm_store_delete(ngx_http_llm_store_sh_t *sh,
+    ngx_slab_pool_t *shpool, ngx_http_llm_store_node_t *node)
+{
+    ngx_rbtree_delete(&sh->rbtree, &node->sn.node);
+    ngx_queue_remove(&node->queue);
+    ngx_slab_free_locked(shpool, node);
+}
+
+
+/* The expired ones go (the oldest are last). */
+
+static void
+ngx_http_llm_store_expire(ngx_http_llm_store_sh_t *sh,
+    ngx_slab_pool_t *shpool)
+{
+    ngx_queue_t                *q;
+    ngx_http_llm_store_node_t  *node;
+
+    while (!ngx_queue_empty(&sh->lru)) {
+        q = ngx_queue_last(&sh->lru);
+        node = ngx_queue_data(q, ngx_http_llm_store_node_t, queue);
+
+        if (node->expires > ngx_time()) {
+            return;
+        }
+
+        ngx_http_llm_store_delete(sh, shpool, node);
+    }
+}
+
+
+/* Keeps json (dumped) under id; a failure only logs. */
+
+static void
+ngx_http_llm_store_put(ngx_http_request_t *r, json_t *id, json_t *json)
+{
+    char                       *s;
+    size_t                      n, idlen, size;
+    ngx_str_t                   key;
+    ngx_shm_zone_t             *zone;
+    ngx_slab_pool_t            *shpool;
+    ngx_http_llm_store_sh_t    *sh;
+    ngx_http_llm_store_node_t  *node;
+    ngx_http_llm_main_conf_t   *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    zone = mcf->responses_store;
+
+    if (zone == NULL || !json_is_string(id)) {
+        return;
+    }
+
+    s = json_dumps(json, NGX_HTTP_LLM_RESP_DUMP);
+    if (s == NULL) {
+        return;
+    }
+
+    key.data = (u_char *) json_string_value(id);
+    key.len = json_string_length(id);
+    idlen = key.len;
+    n = ngx_strlen(s);
+    size = offsetof(ngx_http_llm_store_node_t, data) + idlen + n;
+
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+    sh = zone->data;
+
+    if (size > zone->shm.size / 4) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "llm: %V (%uz bytes) is too large for "
+                      "llm_responses_store", &key, size);
+        free(s);
+        return;
+    }
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    ngx_http_llm_store_expire(sh, shpool);
+
+    node = (ngx_http_llm_store_node_t *)
+           ngx_str_rbtree_lookup(&sh->rbtree, &key,
+                                 ngx_crc32_short(key.data, key.len));
+    if (node) {
+        ngx_http_llm_store_delete(sh, shpool, node);
+    }
+
+    for ( ;; ) {
+        node = ngx_slab_alloc_locked(shpool, size);
+        if (node || ngx_queue_empty(&sh->lru)) {
+            break;
+        }
+
+        /* full: the oldest goes */
+        ngx_http_llm_store_delete(sh, shpool,
+            ngx_queue_data(ngx_queue_last(&sh->lru),
+                           ngx_http_llm_store_node_t, queue));
+    }
+
+    if (node) {
+        ngx_memcpy(node->data, key.data, idlen);
+        ngx_memcpy(node->data + idlen, s, n);
+        node->sn.str.data = node->data;
+        node->sn.str.len = idlen;
+        node->sn.node.key = ngx_crc32_short(key.data, key.len);
+        node->len = n;
+        node->expires = ngx_time() + mcf->responses_ttl;
+
+        ngx_rbtree_insert(&sh->rbtree, &node->sn.node);
+        ngx_queue_insert_head(&sh->lru, &node->queue);
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    free(s);
+}
+
+
+/* What is kept under id (a new reference, released by the caller), or
+ * NULL: unknown, expired, or no memory. */
+
+static json_t *
+ngx_http_llm_store_get(ngx_http_request_t *r, const char *id)
+{
+    u_char                     *copy;
+    size_t                      len;
+    ngx_str_t                   key;
+    ngx_shm_zone_t             *zone;
+    ngx_slab_pool_t            *shpool;
+    ngx_http_llm_store_sh_t    *sh;
+    ngx_http_llm_store_node_t  *node;
+    ngx_http_llm_main_conf_t   *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    zone = mcf->responses_store;
+
+    key.data = (u_char *) id;
+    key.len = ngx_strlen(id);
+    copy = NULL;
+    len = 0;
+
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+    sh = zone->data;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    node = (ngx_http_llm_store_node_t *)
+           ngx_str_rbtree_lookup(&sh->rbtree, &key,
+                                 ngx_crc32_short(key.data, key.len));
+
+    if (node && node->expires <= ngx_time()) {
+        ngx_http_llm_store_delete(sh, shpool, node);
+        node = NULL;
+    }
+
+    if (node) {
+        len = node->len;
+        copy = ngx_pnalloc(r->pool, len);
+        if (copy) {
+            ngx_memcpy(copy, node->data + node->sn.str.len, len);
+        }
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    if (copy == NULL) {
+        return NULL;
+    }
+
+    return json_loadb((const char *) copy, len, 0, NULL);
+}
+
+
+/*
+ * Keeps the finished response: each output item under its id, and the
+ * conversation (its items and the output) under the response's id.
+ */
+
+static void
+ngx_http_llm_store_response(ngx_http_request_t *r, ngx_http_llm_resp_t *st)
+{
+    size_t   i;
+    json_t  *item;
+
+    if (!st->store) {
+        return;
+    }
+
+    json_array_foreach(st->output, i, item) {
+        ngx_http_llm_store_put(r, json_object_get(item, "id"), item);
+    }
+
+    if (json_array_extend(st->conv, st->output) != 0) {
+        return;
+    }
+
+    ngx_http_llm_store_put(r, json_object_get(st->resp, "id"), st->conv);
 }
 
 
@@ -638,8 +980,8 @@ ngx_http_llm_resp_item(ngx_http_request_t *r, json_t *item, ngx_uint_t i,
         return ngx_http_llm_resp_bad(r, err, "invalid_value", (char *) param,
                                      "Item references are not supported: "
                                      "this server does not store responses "
-                                     "or items; send the items themselves "
-                                     "in input.");
+                                     "(llm_responses_store off); send the "
+                                     "items themselves in input.");
     }
 
     return ngx_http_llm_resp_bad(r, err, "invalid_value", (char *) param,
@@ -650,15 +992,151 @@ ngx_http_llm_resp_item(ngx_http_request_t *r, json_t *item, ngx_uint_t i,
 }
 
 
-/* instructions and input as the chat messages. */
+/*
+ * The conversation's items: those of previous_response_id (from the
+ * store), then input's (a string is a user message).
+ */
 
 static ngx_int_t
-ngx_http_llm_resp_input(ngx_http_request_t *r, json_t *root, json_t *chat,
-    ngx_http_llm_error_t *err)
+ngx_http_llm_resp_conv(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
+    json_t *root, ngx_http_llm_error_t *err)
 {
-    json_t      *msgs, *in, *j, *item;
+    json_t  *prev, *in, *items;
+
+    st->conv = json_array();
+    if (st->conv == NULL) {
+        return NGX_ERROR;
+    }
+
+    prev = json_object_get(root, "previous_response_id");
+
+    if (prev && !json_is_null(prev)) {
+        if (!json_is_string(prev)) {
+            return ngx_http_llm_resp_bad_type(r, err, "previous_response_id",
+                                              "a string", prev);
+        }
+
+        items = ngx_http_llm_store_get(r, json_string_value(prev));
+
+        if (!json_is_array(items)) {
+            if (items) {
+                json_decref(items);
+            }
+
+            return ngx_http_llm_resp_bad(r, err, "previous_response_not_found",
+                                         "previous_response_id", "Previous "
+                                         "response with id '%s' not found "
+                                         "(this server keeps responses in "
+                                         "llm_responses_store for a "
+                                         "while; send the whole "
+                                         "conversation in input).",
+                                         json_string_value(prev));
+        }
+
+        st->n_prev = json_array_size(items);
+
+        if (json_array_extend(st->conv, items) != 0) {
+            json_decref(items);
+            return NGX_ERROR;
+        }
+
+        json_decref(items);
+    }
+
+    in = json_object_get(root, "input");
+
+    if (in == NULL || json_is_null(in)) {
+        if (st->n_prev) {
+            return NGX_OK;
+        }
+
+        return ngx_http_llm_resp_bad(r, err, "missing_required_parameter",
+                                     "input", "Missing required parameter: "
+                                     "'input'.");
+    }
+
+    if (json_is_string(in)) {
+        return json_array_append_new(st->conv,
+                                     json_pack("{s:s,s:s,s:O}", "type",
+                                               "message", "role", "user",
+                                               "content", in))
+               == 0 ? NGX_OK : NGX_ERROR;
+    }
+
+    if (!json_is_array(in)) {
+        return ngx_http_llm_resp_bad_type(r, err, "input",
+                                          "a string or an array of items",
+                                          in);
+    }
+
+    return json_array_extend(st->conv, in) == 0 ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * An item_reference in the conversation replaced by the item kept under
+ * its id; NGX_DECLINED (400) when unknown.
+ */
+
+static ngx_int_t
+ngx_http_llm_resp_reference(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
+    size_t i, json_t **item, ngx_http_llm_error_t *err)
+{
+    u_char   param[64];
+    json_t  *id, *found;
+
+    if (!json_is_object(*item)
+        || !json_is_string(json_object_get(*item, "type"))
+        || ngx_strcmp(json_string_value(json_object_get(*item, "type")),
+                      "item_reference") != 0
+        || !st->store)
+    {
+        return NGX_OK;
+    }
+
+    id = json_object_get(*item, "id");
+    ngx_sprintf(param, "input[%uz].id%Z", i - st->n_prev);
+
+    if (!json_is_string(id)) {
+        return ngx_http_llm_resp_bad(r, err, "missing_required_parameter",
+                                     (char *) param, "Missing required "
+                                     "parameter: '%s'.", param);
+    }
+
+    found = ngx_http_llm_store_get(r, json_string_value(id));
+
+    if (!json_is_object(found)) {
+        if (found) {
+            json_decref(found);
+        }
+
+        return ngx_http_llm_resp_bad(r, err, "invalid_value", (char *) param,
+                                     "Item with id '%s' not found (this "
+                                     "server keeps output items in "
+                                     "llm_responses_store for a while; "
+                                     "send the item itself).",
+                                     json_string_value(id));
+    }
+
+    if (json_array_set_new(st->conv, i, found) != 0) {
+        return NGX_ERROR;
+    }
+
+    *item = found;
+
+    return NGX_OK;
+}
+
+
+/* instructions and the conversation as the chat messages. */
+
+static ngx_int_t
+ngx_http_llm_resp_input(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
+    json_t *root, json_t *chat, ngx_http_llm_error_t *err)
+{
+    json_t      *msgs, *j, *item;
+    size_t       i;
     ngx_int_t    rc;
-    ngx_uint_t   i;
 
     msgs = json_array();
     if (msgs == NULL || json_object_set_new(chat, "messages", msgs) != 0) {
@@ -681,29 +1159,18 @@ ngx_http_llm_resp_input(ngx_http_request_t *r, json_t *root, json_t *chat,
         }
     }
 
-    in = json_object_get(root, "input");
-
-    if (in == NULL || json_is_null(in)) {
-        return ngx_http_llm_resp_bad(r, err, "missing_required_parameter",
-                                     "input", "Missing required parameter: "
-                                     "'input'.");
+    rc = ngx_http_llm_resp_conv(r, st, root, err);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
-    if (json_is_string(in)) {
-        return json_array_append_new(msgs,
-                                     json_pack("{s:s,s:O}", "role", "user",
-                                               "content", in))
-               == 0 ? NGX_OK : NGX_ERROR;
-    }
+    json_array_foreach(st->conv, i, item) {
+        rc = ngx_http_llm_resp_reference(r, st, i, &item, err);
 
-    if (!json_is_array(in)) {
-        return ngx_http_llm_resp_bad_type(r, err, "input",
-                                          "a string or an array of items",
-                                          in);
-    }
+        if (rc == NGX_OK) {
+            rc = ngx_http_llm_resp_item(r, item, i - st->n_prev, msgs, err);
+        }
 
-    json_array_foreach(in, i, item) {
-        rc = ngx_http_llm_resp_item(r, item, i, msgs, err);
         if (rc != NGX_OK) {
             return rc;
         }
@@ -1102,8 +1569,8 @@ ngx_http_llm_resp_reasoning(ngx_http_request_t *r, json_t *root,
  */
 
 static ngx_int_t
-ngx_http_llm_resp_options(ngx_http_request_t *r, json_t *root, json_t *chat,
-    json_t *echo, ngx_http_llm_error_t *err)
+ngx_http_llm_resp_options(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
+    json_t *root, json_t *chat, json_t *echo, ngx_http_llm_error_t *err)
 {
     json_t      *j, *v;
     ngx_int_t    rc;
@@ -1112,10 +1579,11 @@ ngx_http_llm_resp_options(ngx_http_request_t *r, json_t *root, json_t *chat,
     static const char *const  truncations[] = { "auto", "disabled", NULL };
 
     j = json_object_get(root, "previous_response_id");
-    if (j && !json_is_null(j)) {
+    if (j && !json_is_null(j) && !st->store) {
         return ngx_http_llm_resp_bad(r, err, "unsupported_parameter",
                                      "previous_response_id", "This server "
-                                     "does not store responses; send the "
+                                     "does not store responses "
+                                     "(llm_responses_store off); send the "
                                      "whole conversation in input.");
     }
 
@@ -1151,6 +1619,14 @@ ngx_http_llm_resp_options(ngx_http_request_t *r, json_t *root, json_t *chat,
     j = json_object_get(root, "store");
     if (j && !json_is_null(j) && !json_is_boolean(j)) {
         return ngx_http_llm_resp_bad_type(r, err, "store", "a boolean", j);
+    }
+
+    if (json_is_false(j)) {
+        st->store = 0;
+    }
+
+    if (json_object_set_new(echo, "store", json_boolean(st->store)) != 0) {
+        return NGX_ERROR;
     }
 
     rc = ngx_http_llm_resp_enum(r, err, json_object_get(root, "truncation"),
@@ -1252,9 +1728,10 @@ ngx_http_llm_resp_echo(ngx_http_llm_ctx_t *ctx, json_t *root, json_t *echo)
         || json_object_set_new(echo, "parallel_tool_calls",
                                ngx_http_llm_resp_or("parallel_tool_calls",
                                                     json_true()))
-        || json_object_set_new(echo, "previous_response_id", json_null())
+        || json_object_set_new(echo, "previous_response_id",
+                               ngx_http_llm_resp_or("previous_response_id",
+                                                    json_null()))
         || json_object_set_new(echo, "service_tier", json_string("default"))
-        || json_object_set_new(echo, "store", json_false())
         || json_object_set_new(echo, "temperature",
                                ngx_http_llm_resp_or("temperature",
                                                     json_real(1.0)))
@@ -1380,8 +1857,9 @@ ngx_http_llm_resp_parse(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     json_t               *root, *chat, *j;
     ngx_int_t             rc;
     ngx_uint_t            i;
-    ngx_pool_cleanup_t   *cln;
-    ngx_http_llm_resp_t  *st;
+    ngx_pool_cleanup_t        *cln;
+    ngx_http_llm_resp_t       *st;
+    ngx_http_llm_main_conf_t  *mcf;
 
     root = ngx_http_llm_load_json(r, body, len, err);
     if (root == NULL) {
@@ -1403,6 +1881,9 @@ ngx_http_llm_resp_parse(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     cln->handler = ngx_http_llm_resp_cleanup;
     cln->data = st;
     ctx->dialect_ctx = st;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    st->store = (mcf->responses_store != NULL);
 
     st->resp = json_object();
     st->output = json_array();
@@ -1438,10 +1919,10 @@ ngx_http_llm_resp_parse(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    rc = ngx_http_llm_resp_options(r, root, chat, st->resp, err);
+    rc = ngx_http_llm_resp_options(r, st, root, chat, st->resp, err);
 
     if (rc == NGX_OK) {
-        rc = ngx_http_llm_resp_input(r, root, chat, err);
+        rc = ngx_http_llm_resp_input(r, st, root, chat, err);
     }
 
     if (rc == NGX_OK) {
@@ -1621,6 +2102,8 @@ ngx_http_llm_resp_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     if (ngx_http_llm_resp_finish(ctx, st, status, reason, NULL) != NGX_OK) {
         return NGX_ERROR;
     }
+
+    ngx_http_llm_store_response(r, st);
 
     s = json_dumps(st->resp, NGX_HTTP_LLM_RESP_DUMP);
     if (s == NULL) {
@@ -2015,6 +2498,8 @@ ngx_http_llm_resp_done(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     if (ngx_http_llm_resp_finish(ctx, st, status, reason, NULL) != NGX_OK) {
         return NGX_ERROR;
     }
+
+    ngx_http_llm_store_response(r, st);
 
     return ngx_http_llm_resp_emit(r, st, ll,
                json_pack("{s:s,s:O}", "type",

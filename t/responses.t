@@ -15,14 +15,19 @@
 #   deltas add up to the done text, response.completed carries the whole
 #   Response and usage; a streamed tool call;
 # - usage settles the key (the rate-limit headers, the access log);
-# - the 400s: previous_response_id, bad enums, bad item and part types,
-#   hosted tools, the chat route's checks renamed to the Responses fields.
+# - the store (llm_responses_store, two workers: shared): a conversation
+#   continued with previous_response_id, an output item sent back as an
+#   item_reference, store:false keeps nothing, unknown ids are 400s; the
+#   store's lifetime, and off (a reload): both are clear 400s;
+# - the 400s: bad enums, bad item and part types, hosted tools, the chat
+#   route's checks renamed to the Responses fields.
 
 use strict;
 use warnings;
 use lib 't/lib';
 use Test::More;
 use JSON::PP;
+use Time::HiRes qw(sleep);
 use LlmTest;
 use LlmKeys;
 use LlmSchema;
@@ -35,7 +40,8 @@ my ($key, $line) = LlmKeys::new_key('k1', tpm => 100000);
 LlmKeys::write_keys($t, $line);
 my $dir = $t->dir;
 
-$t->start_nginx(<<"EOF");
+my $conf = <<"EOF";
+    %%STORE%%
     log_format llm '\$status \$request_uri key=\$llm_key_name '
                    'prompt=\$llm_prompt_tokens '
                    'completion=\$llm_completion_tokens '
@@ -52,6 +58,8 @@ $t->start_nginx(<<"EOF");
         location /keyed/v1/ { llm_api on; llm_keys $dir/keys; }
     }
 EOF
+sub conf { my ($store) = @_; (my $c = $conf) =~ s/%%STORE%%/$store/; $c }
+$t->start_nginx(conf(''), workers => 2);
 
 my $schema = LlmSchema->load($t->repo
                              . '/tests/schemas/openai-responses.json');
@@ -99,7 +107,7 @@ my $j = ok_resp({ model => 'tiny', input => 'Say hi', max_output_tokens => 8,
 is($j->{object}, 'response', 'object response');
 ok($j->{status} eq 'completed' || $j->{status} eq 'incomplete',
    "status $j->{status}");
-is($j->{store}, JSON::PP::false, 'store false');
+is($j->{store}, JSON::PP::true, 'store true: kept (llm_responses_store)');
 is($j->{model}, 'tiny', 'the model');
 is($j->{max_output_tokens}, 8, 'max_output_tokens echoed');
 my ($msg) = grep { $_->{type} eq 'message' } @{ $j->{output} };
@@ -311,14 +319,15 @@ is(ref(eval { decode_json(texts($j)) }), 'HASH',
 
 $j = ok_resp({ model => 'tiny', input => 'x', max_output_tokens => 1,
                reasoning => { effort => 'low', summary => 'auto' },
-               metadata => { a => 'b' }, store => \1, truncation => 'auto',
+               metadata => { a => 'b' }, store => \0, truncation => 'auto',
                parallel_tool_calls => \0, top_p => 0.5, user => 'u1',
                top_k => 5, min_p => 0.1, seed => 1,
                include => [], unknown_field => 1 }, 'settings');
 is_deeply($j->{reasoning}, { effort => 'low', summary => 'auto' },
           'reasoning echoed');
 is_deeply($j->{metadata}, { a => 'b' }, 'metadata echoed');
-is($j->{store}, JSON::PP::false, 'store: true asked, false said');
+is($j->{store}, JSON::PP::false, 'store: false asked, false said');
+my $nostore = $j;
 is($j->{truncation}, 'auto', 'truncation echoed');
 is($j->{parallel_tool_calls}, JSON::PP::false, 'parallel_tool_calls echoed');
 is($j->{top_p}, 0.5, 'top_p echoed');
@@ -430,13 +439,53 @@ like($log, qr{^200 /keyed/v1/responses key=k1 prompt=$ku->{input_tokens} complet
 is($t->post('/keyed/v1/responses', { model => 'tiny', input => 'x' })->{status},
    401, 'keyed: no key, 401');
 
+# the store: previous_response_id and item_reference
+
+my $first = ok_resp({ model => 'tiny', instructions => 'Be brief.',
+                      input => 'Hello there', max_output_tokens => 4,
+                      temperature => 0 }, 'first turn');
+my $next = ok_resp({ model => 'tiny', input => 'And then?',
+                     previous_response_id => $first->{id},
+                     max_output_tokens => 4, temperature => 0 },
+                   'previous_response_id');
+is($next->{previous_response_id}, $first->{id}, 'previous_response_id echoed');
+my $full = ok_resp({ model => 'tiny', max_output_tokens => 4, temperature => 0,
+                     input => [ { role => 'user', content => 'Hello there' },
+                                @{ $first->{output} },
+                                { role => 'user', content => 'And then?' } ] },
+                   'the same conversation sent whole');
+is($next->{usage}{input_tokens}, $full->{usage}{input_tokens},
+   'previous_response_id: the whole conversation, instructions not carried over');
+is(texts($next), texts($full), 'previous_response_id: the same answer, greedy');
+my $third = ok_resp({ model => 'tiny', input => 'More?', max_output_tokens => 4,
+                      previous_response_id => $next->{id}, temperature => 0 },
+                    'a third turn');
+cmp_ok($third->{usage}{input_tokens}, '>', $next->{usage}{input_tokens},
+       'a chain of previous_response_id: the conversation grows');
+my ($first_msg) = grep { $_->{type} eq 'message' } @{ $first->{output} };
+my $ref = ok_resp({ model => 'tiny', max_output_tokens => 4, temperature => 0,
+                    input => [ { role => 'user', content => 'Hello there' },
+                               { type => 'item_reference',
+                                 id => $first_msg->{id} },
+                               { role => 'user', content => 'And then?' } ] },
+                  'item_reference');
+is($ref->{usage}{input_tokens}, $full->{usage}{input_tokens},
+   'item_reference: the item kept under its id');
+my ($nostore_msg) = grep { $_->{type} eq 'message' } @{ $nostore->{output} };
+bad({ model => 'tiny', input => [ { type => 'item_reference',
+                                    id => $nostore_msg->{id} } ] },
+    'input[0].id', qr/Item with id '$nostore_msg->{id}' not found/,
+    'store false: its items are not kept');
+bad({ model => 'tiny', input => 'x', previous_response_id => $nostore->{id} },
+    'previous_response_id', qr/Previous response with id '$nostore->{id}' not found/,
+    'store false: the response is not kept');
+bad({ model => 'tiny', input => 'x', previous_response_id => 'resp_nope' },
+    'previous_response_id', qr/not found/, 'an unknown previous_response_id');
+bad({ model => 'tiny', input => 'x', previous_response_id => 5 },
+    'previous_response_id', qr/expected a string/, 'previous_response_id 5');
+
 # the 400s
 
-bad({ model => 'tiny', input => 'x', previous_response_id => 'resp_1' },
-    'previous_response_id', qr/does not store responses/,
-    'previous_response_id');
-bad({ model => 'tiny', input => [ { type => 'item_reference', id => 'msg_1' } ] },
-    'input[0].type', qr/does not store/, 'item_reference');
 bad({ model => 'tiny', input => [ { type => 'web_search_call', id => 'x' } ] },
     'input[0].type', qr/Unsupported input item type 'web_search_call'/,
     'a hosted tool item');
@@ -495,9 +544,46 @@ bad({ model => 'tiny', input => 'x', tools => [ { type => 'function' } ] },
     'tools[0].name', qr/Missing required/, 'a tool without a name');
 is(resp({ model => 'nope', input => 'x' })->{status}, 404, 'unknown model: 404');
 is($t->get('/v1/responses')->{status}, 405, 'GET: 405');
+is($t->get("/v1/responses/$first->{id}")->{status}, 404,
+   'GET /v1/responses/{id}: 404, responses are not retrievable');
 
 $log = $t->slurp("$dir/llm.log");
-like($log, qr{^400 /v1/responses key=- prompt=0 completion=0 finish=- error=unsupported_parameter$}m,
+like($log, qr{^400 /v1/responses key=- prompt=0 completion=0 finish=- error=previous_response_not_found$}m,
      'access log: the 400\'s code');
+
+# the store's lifetime, then off (reloads; each waits until both old
+# workers are gone, so that the new configuration answers)
+
+sub reload {
+    my ($store) = @_;
+    my $gone = () = $t->error_log =~ /worker process \d+ exited/g;
+    my $ok = $t->reload_nginx(conf($store), workers => 2);
+    for (1 .. 200) {
+        my $now = () = $t->error_log =~ /worker process \d+ exited/g;
+        return $ok if $now >= $gone + 2;
+        sleep 0.05;
+    }
+    return 0;
+}
+
+ok(reload('llm_responses_store 1m 3s;'),
+   'reload: a store of 1m for 3s');
+$first = ok_resp({ model => 'tiny', input => 'Hi', max_output_tokens => 2 },
+                 'lifetime: a response');
+ok_resp({ model => 'tiny', input => 'x', previous_response_id => $first->{id},
+          max_output_tokens => 1 }, 'lifetime: kept at first');
+sleep 4;
+bad({ model => 'tiny', input => 'x', previous_response_id => $first->{id} },
+    'previous_response_id', qr/not found/, 'lifetime: gone after 3s');
+ok(reload('llm_responses_store off;'),
+   'reload: store off');
+$j = ok_resp({ model => 'tiny', input => 'Hi', max_output_tokens => 2 },
+             'off: a response');
+is($j->{store}, JSON::PP::false, 'off: store false');
+bad({ model => 'tiny', input => 'x', previous_response_id => $j->{id} },
+    'previous_response_id', qr/does not store responses \(llm_responses_store off\)/,
+    'off: previous_response_id');
+bad({ model => 'tiny', input => [ { type => 'item_reference', id => 'msg_1' } ] },
+    'input[0].type', qr/does not store responses/, 'off: item_reference');
 
 $t->done;
