@@ -73,15 +73,98 @@ typedef struct {
 #define NGX_HTTP_LLM_STORE_TTL   3600
 
 
+static ngx_int_t ngx_http_llm_resp_bad(ngx_http_request_t *r,
+    ngx_http_llm_error_t *err, const char *code, const char *param,
+    const char *fmt, ...);
+static const char *ngx_http_llm_resp_type_name(json_t *j);
+static ngx_int_t ngx_http_llm_resp_bad_type(ngx_http_request_t *r,
+    ngx_http_llm_error_t *err, const char *param, const char *expected,
+    json_t *j);
+static ngx_int_t ngx_http_llm_resp_enum(ngx_http_request_t *r,
+    ngx_http_llm_error_t *err, json_t *j, const char *param,
+    const char *const *values, const char **out);
+static json_t *ngx_http_llm_resp_str(const u_char *s, size_t len);
+static json_t *ngx_http_llm_resp_new_id(const char *prefix);
+static void ngx_http_llm_resp_cleanup(void *data);
+static ngx_int_t ngx_http_llm_store_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+static void ngx_http_llm_store_delete(ngx_http_llm_store_sh_t *sh,
+    ngx_slab_pool_t *shpool, ngx_http_llm_store_node_t *node);
+static void ngx_http_llm_store_expire(ngx_http_llm_store_sh_t *sh,
+    ngx_slab_pool_t *shpool);
+static void ngx_http_llm_store_put(ngx_http_request_t *r, json_t *id,
+    json_t *json);
+static json_t *ngx_http_llm_store_get(ngx_http_request_t *r, const char *id);
+static void ngx_http_llm_store_response(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st);
+static void ngx_http_llm_resp_json_cleanup(void *data);
+static ngx_int_t ngx_http_llm_resp_content(ngx_http_request_t *r,
+    json_t *content, ngx_uint_t i, json_t **out, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_message(ngx_http_request_t *r,
+    json_t *item, ngx_uint_t i, json_t *msgs, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_member(ngx_http_request_t *r, json_t *item,
+    ngx_uint_t i, const char *name, json_t **out, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_call(ngx_http_request_t *r, json_t *item,
+    ngx_uint_t i, json_t *msgs, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_call_output(ngx_http_request_t *r,
+    json_t *item, ngx_uint_t i, json_t *msgs, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_item(ngx_http_request_t *r, json_t *item,
+    ngx_uint_t i, json_t *msgs, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_conv(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, json_t *root, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_reference(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, size_t i, json_t **item,
+    ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_input(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, json_t *root, json_t *chat,
+    ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_tools(ngx_http_request_t *r, json_t *root,
+    json_t *chat, json_t *echo, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_tool_choice(ngx_http_request_t *r,
+    json_t *root, json_t *chat, json_t *echo, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_text(ngx_http_request_t *r, json_t *root,
+    json_t *chat, json_t *echo, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_reasoning(ngx_http_request_t *r,
+    json_t *root, json_t *chat, json_t *echo, ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_options(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, json_t *root, json_t *chat, json_t *echo,
+    ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_echo(ngx_http_llm_ctx_t *ctx, json_t *root,
+    json_t *echo);
+static void ngx_http_llm_resp_rename(ngx_pool_t *pool,
+    ngx_http_llm_error_t *err);
+static u_char *ngx_http_llm_resp_error_json(ngx_pool_t *pool,
+    ngx_http_llm_error_t *err, size_t *len);
 static ngx_int_t ngx_http_llm_resp_parse(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, u_char *body, size_t len,
     ngx_http_llm_error_t *err);
+static ngx_int_t ngx_http_llm_resp_finish(ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_resp_t *st, const char *status, const char *reason,
+    json_t *error);
+static const char *ngx_http_llm_resp_status(Llm__FinishReason f,
+    const char **reason);
+static json_t *ngx_http_llm_resp_text_part(json_t *text);
 static ngx_int_t ngx_http_llm_resp_body(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_str_t *body);
+static ngx_int_t ngx_http_llm_resp_emit(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, ngx_chain_t ***ll, json_t *ev, ngx_uint_t flush);
+static ngx_int_t ngx_http_llm_resp_start(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_resp_t *st, ngx_chain_t ***ll);
+static ngx_int_t ngx_http_llm_resp_open(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, ngx_chain_t ***ll, ngx_uint_t kind,
+    Llm__ToolCallDelta *t);
+static ngx_int_t ngx_http_llm_resp_close(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, ngx_chain_t ***ll, const char *status);
+static ngx_int_t ngx_http_llm_resp_delta(ngx_http_request_t *r,
+    ngx_http_llm_resp_t *st, ngx_chain_t ***ll, const char *s);
+static ngx_int_t ngx_http_llm_resp_done(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_resp_t *st, Llm__Done *done,
+    ngx_chain_t ***ll);
+static ngx_int_t ngx_http_llm_resp_error(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_resp_t *st, Llm__Error *e,
+    ngx_chain_t ***ll);
 static ngx_int_t ngx_http_llm_resp_sse(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);
-static u_char *ngx_http_llm_resp_error_json(ngx_pool_t *pool,
-    ngx_http_llm_error_t *err, size_t *len);
 
 
 ngx_http_llm_dialect_t  ngx_http_llm_responses_dialect = {
@@ -2235,9 +2318,6 @@ ngx_http_llm_resp_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
  * output_item.added and, for text, content_part.added.  id, name: a
  * call's.
  */
-
-static ngx_int_t ngx_http_llm_resp_close(ngx_http_request_t *r,
-    ngx_http_llm_resp_t *st, ngx_chain_t ***ll, const char *status);
 
 static ngx_int_t
 ngx_http_llm_resp_open(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
