@@ -18,7 +18,8 @@
 # - the store (llm_responses_store, two workers: shared): a conversation
 #   continued with previous_response_id, an output item sent back as an
 #   item_reference, store:false keeps nothing, unknown ids are 400s; the
-#   store's lifetime, and off (a reload): both are clear 400s;
+#   store's lifetime, a full store dropping the oldest, and off (reloads):
+#   clear 400s;
 # - the 400s: bad enums, bad item and part types, hosted tools, the chat
 #   route's checks renamed to the Responses fields.
 
@@ -575,6 +576,19 @@ ok_resp({ model => 'tiny', input => 'x', previous_response_id => $first->{id},
 sleep 4;
 bad({ model => 'tiny', input => 'x', previous_response_id => $first->{id} },
     'previous_response_id', qr/not found/, 'lifetime: gone after 3s');
+ok(reload('llm_responses_store 32k;'), 'reload: a store of 32k');
+my @ids;
+for my $i (1 .. 24) {
+    my $r = resp({ model => 'tiny', input => "story $i", temperature => 0.9,
+                   seed => $i, max_output_tokens => 200 });
+    push @ids, $r->{json}{id};
+}
+bad({ model => 'tiny', input => 'x', previous_response_id => $ids[0] },
+    'previous_response_id', qr/not found/, 'full: the oldest went');
+ok_resp({ model => 'tiny', input => 'x', previous_response_id => $ids[-1],
+          max_output_tokens => 1 }, 'full: the newest is kept');
+unlike($t->error_log, qr/\[(alert|crit)\]|llm_responses.*no memory/,
+       'full: no alert, no memory error logged');
 ok(reload('llm_responses_store off;'),
    'reload: store off');
 $j = ok_resp({ model => 'tiny', input => 'Hi', max_output_tokens => 2 },
