@@ -439,6 +439,22 @@ like($log, qr{^200 /keyed/v1/responses key=k1 prompt=$ku->{input_tokens} complet
      'access log: the key, prompt and completion tokens');
 is($t->post('/keyed/v1/responses', { model => 'tiny', input => 'x' })->{status},
    401, 'keyed: no key, 401');
+{
+    my $s = $t->open_stream('/keyed/v1/responses',
+                            { model => 'tiny', input => 'Hello again',
+                              max_output_tokens => 6, stream => \1 },
+                            Authorization => "Bearer $key");
+    my ($status, $h, $raw) = $t->read_response($s);
+    is($status, 200, 'keyed stream: 200');
+    my ($last) = grep { /^data: / } reverse split /\n/, $raw;
+    my $su = eval { decode_json(substr($last // '', 6)) }->{response}{usage};
+    is($su->{output_tokens}, 6, 'keyed stream: usage in the last event');
+    my $want = qr{^200 /keyed/v1/responses key=k1 prompt=$su->{input_tokens} completion=6 finish=length }m;
+    for (1 .. 50) { last if $t->slurp("$dir/llm.log") =~ $want; sleep 0.1 }
+    $log = $t->slurp("$dir/llm.log");
+    like($log, $want,
+         'keyed stream: the access log has its usage and finish');
+}
 
 # the store: previous_response_id and item_reference
 
