@@ -42,7 +42,8 @@ typedef struct {
     json_t                        *conv;      /* the conversation's items */
     ngx_uint_t                     n_prev;    /* of previous_response_id */
     unsigned                       started:1;
-    unsigned                       store:1;   /* kept in the store */
+    unsigned                       has_store:1;  /* llm_responses_store */
+    unsigned                       store:1;   /* this one is kept */
 } ngx_http_llm_resp_t;
 
 
@@ -1172,7 +1173,7 @@ ngx_http_llm_resp_reference(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
         || !json_is_string(json_object_get(*item, "type"))
         || ngx_strcmp(json_string_value(json_object_get(*item, "type")),
                       "item_reference") != 0
-        || !st->store)
+        || !st->has_store)
     {
         return NGX_OK;
     }
@@ -1662,7 +1663,7 @@ ngx_http_llm_resp_options(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
     static const char *const  truncations[] = { "auto", "disabled", NULL };
 
     j = json_object_get(root, "previous_response_id");
-    if (j && !json_is_null(j) && !st->store) {
+    if (j && !json_is_null(j) && !st->has_store) {
         return ngx_http_llm_resp_bad(r, err, "unsupported_parameter",
                                      "previous_response_id", "This server "
                                      "does not store responses "
@@ -1966,7 +1967,8 @@ ngx_http_llm_resp_parse(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ctx->dialect_ctx = st;
 
     mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
-    st->store = (mcf->responses_store != NULL);
+    st->has_store = (mcf->responses_store != NULL);
+    st->store = st->has_store;
 
     st->resp = json_object();
     st->output = json_array();

@@ -474,6 +474,13 @@ my $full = ok_resp({ model => 'tiny', max_output_tokens => 4, temperature => 0,
 is($next->{usage}{input_tokens}, $full->{usage}{input_tokens},
    'previous_response_id: the whole conversation, instructions not carried over');
 is(texts($next), texts($full), 'previous_response_id: the same answer, greedy');
+my $nostore2 = ok_resp({ model => 'tiny', input => 'And then?', store => \0,
+                         previous_response_id => $first->{id},
+                         max_output_tokens => 4, temperature => 0 },
+                       'previous_response_id with store false');
+is($nostore2->{usage}{input_tokens}, $next->{usage}{input_tokens},
+   'store false: the previous response is still read');
+is($nostore2->{store}, JSON::PP::false, 'store false: not kept');
 my $third = ok_resp({ model => 'tiny', input => 'More?', max_output_tokens => 4,
                       previous_response_id => $next->{id}, temperature => 0 },
                     'a third turn');
