@@ -917,6 +917,9 @@ ngx_http_llm_resp_call(ngx_http_request_t *r, json_t *item, ngx_uint_t i,
     json_t     *call_id, *name, *args, *last, *calls, *call;
     ngx_int_t   rc;
 
+    name = NULL;
+    args = NULL;
+
     rc = ngx_http_llm_resp_member(r, item, i, "call_id", &call_id, err);
     if (rc == NGX_OK) {
         rc = ngx_http_llm_resp_member(r, item, i, "name", &name, err);
@@ -2600,7 +2603,7 @@ static ngx_int_t
 ngx_http_llm_resp_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_http_llm_resp_t *st, Llm__Error *e, ngx_chain_t ***ll)
 {
-    json_t                *msg, *error;
+    json_t                *msg, *error, *param;
     ngx_http_llm_error_t   err;
 
     if (e) {
@@ -2632,10 +2635,15 @@ ngx_http_llm_resp_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_ERROR;
     }
 
+    /* the engine's param may be any bytes */
+    param = err.param ? ngx_http_llm_resp_str((u_char *) err.param,
+                                              ngx_strlen(err.param))
+                      : json_null();
+
     if (ngx_http_llm_resp_emit(r, st, ll,
-            json_pack("{s:s,s:s?,s:O,s:s?}", "type", "error",
+            json_pack("{s:s,s:s?,s:O,s:o}", "type", "error",
                       "code", err.code ? err.code : err.type,
-                      "message", msg, "param", err.param), 0)
+                      "message", msg, "param", param), 0)
         != NGX_OK)
     {
         json_decref(msg);
