@@ -445,6 +445,7 @@ is($t->post('/keyed/v1/responses', { model => 'tiny', input => 'x' })->{status},
                               max_output_tokens => 6, stream => \1 },
                             Authorization => "Bearer $key");
     my ($status, $h, $raw) = $t->read_response($s);
+    close $s;     # nginx may log only when the client closes its side
     is($status, 200, 'keyed stream: 200');
     my ($last) = grep { /^data: / } reverse split /\n/, $raw;
     my $su = eval { decode_json(substr($last // '', 6)) }->{response}{usage};
