@@ -19,6 +19,8 @@
 
 static void ngx_http_llm_cleanup(void *data);
 static void ngx_http_llm_pool_cleanup(void *data);
+static ngx_int_t ngx_http_llm_rest(ngx_http_request_t *r, ngx_str_t *rest);
+static ngx_http_llm_dialect_t *ngx_http_llm_path_dialect(ngx_str_t *rest);
 static ngx_int_t ngx_http_llm_route(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_uint_t *allowed);
 static ngx_int_t ngx_http_llm_not_allowed(ngx_http_request_t *r,
@@ -47,6 +49,7 @@ static ngx_int_t ngx_http_llm_not_found(ngx_http_request_t *r,
 ngx_http_llm_ctx_t *
 ngx_http_llm_get_ctx(ngx_http_request_t *r)
 {
+    ngx_str_t            rest;
     ngx_http_llm_ctx_t  *ctx;
     ngx_pool_cleanup_t  *pcln;
     ngx_http_cleanup_t  *cln;
@@ -66,6 +69,12 @@ ngx_http_llm_get_ctx(ngx_http_request_t *r)
     ctx->created = ngx_time();
     ctx->completion_logprobs = -1;
     ctx->n = 1;
+
+    /* an error before the handler ran (nginx's 413) has the route's shape */
+
+    if (ngx_http_llm_rest(r, &rest) == NGX_OK) {
+        ctx->dialect = ngx_http_llm_path_dialect(&rest);
+    }
 
     cln = ngx_http_cleanup_add(r, 0);
     if (cln == NULL) {
@@ -357,8 +366,65 @@ ngx_http_llm_handler(ngx_http_request_t *r)
 }
 
 
+/* What follows "/v1/" in r's path: NGX_OK with rest set, else NGX_DECLINED. */
+
+static ngx_int_t
+ngx_http_llm_rest(ngx_http_request_t *r, ngx_str_t *rest)
+{
+    u_char  *p, *last;
+
+    p = r->uri.data;
+    last = r->uri.data + r->uri.len;
+
+    while (p + 4 <= last) {
+        if (ngx_strncmp(p, "/v1/", 4) == 0) {
+            rest->data = p + 4;
+            rest->len = last - rest->data;
+            return NGX_OK;
+        }
+
+        p++;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 /*
- * The route of r: chat/completions and completions (POST), models and
+ * The dialect of a path after "/v1/": responses, messages,
+ * messages/count_tokens.
+ */
+
+static ngx_http_llm_dialect_t *
+ngx_http_llm_path_dialect(ngx_str_t *rest)
+{
+    if (rest->len == sizeof("responses") - 1
+        && ngx_strncmp(rest->data, "responses", rest->len) == 0)
+    {
+        return &ngx_http_llm_responses_dialect;
+    }
+
+    if (rest->len == sizeof("messages") - 1
+        && ngx_strncmp(rest->data, "messages", rest->len) == 0)
+    {
+        return &ngx_http_llm_anthropic_dialect;
+    }
+
+    if (rest->len == sizeof("messages/count_tokens") - 1
+        && ngx_strncmp(rest->data, "messages/count_tokens", rest->len) == 0)
+    {
+        return &ngx_http_llm_anthropic_count_dialect;
+    }
+
+    return NULL;
+}
+
+
+/*
+ * The route of r: chat/completions and completions (POST), responses
+ * (POST, the chat route in the Responses dialect), messages and
+ * messages/count_tokens (POST, the chat route in Anthropic's dialect),
+ * models and
  * models/{id} (GET, HEAD), healthz where llm_health is on (GET, HEAD);
  * an llm_health location without llm_api is /healthz whatever its path.
  * NGX_OK with ctx->route or ctx->info set and *allowed the methods;
@@ -369,7 +435,6 @@ static ngx_int_t
 ngx_http_llm_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_uint_t *allowed)
 {
-    u_char                   *p, *last;
     ngx_str_t                 rest;
     ngx_http_llm_loc_conf_t  *llcf;
 
@@ -382,24 +447,7 @@ ngx_http_llm_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_OK;
     }
 
-    /* what follows "/v1/" */
-
-    p = r->uri.data;
-    last = r->uri.data + r->uri.len;
-    rest.len = 0;
-    rest.data = NULL;
-
-    while (p + 4 <= last) {
-        if (ngx_strncmp(p, "/v1/", 4) == 0) {
-            rest.data = p + 4;
-            rest.len = last - rest.data;
-            break;
-        }
-
-        p++;
-    }
-
-    if (rest.data == NULL) {
+    if (ngx_http_llm_rest(r, &rest) != NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -411,19 +459,18 @@ ngx_http_llm_route(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_OK;
     }
 
-    if (rest.len == sizeof("completions") - 1
-        && ngx_strncmp(rest.data, "completions", rest.len) == 0)
-    {
-        ctx->route = NGX_HTTP_LLM_ROUTE_COMPLETION;
+    ctx->dialect = ngx_http_llm_path_dialect(&rest);
+
+    if (ctx->dialect) {
+        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
         *allowed = NGX_HTTP_POST;
         return NGX_OK;
     }
 
-    if (rest.len == sizeof("responses") - 1
-        && ngx_strncmp(rest.data, "responses", rest.len) == 0)
+    if (rest.len == sizeof("completions") - 1
+        && ngx_strncmp(rest.data, "completions", rest.len) == 0)
     {
-        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
-        ctx->dialect = &ngx_http_llm_responses_dialect;
+        ctx->route = NGX_HTTP_LLM_ROUTE_COMPLETION;
         *allowed = NGX_HTTP_POST;
         return NGX_OK;
     }
@@ -586,8 +633,8 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Sampling            *s;
     ngx_http_llm_decision_t   d;
 
-    if (ctx->emb) {
-        output = 0;             /* embeddings generate nothing */
+    if (ctx->emb || (ctx->gen && ctx->gen->count_only)) {
+        output = 0;             /* embeddings, counts generate nothing */
 
     } else if (ctx->max_tokens) {
         output = ctx->n * ctx->max_tokens;
@@ -599,7 +646,7 @@ ngx_http_llm_admit(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     }
 
     if (ngx_http_llm_limit_admit(r, ctx->key, ctx->prompt_est, output,
-                                 ctx->max_tokens != 0 || ctx->emb,
+                                 ctx->max_tokens != 0 || output == 0,
                                  &ctx->ticket, &d)
         != NGX_OK)
     {

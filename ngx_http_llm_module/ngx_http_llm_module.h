@@ -14,6 +14,10 @@
  *   ngx_http_llm_balancer.c  failover to the next model of the chain
  *   ngx_http_llm_sse.c       the streaming answer: SSE chunks
  *   ngx_http_llm_response.c  the JSON answer: choices collected, body
+ *   ngx_http_llm_responses.c /v1/responses: OpenAI's Responses API as
+ *                            a dialect over the chat route, its store
+ *   ngx_http_llm_anthropic.c /v1/messages: Anthropic's Messages API as
+ *                            a dialect over the chat route
  *   ngx_http_llm_json.c      JSON string escaping (UTF-8 validating)
  *   ngx_http_llm_error.c     OpenAI error bodies, refusals, error filter
  *   ngx_http_llm_cors.c      x-request-id and CORS on every response,
@@ -383,6 +387,8 @@ typedef struct {
     json_t                        *logprobs;   /* non-stream: array */
     ngx_uint_t                     text_offset;
     Llm__FinishReason              finish;
+    ngx_str_t                      stop_sequence;  /* the stop string
+                                                      that ended it */
     unsigned                       role_sent:1;
     unsigned                       offset_set:1;
 } ngx_http_llm_choice_t;
@@ -599,6 +605,10 @@ ngx_int_t ngx_http_llm_collect(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
 ngx_int_t ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_str_t *body);
+
+/* ngx_http_llm_anthropic.c: /v1/messages, /v1/messages/count_tokens */
+extern ngx_http_llm_dialect_t  ngx_http_llm_anthropic_dialect;
+extern ngx_http_llm_dialect_t  ngx_http_llm_anthropic_count_dialect;
 
 /* ngx_http_llm_sse.c */
 ngx_chain_t *ngx_http_llm_chain_buf(ngx_http_request_t *r, size_t size);

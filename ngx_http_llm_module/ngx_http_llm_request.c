@@ -1396,17 +1396,49 @@ ngx_http_llm_field_response_format(ngx_http_llm_check_t *ck, json_t *j)
 static ngx_int_t
 ngx_http_llm_field_template_kwargs(ngx_http_llm_check_t *ck, json_t *j)
 {
-    if (j == NULL || json_is_null(j)) {
+    json_t  *kw, *effort;
+
+    effort = json_object_get(ck->root, "reasoning_effort");
+    if (!json_is_string(effort)) {
+        effort = NULL;
+    }
+
+    if ((j == NULL || json_is_null(j)) && effort == NULL) {
         return NGX_OK;
     }
 
-    if (!json_is_object(j)) {
+    if (j != NULL && !json_is_null(j) && !json_is_object(j)) {
         return ngx_http_llm_bad_type(ck, "chat_template_kwargs", "an object",
                                      j);
     }
 
+    /*
+     * reasoning_effort reaches the template as the variable of that name
+     * (gpt-oss's template reads it), and "none" as enable_thinking false
+     * (Qwen3, GLM-4.5); the client's own chat_template_kwargs win
+     */
+
+    kw = (j != NULL && json_is_object(j)) ? json_copy(j) : json_object();
+    if (kw == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (effort != NULL) {
+        if (json_object_get(kw, "reasoning_effort") == NULL) {
+            json_object_set(kw, "reasoning_effort", effort);
+        }
+
+        if (ngx_strcmp(json_string_value(effort), "none") == 0
+            && json_object_get(kw, "enable_thinking") == NULL)
+        {
+            json_object_set_new(kw, "enable_thinking", json_false());
+        }
+    }
+
     ck->ctx->gen->chat_template_kwargs_json =
-                                    ngx_http_llm_dump(ck->request->pool, j);
+                                    ngx_http_llm_dump(ck->request->pool, kw);
+    json_decref(kw);
+
     if (ck->ctx->gen->chat_template_kwargs_json == NULL) {
         return NGX_ERROR;
     }

@@ -233,13 +233,15 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
 
 
 /*
- * Done's finish reasons into the choices (stop for a choice it does not
- * name) and the first one into $llm_finish_reason.
+ * Done's finish reasons (and stop strings) into the choices (stop for a
+ * choice it does not name) and the first one into $llm_finish_reason.
  */
 
 void
 ngx_http_llm_finish(ngx_http_llm_ctx_t *ctx, Llm__Done *done)
 {
+    u_char          *p;
+    size_t           n;
     ngx_uint_t       i;
     Llm__ChoiceEnd  *ce;
 
@@ -249,8 +251,21 @@ ngx_http_llm_finish(ngx_http_llm_ctx_t *ctx, Llm__Done *done)
 
     for (i = 0; i < done->n_choices; i++) {
         ce = done->choices[i];
-        if (ce->index < ctx->n) {
-            ctx->choices[ce->index].finish = ce->finish_reason;
+        if (ce->index >= ctx->n) {
+            continue;
+        }
+
+        ctx->choices[ce->index].finish = ce->finish_reason;
+
+        /* for Anthropic's stop_sequence; without memory: none named */
+
+        n = ngx_strlen(ce->stop_sequence);
+        p = n ? ngx_pnalloc(ctx->request->pool, n) : NULL;
+
+        if (p) {
+            ngx_memcpy(p, ce->stop_sequence, n);
+            ctx->choices[ce->index].stop_sequence.data = p;
+            ctx->choices[ce->index].stop_sequence.len = n;
         }
     }
 

@@ -88,7 +88,26 @@ SKIP: {
        "text ends before the stop string '$stop'");
     unlike($rs->{text}, qr/\Q$stop\E/, 'stop string not emitted');
     is($rs->{done}{choices}[0]{finish_reason}, 'stop', 'finish stop');
+    is($rs->{done}{choices}[0]{stop_sequence}, $stop,
+       'Done names the stop string that ended the choice');
 }
+ok(!defined $r->{done}{choices}[0]{stop_sequence}
+   || $r->{done}{choices}[0]{stop_sequence} eq '',
+   'no stop_sequence when max_tokens ended the choice');
+
+# count_only: the prompt's tokens with the template, nothing generated
+my $cnt = LlmEngine::gen($t, $sock, { %chat, count_only => JSON::PP::true });
+is(join(',', map { $_->{event} } @{ $cnt->{events} }), 'started,done',
+   'count_only: Started then Done, no delta');
+is($cnt->{done}{usage}{prompt_tokens}, $r->{started}{prompt_tokens},
+   'count_only: the prompt tokens of the same chat generated');
+ok(!$cnt->{done}{usage}{completion_tokens}, 'count_only: nothing generated');
+is(scalar @{ $cnt->{done}{choices} // [] }, 0, 'count_only: no choices');
+my $cnt2 = LlmEngine::gen($t, $sock, { %chat, count_only => JSON::PP::true,
+    messages => [{ role => 'system', content => 'Be brief and kind.' },
+                 @{ $chat{messages} }] });
+ok($cnt2->{done}{usage}{prompt_tokens} > $cnt->{done}{usage}{prompt_tokens},
+   'count_only: a system message adds tokens');
 
 # seeds
 my %samp = (%chat, temperature => 1.0, top_p => 0.95, max_tokens => 16);

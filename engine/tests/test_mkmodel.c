@@ -23,7 +23,9 @@
 #include <unistd.h>
 
 #include "model/gguf.h"
+#include "model/model.h"
 #include "mkmodel.h"
+#include "onepass.h"
 #include "kernels/quant.h"
 #include "quantize.h"
 #include "vocabgen.h"
@@ -664,6 +666,76 @@ test_llamacpp_identity(void)
     tk_end_as("llama-quantize identity: %d files byte-identical", n);
 }
 
+/*
+ * The glm4moe and gpt-oss presets as the engine binds them: the leading
+ * dense layer, the shared expert and the skipped NextN block; the window,
+ * sinks, biases and YaRN; both run a prompt to finite logits.  (Their
+ * numbers against llama.cpp are test_reference's, on the converter's
+ * files.)
+ */
+static void
+test_new_arch_presets(void)
+{
+    static const char *presets[] = { "tiny-glm4moe", "tiny-gpt-oss" };
+    static const int32_t ids[] = { 5, 17, 300, 42, 7, 999, 12, 64 };
+    char path[128], err[512];
+    uint32_t blocks[2] = { 0, 1 };
+
+    snprintf(path, sizeof(path), "%s/arch.gguf", tmpdir);
+    for (size_t k = 0; k < sizeof(presets) / sizeof(presets[0]); k++) {
+        llm_mkmodel_params_t p;
+        const llm_hparams_t *hp;
+        llm_model_t *m = NULL;
+        llm_kv_t *kv = NULL;
+        llm_ctx_t *c = NULL;
+        float *out = NULL;
+        int finite = 1;
+
+        llm_mkmodel_preset(&p, presets[k], err, sizeof(err));
+        p.type = LLM_TYPE_Q8_0;
+        p.n_threads = 2;
+        if (llm_mkmodel_write(&p, path, NULL, err, sizeof(err)) != 0
+            || llm_model_load(&m, path, NULL, err, sizeof(err)) != 0)
+        {
+            CHECK(0, "%s: %s", presets[k], err);
+            continue;
+        }
+        hp = llm_model_hparams(m);
+        if (strcmp(p.arch, "glm4moe") == 0) {
+            CHECK(hp->n_layer == 4 && hp->n_layer_file == 5
+                  && hp->n_layer_dense == 1 && hp->n_ff_shexp == 128
+                  && hp->rope_dims == 16 && hp->gating == LLM_GATING_SIGMOID
+                  && hp->expert_weights_scale == 2.5f,
+                  "%s: layers %u of %u, dense %u, shexp %u, rope %u",
+                  presets[k], hp->n_layer, hp->n_layer_file,
+                  hp->n_layer_dense, hp->n_ff_shexp, hp->rope_dims);
+        } else {
+            CHECK(hp->n_swa == 64 && hp->ffn_act == LLM_ACT_SWIGLU_OAI
+                  && hp->n_layer == 4,
+                  "%s: window %u", presets[k], hp->n_swa);
+        }
+        out = malloc(8 * (size_t) hp->n_vocab * sizeof(float));
+        if (out == NULL
+            || llm_kv_create(&kv, m, 2, 16, LLM_TYPE_F32, err,
+                             sizeof(err)) != 0
+            || llm_ctx_create(&c, m, kv, 2, 8, err, sizeof(err)) != 0
+            || llm_onepass(c, ids, 8, blocks, 2, out, err, sizeof(err)) != 0)
+        {
+            CHECK(0, "%s: run: %s", presets[k], err);
+        } else {
+            for (size_t i = 0; i < 8 * (size_t) hp->n_vocab; i++) {
+                finite &= isfinite(out[i]);
+            }
+            CHECK(finite, "%s: logits not finite", presets[k]);
+        }
+        free(out);
+        llm_ctx_free(c);
+        llm_kv_free(kv);
+        llm_model_free(m);
+    }
+    tk_end_as("glm4moe and gpt-oss presets bind and run");
+}
+
 int
 main(void)
 {
@@ -672,6 +744,7 @@ main(void)
     test_determinism();
     test_split_experts();
     test_presets();
+    test_new_arch_presets();
     test_vocab();
     test_quantize();
     test_mixes();

@@ -19,6 +19,7 @@
  *    of the vocabularies in engine/tests/data/vocab with the ChatML
  *    template (and Phi-3.5's with phi-3's).  A completion prompt still
  *    parses special tokens (llama.cpp's server does).
+ * 3. The tool-call family each template selects (--tool-format's default).
  *
  * Run from the repository root.  Prints one line per check group; exits
  * non-zero on any failure.
@@ -960,6 +961,118 @@ test_guard_edges(void)
     llm_tokens_free(&toks);
 }
 
+/*
+ * The tool-call family each template of engine/tests/data/templates
+ * selects (llm_prompt_tool_format): GLM's (<tool_call> and <arg_key>)
+ * glm4.5, the others what they selected before glm4.5 existed.
+ */
+static const struct {
+    const char *file;
+    const char *fmt;
+} tool_formats[] = {
+    { "Apertus-8B-Instruct.jinja", "none" },
+    { "Apriel-1.6-15b-Thinker-fixed.jinja", "none" },
+    { "Bielik-11B-v3.0-Instruct.jinja", "hermes" },
+    { "ByteDance-Seed-OSS.jinja", "none" },
+    { "Cohere2MoE.jinja", "llama3-json" },
+    { "CohereForAI-c4ai-command-r-plus-tool_use.jinja", "llama3-json" },
+    { "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "llama3-json" },
+    { "GLM-4.6.jinja", "glm4.5" },
+    { "GLM-4.7-Flash.jinja", "glm4.5" },
+    { "GigaChat3-10B-A1.8B.jinja", "none" },
+    { "GigaChat3.1-10B-A1.8B.jinja", "none" },
+    { "HuggingFaceTB-SmolLM3-3B.jinja", "none" },
+    { "Kimi-K2-Instruct.jinja", "none" },
+    { "Kimi-K2-Thinking.jinja", "none" },
+    { "LFM2-8B-A1B.jinja", "none" },
+    { "LFM2.5-8B-A1B.jinja", "none" },
+    { "LFM2.5-Instruct.jinja", "none" },
+    { "MiMo-VL.jinja", "hermes" },
+    { "MiniMax-M2.jinja", "minimax-m2" },
+    { "Mistral-Small-3.2-24B-Instruct-2506.jinja", "mistral" },
+    { "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", "hermes" },
+    { "NVIDIA-Nemotron-Nano-v2.jinja", "none" },
+    { "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", "hermes" },
+    { "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "hermes" },
+    { "Qwen-QwQ-32B.jinja", "hermes" },
+    { "Qwen-Qwen2.5-7B-Instruct.jinja", "hermes" },
+    { "Qwen-Qwen3-0.6B.jinja", "hermes" },
+    { "Qwen3-Coder.jinja", "hermes" },
+    { "Qwen3.5-4B.jinja", "hermes" },
+    { "Reka-Edge.jinja", "hermes" },
+    { "StepFun3.5-Flash.jinja", "hermes" },
+    { "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", "deepseek-v3" },
+    { "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "deepseek-v3" },
+    { "deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-v3" },
+    { "deepseek-ai-DeepSeek-V3.2.jinja", "none" },
+    { "deepseek-ai-DeepSeek-V4.jinja", "none" },
+    { "fireworks-ai-llama-3-firefunction-v2.jinja", "none" },
+    { "google-gemma-2-2b-it.jinja", "none" },
+    { "google-gemma-4-31B-it-interleaved.jinja", "none" },
+    { "google-gemma-4-31B-it.jinja", "none" },
+    { "ibm-granite-granite-3.3-2B-Instruct.jinja", "none" },
+    { "ibm-granite-granite-4.0.jinja", "hermes" },
+    { "ibm-granite-granite-4.1.jinja", "hermes" },
+    { "llama-cpp-deepseek-r1.jinja", "deepseek-v3" },
+    { "llama-cpp-rwkv-world.jinja", "none" },
+    { "meetkai-functionary-medium-v3.1.jinja", "llama3-json" },
+    { "meetkai-functionary-medium-v3.2.jinja", "none" },
+    { "meta-llama-Llama-3.1-8B-Instruct.jinja", "llama3-json" },
+    { "meta-llama-Llama-3.2-3B-Instruct.jinja", "llama3-json" },
+    { "meta-llama-Llama-3.3-70B-Instruct.jinja", "llama3-json" },
+    { "microsoft-Phi-3.5-mini-instruct.jinja", "none" },
+    { "mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral" },
+    { "mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral" },
+    { "moonshotai-Kimi-K2.jinja", "none" },
+    { "openai-gpt-oss-120b.jinja", "none" },
+    { "openbmb-MiniCPM5-1B.jinja", "none" },
+    { "unsloth-Apriel-1.5.jinja", "hermes" },
+    { "unsloth-mistral-Devstral-Small-2507.jinja", "mistral" },
+    { "upstage-Solar-Open-100B.jinja", "none" },
+};
+
+static void
+test_tool_format(void)
+{
+    char    path[1024], *src;
+    size_t  i, n = sizeof(tool_formats) / sizeof(tool_formats[0]), ok = 0;
+    FILE   *fp;
+    long    fl;
+
+    for (i = 0; i < n; i++) {
+        const char *got;
+
+        snprintf(path, sizeof(path), "engine/tests/data/templates/%s",
+                 tool_formats[i].file);
+        fp = fopen(path, "rb");
+        src = NULL;
+        if (fp == NULL || fseek(fp, 0, SEEK_END) != 0 || (fl = ftell(fp)) < 0
+            || fseek(fp, 0, SEEK_SET) != 0
+            || (src = malloc((size_t) fl + 1)) == NULL
+            || fread(src, 1, (size_t) fl, fp) != (size_t) fl)
+        {
+            CHECK(0, "cannot read %s", path);
+            if (fp) {
+                fclose(fp);
+            }
+            free(src);
+            continue;
+        }
+        fclose(fp);
+        got = llm_prompt_tool_format(src, (size_t) fl);
+        CHECK(strcmp(got, tool_formats[i].fmt) == 0, "%s: %s, expected %s",
+              tool_formats[i].file, got, tool_formats[i].fmt);
+        ok += strcmp(got, tool_formats[i].fmt) == 0;
+        free(src);
+    }
+    CHECK(strcmp(llm_prompt_tool_format(llm_tmpl_chatml,
+                                        strlen(llm_tmpl_chatml)), "hermes")
+          == 0, "the built-in ChatML template is not hermes");
+    CHECK(strcmp(llm_prompt_tool_format(NULL, 0), "none") == 0,
+          "no template is not none");
+    tk_end_as("tool-call family: %zu of %zu templates as expected", ok, n);
+}
+
 int
 main(void)
 {
@@ -973,5 +1086,7 @@ main(void)
     test_vocabs();
     tk_begin("injection");
     test_templates();
+    tk_begin("tool-call family");
+    test_tool_format();
     return tk_done();
 }

@@ -35,6 +35,12 @@ static uint32_t  V;
 static int32_t  *shadow;         /* [n_blocks * BT] */
 static uint32_t  shadow_n;
 static int32_t   eog_token = -1;
+static int       sched_reasoning;    /* the conf's reasoning format */
+
+/* A scripted answer: after a prompt of script_from tokens, the argmax at
+ * each position is the script's next token (then EOG, when set). */
+static const int32_t *script;
+static uint32_t       script_n, script_from;
 
 static uint32_t
 mix(uint32_t h, int32_t t)
@@ -87,7 +93,14 @@ fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
         row_out = out + (size_t) row++ * V;
         memset(row_out, 0, V * sizeof(float));
         row_out[3 + h % (V - 3)] = 10.0f;
-        if (eog_token >= 0 && p >= 40) {
+        if (script != NULL && p + 1 >= script_from) {
+            uint32_t k = p + 1 - script_from;
+
+            row_out[3 + h % (V - 3)] = 0.0f;
+            row_out[k < script_n ? script[k]
+                    : eog_token >= 0 ? eog_token : 3] = 10.0f;
+        }
+        if (eog_token >= 0 && p >= 40 && script == NULL) {
             row_out[eog_token] = 20.0f;   /* stop long ones at EOG */
         }
     }
@@ -105,7 +118,17 @@ typedef struct {
     int       has_usage;
     uint32_t  u_prompt, u_completion;
     llm_sreq_t *r;
+    char      text[512], rsn[512];     /* choice 0's content, reasoning */
+    char      calls[512];              /* its tool calls: "id name(args" */
 } owner_t;
+
+static void
+append(char *dst, size_t cap, const char *s)
+{
+    size_t  n = strlen(dst);
+
+    snprintf(dst + n, cap - n, "%s", s ? s : "");
+}
 
 static void
 emit(void *o, const llm_sched_event_t *ev)
@@ -114,9 +137,29 @@ emit(void *o, const llm_sched_event_t *ev)
 
     switch (ev->kind) {
     case LLM_SEV_DELTA:
+        if (ev->u.delta.index == 0) {
+            append(w->text, sizeof(w->text), ev->u.delta.text);
+            append(w->rsn, sizeof(w->rsn), ev->u.delta.reasoning);
+        }
         if (ev->u.delta.token >= 0 && w->n[ev->u.delta.index] < MAXT) {
             w->toks[ev->u.delta.index][w->n[ev->u.delta.index]++] =
                 ev->u.delta.token;
+        }
+        break;
+    case LLM_SEV_TOOL_CALL:
+        if (ev->u.tool_call.id[0]) {
+            append(w->calls, sizeof(w->calls),
+                   strncmp(ev->u.tool_call.id, "call_", 5) == 0
+                   && strlen(ev->u.tool_call.id) == 29 ? "call_id " : "bad ");
+            append(w->calls, sizeof(w->calls), ev->u.tool_call.name);
+            append(w->calls, sizeof(w->calls), "(");
+        }
+        if (ev->u.tool_call.args_len) {
+            char a[256];
+
+            snprintf(a, sizeof(a), "%.*s", (int) ev->u.tool_call.args_len,
+                     ev->u.tool_call.args);
+            append(w->calls, sizeof(w->calls), a);
         }
         break;
     case LLM_SEV_DONE:
@@ -168,6 +211,7 @@ make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     c.block_tokens = BT;
     c.forward = fake_forward;
     c.emit = emit;
+    c.reasoning = sched_reasoning;
     c.model_name = "fake";
     free(shadow);
     shadow_n = n_blocks * BT;
@@ -440,6 +484,104 @@ test_eog(void)
     tk_end_as("eog");
 }
 
+/* tokens of text (special tokens not parsed: "<think>" as its bytes) */
+static uint32_t
+toks_of(const char *text, int32_t *out, uint32_t cap)
+{
+    llm_tokens_t  t = { 0 };
+    char          err[256];
+    uint32_t      n = 0;
+
+    if (llm_tokenize(vocab, text, strlen(text), 0, &t, err,
+                     sizeof(err)) == 0)
+    {
+        for (n = 0; n < t.n && n < cap; n++) {
+            out[n] = t.ids[n];
+        }
+    }
+    llm_tokens_free(&t);
+    return n;
+}
+
+/*
+ * The reasoning split on chat answers: a scripted answer with a think
+ * block comes out as reasoning text and content apart, the block opened
+ * by the prompt too; with the format off it is all content; completions
+ * are never split.
+ */
+static void
+test_reasoning(void)
+{
+    static const struct {
+        int          fmt;
+        const char  *prompt, *answer, *rsn, *text;
+        int          completion;
+        const char  *calls;
+        int          finish;
+    } c[] = {
+        { 1, "Q: hi\n", "<think>\nplan a\n</think>\n\nAnswer b",
+          "plan a", "Answer b", 0, "", LLM_FINISH_LENGTH },
+        { 1, "Q: hi\n<think>\n", "x y</think>z", "x y", "z", 0, "",
+          LLM_FINISH_LENGTH },
+        { 0, "Q: hi\n", "<think>r</think>s", "", "<think>r</think>s", 0, "",
+          LLM_FINISH_LENGTH },
+        { 1, "Q: hi\n", "<think>r</think>s", "", "<think>r</think>s", 1, "",
+          LLM_FINISH_LENGTH },
+        { 2, "Q: hi\n", "<|channel|>analysis<|message|>r<|end|><|start|>"
+          "assistant<|channel|>final<|message|>ok", "r", "ok", 0, "",
+          LLM_FINISH_LENGTH },
+        { 2, "Q: hi\n", "<|channel|>analysis<|message|>r<|end|><|start|>"
+          "assistant<|channel|>commentary to=functions.f <|constrain|>json"
+          "<|message|>{\"a\":1}", "r", "", 0, "call_id f({\"a\":1}",
+          LLM_FINISH_TOOL_CALLS },
+    };
+    static owner_t  w;
+    int32_t         prompt[64], ans[256];
+    uint32_t        np, na, i;
+    llm_request_t   rq;
+    llm_tokens_t    t;
+    llm_sched_t    *s;
+
+    for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        np = toks_of(c[i].prompt, prompt, 64);
+        na = toks_of(c[i].answer, ans, 256);
+        REQUIRE(np > 0 && na > 0 && na < 256);
+        sched_reasoning = c[i].fmt;
+        s = make(64, 2, 64, 4, 256);
+        REQUIRE(s != NULL);
+        script = ans;
+        script_n = na;
+        script_from = np;
+        memset(&w, 0, sizeof(w));
+        memset(&t, 0, sizeof(t));
+        llm_request_init(&rq);
+        /* a harmony call ends at <|call|>, an end-of-generation token */
+        eog_token = c[i].finish == LLM_FINISH_TOOL_CALLS
+                    ? llm_vocab_eos(vocab) : -1;
+        rq.sampling.max_tokens = na + (eog_token >= 0);
+        rq.sampling.ignore_eos = eog_token < 0;
+        rq.is_completion = c[i].completion;
+        for (uint32_t k = 0; k < np; k++) {
+            llm_tokens_push(&t, prompt[k]);
+        }
+        w.r = llm_sched_submit(s, &rq, &t, &w);
+        llm_tokens_free(&t);
+        REQUIRE(w.r != NULL);
+        run(s);
+        eog_token = -1;
+        script = NULL;
+        sched_reasoning = 0;
+        llm_sched_free(s);
+        CHECK(w.done && strcmp(w.rsn, c[i].rsn) == 0
+              && strcmp(w.text, c[i].text) == 0
+              && strcmp(w.calls, c[i].calls) == 0
+              && (int) w.finish[0] == c[i].finish,
+              "case %u: reasoning '%s' content '%s' calls '%s' finish %d", i,
+              w.rsn, w.text, w.calls, (int) w.finish[0]);
+    }
+    tk_end_as("reasoning split (%u cases)", i);
+}
+
 int
 main(void)
 {
@@ -467,6 +609,8 @@ main(void)
     test_stop();
     tk_begin("eog");
     test_eog();
+    tk_begin("reasoning");
+    test_reasoning();
     llm_sched_free(NULL);
     free(shadow);
     llm_vocab_free(vocab);

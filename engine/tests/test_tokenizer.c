@@ -371,6 +371,34 @@ test_detok_bpe(void)
           "stop inside tokens: emitted '%s'", s);
     free(s);
 
+    /* which stop string ended the stream: the one found first (for
+     * Anthropic's stop_sequence), none before the end or without a match */
+    {
+        const char   *stop4[] = { "XYZ", "is 🦙", "ld, thi" };
+        const char   *o;
+        size_t        ol;
+        llm_detok_t  *d;
+        int           rc = 0;
+
+        d = NULL;
+        CHECK(llm_detok_create(&d, v, stop4, 3) == 0, "detok_create");
+        for (i = 0; d != NULL && i < t.n && rc != 1; i++) {
+            CHECK(llm_detok_stop_string(d) == NULL,
+                  "a stop string reported before the stream stopped");
+            rc = llm_detok_push(d, t.ids[i], &o, &ol);
+        }
+        CHECK(rc == 1 && llm_detok_stop_string(d) != NULL
+              && strcmp(llm_detok_stop_string(d), "ld, thi") == 0,
+              "stop string reported: '%s'",
+              llm_detok_stop_string(d) ? llm_detok_stop_string(d) : "NULL");
+        if (d != NULL) {
+            llm_detok_reset(d);
+            CHECK(llm_detok_stop_string(d) == NULL,
+                  "a reset detokenizer still reports its stop string");
+            llm_detok_free(d);
+        }
+    }
+
     /* a held prefix ("world ") that turns out not to be a stop is released */
     s = stream(v, t.ids, t.n, stop2, 2, &at, &pok);
     CHECK(s && strcmp(s, text) == 0, "false stop prefix: emitted '%s'", s);

@@ -3,7 +3,12 @@
  * in two at every point and in random chunks; the content and the calls
  * (id, name, concatenated arguments) must be the expected ones every
  * time.  Multiple calls, text before and after, broken and cut-off
- * markers.
+ * markers; minimax-m2 and glm4.5 values converted by the tool's schema;
+ * for those two also random texts of their fragments, whole and in
+ * chunks, whose calls' arguments must always be JSON objects.  Calls
+ * rendered by the real templates (GLM-4.6, GLM-4.7-Flash, MiniMax-M2,
+ * Qwen3) parse back to the arguments rendered.  Run from the repository
+ * root.
  */
 
 #include <ctype.h>
@@ -15,6 +20,7 @@
 
 #include "decode/sample.h"
 #include "decode/toolcall.h"
+#include "template/template.h"
 #include "testkit.h"
 
 #define MAXC  4
@@ -260,6 +266,7 @@ done:
 #define L LLM_TOOLFMT_LLAMA3_JSON
 #define S LLM_TOOLFMT_MISTRAL
 #define D LLM_TOOLFMT_DEEPSEEK_V3
+#define G LLM_TOOLFMT_GLM45
 
 #define DS_CALLS_BEGIN  "<｜tool▁calls▁begin｜>"
 #define DS_CALLS_END    "<｜tool▁calls▁end｜>"
@@ -388,7 +395,301 @@ static const case_t cases[] = {
     { "deepseek-v3: broken head is content", D, NULL,
       DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops",
       DS_CALLS_BEGIN DS_CALL_BEGIN "f" DS_SEP "oops", 0, { 0 }, { 0 } },
+
+    /* glm4.5: the bytes GLM-4.6's template renders (build/bin/llm-template
+     * on GLM-4.6.jinja), GLM-4.7's compact form, values by schema type */
+    { "glm4.5: text then calls, as GLM-4.6 writes them", G, mm_tools,
+      "Sure.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>"
+      "New \"York\"\n</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3"
+      "</arg_value>\n<arg_key>opts</arg_key>\n<arg_value>{\"unit\": \"c\"}"
+      "</arg_value>\n<arg_key>note</arg_key>\n<arg_value>null</arg_value>\n"
+      "</tool_call>\n<tool_call>get_time\n</tool_call>",
+      "Sure.\n", 2, { "get_weather", "get_time" },
+      { "{\"city\": \"New \\\"York\\\"\\n\", \"days\": 3, \"opts\": "
+        "{\"unit\": \"c\"}, \"note\": \"null\"}", "{}" } },
+    { "glm4.5: GLM-4.7's form, values by schema", G, mm_tools,
+      "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a<b"
+      "</arg_value><arg_key>days</arg_key><arg_value>three</arg_value>"
+      "<arg_key>x</arg_key><arg_value>[1, 2]</arg_value><arg_key>y"
+      "</arg_key><arg_value>hi</arg_value></tool_call><tool_call>get_time"
+      "</tool_call>",
+      "", 2, { "get_weather", "get_time" },
+      { "{\"city\": \"a<b\", \"days\": \"three\", \"x\": [1, 2], "
+        "\"y\": \"hi\"}", "{}" } },
+    { "glm4.5: no tools given, values as JSON or text", G, NULL,
+      "<tool_call>f\n<arg_key>n</arg_key>\n<arg_value>12</arg_value>\n"
+      "<arg_key>s</arg_key>\n<arg_value>日本 \"x\"</arg_value>\n"
+      "</tool_call>",
+      "", 1, { "f" }, { "{\"n\": 12, \"s\": \"日本 \\\"x\\\"\"}" } },
+    { "glm4.5: text after calls", G, mm_tools,
+      "<tool_call>get_time\n</tool_call>\n\nDone.",
+      "\n\nDone.", 1, { "get_time" }, { "{}" } },
+    { "glm4.5: hermes JSON is content", G, mm_tools,
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>",
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", 0,
+      { 0 }, { 0 } },
+    { "glm4.5: a sentence is not a name", G, mm_tools,
+      "a <tool_call>call it</tool_call> b",
+      "a <tool_call>call it</tool_call> b", 0, { 0 }, { 0 } },
+    { "glm4.5: marker prefixes are content", G, mm_tools,
+      "x < y, <tool_c and <tool_call", "x < y, <tool_c and <tool_call", 0,
+      { 0 }, { 0 } },
+    { "glm4.5: cut off after the name", G, mm_tools,
+      "Hm <tool_call>get_weather\n<arg_",
+      "Hm <tool_call>get_weather\n<arg_", 0, { 0 }, { 0 } },
+    { "glm4.5: broken key, after the name went out", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>city</arg_value>\nPa",
+      "<arg_key>city</arg_value>\nPa", 1, { "get_weather" }, { "{}" } },
+    { "glm4.5: broken inside a call", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>2"
+      "</arg_value>\nthen text",
+      "\nthen text", 1, { "get_weather" }, { "{\"days\": 2}" } },
+    { "glm4.5: broken second call", G, mm_tools,
+      "<tool_call>get_time\n</tool_call>\n<tool_call>\noops",
+      "<tool_call>\noops", 1, { "get_time" }, { "{}" } },
+    { "glm4.5: cut off in a string value", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Par",
+      "", 1, { "get_weather" }, { "{\"city\": \"Par\"}" } },
+    { "glm4.5: cut off in a number", G, mm_tools,
+      "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>1",
+      "", 1, { "get_weather" }, { "{\"days\": 1}" } },
+    { "glm4.5: cut off in the head", G, mm_tools,
+      "<tool_call>get_time\n</tool_",
+      "<tool_call>get_time\n</tool_", 0, { 0 }, { 0 } },
+    { "glm4.5: cut off in the closer", G, mm_tools,
+      "<tool_call>get_time\n<arg_key>a</arg_key><arg_value>1</arg_value>\n"
+      "</tool_",
+      "", 1, { "get_time" }, { "{\"a\": 1}" } },
 };
+
+/*
+ * Random text made of a family's fragments (its markers, names, keys,
+ * values, whitespace and stray bytes), 2000 pieces: fed whole and in
+ * random chunks it must give the same content and calls, every call's
+ * arguments a JSON object (however the text breaks or ends), and the
+ * content at most the text's bytes.
+ */
+static size_t
+count_str(const char *s, const char *x)
+{
+    size_t n = 0;
+
+    for (s = strstr(s, x); s; s = strstr(s + 1, x)) {
+        n++;
+    }
+    return n;
+}
+
+static void
+test_soup(const char *what, int fmt, const char *tools,
+    const char *const *frags, size_t n_frags, const char *opener,
+    const char *call_mark)
+{
+    char       in[1024];
+    size_t     cuts[64];
+    rec_t     *whole = malloc(sizeof(rec_t)), *r = malloc(sizeof(rec_t));
+    llm_rng_t  rng;
+    uint32_t   calls = 0, broken = 0, tried = 0;
+    case_t     c = { what, fmt, tools, in, "", 0, { 0 }, { 0 } };
+
+    tk_begin("%s", what);
+    llm_rng_seed(&rng, 11);
+    for (int t = 0; t < 2000; t++) {
+        size_t len = 0, nf = 1 + llm_rng_next(&rng) % 24, at, n;
+
+        in[0] = '\0';
+        for (size_t k = 0; k < nf; k++) {
+            const char *f = frags[llm_rng_next(&rng) % n_frags];
+
+            if (len + strlen(f) < sizeof(in)) {
+                memcpy(in + len, f, strlen(f) + 1);
+                len += strlen(f);
+            }
+        }
+        if (count_str(in, call_mark) > MAXC) {
+            continue;                   /* more calls than rec_t holds */
+        }
+        tried++;
+        if (run(&c, NULL, 0, whole) != 0 || whole->bad) {
+            tk_fail("[%s]: whole: deltas out of order", in);
+            break;
+        }
+        for (uint32_t i = 0; i < whole->n; i++) {
+            json_t *j = json_loads(whole->calls[i].args, 0, NULL);
+
+            if (!json_is_object(j)) {
+                tk_fail("[%s]: call %u arguments are not a JSON object: %s",
+                        in, i, whole->calls[i].args);
+                json_decref(j);
+                goto done;
+            }
+            json_decref(j);
+        }
+        if (whole->clen > len) {
+            tk_fail("[%s]: more content than text: [%s]", in,
+                    whole->content);
+            break;
+        }
+        calls += whole->n;
+        broken += whole->clen > 0 && strstr(whole->content, opener) != NULL;
+        n = 0;
+        at = 0;
+        while (n < 64) {
+            at += 1 + llm_rng_next(&rng) % 7;
+            if (at >= len) {
+                break;
+            }
+            cuts[n++] = at;
+        }
+        if (run(&c, cuts, n, r) != 0 || r->bad || !same(whole, r)) {
+            tk_fail("[%s]: in chunks: content [%s], %u calls; whole: "
+                    "[%s], %u calls", in, r->content, r->n, whole->content,
+                    whole->n);
+            break;
+        }
+    }
+done:
+    tk_end_as("%s (%u texts, %u calls, %u with an opener given back as "
+              "content)", what, tried, calls, broken);
+    free(whole);
+    free(r);
+}
+
+static const char *const glm_frags[] = {
+    "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
+    "</arg_value>", "get_weather", "get_time", "city", "days", "opts", "x",
+    "Paris", "3", "{\"unit\": \"c\"}", "[1", "\"", "\\", "\n", " ", "<",
+    "</", ">", "<tool_", "</arg_", "日本",
+    /* whole pieces, so that calls form too */
+    "<tool_call>get_weather\n", "<arg_key>city</arg_key>\n<arg_value>",
+    "<arg_key>days</arg_key><arg_value>", "</arg_value>\n",
+    "</tool_call>\n",
+};
+
+static const char *const mm_frags[] = {
+    "<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=\"",
+    "</invoke>", "<parameter name=\"", "</parameter>", "\">", "get_weather",
+    "city", "days", "Paris", "3", "{\"unit\": \"c\"}", "[1", "\"", "\\",
+    "\n", " ", "<", "</", ">", "日本",
+    "<minimax:tool_call>\n<invoke name=\"get_weather\">\n",
+    "<parameter name=\"city\">", "<parameter name=\"days\">",
+    "</parameter>\n", "</invoke>\n",
+};
+
+/*
+ * Round trip through the model's own template: an assistant turn with
+ * two calls rendered by the real chat template (what a model trained on
+ * it writes), the answer's text from the first opener to the end of the
+ * turn (eot, an end token the model writes; NULL: the text's end) parsed
+ * back:
+ * the same names, and arguments equal as JSON to the ones rendered.
+ * Run from the repository root (engine/tests/data/templates).
+ */
+static const char rt_tools[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {"
+    "\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}, "
+    "\"opts\": {\"type\": \"object\"}, \"flag\": {\"type\": \"boolean\"}, "
+    "\"code\": {\"type\": \"string\"}}}}}, "
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_time\", "
+    "\"parameters\": {\"type\": \"object\", \"properties\": {}}}}]";
+
+static const char *const rt_args[] = {
+    "{\"city\": \"New \\\"York\\\" <b>\\n\", \"days\": 3, \"opts\": "
+    "{\"unit\": \"c\", \"n\": [1, 2.5]}, \"flag\": true, \"code\": \"42\"}",
+    "{}",
+};
+
+static void
+test_roundtrip(const char *file, int fmt, const char *opener,
+    const char *eot)
+{
+    char           path[512], err[256], *src = NULL, *text = NULL;
+    char          *at;
+    size_t         tl;
+    long           fl = 0;
+    FILE          *fp;
+    llm_tmpl_t    *t = NULL;
+    json_t        *vars = NULL, *msg, *calls;
+    rec_t         *r = calloc(1, sizeof(rec_t));
+    case_t         c = { file, fmt, rt_tools, NULL, "", 0, { 0 }, { 0 } };
+
+    tk_begin("%s: template round trip", file);
+    snprintf(path, sizeof(path), "engine/tests/data/templates/%s", file);
+    fp = fopen(path, "rb");
+    if (fp == NULL || fseek(fp, 0, SEEK_END) != 0 || (fl = ftell(fp)) <= 0
+        || fseek(fp, 0, SEEK_SET) != 0 || (src = malloc((size_t) fl)) == NULL
+        || fread(src, 1, (size_t) fl, fp) != (size_t) fl
+        || llm_tmpl_compile(&t, src, (size_t) fl, err, sizeof(err)) != 0)
+    {
+        tk_fail("cannot read or compile %s (run from the repository root)",
+                path);
+        goto done;
+    }
+    calls = json_array();
+    for (size_t i = 0; i < 2; i++) {
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:o}}",
+            "id", i ? "call_2" : "call_1", "type", "function", "function",
+            "name", i ? "get_time" : "get_weather", "arguments",
+            json_loads(rt_args[i], 0, NULL)));
+    }
+    msg = json_pack("{s:s, s:s, s:o}", "role", "assistant", "content", "",
+                    "tool_calls", calls);
+    vars = json_pack("{s:[{s:s, s:s}, o], s:o, s:b, s:s, s:s}", "messages",
+                     "role", "user", "content", "Weather?", msg, "tools",
+                     json_loads(rt_tools, 0, NULL), "add_generation_prompt",
+                     0, "bos_token", "", "eos_token", "");
+    if (vars == NULL
+        || llm_tmpl_render(t, vars, &text, &tl, err, sizeof(err)) != 0)
+    {
+        tk_fail("render: %s", vars ? err : "out of memory");
+        goto done;
+    }
+    /* the answer: from the last message's first opener on */
+    at = strstr(strstr(text, "Weather?"), opener);
+    if (at == NULL) {
+        tk_fail("no %s in the rendered answer: %s", opener, text);
+        goto done;
+    }
+    if (eot && strstr(at, eot)) {
+        *strstr(at, eot) = '\0';
+    }
+    c.in = at;
+    if (run(&c, NULL, 0, r) != 0 || r->bad || r->n != 2) {
+        tk_fail("parsed %u calls from [%s]", r->n, at);
+        goto done;
+    }
+    for (uint32_t i = 0; i < 2; i++) {
+        json_t *want = json_loads(rt_args[i], 0, NULL);
+        json_t *got = json_loads(r->calls[i].args, 0, NULL);
+        int     ok = got && json_equal(want, got)
+                     && strcmp(r->calls[i].name, i ? "get_time"
+                                                   : "get_weather") == 0;
+
+        json_decref(want);
+        json_decref(got);
+        if (!ok) {
+            tk_fail("call %u: %s %s from [%s]", i, r->calls[i].name,
+                    r->calls[i].args, at);
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < r->clen; i++) {
+        if (!isspace((unsigned char) r->content[i])) {
+            tk_fail("content beside the calls: [%s]", r->content);
+            goto done;
+        }
+    }
+done:
+    if (fp) {
+        fclose(fp);
+    }
+    json_decref(vars);
+    llm_tmpl_free(t);
+    free(text);
+    free(src);
+    free(r);
+}
 
 static void
 test_names(void)
@@ -396,6 +697,9 @@ test_names(void)
     if (llm_toolfmt_from_name("hermes") != LLM_TOOLFMT_HERMES
         || llm_toolfmt_from_name("deepseek-v3") != LLM_TOOLFMT_DEEPSEEK_V3
         || llm_toolfmt_from_name("none") != LLM_TOOLFMT_NONE
+        || llm_toolfmt_from_name("glm4.5") != LLM_TOOLFMT_GLM45
+        || strcmp(llm_toolfmt_name(LLM_TOOLFMT_GLM45), "glm4.5")
+        || strstr(llm_toolfmt_names(), "glm4.5") == NULL
         || llm_toolfmt_from_name("xml") != -1
         || strcmp(llm_toolfmt_name(LLM_TOOLFMT_MINIMAX_M2), "minimax-m2"))
     {
@@ -411,5 +715,15 @@ main(void)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         check(&cases[i]);
     }
+    test_roundtrip("GLM-4.6.jinja", G, "<tool_call>", NULL);
+    test_roundtrip("GLM-4.7-Flash.jinja", G, "<tool_call>", NULL);
+    test_roundtrip("MiniMax-M2.jinja", M, "<minimax:tool_call>", "[e~[");
+    test_roundtrip("Qwen-Qwen3-0.6B.jinja", H, "<tool_call>", "<|im_end|>");
+    test_soup("glm4.5: random fragments", G, mm_tools, glm_frags,
+              sizeof(glm_frags) / sizeof(glm_frags[0]), "<tool_call>",
+              "<tool_call>");
+    test_soup("minimax-m2: random fragments", M, mm_tools, mm_frags,
+              sizeof(mm_frags) / sizeof(mm_frags[0]), "<minimax:tool_call>",
+              "<invoke name=\"");
     return tk_done();
 }

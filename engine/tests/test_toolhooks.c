@@ -4,14 +4,17 @@
  * mask and accept, the detokenizer and the text hook, the way the
  * scheduler runs them.  tool_choice required and named always give calls
  * whose arguments are JSON objects with the required keys and the
- * declared types, in the hermes, llama3-json, mistral, deepseek-v3 and
- * minimax-m2 formats (their markers spelled in pieces on this vocabulary); parallel_tool_calls false gives exactly one call; none
+ * declared types, in the hermes, llama3-json, mistral, deepseek-v3,
+ * minimax-m2 and glm4.5 formats (their markers spelled in pieces on this
+ * vocabulary); parallel_tool_calls false gives exactly one call; string
+ * values of minimax-m2 and glm4.5 are raw text, fed token by token; none
  * never lets the opener through even when it is the likeliest token,
- * nor the closer, nor the call object's head {"name": ", and its text
- * hook drops a marker that comes all the same, split at any point;
- * auto with the opener pushed up gives a valid call.  With <tool_call>
- * and </tool_call> made control tokens (the detokenizer leaves those out
- * of the text, as with Mistral's [TOOL_CALLS]), the calls still parse.
+ * nor the closer, nor the call object's head {"name": " (glm4.5: nor
+ * <arg_key>, <arg_value>), and its text hook drops a marker that comes
+ * all the same, split at any point; auto with the opener pushed up gives
+ * a valid call (hermes, glm4.5).  With <tool_call> and </tool_call> made
+ * control tokens (the detokenizer leaves those out of the text, as with
+ * Mistral's [TOOL_CALLS]), the calls still parse (hermes, glm4.5).
  * Bad schemas and tool_choice name the field at fault.
  */
 
@@ -341,63 +344,91 @@ test_forced(env_t *e, const char *fmt, const char *tl, const char *named)
               calls, multi);
 }
 
+/* none for one family: boosted tokens (the closer, the head's start)
+ * never write the markup; text through the text hook comes out as
+ * expect, whatever the split. */
+typedef struct {
+    const char  *fmt;
+    const char  *boost[2];
+    const char  *markup[4];     /* never in the content */
+    const char  *text;
+    const char  *expect;
+} none_fmt_t;
+
+static const none_fmt_t none_fmts[] = {
+    { "hermes", { "</tool_call>", "{\"" },
+      { "</tool_call>", "{\"name\": \"", "{\"name\":\"" },
+      "a<tool_call>b</tool_call>c<tool", "abc<tool" },
+    { "glm4.5", { "</tool_call>", "<tool_call>" },
+      { "<tool_call>", "</tool_call>", "<arg_key>", "<arg_value>" },
+      "a<tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n"
+      "</tool_call>c<arg_", "af\nk\nv\nc<arg_" },
+};
+
 /* none: the closer and the head are masked too; the text hook strips
  * markers in any split and keeps what only looked like one. */
 static void
-test_none_markup(env_t *e)
+test_none_markup(env_t *e, const none_fmt_t *f)
 {
-    static const char  text[] = "a<tool_call>b</tool_call>c<tool";
+    const char        *text = f->text;
+    size_t             tl = strlen(text);
     rec_t             *r = malloc(sizeof(*r));
     char               err[256] = "";
-    const char        *boost[] = { "</tool_call>", "{\"" };
     llm_text_out_t     out = { rec_content, rec_call, r };
     llm_seq_hooks_t    h;
     treq_t             g = { 0 };
 
-    e->ctx.tool_call_format = "hermes";
+    e->ctx.tool_call_format = f->fmt;
     e->tools = NULL;
     REQUIRE(r != NULL, "out of memory");
     for (size_t b = 0; b < 2; b++) {
+        const char *boost[] = { f->boost[0], f->boost[1] };
         int32_t id = llm_vocab_find(e->v, boost[b], strlen(boost[b]));
 
         REQUIRE(id >= 0, "no %s token", boost[b]);
         for (uint64_t seed = 1; seed <= 10; seed++) {
             REQUIRE(decode(e, "none", 1, seed, id, 1, 60, r, err,
                            sizeof(err)) == 0, "none: %s", err);
-            REQUIRE(r->n == 0 && strstr(r->content, "</tool_call>") == NULL
-                    && strstr(r->content, "{\"name\": \"") == NULL
-                    && strstr(r->content, "{\"name\":\"") == NULL,
-                    "none let markup through: [%s]", r->content);
+            REQUIRE(r->n == 0, "none gave a call");
+            for (size_t m = 0; m < 4 && f->markup[m]; m++) {
+                REQUIRE(strstr(r->content, f->markup[m]) == NULL,
+                        "none let %s through: [%s]", f->markup[m],
+                        r->content);
+            }
         }
     }
     g.tools_json = tools;
     g.tool_choice_json = "none";
     g.parallel_tool_calls = 1;
-    for (size_t cut = 0; cut <= sizeof(text) - 1; cut++) {
+    for (size_t cut = 0; cut <= tl; cut++) {
         memset(r, 0, sizeof(*r));
         REQUIRE(tool_hooks(&e->ctx, &g, &h, err, sizeof(err)) == 1,
                 "hooks: %s", err);
         REQUIRE(h.text(h.ud, text, cut, 0, &out) == 0
-                && h.text(h.ud, text + cut, sizeof(text) - 1 - cut, 0, &out)
-                   == 0
+                && h.text(h.ud, text + cut, tl - cut, 0, &out) == 0
                 && h.text(h.ud, "", 0, 1, &out) == 0, "text hook failed");
         h.free(h.ud);
-        REQUIRE(strcmp(r->content, "abc<tool") == 0,
+        REQUIRE(strcmp(r->content, f->expect) == 0,
                 "split at %zu: [%s]", cut, r->content);
     }
     free(r);
-    tk_end_as("none masks the closer and the call head, strips markers");
+    e->ctx.tool_call_format = "hermes";
+    tk_end_as("%s: none masks the closer and the call head, strips "
+              "markers", f->fmt);
 }
 
+/* none never lets the opener through even as the likeliest token; auto
+ * with the opener first follows it into one valid call (tools tl: for
+ * glm4.5 without string parameters, which a random model never closes). */
 static void
-test_none_and_auto(env_t *e)
+test_none_and_auto(env_t *e, const char *fmt, const char *tl)
 {
     rec_t   *r = malloc(sizeof(*r));
     char     err[256] = "", why[256];
     int32_t  op = llm_vocab_find(e->v, "<tool_call>", 11);
 
-    e->ctx.tool_call_format = "hermes";
-    e->tools = NULL;
+    e->ctx.tool_call_format = fmt;
+    e->tools = tl;
     REQUIRE(op >= 0, "no <tool_call> token");
     for (uint64_t seed = 1; seed <= 10; seed++) {
         REQUIRE(decode(e, "none", 1, seed, op, 1, 60, r, err, sizeof(err))
@@ -415,7 +446,9 @@ test_none_and_auto(env_t *e)
                 "auto: %s", why);
     }
     free(r);
-    tk_end_as("none masks the opener, auto follows it");
+    e->ctx.tool_call_format = "hermes";
+    e->tools = NULL;
+    tk_end_as("%s: none masks the opener, auto follows it", fmt);
 }
 
 static int feed_script(env_t *e, llm_seq_hooks_t *h, llm_detok_t *d,
@@ -529,11 +562,34 @@ feed_script(env_t *e, llm_seq_hooks_t *h, llm_detok_t *d, rec_t *r,
     return 0;
 }
 
-/* minimax-m2 string values, token by token: '<' and even </x> inside a
- * value are allowed, </parameter> ends it and only at the end of a token,
- * the values convert by type. */
+/* A family whose string values are raw text (minimax-m2, glm4.5): the
+ * call whole, then the call up to the end of a string value. */
+typedef struct {
+    const char  *fmt;
+    const char  *call;      /* a call to note(text: "a<b </x>", n: 42) */
+    const char  *upto;      /* up to the closer of text: "ab" */
+} raw_fmt_t;
+
+static const raw_fmt_t raw_fmts[] = {
+    { "minimax-m2",
+      "<minimax:tool_call>\n<invoke name=\"note\">\n<parameter name=\"text\">"
+      "a<b </x></parameter>\n<parameter name=\"n\">42</parameter>\n"
+      "</invoke>\n</minimax:tool_call>",
+      "<minimax:tool_call>\n<invoke name=\"note\">\n<parameter name=\"text"
+      "\">ab</parameter>" },
+    /* as GLM-4.6's template renders it (build/bin/llm-template) */
+    { "glm4.5",
+      "<tool_call>note\n<arg_key>text</arg_key>\n<arg_value>a<b </x>"
+      "</arg_value>\n<arg_key>n</arg_key>\n<arg_value>42</arg_value>\n"
+      "</tool_call>",
+      "<tool_call>note\n<arg_key>text</arg_key>\n<arg_value>ab</arg_value>" },
+};
+
+/* String values, token by token: '<' and even </x> inside a value are
+ * allowed, the closer (</parameter>, </arg_value>) ends it and only at the
+ * end of a token, the values convert by type. */
 static void
-test_mm_raw(env_t *e)
+test_mm_raw(env_t *e, const raw_fmt_t *f)
 {
     static const char     tl[] =
         "[{\"type\": \"function\", \"function\": {\"name\": \"note\", "
@@ -552,7 +608,7 @@ test_mm_raw(env_t *e)
     int                   rc, masked = 0, single = -1;
 
     out = (llm_text_out_t) { rec_content, rec_call, r };
-    e->ctx.tool_call_format = "minimax-m2";
+    e->ctx.tool_call_format = f->fmt;
     g.tools_json = (char *) tl;
     g.tool_choice_json = (char *) "required";
     g.parallel_tool_calls = 0;
@@ -560,10 +616,7 @@ test_mm_raw(env_t *e)
     rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     REQUIRE(rc == 1 && llm_detok_create(&d, e->v, NULL, 0) == 0,
             "hooks: %d %s", rc, err);
-    rc = feed_script(e, &h, d, r, "<minimax:tool_call>\n<invoke name=\"note"
-                     "\">\n<parameter name=\"text\">a<b </x></parameter>\n"
-                     "<parameter name=\"n\">42</parameter>\n</invoke>\n"
-                     "</minimax:tool_call>", row, why, sizeof(why));
+    rc = feed_script(e, &h, d, r, f->call, row, why, sizeof(why));
     REQUIRE(rc == 0, "%s", why);
     memset(row, 0, e->nv * sizeof(float));
     h.mask(h.ud, row, e->nv);
@@ -580,15 +633,14 @@ test_mm_raw(env_t *e)
     h.free(h.ud);
     llm_detok_reset(d);
 
-    /* inside a value that ends with </parameter>, what may come is only
-     * a token that ends right after the closer's \n */
+    /* inside a value that ends with </parameter> (</arg_value>), the
+     * parser has ended the value: what may come is only the closer's \n,
+     * as a token of its own */
     memset(r, 0, sizeof(*r));
     memset(&h, 0, sizeof(h));
     rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
     REQUIRE(rc == 1, "hooks: %s", err);
-    rc = feed_script(e, &h, d, r, "<minimax:tool_call>\n<invoke name=\"note"
-                     "\">\n<parameter name=\"text\">ab</parameter>", row, why,
-                     sizeof(why));
+    rc = feed_script(e, &h, d, r, f->upto, row, why, sizeof(why));
     REQUIRE(rc == 0, "%s", why);
     memset(row, 0, e->nv * sizeof(float));
     h.mask(h.ud, row, e->nv);
@@ -605,13 +657,17 @@ test_mm_raw(env_t *e)
         }
     }
     REQUIRE(single >= 0 && row[single] == 0.0f, "'\\n' is not allowed");
+    for (uint32_t id = 0; id < e->nv; id++) {
+        REQUIRE(row[id] == -INFINITY || (int) id == single,
+                "token %u allowed after the closer but its newline", id);
+    }
     h.free(h.ud);
     llm_detok_free(d);
     free(row);
     free(r);
     e->ctx.tool_call_format = "hermes";
-    tk_end_as("minimax-m2 string values token by token (%d tokens past the "
-              "closer masked)", masked);
+    tk_end_as("%s string values token by token (%d tokens past the "
+              "closer masked)", f->fmt, masked);
 }
 
 static void
@@ -734,13 +790,15 @@ done:
 }
 
 static void
-test_control_markers(env_t *e)
+test_control_markers(env_t *e, const char *fmt, const char *tl)
 {
     rec_t  *r = malloc(sizeof(*r));
     char    err[256] = "", why[256];
     int32_t op = llm_vocab_find(e->v, "<tool_call>", 11);
     int     calls = 0;
 
+    e->ctx.tool_call_format = fmt;
+    e->tools = tl;
     REQUIRE(op >= 0 && llm_vocab_is_control(e->v, op),
             "<tool_call> is not a control token");
     for (uint64_t seed = 1; seed <= 10; seed++) {
@@ -755,7 +813,10 @@ test_control_markers(env_t *e)
         calls += (int) r->n;
     }
     free(r);
-    tk_end_as("control-token markers reach the parser (%d calls)", calls);
+    e->ctx.tool_call_format = "hermes";
+    e->tools = NULL;
+    tk_end_as("%s: control-token markers reach the parser (%d calls)", fmt,
+              calls);
 }
 
 int
@@ -791,25 +852,36 @@ main(void)
     test_forced(&e, "deepseek-v3", NULL, "lookup_order");
     tk_begin("forced calls, minimax-m2");
     test_forced(&e, "minimax-m2", mm_tools, "set_level");
-    tk_begin("minimax-m2 string values token by token");
-    test_mm_raw(&e);
+    tk_begin("forced calls, glm4.5");
+    test_forced(&e, "glm4.5", mm_tools, "set_level");
+    for (size_t i = 0; i < sizeof(raw_fmts) / sizeof(raw_fmts[0]); i++) {
+        tk_begin("%s string values token by token", raw_fmts[i].fmt);
+        test_mm_raw(&e, &raw_fmts[i]);
+    }
     tk_begin("hermes with 24 tools");
     test_many_tools(&e, "hermes");
     tk_begin("llama3-json with 24 tools");
     test_many_tools(&e, "llama3-json");
     tk_begin("mistral with 24 tools");
     test_many_tools(&e, "mistral");
+    tk_begin("glm4.5 with 24 tools");
+    test_many_tools(&e, "glm4.5");
     e.ctx.tool_call_format = "hermes";
     e.tools = NULL;
-    tk_begin("none masks the opener, auto follows it");
-    test_none_and_auto(&e);
-    tk_begin("none masks the closer and the call head, strips markers");
-    test_none_markup(&e);
+    tk_begin("hermes: none masks the opener, auto follows it");
+    test_none_and_auto(&e, "hermes", NULL);
+    tk_begin("glm4.5: none masks the opener, auto follows it");
+    test_none_and_auto(&e, "glm4.5", mm_tools);
+    for (size_t i = 0; i < sizeof(none_fmts) / sizeof(none_fmts[0]); i++) {
+        tk_begin("%s: none masks the closer and the call head, strips "
+                 "markers", none_fmts[i].fmt);
+        test_none_markup(&e, &none_fmts[i]);
+    }
     tk_begin("errors name the field");
     test_errors(&e);
 
     /* again with the markers as control tokens */
-    tk_begin("control-token markers reach the parser");
+    tk_begin("hermes: control-token markers reach the parser");
     if (make_markers_control(path, e.v, err, sizeof(err)) != 0) {
         tk_fail("control markers: %s", err);
     }
@@ -825,7 +897,9 @@ main(void)
             tk_fatal("reload: %s", err);
         }
         e.ctx.vocab = e.v;
-        test_control_markers(&e);
+        test_control_markers(&e, "hermes", NULL);
+        tk_begin("glm4.5: control-token markers reach the parser");
+        test_control_markers(&e, "glm4.5", mm_tools);
         llm_tokindex_free(e.ctx.tokindex);
         llm_vocab_free(e.v);
         llm_gguf_close(gg);

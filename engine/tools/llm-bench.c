@@ -86,7 +86,7 @@ rnd_tok(bench_t *B)
 static int
 run_batch(bench_t *B, uint32_t n, uint32_t pos0, char *err, size_t errlen)
 {
-    llm_seq_view_t  sv = { B->blocks, B->n_blocks };
+    llm_seq_view_t  sv = { B->blocks, B->n_blocks, NULL, 0 };
     llm_batch_t     b;
     uint32_t        i;
 

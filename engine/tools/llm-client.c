@@ -42,7 +42,8 @@ usage(FILE *f)
 "   \"logit_bias\": {\"42\": -100}, \"stop\": [\"\\n\"], \"logprobs\": true,\n"
 "   \"top_logprobs\": 2, \"n\": 1, \"ignore_eos\": false, \"echo\": false,\n"
 "   \"tools\": [...], \"tool_choice\": \"auto\", \"response_format\": {...},\n"
-"   \"chat_template_kwargs\": {...}, \"request_id\": \"r1\", \"key_id\": \"k\"}\n"
+"   \"chat_template_kwargs\": {...}, \"request_id\": \"r1\", \"key_id\": \"k\",\n"
+"   \"count_only\": false}\n"
 "\n"
 "Other requests:\n"
 "  --info                   engine and model information with stats\n"
@@ -321,6 +322,7 @@ build_generate(gen_t *x, json_t *j)
     x->s.top_logprobs = (uint32_t) jnum(j, "top_logprobs", 0);
     x->s.n = (uint32_t) jnum(j, "n", 0);
     x->s.ignore_eos = json_is_true(json_object_get(j, "ignore_eos"));
+    x->g.count_only = json_is_true(json_object_get(j, "count_only"));
 
     v = json_object_get(j, "stop");
     if (json_is_string(v)) {

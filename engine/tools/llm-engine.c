@@ -26,6 +26,7 @@
 #include "serve/server.h"
 #include "template/template.h"
 #include "text/tokenizer.h"
+#include "decode/reasoning.h"
 #include "decode/toolcall.h"
 
 #define LLM_MAX_ALIASES  32
@@ -52,6 +53,10 @@ usage(FILE *f)
 "                        max(ctx, 16384) tokens)\n"
 "  --kv-type T           f16 (default) or f32\n"
 "  --block-tokens N      tokens per KV block (default 16)\n"
+"  --swa-full            sliding-window layers (gpt-oss) keep the whole\n"
+"                        sequence's KV like the others, so prefixes can\n"
+"                        be reused; by default they keep a ring of what\n"
+"                        their window sees (less memory, no prefix cache)\n"
 "  --step-tokens N       tokens per forward call, decode + prefill\n"
 "                        chunks (default: 16 per expert's share of\n"
 "                        the routing, 16 x experts / used, in\n"
@@ -86,7 +91,13 @@ usage(FILE *f)
 "                        length keeps the first values and renormalizes\n"
 "  --tool-format F       the tool-call format, instead of the one the chat\n"
 "                        template suggests: hermes, minimax-m2, llama3-json,\n"
-"                        mistral, deepseek-v3 or none (docs/TOOLS.md)\n"
+"                        mistral, deepseek-v3, glm4.5 or none\n"
+"                        (docs/TOOLS.md)\n"
+"  --reasoning-format F  think, harmony or none: how a chat answer's\n"
+"                        reasoning is told from the answer\n"
+"                        (reasoning_content); by default harmony when the\n"
+"                        chat template knows <|channel|> (gpt-oss), think\n"
+"                        when it knows </think>, else none (docs/TOOLS.md)\n"
 "  --help                this text\n"
 "\n"
 "Exit codes: 0 drained after SIGTERM/SIGINT, 1 an error (logged), 2 bad\n"
@@ -365,7 +376,7 @@ main(int argc, char **argv)
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
         O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
-        O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC, O_HELP
+        O_RSNFMT, O_SWAFULL, O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -379,8 +390,10 @@ main(int argc, char **argv)
         { "mlock", 0, 0, O_MLOCK }, { "log-level", 1, 0, O_LOG },
         { "write-buffer-kb", 1, 0, O_WBUF },
         { "tool-format", 1, 0, O_TOOLFMT },
+        { "reasoning-format", 1, 0, O_RSNFMT },
         { "memory-limit-mb", 1, 0, O_MEMLIMIT },
         { "no-regroup", 0, 0, O_NOREGROUP },
+        { "swa-full", 0, 0, O_SWAFULL },
         { "embeddings", 0, 0, O_EMBD }, { "pooling", 1, 0, O_POOLING },
         { "embd-truncate", 0, 0, O_EMBDTRUNC },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
@@ -393,6 +406,9 @@ main(int argc, char **argv)
     uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
     uint32_t            limit_mb = 0;
     int                 no_regroup = 0, embeddings = 0, embd_trunc = 0;
+    int                 swa_full = 0;
+    uint32_t            swa_ring, n_blocks_swa;
+    size_t              swa_bytes;
     const char         *pooling = NULL;
     llm_embed_conf_t    ec;
     size_t              n_aliases = 0, block_bytes;
@@ -415,7 +431,7 @@ main(int argc, char **argv)
     char                err[512] = "", rev[16], fp[32], mix[512];
     const char         *tsrc = "gguf", *tfmt = "none", *tool_format = NULL;
     sigset_t            set;
-    int                 o, rc = 1, lvl;
+    int                 o, rc = 1, lvl, rfmt = -1;
 
     /* before any thread exists: SIGTERM/SIGINT only through the signalfd */
     sigemptyset(&set);
@@ -503,6 +519,7 @@ main(int argc, char **argv)
             }
             break;
         case O_NOREGROUP: no_regroup = 1; break;
+        case O_SWAFULL: swa_full = 1; break;
         case O_MLOCK: mo.use_mlock = 1; break;
         case O_LOG:
             lvl = llm_log_parse_level(optarg);
@@ -520,6 +537,14 @@ main(int argc, char **argv)
                 return 2;
             }
             tool_format = optarg;
+            break;
+        case O_RSNFMT:
+            rfmt = llm_reasoning_fmt_from_name(optarg);
+            if (rfmt < 0) {
+                fprintf(stderr, "llm-engine: --reasoning-format: think, "
+                        "harmony or none, got '%s'\n", optarg);
+                return 2;
+            }
             break;
         case O_HELP: case 'h':
             usage(stdout);
@@ -594,9 +619,26 @@ main(int argc, char **argv)
             n_ctx = 8192;
         }
     }
-    block_bytes = llm_kv_block_bytes(m, block_tokens, kv_type);
+    /* sliding-window layers: a ring per running sequence (llm_kv_swa_ring),
+     * unless --swa-full or embeddings (their forward gives no rings) */
+    swa_ring = swa_full || embeddings
+               ? 0 : llm_kv_swa_ring(m, block_tokens, step_tokens);
+    n_blocks_swa = swa_ring * max_batch;
+    swa_bytes = (size_t) n_blocks_swa
+                * llm_kv_block_bytes_of(m, block_tokens, kv_type,
+                                        LLM_KV_SWA);
+    block_bytes = llm_kv_block_bytes_of(m, block_tokens, kv_type,
+                                        swa_ring ? LLM_KV_FULL : LLM_KV_ALL);
+    if (kv_mb && ((uint64_t) kv_mb << 20) <= swa_bytes) {
+        llm_log(LLM_LOG_ERROR, "--kv-mb %u: the sliding-window layers' "
+                "rings alone take %.1f MiB (%u sequences x %u blocks); "
+                "raise --kv-mb or lower --max-batch", kv_mb,
+                (double) swa_bytes / 1048576.0, max_batch, swa_ring);
+        goto done;
+    }
     if (kv_mb) {
-        n_blocks = (uint32_t) (((uint64_t) kv_mb << 20) / block_bytes);
+        n_blocks = (uint32_t) ((((uint64_t) kv_mb << 20) - swa_bytes)
+                               / block_bytes);
     } else {
         uint32_t tokens = n_ctx > 16384 ? n_ctx : 16384;
 
@@ -608,8 +650,8 @@ main(int argc, char **argv)
                 (unsigned long long) n_blocks * block_tokens, n_ctx);
         goto done;
     }
-    if (llm_kv_create(&kv, m, n_blocks, block_tokens, kv_type, err,
-                      sizeof(err)) != 0)
+    if (llm_kv_create_swa(&kv, m, n_blocks, n_blocks_swa, block_tokens,
+                          kv_type, err, sizeof(err)) != 0)
     {
         llm_log(LLM_LOG_ERROR, "%s", err);
         goto done;
@@ -621,7 +663,7 @@ main(int argc, char **argv)
         goto done;
     }
 
-    if (plan_memory(m, ctx, (uint64_t) n_blocks * block_bytes, expert_mb,
+    if (plan_memory(m, ctx, llm_kv_bytes(kv), expert_mb,
                     no_regroup, limit_mb, &mo) != 0)
     {
         goto done;
@@ -666,6 +708,9 @@ main(int argc, char **argv)
             tmpl = NULL;
         } else {
             tfmt = llm_prompt_tool_format(ts.ptr, ts.len);
+            if (rfmt < 0) {
+                rfmt = llm_prompt_reasoning_format(ts.ptr, ts.len);
+            }
         }
     }
     if (tmpl == NULL) {
@@ -683,20 +728,25 @@ main(int argc, char **argv)
     if (tool_format) {
         tfmt = tool_format;
     }
+    if (rfmt < 0) {
+        rfmt = LLM_REASONING_NONE;      /* the ChatML fallback */
+    }
 
     revision_of(llm_model_gguf(m), rev, sizeof(rev));
     snprintf(fp, sizeof(fp), "fp_%s", rev);
 
     llm_log(LLM_LOG_INFO, "model loaded in %.2f s: %s (%s, %s), %u layers, "
             "n_embd %u, %u experts (%u used), vocab %u, %.2f %s params, "
-            "file %.1f MiB, revision %s, chat template %s, tool calls %s%s",
+            "file %.1f MiB, revision %s, chat template %s, tool calls %s%s, "
+            "reasoning %s",
             now_s() - t0, name ? name : hp->name, hp->arch_name,
             llm_model_quant_name(m), hp->n_layer, hp->n_embd, hp->n_expert,
             hp->n_expert_used, hp->n_vocab,
             (double) hp->n_params / (hp->n_params >= 1000000000 ? 1e9 : 1e6),
             hp->n_params >= 1000000000 ? "B" : "M",
             (double) llm_gguf_file_size(llm_model_gguf(m)) / 1048576.0, rev,
-            tsrc, tfmt, tool_format ? " (--tool-format)" : "");
+            tsrc, tfmt, tool_format ? " (--tool-format)" : "",
+            llm_reasoning_fmt_name(rfmt));
     llm_gguf_type_mix(llm_model_gguf(m), mix, sizeof(mix));
     llm_log(LLM_LOG_INFO, "types: %s", mix);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
@@ -706,6 +756,13 @@ main(int argc, char **argv)
             kv_type == LLM_TYPE_F16 ? "f16" : "f32", n_ctx, step_tokens,
             max_queue, llm_simd_name(llm_simd_level()),
             llm_simd_name(llm_simd_best()));
+    if (swa_ring > 0) {
+        llm_log(LLM_LOG_INFO, "sliding-window layers: a ring of %u blocks "
+                "per sequence (%u-token window), %.1f MiB for %u sequences; "
+                "no prefix reuse (--swa-full keeps their whole KV)",
+                swa_ring, hp->n_swa, (double) swa_bytes / 1048576.0,
+                max_batch);
+    }
     if (llm_simd_note() != NULL) {
         llm_log(LLM_LOG_WARN, "%s", llm_simd_note());
     }
@@ -724,6 +781,8 @@ main(int argc, char **argv)
     sc.sched.max_queue = max_queue;
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;
+    sc.sched.swa_ring = swa_ring;
+    sc.sched.reasoning = rfmt;
     ef.ctx = ctx;
     ef.gguf = llm_model_gguf(m);
     sc.sched.forward = fwd;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "mkmodel.h"
+#include "readfile.h"
 #include "kernels/quant.h"
 
 static void
@@ -55,6 +56,9 @@ usage(FILE *f)
 "  --pre NAME        tokenizer.ggml.pre: qwen2 | gpt-2\n"
 "  --pooling N       write <arch>.pooling_type N (llama.cpp's enum: 0 none,\n"
 "                    1 mean, 2 cls, 3 last, 4 rank): an embedding model\n"
+"  --chat-template FILE\n"
+"                    tokenizer.chat_template from FILE (Jinja) instead of\n"
+"                    the ChatML tool-calling one\n"
 "  --name NAME       general.name\n"
 "  --threads N       worker threads (default: online CPUs)\n"
 "  -q, --quiet       no per-tensor lines\n"
@@ -227,6 +231,19 @@ main(int argc, char **argv)
                 rc = -1;
             }
             p.pooling = (int) pt;
+        } else if (strcmp(f_, "--chat-template") == 0) {
+            /* static: lives until exit, as the parameters do */
+            static char  *tmpl;
+            size_t        len;
+
+            free(tmpl);
+            tmpl = llm_read_file(v, &len);
+            p.chat_template = tmpl;
+            if (tmpl == NULL || strlen(tmpl) != len) {
+                fprintf(stderr, "llm-mkmodel: --chat-template %s: %s\n", v,
+                        tmpl ? "holds a NUL byte" : strerror(errno));
+                rc = -1;
+            }
         } else if (strcmp(f_, "--name") == 0) {
             snprintf(p.name, sizeof(p.name), "%s", v);
         } else if (strcmp(f_, "--threads") == 0) {

@@ -3,8 +3,10 @@ package LlmSchema;
 # A small JSON Schema validator for the OpenAPI schemas copied under
 # tests/schemas (the subset they use: type, properties, required, items,
 # enum, $ref into the same file, allOf, anyOf, oneOf (exactly one branch
-# fits); $recursiveRef, additionalProperties, formats, lengths and bounds,
-# descriptions and x-* keys are not checked).
+# fits); $recursiveRef, formats, lengths and bounds, descriptions and x-*
+# keys are not checked), and for the Anthropic schemas written there: type
+# as a list of types (["string", "null"]), const and additionalProperties
+# false.
 # validate() returns the list of violations, empty when the value fits.
 
 use strict;
@@ -79,11 +81,23 @@ sub _check {
     }
     if (my $want = $s->{type}) {
         my $got = _type($v);
-        my $ok = $got eq $want
-                 || ($want eq 'number' && $got eq 'integer');
+        my @want = ref $want ? @$want : ($want);
+        my $ok = grep { $got eq $_ || ($_ eq 'number' && $got eq 'integer') }
+                      @want;
         unless ($ok) {
-            push @$err, "$path: expected $want, got $got";
+            push @$err, "$path: expected " . join('|', @want) . ", got $got";
             return;
+        }
+    }
+    if (exists $s->{const} && !(defined $v && !ref $v && $v eq $s->{const})) {
+        push @$err, "$path: " . ($v // 'null') . " is not $s->{const}";
+    }
+    if (ref $v eq 'HASH' && JSON::PP::is_bool($s->{additionalProperties})
+        && !$s->{additionalProperties})
+    {
+        for my $k (sort keys %$v) {
+            push @$err, "$path: unexpected property $k"
+                unless exists(($s->{properties} // {})->{$k});
         }
     }
     if ($s->{enum} && !grep { defined $v && $_ eq $v } @{ $s->{enum} }) {

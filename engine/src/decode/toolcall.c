@@ -55,7 +55,9 @@ typedef enum {
     S_MM_VALUE,
     S_DS_BLOCK,
     S_DS_HEAD,
-    S_DS_TAIL
+    S_DS_TAIL,
+    S_GLM_HEAD,      /* glm4.5: the name after <tool_call> */
+    S_GLM_ARGS       /* glm4.5: <arg_key>k</arg_key><arg_value>, or the end */
 } llm_tc_state_e;
 
 enum { M_BAD = -1, M_NEED = 0, M_OK = 1 };
@@ -81,9 +83,10 @@ struct llm_toolcall_s {
     int              depth, in_str, esc;
     int              ds_v3;
 
-    const json_t    *props;        /* minimax: the called tool's properties */
+    const json_t    *props;        /* minimax, glm: the called tool's
+                                      properties */
     int              n_params;
-    int              vstring;      /* minimax: the value is a string */
+    int              vstring;      /* minimax, glm: the value is a string */
 
     char            *tmp;
     size_t           tmp_cap;
@@ -99,6 +102,7 @@ static const struct {
     { LLM_TOOLFMT_LLAMA3_JSON, "llama3-json" },
     { LLM_TOOLFMT_MISTRAL, "mistral" },
     { LLM_TOOLFMT_DEEPSEEK_V3, "deepseek-v3" },
+    { LLM_TOOLFMT_GLM45, "glm4.5" },
 };
 
 int
@@ -130,7 +134,8 @@ llm_toolfmt_name(int fmt)
 const char *
 llm_toolfmt_names(void)
 {
-    return "hermes, minimax-m2, llama3-json, mistral, deepseek-v3, none";
+    return "hermes, minimax-m2, llama3-json, mistral, deepseek-v3, glm4.5, "
+           "none";
 }
 
 
@@ -260,6 +265,7 @@ static const char *llm_tc_openers[][3] = {
     [LLM_TOOLFMT_LLAMA3_JSON] = { NULL },
     [LLM_TOOLFMT_MISTRAL] = { "[TOOL_CALLS]", NULL },
     [LLM_TOOLFMT_DEEPSEEK_V3] = { DS_CALLS_BEGIN, DS_CALL_BEGIN, NULL },
+    [LLM_TOOLFMT_GLM45] = { "<tool_call>", NULL },
 };
 
 static int
@@ -465,6 +471,9 @@ llm_tc_text(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
             break;
         case LLM_TOOLFMT_MISTRAL:
             tc->state = S_MS_HEAD;
+            break;
+        case LLM_TOOLFMT_GLM45:
+            tc->state = S_GLM_HEAD;
             break;
         default:
             tc->state = bi == 0 ? S_DS_BLOCK : S_DS_HEAD;
@@ -916,6 +925,27 @@ llm_tc_mm_close_args(llm_toolcall_t *tc, const llm_text_out_t *out)
     return 0;
 }
 
+/* A parameter's key as arguments (`{"k": ` or `, "k": `, a string's
+ * opening quote too); vstring says how its value is written. */
+static int
+llm_tc_mm_key(llm_toolcall_t *tc, const llm_text_out_t *out,
+    const char *key, size_t nl)
+{
+    int rc;
+
+    llm_tc_args(tc, out, tc->n_params ? ", \"" : "{\"", tc->n_params ? 3 : 2);
+    rc = llm_tc_args_escaped(tc, out, key, nl);
+    if (rc != 0) {
+        return rc;
+    }
+    tc->vstring = llm_toolcall_param_is_string(
+                      json_object_get(tc->props, key));
+    llm_tc_args(tc, out, tc->vstring ? "\": \"" : "\": ",
+                tc->vstring ? 4 : 3);
+    tc->n_params++;
+    return 0;
+}
+
 static int
 llm_tc_mm_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
@@ -996,17 +1026,10 @@ llm_tc_mm_phead(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
         if (r1 == M_BAD) {
             goto bad;
         }
-        llm_tc_args(tc, out, tc->n_params ? ", \"" : "{\"", tc->n_params ? 3
-                                                                          : 2);
-        rc = llm_tc_args_escaped(tc, out, key, nl);
+        rc = llm_tc_mm_key(tc, out, key, nl);
         if (rc != 0) {
             return rc;
         }
-        tc->vstring = llm_toolcall_param_is_string(
-                          json_object_get(tc->props, key));
-        llm_tc_args(tc, out, tc->vstring ? "\": \"" : "\": ",
-                    tc->vstring ? 4 : 3);
-        tc->n_params++;
         tc->pos = k;
         tc->state = S_MM_VALUE;
         return R_MORE;
@@ -1069,17 +1092,21 @@ llm_tc_mm_json_value(llm_toolcall_t *tc, const llm_text_out_t *out,
     return rc;
 }
 
+/* A parameter's value up to its closer (minimax-m2 </parameter>, glm4.5
+ * </arg_value>): a string streamed as it comes, any other value once it
+ * is whole. */
 static int
 llm_tc_mm_value(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
-    static const char  closer[] = "</parameter>";
+    int                glm = tc->fmt == LLM_TOOLFMT_GLM45;
+    const char        *closer = glm ? "</arg_value>" : "</parameter>";
+    size_t             cl = strlen(closer);
     const char        *p = tc->b + tc->pos, *f;
     size_t             n = tc->len - tc->pos, k;
     int                rc;
 
     /* a string value is streamed from pos; any other waits at pos */
-    f = n >= sizeof(closer) - 1 ? memmem(p, n, closer, sizeof(closer) - 1)
-                                : NULL;
+    f = n >= cl ? memmem(p, n, closer, cl) : NULL;
     if (f || final) {
         k = f ? (size_t) (f - p) : n;
         if (tc->vstring) {
@@ -1096,15 +1123,15 @@ llm_tc_mm_value(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
             tc->pos = tc->len;
             return R_NEED;
         }
-        tc->pos += k + sizeof(closer) - 1;
-        tc->state = S_MM_PHEAD;
+        tc->pos += k + cl;
+        tc->state = glm ? S_GLM_ARGS : S_MM_PHEAD;
         return R_MORE;
     }
     if (!tc->vstring) {
         return R_NEED;
     }
     /* stream the string, holding back what could start the closer */
-    k = n > sizeof(closer) - 2 ? n - (sizeof(closer) - 2) : 0;
+    k = n > cl - 1 ? n - (cl - 1) : 0;
     for (; k < n; k++) {
         if (p[k] == '<' && memcmp(p + k, closer, n - k) == 0) {
             break;
@@ -1274,6 +1301,132 @@ llm_tc_ds_tail(llm_toolcall_t *tc, int final)
 }
 
 
+/* glm4.5 */
+
+/*
+ * After <tool_call>: the name up to a newline or '<' (GLM-4.5/4.6 write
+ * `f\n`, GLM-4.7 `f` alone), then <arg_key> or </tool_call>, whole: only
+ * then the call begins (the head is parsed again from its start as bytes
+ * arrive).  A name with a space in it, or anything else, is not a call.
+ */
+static int
+llm_tc_glm_head(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
+{
+    const char *p = tc->b;
+    size_t      n = tc->len, k = tc->pos, k0, s0, s1;
+    char        name[LLM_TC_NAME_MAX + 1];
+    int         r1, r2;
+
+    llm_tc_ws(p, n, &k);
+    r1 = llm_tc_until(p, n, &k, "< \t\r\n", LLM_TC_NAME_MAX, &s0, &s1);
+    if (r1 == M_NEED) {
+        goto need;
+    }
+    if (r1 == M_BAD || s1 == s0) {
+        goto bad;
+    }
+    llm_tc_ws(p, n, &k);
+    k0 = k;
+    r1 = llm_tc_lit(p, n, &k, "<arg_key>");
+    k = k0;
+    r2 = llm_tc_lit(p, n, &k, "</tool_call>");
+    if (r1 == M_OK || r2 == M_OK) {
+        memcpy(name, p + s0, s1 - s0);
+        name[s1 - s0] = '\0';
+        llm_tc_begin_call(tc, out, name);
+        tc->props = llm_tc_tool_props(tc, name);
+        tc->n_params = 0;
+        tc->pos = k0;
+        tc->state = S_GLM_ARGS;
+        return R_MORE;
+    }
+    if (r1 == M_NEED || r2 == M_NEED) {
+        goto need;
+    }
+bad:
+    llm_tc_fallback(tc, out);
+    return R_MORE;
+
+need:
+    if (!final && n - tc->pos <= LLM_TC_HEAD_MAX) {
+        return R_NEED;
+    }
+    goto bad;
+}
+
+/*
+ * In a call: <arg_key>k</arg_key> and <arg_value> (whitespace between
+ * them and before each is skipped), then the value (S_MM_VALUE); or
+ * </tool_call>, which ends the call.  Anything else ends the call as it
+ * is (its arguments closed) and is content; cut off at the end, the
+ * arguments are closed.
+ */
+static int
+llm_tc_glm_args(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
+{
+    const char *p = tc->b;
+    size_t      n = tc->len, k, s0 = 0, s1 = 0;
+    char        key[LLM_TC_NAME_MAX + 1];
+    int         r, rc;
+
+    k = tc->pos;
+    llm_tc_ws(p, n, &k);
+    r = llm_tc_lit(p, n, &k, "</tool_call>");
+    if (r == M_OK) {
+        llm_tc_mm_close_args(tc, out);
+        tc->pos = k;
+        llm_tc_to_text(tc);
+        return R_MORE;
+    }
+    if (r == M_NEED) {
+        goto need;
+    }
+    r = llm_tc_lit(p, n, &k, "<arg_key>");
+    if (r == M_OK) {
+        r = llm_tc_until(p, n, &k, "<", LLM_TC_NAME_MAX, &s0, &s1);
+    }
+    if (r == M_OK) {
+        r = s1 > s0 ? llm_tc_lit(p, n, &k, "</arg_key>") : M_BAD;
+    }
+    if (r == M_OK) {
+        llm_tc_ws(p, n, &k);
+        r = llm_tc_lit(p, n, &k, "<arg_value>");
+    }
+    if (r == M_NEED) {
+        goto need;
+    }
+    if (r == M_BAD) {
+        goto bad;
+    }
+    memcpy(key, p + s0, s1 - s0);
+    key[s1 - s0] = '\0';
+    rc = llm_tc_mm_key(tc, out, key, s1 - s0);
+    if (rc != 0) {
+        return rc;
+    }
+    tc->pos = k;
+    tc->state = S_MM_VALUE;
+    return R_MORE;
+
+bad:
+    llm_tc_mm_close_args(tc, out);
+    llm_tc_set_mark(tc, tc->pos, 0);
+    llm_tc_fallback(tc, out);
+    return R_MORE;
+
+need:
+    if (!final && n - tc->pos <= LLM_TC_HEAD_MAX) {
+        return R_NEED;
+    }
+    if (final) {
+        llm_tc_mm_close_args(tc, out);
+        tc->pos = tc->len;
+        return R_NEED;
+    }
+    goto bad;
+}
+
+
 /* The driver. */
 
 static int
@@ -1297,6 +1450,8 @@ llm_tc_step(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     case S_DS_BLOCK:   return llm_tc_ds_block(tc, final, out);
     case S_DS_HEAD:    return llm_tc_ds_head(tc, final, out);
     case S_DS_TAIL:    return llm_tc_ds_tail(tc, final);
+    case S_GLM_HEAD:   return llm_tc_glm_head(tc, final, out);
+    case S_GLM_ARGS:   return llm_tc_glm_args(tc, final, out);
     }
     return -EINVAL;
 }
@@ -1357,7 +1512,7 @@ llm_toolcall_create(llm_toolcall_t **out, int fmt, const json_t *tools,
     llm_toolcall_t *tc;
 
     *out = NULL;
-    if (fmt <= LLM_TOOLFMT_NONE || fmt > LLM_TOOLFMT_DEEPSEEK_V3) {
+    if (fmt <= LLM_TOOLFMT_NONE || fmt > LLM_TOOLFMT_GLM45) {
         snprintf(err, errlen, "tool-call format %d: no parser", fmt);
         return -EINVAL;
     }

@@ -23,6 +23,9 @@
  *   deepseek-v3  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f
  *                ```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
  *                and the V3.1 form <｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}
+ *   glm4.5       <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n
+ *                </tool_call>  (GLM-4.5/4.6; GLM-4.7 writes no newlines;
+ *                v converted by the tool's schema, as for minimax-m2)
  */
 
 #ifndef LLM_TOOLCALL_H
@@ -41,7 +44,8 @@ typedef enum {
     LLM_TOOLFMT_MINIMAX_M2,
     LLM_TOOLFMT_LLAMA3_JSON,
     LLM_TOOLFMT_MISTRAL,
-    LLM_TOOLFMT_DEEPSEEK_V3
+    LLM_TOOLFMT_DEEPSEEK_V3,
+    LLM_TOOLFMT_GLM45
 } llm_toolfmt_e;
 
 /* The family named s ("hermes", ...), or -1 when there is none. */
@@ -51,8 +55,9 @@ const char *llm_toolfmt_name(int fmt);
 const char *llm_toolfmt_names(void);
 
 /*
- * minimax-m2 writes a parameter raw (not as JSON) when its schema makes
- * it a string: type "string", or a type list of "string" and "null".
+ * minimax-m2 and glm4.5 write a parameter raw (not as JSON) when its
+ * schema makes it a string: type "string", or a type list of "string"
+ * and "null".
  * The parser and the tool grammar (toolhooks.c) share this rule.
  */
 int llm_toolcall_param_is_string(const json_t *param);
@@ -61,8 +66,8 @@ typedef struct llm_toolcall_s llm_toolcall_t;
 
 /*
  * A parser for one answer.  tools is the request's parsed tools array (may
- * be NULL; minimax-m2 reads the parameter types from it): the parser takes
- * a reference and only reads it.  Call ids come from seed (0: from
+ * be NULL; minimax-m2 and glm4.5 read the parameter types from it): the
+ * parser takes a reference and only reads it.  Call ids come from seed (0: from
  * getrandom).  Returns 0 or a negative errno with err filled.
  */
 int llm_toolcall_create(llm_toolcall_t **out, int fmt, const json_t *tools,

@@ -18,8 +18,8 @@
  *           {"name": ..., "arguments": ...}, an anyOf of one branch per
  *           allowed tool (name const, arguments the tool's parameters,
  *           keys in that order); for mistral and deepseek-v3 the chosen
- *           tool's arguments; for minimax-m2 one parameter's value (any
- *           type but string) against its schema.  Once complete, the
+ *           tool's arguments; for minimax-m2 and glm4.5 one parameter's
+ *           value (any type but string) against its schema.  Once complete, the
  *           closer's first pieces (or, for mistral, another [TOOL_CALLS]
  *           and the end) are allowed as well
  *
@@ -27,10 +27,14 @@
  * \n, then per call <invoke name="f">\n, per parameter (in the schema's
  * order, none past a required one still missing) <parameter name="k">,
  * the value and </parameter>\n, then </invoke>\n, and after the last call
- * </minimax:tool_call>.
- *   RAW     minimax-m2: a string parameter's value, any text up to
- *           </parameter> (which may come only at the end of a token)
- *   AFTER   hermes after a call: the end, or (parallel_tool_calls) up to
+ * </minimax:tool_call>.  glm4.5 calls likewise, as GLM-4.5/4.6's template
+ * writes them: the opener, f\n, per parameter <arg_key>k</arg_key>\n
+ * <arg_value>, the value and </arg_value>\n, then </tool_call>; then the
+ * end or (parallel) whitespace and another opener, as for hermes.
+ *   RAW     minimax-m2, glm4.5: a string parameter's value, any text up to
+ *           </parameter>\n (</arg_value>\n), which may come only at the end
+ *           of a token
+ *   AFTER   hermes, glm4.5 after a call: the end, or (parallel_tool_calls) up to
  *           two whitespace bytes and the opener of another call
  *   END     only the end
  *   OFF     no constraint (the family has no tool grammar, or the model
@@ -73,6 +77,9 @@ static const char *llm_th_markers[][LLM_TH_MARKERS] = {
     [LLM_TOOLFMT_MISTRAL] = { "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", NULL },
     [LLM_TOOLFMT_DEEPSEEK_V3] = { DS_CALLS_BEGIN, DS_CALLS_END,
                                   DS_CALL_BEGIN, DS_CALL_END, DS_SEP, NULL },
+    [LLM_TOOLFMT_GLM45] = { "<tool_call>", "</tool_call>", "<arg_key>",
+                            "</arg_key>", "<arg_value>", "</arg_value>",
+                            NULL },
 };
 
 /*
@@ -108,9 +115,10 @@ typedef enum {
     NX_HEAD,         /* hermes, llama3-json with many tools: the call
                         object's head {"name": ", then names */
     NX_AFTER,        /* what may follow a call */
-    NX_MM_PARAMS,    /* minimax-m2: the next parameter (of tool `tool`, or
-                        -1: of the tool being written) or </invoke> */
-    NX_MM_VALUE,     /* minimax-m2: the value of parameter `tool` */
+    NX_MM_PARAMS,    /* minimax-m2, glm4.5: the next parameter (of tool
+                        `tool`, or -1: of the tool being written) or the
+                        call's end (</invoke>, </tool_call>) */
+    NX_MM_VALUE,     /* minimax-m2, glm4.5: the value of parameter `tool` */
     NX_END,
     NX_OFF
 } llm_th_next_e;
@@ -122,7 +130,8 @@ typedef struct {
     int             tool;
 } llm_th_cand_t;
 
-/* minimax-m2: one allowed tool's parameters, in the schema's order. */
+/* minimax-m2, glm4.5: one allowed tool's parameters, in the schema's
+ * order. */
 typedef struct {
     uint32_t                n;
     int                    *required;
@@ -135,6 +144,7 @@ typedef struct {
 /* Newlines end the literals, as they end pre-tokens: a BPE token such as
  * ">\n" then lies inside one literal. */
 #define MM_CLOSER       "</parameter>\n"
+#define GLM_CLOSER      "</arg_value>\n"
 
 typedef struct {
     const llm_hooks_ctx_t  *ctx;
@@ -200,7 +210,9 @@ typedef struct {
     size_t                  hold_len;
     float                  *saved;
 
-    /* minimax-m2 */
+    /* minimax-m2, glm4.5 */
+    const char             *raw_closer;  /* what ends a value: MM_CLOSER,
+                                            GLM_CLOSER */
     llm_th_mmtool_t        *mm;          /* per name candidate */
     uint32_t                n_mm;
     int                     mm_tool;
@@ -338,10 +350,11 @@ llm_th_scan_vocab(llm_th_t *th)
         if (lit) {
             rc = llm_th_push(&th->lit_toks, &th->n_lit, (int32_t) id);
         }
-        if (rc == 0 && th->n_mm && len >= sizeof(MM_CLOSER) - 1) {
-            const char *c = memmem(b, len, MM_CLOSER, sizeof(MM_CLOSER) - 1);
+        if (rc == 0 && th->n_mm && len >= strlen(th->raw_closer)) {
+            size_t      cl = strlen(th->raw_closer);
+            const char *c = memmem(b, len, th->raw_closer, cl);
 
-            if (c && (size_t) (c - b) + sizeof(MM_CLOSER) - 1 != len) {
+            if (c && (size_t) (c - b) + cl != len) {
                 rc = llm_th_push(&th->bad_raw, &th->n_bad_raw, (int32_t) id);
             }
         }
@@ -586,11 +599,13 @@ llm_th_cat3(const char *a, const char *b, const char *c, size_t *len)
     return s;
 }
 
-/* One tool's parameters: a candidate per property, a grammar per value
- * that is not a string (the property's schema, with the root's $defs). */
+/* One tool's parameters: a candidate per property (minimax-m2
+ * <parameter name="k">, glm4.5 <arg_key>k</arg_key>\n<arg_value>), a
+ * grammar per value that is not a string (the property's schema, with the
+ * root's $defs), and the call's end as the last candidate. */
 static int
-llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, size_t ti, char *err,
-    size_t errlen)
+llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
+    char *err, size_t errlen)
 {
     json_t      *props = json_object_get(params, "properties"), *p;
     json_t      *req = json_object_get(params, "required"), *defs, *r;
@@ -617,7 +632,9 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, size_t ti, char *err,
                 t->required[t->n] = 1;
             }
         }
-        c->s = llm_th_cat3("<parameter name=\"", k, "\">", &c->len);
+        c->s = glm ? llm_th_cat3("<arg_key>", k, "</arg_key>\n<arg_value>",
+                                 &c->len)
+                   : llm_th_cat3("<parameter name=\"", k, "\">", &c->len);
         if (c->s == NULL) {
             goto nomem;
         }
@@ -649,7 +666,7 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, size_t ti, char *err,
         t->n++;
     }
     i = t->n;
-    t->cands[i].s = strdup("</invoke>\n");
+    t->cands[i].s = strdup(glm ? "</tool_call>" : "</invoke>\n");
     if (t->cands[i].s == NULL) {
         goto nomem;
     }
@@ -664,7 +681,8 @@ nomem:
 }
 
 /* minimax-m2: the invoke names, each tool's parameters, what follows a
- * call. */
+ * call; glm4.5: the names (f\n) and each tool's parameters (what follows
+ * a call is TP_AFTER's, as for hermes). */
 static int
 llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     char *err, size_t errlen)
@@ -672,7 +690,7 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     size_t   i, n = json_array_size(tools), maxp = 0;
     json_t  *t;
     char     e2[256];
-    int      rc;
+    int      rc, glm = th->fmt == LLM_TOOLFMT_GLM45;
 
     th->names = calloc(n ? n : 1, sizeof(*th->names));
     th->mm = calloc(n ? n : 1, sizeof(*th->mm));
@@ -705,7 +723,7 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
         {
             continue;
         }
-        rc = llm_th_mm_tool(&th->mm[th->n_mm++], p, i, err, errlen);
+        rc = llm_th_mm_tool(&th->mm[th->n_mm++], p, glm, i, err, errlen);
         if (rc != 0) {
             return rc;
         }
@@ -713,7 +731,8 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
             maxp = th->mm[th->n_mm - 1].n;
         }
         c = &th->names[th->n_names++];
-        c->s = llm_th_cat3("<invoke name=\"", name, "\">\n", &c->len);
+        c->s = glm ? llm_th_cat3("", name, "\n", &c->len)
+                   : llm_th_cat3("<invoke name=\"", name, "\">\n", &c->len);
         if (c->s == NULL) {
             snprintf(err, errlen, "tools: out of memory");
             return -ENOMEM;
@@ -730,6 +749,9 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     if (th->pset == NULL) {
         snprintf(err, errlen, "tools: out of memory");
         return -ENOMEM;
+    }
+    if (glm) {
+        return 0;
     }
     /* after a call: the end of the block, or (parallel) another invoke;
      * the names' strings stay owned by names */
@@ -825,8 +847,9 @@ llm_th_lit(llm_th_t *th, const char *lit, size_t off, llm_th_next_e nx)
     }
 }
 
-/* minimax-m2: the parameters that may come next (in order, none past a
- * required one still missing), and </invoke> when none is missing. */
+/* minimax-m2, glm4.5: the parameters that may come next (in order, none
+ * past a required one still missing), and the call's end (</invoke>\n,
+ * </tool_call>) when none is missing. */
 static void
 llm_th_mm_params(llm_th_t *th, int tool)
 {
@@ -855,8 +878,8 @@ llm_th_mm_params(llm_th_t *th, int tool)
     th->phase = TP_SET;
 }
 
-/* minimax-m2: the value of parameter k: raw text for a string, else JSON
- * against its schema, then </parameter>. */
+/* minimax-m2, glm4.5: the value of parameter k: raw text for a string,
+ * else JSON against its schema, then the closer (raw_closer). */
 static void
 llm_th_mm_value(llm_th_t *th, int k)
 {
@@ -870,7 +893,7 @@ llm_th_mm_value(llm_th_t *th, int k)
     }
     th->st = t->st[k];
     llm_gstate_reset(th->st);
-    th->json_union = MM_CLOSER;
+    th->json_union = th->raw_closer;
     th->union_next = NX_MM_PARAMS;
     th->json_eog = 0;
     th->phase = TP_JSON;
@@ -1012,8 +1035,8 @@ llm_th_mask_json(llm_th_t *th, float *logits, uint32_t n_vocab)
     return 0;
 }
 
-/* hermes after a call: the end; with parallel calls also whitespace and
- * the opener. */
+/* hermes, glm4.5 after a call: the end; with parallel calls also
+ * whitespace and the opener. */
 static void
 llm_th_mask_after(llm_th_t *th, float *logits, uint32_t n_vocab)
 {
@@ -1066,15 +1089,27 @@ llm_th_mask_after(llm_th_t *th, float *logits, uint32_t n_vocab)
     }
 }
 
-/* minimax-m2 string value: no end token, and </parameter> only at the end
- * of a token (what follows it is the grammar's again). */
+/* minimax-m2, glm4.5 string value: no end token, and the closer
+ * (raw_closer) only at the end of a token (what follows it is the
+ * grammar's again).  Once all of the closer but its newline is there
+ * (</parameter>, </arg_value>: a single token in GLM's vocabulary), the
+ * parser has ended the value, so only the newline may follow. */
 static void
 llm_th_mask_raw(llm_th_t *th, float *logits, uint32_t n_vocab)
 {
-    static const char  c[] = MM_CLOSER;
-    size_t             cl = sizeof(c) - 1;
+    const char        *c = th->raw_closer;
+    size_t             cl = strlen(c);
     uint32_t           nv = llm_vocab_n_tokens(th->ctx->vocab);
 
+    if (th->raw_len >= cl - 1
+        && memcmp(th->raw_tail + th->raw_len - (cl - 1), c, cl - 1) == 0)
+    {
+        th->lit = c;
+        th->lit_off = cl - 1;
+        llm_th_keep_only(th, logits, n_vocab, th->lit_toks, th->n_lit,
+                         llm_th_lit_ok);
+        return;
+    }
     for (uint32_t i = 0; i < th->n_bad_raw; i++) {
         if ((uint32_t) th->bad_raw[i] < n_vocab) {
             logits[th->bad_raw[i]] = -INFINITY;
@@ -1116,7 +1151,7 @@ llm_th_raw_accept(llm_th_t *th, const char *b, size_t len)
     memcpy(buf, th->raw_tail, th->raw_len);
     memcpy(buf + th->raw_len, b, len);
     n = th->raw_len + len;
-    if (memmem(buf, n, MM_CLOSER, sizeof(MM_CLOSER) - 1)) {
+    if (memmem(buf, n, th->raw_closer, strlen(th->raw_closer))) {
         llm_th_go(th, NX_MM_PARAMS, -1);
         return;
     }
@@ -1640,10 +1675,24 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->opener_next = NX_MM_START;
         th->forced = "<minimax:tool_call>\n";
         th->forced_next = NX_NAMES;
+        th->raw_closer = MM_CLOSER;
         th->lits[th->n_lits++] = th->forced;
         th->lits[th->n_lits++] = MM_CLOSER;
         th->lits[th->n_lits++] = "\n";
         th->lits[th->n_lits++] = "</minimax:tool_call>";
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
+            rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
+        }
+        break;
+    case LLM_TOOLFMT_GLM45:
+        /* the opener, then the names f\n; after </tool_call> the end or
+         * (parallel) whitespace and the opener, as for hermes */
+        th->opener = "<tool_call>";
+        th->opener_next = NX_NAMES;
+        th->raw_closer = GLM_CLOSER;
+        th->lits[th->n_lits++] = th->opener;
+        th->lits[th->n_lits++] = GLM_CLOSER;
+        th->lits[th->n_lits++] = "</tool_call>";
         if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
         }

@@ -121,7 +121,12 @@ llm_xcache_sizes(const llm_model_t *m, uint64_t *slot_bytes,
     }
     for (l = 0; l < hp->n_layer; l++) {
         for (e = 0; e < hp->n_expert; e++) {
-            if (llm_model_expert_slices(m, l, e, &sl) < 0) {
+            int rc = llm_model_expert_slices(m, l, e, &sl);
+
+            if (rc == -ENOENT) {
+                break;              /* a dense layer: no experts */
+            }
+            if (rc < 0) {
                 return -EINVAL;
             }
             for (k = 0; k < 3; k++) {
@@ -728,7 +733,9 @@ llm_xcache_create(llm_xcache_t **out, const llm_model_t *m,
     /* windows inside a slot: each the largest over all (layer, expert) */
     for (l = 0; l < hp->n_layer; l++) {
         for (e = 0; e < hp->n_expert; e++) {
-            llm_model_expert_slices(m, l, e, &sl);
+            if (llm_model_expert_slices(m, l, e, &sl) < 0) {
+                break;              /* a dense layer */
+            }
             for (k = 0; k < 3; k++) {
                 a = sl.offset[k] & ~(uint64_t) (LLM_XC_ALIGN - 1);
                 b = (sl.offset[k] + sl.bytes[k] + LLM_XC_ALIGN - 1)

@@ -49,6 +49,8 @@ typedef struct {
     float          *y2;             /* partner output */
     size_t          ldy;
     const float    *bias;           /* added to y rows, or NULL */
+    const float    *bias2;          /* added to y2 rows, or NULL */
+    const llm_hparams_t *glu;       /* with w2: the activation's kind */
     int64_t         r0, nr;         /* row range of this item */
 } llm_mm_item_t;
 
@@ -81,6 +83,9 @@ struct llm_ctx_s {
     float              *router;     /* [T][n_expert] */
     float              *scores;     /* [nth][n_group][max_pos] */
     float              *rope_cs;    /* [T][rope_dims] cos, sin pairs */
+    float              *mla_a;      /* MLA: q before absorption, then the
+                                       heads' values after v_b */
+    float              *mla_in;     /* MLA: one head's rows, contiguous */
 
     /* quantized activations: one buffer per activation type */
     llm_act_buf_t       act[LLM_ACT_KINDS];
@@ -341,33 +346,70 @@ llm_items_add(llm_ctx_t *c, const llm_mm_item_t *proto, int64_t rows,
     return 0;
 }
 
+/* y[c * ldy + r0 + r] += bias[r0 + r] for the item's rows and columns. */
+static void
+llm_item_bias(const llm_mm_item_t *it, float *y, const float *bias)
+{
+    int64_t  ci, r;
+    float   *yc;
+
+    for (ci = 0; ci < it->nc; ci++) {
+        yc = y + ci * it->ldy + it->r0;
+        for (r = 0; r < it->nr; r++) {
+            yc[r] += bias[it->r0 + r];
+        }
+    }
+}
+
+/*
+ * gpt-oss's gated activation in place, as ggml's swiglu_oai: the gate
+ * clamped above at limit, up clamped to [-limit, limit], then
+ * g = g * sigmoid(alpha * g) * (u + 1).
+ */
+static void
+llm_swiglu_oai(float *g, const float *u, size_t n, float alpha, float limit)
+{
+    size_t  i;
+    float   x, y;
+
+    for (i = 0; i < n; i++) {
+        x = g[i] < limit ? g[i] : limit;
+        y = u[i] < -limit ? -limit : (u[i] > limit ? limit : u[i]);
+        g[i] = x / (1.0f + expf(-alpha * x)) * (y + 1.0f);
+    }
+}
+
 static void
 llm_item_run(const llm_mm_item_t *it)
 {
-    int64_t  ci, r;
-    float   *y;
+    int64_t  ci;
+    float   *g, *u;
 
     llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
              it->w + it->r0 * it->w_stride, it->w_stride, it->x,
              it->x_stride, it->y + it->r0, it->ldy);
-
-    if (it->w2 != NULL) {
-        llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
-                 it->w2 + it->r0 * it->w_stride, it->w_stride, it->x,
-                 it->x_stride, it->y2 + it->r0, it->ldy);
-        for (ci = 0; ci < it->nc; ci++) {
-            llm_swiglu_kernel()(it->y + ci * it->ldy + it->r0,
-                                it->y2 + ci * it->ldy + it->r0,
-                                (size_t) it->nr);
-        }
+    if (it->bias != NULL) {
+        llm_item_bias(it, it->y, it->bias);
+    }
+    if (it->w2 == NULL) {
+        return;
     }
 
-    if (it->bias != NULL) {
-        for (ci = 0; ci < it->nc; ci++) {
-            y = it->y + ci * it->ldy + it->r0;
-            for (r = 0; r < it->nr; r++) {
-                y[r] += it->bias[it->r0 + r];
-            }
+    /* a GLU pair: up, its bias, then the activation into y */
+    llm_gemm((llm_type_t) it->type, it->n, it->nr, it->nc,
+             it->w2 + it->r0 * it->w_stride, it->w_stride, it->x,
+             it->x_stride, it->y2 + it->r0, it->ldy);
+    if (it->bias2 != NULL) {
+        llm_item_bias(it, it->y2, it->bias2);
+    }
+    for (ci = 0; ci < it->nc; ci++) {
+        g = it->y + ci * it->ldy + it->r0;
+        u = it->y2 + ci * it->ldy + it->r0;
+        if (it->glu != NULL && it->glu->ffn_act == LLM_ACT_SWIGLU_OAI) {
+            llm_swiglu_oai(g, u, (size_t) it->nr, it->glu->swiglu_alpha,
+                           it->glu->swiglu_limit);
+        } else {
+            llm_swiglu_kernel()(g, u, (size_t) it->nr);
         }
     }
 }
@@ -604,18 +646,18 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 
         if (hp->rope_dims > 0) {
             for (h = 0; h < hp->n_head; h++) {
-                llm_rope_head(q + h * hp->head_dim, cs, hp->rope_dims,
-                              hp->rope_neox);
+                llm_rope_head(q + h * hp->head_dim + hp->rope_off, cs,
+                              hp->rope_dims, hp->rope_neox);
             }
             for (h = 0; h < hp->n_head_kv; h++) {
-                llm_rope_head(k + h * hp->head_dim, cs, hp->rope_dims,
-                              hp->rope_neox);
+                llm_rope_head(k + h * hp->head_dim + hp->rope_off, cs,
+                              hp->rope_dims, hp->rope_neox);
             }
         }
 
         pos = (uint32_t) b->pos[r];
         sv = &b->seqs[b->seq[r]];
-        blk = sv->blocks[pos / kv->block_tokens];
+        blk = llm_kv_block_of(kv, c->layer, sv, pos);
         llm_store_col(kv->type, llm_kv_k_block(kv, c->layer, blk),
                       pos % kv->block_tokens, kv->block_tokens, k, k_dim);
         llm_store_row(kv->type,
@@ -627,14 +669,40 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 /* ---- attention ---------------------------------------------------------- */
 
 /*
+ * Softmax of one head's scores s[0..n) with an attention sink: an extra
+ * logit in the denominator that weighs no value (gpt-oss).  The kernel's
+ * softmax gives p = e / Z with e = exp(s - max), and 1 / Z is p at the
+ * maximum; with the sink the weights are e / (Z + exp(sink - max)).
+ */
+static void
+llm_softmax_sink(llm_attn_softmax_fn sm, float *s, uint32_t n, float sink)
+{
+    uint32_t  t, top = 0;
+    float     mx, f;
+
+    for (t = 1; t < n; t++) {
+        top = s[t] > s[top] ? t : top;
+    }
+    mx = s[top];
+    sm(s, n);
+    f = 1.0f / (1.0f + expf(sink - mx) * s[top]);
+    for (t = 0; t < n; t++) {
+        s[t] *= f;
+    }
+}
+
+/*
  * Item (token r, kv head g): for the G query heads of the group, scores
- * over positions 0..pos of the token's sequence read block by block from
- * the cache, softmax, weighted sum of V rows into att.
+ * over the positions the token sees (0..pos, or the last `swa` of them on
+ * a sliding-window layer) read block by block from the cache, softmax
+ * (with the layer's sinks), weighted sum of V rows into att.  Blocks
+ * wholly before the window are not read.
  */
 static void
 llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
 {
     const llm_hparams_t  *hp = &c->m->hp;
+    const llm_layer_t    *L = &c->m->layers[c->layer];
     const llm_batch_t    *b = c->b;
     llm_kv_t             *kv = c->kv;
     const llm_seq_view_t *sv = &b->seqs[b->seq[r]];
@@ -642,10 +710,12 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     uint32_t              hd = hp->head_dim, hv = hp->head_dim_v;
     uint32_t              n_pos = (uint32_t) b->pos[r] + 1;
     uint32_t              bt = kv->block_tokens;
+    uint32_t              lo, b0, np;
     int                   f16 = kv->type == LLM_TYPE_F16;
-    float                 scale = 1.0f / sqrtf((float) hd);
-    uint32_t              h, i, n;
-    float                 *q, *o;
+    float                 scale = hp->attn_scale != 0.0f ? hp->attn_scale
+                                  : 1.0f / sqrtf((float) hd);
+    uint32_t              h, i, n, t;
+    float                 *q, *o, *s;
     llm_attn_qk_fn        qk;
     llm_attn_pv_fn        pv;
     llm_attn_softmax_fn   sm;
@@ -654,25 +724,40 @@ llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
     q = c->q + (size_t) r * hp->n_head * hd + (size_t) g * G * hd;
     o = c->att + (size_t) r * hp->n_head * hv + (size_t) g * G * hv;
 
-    for (i = 0; i * bt < n_pos; i++) {
+    /* positions [lo, n_pos) are seen; scores start at block b0's first */
+    lo = L->swa != 0 && n_pos > L->swa ? n_pos - L->swa : 0;
+    b0 = lo / bt;
+    np = n_pos - b0 * bt;
+
+    for (i = b0; i * bt < n_pos; i++) {
         n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
         qk(q, G, hd,
-           llm_kv_k_block(kv, c->layer, sv->blocks[i])
+           llm_kv_k_block(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
+                                                         i * bt))
            + (size_t) g * hd * bt * kv->elem,
-           bt, n, f16, scale, sc + (size_t) i * bt, n_pos);
+           bt, n, f16, scale, sc + (size_t) (i - b0) * bt, np);
     }
 
     for (h = 0; h < G; h++) {
-        sm(sc + (size_t) h * n_pos, n_pos);
+        s = sc + (size_t) h * np;
+        for (t = 0; t < lo - b0 * bt; t++) {
+            s[t] = -INFINITY;
+        }
+        if (L->sinks != NULL) {
+            llm_softmax_sink(sm, s, np, L->sinks[g * G + h]);
+        } else {
+            sm(s, np);
+        }
         memset(o + h * hv, 0, hv * sizeof(float));
     }
 
-    for (i = 0; i * bt < n_pos; i++) {
+    for (i = b0; i * bt < n_pos; i++) {
         n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
         pv(o, G, hv,
-           llm_kv_v_row(kv, c->layer, sv->blocks[i], 0)
+           llm_kv_v_row(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
+                                                       i * bt), 0)
            + (size_t) g * hv * kv->elem,
-           kv->v_dim, n, f16, sc + (size_t) i * bt, n_pos);
+           kv->v_dim, n, f16, sc + (size_t) (i - b0) * bt, np);
     }
 }
 
@@ -688,6 +773,49 @@ llm_task_attn(void *arg, uint32_t i, uint32_t ith)
 }
 
 /* ---- MoE routing -------------------------------------------------------- */
+
+/*
+ * Group-limited routing (DeepSeek-V3): a group of experts scores the sum
+ * of its best two selection scores; only the n_group_used best groups'
+ * experts stay selectable (the others' scores become -INFINITY).
+ */
+static void
+llm_route_groups(const llm_hparams_t *hp, float *sel)
+{
+    uint32_t  NG = hp->n_expert_groups, per = hp->n_expert / NG;
+    uint32_t  g, e, j, best;
+    float     gs[64], a, b, v;
+    uint8_t   keep[64];
+
+    for (g = 0; g < NG; g++) {
+        a = b = -INFINITY;
+        for (e = g * per; e < (g + 1) * per; e++) {
+            v = sel[e];
+            if (v > a) {
+                b = a;
+                a = v;
+            } else if (v > b) {
+                b = v;
+            }
+        }
+        gs[g] = per > 1 ? a + b : a;
+        keep[g] = 0;
+    }
+    for (j = 0; j < hp->n_group_used; j++) {
+        best = 0;
+        for (g = 1; g < NG; g++) {
+            if (!keep[g] && (keep[best] || gs[g] > gs[best])) {
+                best = g;
+            }
+        }
+        keep[best] = 1;
+    }
+    for (g = 0; g < NG; g++) {
+        for (e = g * per; !keep[g] && e < (g + 1) * per; e++) {
+            sel[e] = -INFINITY;
+        }
+    }
+}
 
 /*
  * Router for rows split by thread: logits = xn @ gate_inp (already in
@@ -736,6 +864,9 @@ llm_task_route(void *arg, uint32_t item, uint32_t ith)
 
         for (e = 0; e < NE; e++) {
             sel[e] = pr[e] + (L->exp_probs_b ? L->exp_probs_b[e] : 0.0f);
+        }
+        if (hp->n_expert_groups > 1) {
+            llm_route_groups(hp, sel);
         }
         ws = 0.0;
         for (j = 0; j < K; j++) {
@@ -917,8 +1048,9 @@ llm_prefetch_next(llm_ctx_t *c, uint32_t T)
     size_t                xs;
     const uint8_t        *x;
 
-    if (N->gate_inp.type != LLM_TYPE_F32) {
-        return;                     /* the operand would need quantizing */
+    if (!llm_layer_is_moe(N) || N->gate_inp.type != LLM_TYPE_F32) {
+        return;                     /* dense, or the operand would need
+                                       quantizing */
     }
     memset(mark, 0, NE);
     x = llm_act_operand(c, c->act, c->xn, hp->n_embd, hp->n_embd,
@@ -926,6 +1058,11 @@ llm_prefetch_next(llm_ctx_t *c, uint32_t T)
     llm_gemm(LLM_TYPE_F32, hp->n_embd, NE, T, N->gate_inp.data,
              N->gate_inp.row_bytes, x, xs, lg, NE);
     for (t = 0; t < T; t++, lg += NE) {
+        if (N->gate_inp_b != NULL) {
+            for (e = 0; e < NE; e++) {
+                lg[e] += N->gate_inp_b[e];
+            }
+        }
         /* the selection order of the real router: gating, then bias */
         if (hp->gating == LLM_GATING_SIGMOID) {
             for (e = 0; e < NE; e++) {
@@ -985,7 +1122,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
 
     /* router logits (gate_inp is usually F32: operand is xn itself) */
     rc = llm_items_mat(c, &L->gate_inp, c->xn, E, T, c->router,
-                       hp->n_expert, NULL,
+                       hp->n_expert, L->gate_inp_b,
                        llm_chunk_rows(c, hp->n_expert, hp->n_expert));
     if (rc < 0) {
         return rc;
@@ -1035,6 +1172,9 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         it.y = c->ga + (size_t) c->e_off[e] * ff;
         it.y2 = c->up + (size_t) c->e_off[e] * ff;
         it.ldy = ff;
+        it.glu = hp;
+        it.bias = L->gate_exps_b ? L->gate_exps_b + (size_t) e * ff : NULL;
+        it.bias2 = L->up_exps_b ? L->up_exps_b + (size_t) e * ff : NULL;
         if ((rc = llm_items_add(c, &it, ff, ch)) < 0) {
             return rc;
         }
@@ -1061,6 +1201,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         it.nc = n_e;
         it.y = c->eo + (size_t) c->e_off[e] * E;
         it.ldy = E;
+        it.bias = L->down_exps_b ? L->down_exps_b + (size_t) e * E : NULL;
         if ((rc = llm_items_add(c, &it, E, ch)) < 0) {
             return rc;
         }
@@ -1074,26 +1215,32 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     return 0;
 }
 
+/*
+ * A dense SwiGLU FFN (a dense layer's, or a MoE layer's shared experts)
+ * of the normed rows c->xn, added to x.
+ */
 static int
-llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+llm_dense_ffn(llm_ctx_t *c, const llm_wt_t *gate, const llm_wt_t *upw,
+    const llm_wt_t *down, uint32_t T)
 {
     const llm_hparams_t  *hp = &c->m->hp;
-    int64_t               ff = hp->n_ff, E = hp->n_embd;
+    int64_t               ff = gate->n_out, E = hp->n_embd;
     llm_mm_item_t         it;
     int                   rc;
 
     memset(&it, 0, sizeof(it));
-    it.w = L->ffn_gate.data;
-    it.type = L->ffn_gate.type;
+    it.w = gate->data;
+    it.type = gate->type;
     it.n = E;
-    it.w_stride = L->ffn_gate.row_bytes;
-    it.x = llm_act_operand(c, c->act, c->xn, E, E, L->ffn_gate.type,
+    it.w_stride = gate->row_bytes;
+    it.x = llm_act_operand(c, c->act, c->xn, E, E, gate->type,
                            &it.x_stride);
     it.nc = T;
     it.y = c->ga;
     it.ldy = ff;
-    if (L->ffn_up.type == L->ffn_gate.type) {
-        it.w2 = L->ffn_up.data;
+    if (upw->type == gate->type) {
+        it.glu = hp;
+        it.w2 = upw->data;
         it.y2 = c->up;
         rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff));
         if (rc < 0) {
@@ -1103,7 +1250,7 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     } else {
         /* mixed types: gate and up separately, then SwiGLU */
         if ((rc = llm_items_add(c, &it, ff, llm_chunk_rows(c, ff, ff))) < 0
-            || (rc = llm_items_mat(c, &L->ffn_up, c->xn, E, T, c->up, ff,
+            || (rc = llm_items_mat(c, upw, c->xn, E, T, c->up, ff,
                                    NULL, llm_chunk_rows(c, ff, ff))) < 0)
         {
             return rc;
@@ -1112,13 +1259,13 @@ llm_dense_ffn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         llm_swiglu_kernel()(c->ga, c->up, (size_t) T * ff);
     }
 
-    llm_run_act(c, T, c->ga, ff, llm_act_mask_of(L->ffn_down.type), c->act);
+    llm_run_act(c, T, c->ga, ff, llm_act_mask_of(down->type), c->act);
     memset(&it, 0, sizeof(it));
-    it.w = L->ffn_down.data;
-    it.type = L->ffn_down.type;
+    it.w = down->data;
+    it.type = down->type;
     it.n = ff;
-    it.w_stride = L->ffn_down.row_bytes;
-    it.x = llm_act_operand(c, c->act, c->ga, ff, ff, L->ffn_down.type,
+    it.w_stride = down->row_bytes;
+    it.x = llm_act_operand(c, c->act, c->ga, ff, ff, down->type,
                            &it.x_stride);
     it.nc = T;
     it.y = c->tmp;
@@ -1150,6 +1297,145 @@ llm_gather_out_rows(llm_ctx_t *c, const llm_batch_t *b)
     return o;
 }
 
+/* ---- multi-head latent attention (deepseek2) -------------------------- */
+
+/*
+ * y[t][0..rows) (row stride ldy) = W_h x_t for the T rows x_t of n floats
+ * at src + t * src_stride: one head's block of rows of a per-head weight
+ * (wk_b, wv_b).  The rows are gathered contiguous and quantized for W
+ * first.
+ */
+static int
+llm_mla_head_mat(llm_ctx_t *c, const llm_wt_t *w, uint32_t h, int64_t rows,
+    const float *src, size_t src_stride, int64_t n, uint32_t T, float *y,
+    size_t ldy)
+{
+    llm_wt_t  wh = *w;
+    uint32_t  t;
+
+    for (t = 0; t < T; t++) {
+        memcpy(c->mla_in + (size_t) t * n, src + (size_t) t * src_stride,
+               (size_t) n * sizeof(float));
+    }
+    wh.data = w->data + (size_t) h * rows * w->row_bytes;
+    wh.n_out = rows;
+    llm_run_act(c, T, c->mla_in, n, llm_act_mask_of(w->type), c->act);
+    if (llm_items_mat(c, &wh, c->mla_in, n, T, y, ldy, NULL,
+                      llm_chunk_rows(c, rows, rows)) < 0)
+    {
+        return -ENOMEM;
+    }
+    llm_run_items(c);
+    return 0;
+}
+
+/* RMS-norm rows of n floats in place, at stride floats apart. */
+static void
+llm_norm_rows(float *x, uint32_t T, size_t stride, const float *w,
+    int64_t n, float eps)
+{
+    uint32_t  t;
+
+    for (t = 0; t < T; t++) {
+        llm_rmsnorm(x + t * stride, x + t * stride, w, n, eps);
+    }
+}
+
+/*
+ * MLA's q, k and v in the latent space, as llama.cpp absorbs them:
+ * q = q_b(norm(q_a(x))) per head [nope | rope]; each head's nope part
+ * through its block of k_b gives its latent query, followed by its rope
+ * part; k = [norm(latent) | rope key] (the shared kv head), v = the
+ * normed latent.  RoPE comes after (llm_task_rope, at rope_off).
+ */
+static int
+llm_mla_qkv(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    int64_t               E = hp->n_embd, R = hp->n_lora_kv;
+    int64_t               rope = hp->rope_dims, nope = hp->mla_k - rope;
+    int64_t               qk = (int64_t) hp->n_head * hp->mla_k;
+    uint32_t              h, t;
+    int                   rc;
+
+    /* from the normed x (its activations are set now): k = [latent |
+     * rope key] and q's LoRA (or q itself, into mla_a) */
+    if (llm_items_mat(c, &L->wkv_a, c->xn, E, T, c->k, R + rope, NULL,
+                      llm_chunk_rows(c, R + rope, R + rope)) < 0
+        || (L->wq_a.data != NULL
+            ? llm_items_mat(c, &L->wq_a, c->xn, E, T, c->mla_in,
+                            hp->n_lora_q, NULL,
+                            llm_chunk_rows(c, hp->n_lora_q, hp->n_lora_q))
+            : llm_items_mat(c, &L->wq_b, c->xn, E, T, c->mla_a, qk, NULL,
+                            llm_chunk_rows(c, qk, qk))) < 0)
+    {
+        return -ENOMEM;
+    }
+    llm_run_items(c);
+
+    /* q before absorption into mla_a: [T][n_head * mla_k] */
+    if (L->wq_a.data != NULL) {
+        llm_norm_rows(c->mla_in, T, hp->n_lora_q, L->q_a_norm, hp->n_lora_q,
+                      hp->rms_eps);
+        llm_run_act(c, T, c->mla_in, hp->n_lora_q,
+                    llm_act_mask_of(L->wq_b.type), c->act);
+        if (llm_items_mat(c, &L->wq_b, c->mla_in, hp->n_lora_q, T, c->mla_a,
+                          qk, NULL, llm_chunk_rows(c, qk, qk)) < 0)
+        {
+            return -ENOMEM;
+        }
+        llm_run_items(c);
+    }
+
+    /* the latent normed, and v a copy of it */
+    llm_norm_rows(c->k, T, hp->head_dim, L->kv_a_norm, R, hp->rms_eps);
+    for (t = 0; t < T; t++) {
+        memcpy(c->v + (size_t) t * R, c->k + (size_t) t * hp->head_dim,
+               (size_t) R * sizeof(float));
+    }
+
+    /* each head's query: its nope part through k_b, then its rope part */
+    for (h = 0; h < hp->n_head; h++) {
+        rc = llm_mla_head_mat(c, &L->wk_b, h, R,
+                              c->mla_a + (size_t) h * hp->mla_k, qk, nope, T,
+                              c->q + (size_t) h * hp->head_dim,
+                              (size_t) hp->n_head * hp->head_dim);
+        if (rc < 0) {
+            return rc;
+        }
+        for (t = 0; t < T; t++) {
+            memcpy(c->q + (size_t) t * hp->n_head * hp->head_dim
+                   + (size_t) h * hp->head_dim + R,
+                   c->mla_a + (size_t) t * qk + (size_t) h * hp->mla_k + nope,
+                   (size_t) rope * sizeof(float));
+        }
+    }
+    return 0;
+}
+
+/* Each head's attention output (a latent) through its block of v_b, into
+ * mla_a: [T][n_head * mla_v], what attn_output reads. */
+static int
+llm_mla_values(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    int64_t               R = hp->n_lora_kv;
+    uint32_t              h;
+    int                   rc;
+
+    for (h = 0; h < hp->n_head; h++) {
+        rc = llm_mla_head_mat(c, &L->wv_b, h, hp->mla_v,
+                              c->att + (size_t) h * R,
+                              (size_t) hp->n_head * R, R, T,
+                              c->mla_a + (size_t) h * hp->mla_v,
+                              (size_t) hp->n_head * hp->mla_v);
+        if (rc < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
 static int
 llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
 {
@@ -1162,34 +1448,54 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     uint32_t              o_dim = hp->n_head * hp->head_dim_v;
     int64_t               ch;
     uint32_t              mask;
-    int                   rc;
+    float                *att;
+    int                   rc = 0;
 
     c->layer = l;
 
-    /* attention norm, activations for q/k/v */
-    mask = llm_act_mask_of(L->wq.type) | llm_act_mask_of(L->wk.type)
-           | llm_act_mask_of(L->wv.type);
+    /* attention norm, activations for q/k/v (MLA: q_a or q, kv_a) */
+    mask = hp->n_lora_kv > 0
+           ? llm_act_mask_of(L->wq_a.data ? L->wq_a.type : L->wq_b.type)
+             | llm_act_mask_of(L->wkv_a.type)
+           : llm_act_mask_of(L->wq.type) | llm_act_mask_of(L->wk.type)
+             | llm_act_mask_of(L->wv.type);
     llm_run_norm(c, T, c->x, c->xn, L->attn_norm, mask);
 
-    ch = llm_chunk_rows(c, q_dim + k_dim + v_dim, q_dim);
-    if ((rc = llm_items_mat(c, &L->wq, c->xn, E, T, c->q, q_dim, L->bq, ch))
-        < 0
-        || (rc = llm_items_mat(c, &L->wk, c->xn, E, T, c->k, k_dim, L->bk,
-                               ch)) < 0
-        || (rc = llm_items_mat(c, &L->wv, c->xn, E, T, c->v, v_dim, L->bv,
-                               ch)) < 0)
-    {
+    if (hp->n_lora_kv > 0) {
+        rc = llm_mla_qkv(c, L, T);
+    } else {
+        ch = llm_chunk_rows(c, q_dim + k_dim + v_dim, q_dim);
+        if ((rc = llm_items_mat(c, &L->wq, c->xn, E, T, c->q, q_dim, L->bq,
+                                ch)) < 0
+            || (rc = llm_items_mat(c, &L->wk, c->xn, E, T, c->k, k_dim,
+                                   L->bk, ch)) < 0
+            || (rc = llm_items_mat(c, &L->wv, c->xn, E, T, c->v, v_dim,
+                                   L->bv, ch)) < 0)
+        {
+            return rc;
+        }
+        llm_run_items(c);
+    }
+    if (rc < 0) {
         return rc;
     }
-    llm_run_items(c);
 
     llm_run_rows(c, T, llm_task_rope);
 
     llm_pool_for(c->pool, T * hp->n_head_kv, llm_task_attn, c);
 
-    /* output projection, residual */
-    llm_run_act(c, T, c->att, o_dim, llm_act_mask_of(L->wo.type), c->act);
-    rc = llm_items_mat(c, &L->wo, c->att, o_dim, T, c->tmp, E, NULL,
+    /* output projection (MLA: each head's latent through v_b first),
+     * residual */
+    att = c->att;
+    if (hp->n_lora_kv > 0) {
+        if ((rc = llm_mla_values(c, L, T)) < 0) {
+            return rc;
+        }
+        att = c->mla_a;
+        o_dim = hp->n_head * hp->mla_v;
+    }
+    llm_run_act(c, T, att, o_dim, llm_act_mask_of(L->wo.type), c->act);
+    rc = llm_items_mat(c, &L->wo, att, o_dim, T, c->tmp, E, L->bo,
                        llm_chunk_rows(c, E, E));
     if (rc < 0) {
         return rc;
@@ -1207,18 +1513,74 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     }
 
     /* FFN */
-    if (hp->n_expert > 0) {
+    if (llm_layer_is_moe(L)) {
         mask = llm_act_mask_of(L->gate_inp.type)
                | llm_act_mask_of(L->gate_exps.type);
+        if (L->gate_shexp.data != NULL) {
+            mask |= llm_act_mask_of(L->gate_shexp.type)
+                    | llm_act_mask_of(L->up_shexp.type);
+        }
         llm_run_norm(c, T, c->x, c->xn, L->ffn_norm, mask);
-        return llm_moe(c, L, T);
+        rc = llm_moe(c, L, T);
+        if (rc < 0 || L->gate_shexp.data == NULL) {
+            return rc;
+        }
+        /* the shared experts see every token: x += their output */
+        return llm_dense_ffn(c, &L->gate_shexp, &L->up_shexp,
+                             &L->down_shexp, T);
     }
     mask = llm_act_mask_of(L->ffn_gate.type) | llm_act_mask_of(L->ffn_up.type);
     llm_run_norm(c, T, c->x, c->xn, L->ffn_norm, mask);
-    return llm_dense_ffn(c, L, T);
+    return llm_dense_ffn(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, T);
 }
 
 /* ---- batch validation, embeddings, logits ------------------------------ */
+
+/*
+ * A cache with a window pool: sequence s's ring is valid and holds, for
+ * every token of s in the batch, its window and the positions the batch
+ * writes (they go in before attention reads).
+ */
+static int
+llm_check_ring(const llm_ctx_t *c, const llm_batch_t *b, uint32_t s,
+    char *err, size_t errlen)
+{
+    const llm_seq_view_t *sv = &b->seqs[s];
+    uint32_t              i, bt = c->kv->block_tokens, w = c->m->hp.n_swa;
+    int64_t               lo = INT64_MAX, hi = -1, first;
+
+    if (sv->swa_blocks == NULL || sv->n_swa_blocks == 0) {
+        snprintf(err, errlen, "forward: sequence %u has no window ring, "
+                 "which this cache needs", s);
+        return -EINVAL;
+    }
+    for (i = 0; i < sv->n_swa_blocks; i++) {
+        if (sv->swa_blocks[i] >= c->kv->n_blocks_swa) {
+            snprintf(err, errlen, "forward: sequence %u ring block %u is "
+                     "%u, expected < %u", s, i, sv->swa_blocks[i],
+                     c->kv->n_blocks_swa);
+            return -EINVAL;
+        }
+    }
+    for (i = 0; i < b->n_tokens; i++) {
+        if ((uint32_t) b->seq[i] == s) {
+            lo = b->pos[i] < lo ? b->pos[i] : lo;
+            hi = b->pos[i] > hi ? b->pos[i] : hi;
+        }
+    }
+    if (hi < 0) {
+        return 0;
+    }
+    first = lo + 1 > (int64_t) w ? lo + 1 - w : 0;
+    if (hi / bt - first / bt + 1 > (int64_t) sv->n_swa_blocks) {
+        snprintf(err, errlen, "forward: sequence %u's ring of %u blocks "
+                 "cannot hold positions %lld..%lld and the %u-token "
+                 "window", s, sv->n_swa_blocks, (long long) lo,
+                 (long long) hi, w);
+        return -EINVAL;
+    }
+    return 0;
+}
 
 static int
 llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
@@ -1267,8 +1629,31 @@ llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
                 return -EINVAL;
             }
         }
+        if (c->kv->n_blocks_swa > 0
+            && llm_check_ring(c, b, s, err, errlen) < 0)
+        {
+            return -EINVAL;
+        }
     }
     return 0;
+}
+
+/*
+ * YaRN's (cos, sin) of pair i at the unscaled angle th, as ggml's
+ * rope_yarn: the interpolated angle below the correction range, the
+ * original above it, a linear ramp between, both scaled by mscale.
+ */
+static void
+llm_yarn_cs(const llm_model_t *m, double th, uint32_t i, float *cs)
+{
+    double  y, ramp, interp = th * m->rope_scale;
+
+    y = ((double) i - m->yarn_corr[0])
+        / fmax(0.001, (double) m->yarn_corr[1] - m->yarn_corr[0]);
+    ramp = (1.0 - fmin(1.0, fmax(0.0, y))) * m->yarn_ext;
+    th = interp * (1.0 - ramp) + th * ramp;
+    cs[0] = (float) cos(th) * m->yarn_mscale;
+    cs[1] = (float) sin(th) * m->yarn_mscale;
 }
 
 /* Embedding rows and RoPE tables, rows split by thread. */
@@ -1293,11 +1678,16 @@ llm_task_embed(void *arg, uint32_t item, uint32_t ith)
                            c->x + (size_t) r * hp->n_embd, hp->n_embd);
         cs = c->rope_cs + (size_t) r * hp->rope_dims;
         for (i = 0; i < half; i++) {
-            th = (double) b->pos[r] * m->rope_scale
+            th = (double) b->pos[r]
                  * pow(base, -2.0 * i / (double) hp->rope_dims);
             if (m->rope_freqs != NULL) {
                 th /= m->rope_freqs[i];
             }
+            if (m->yarn) {
+                llm_yarn_cs(m, th, i, cs + 2 * i);
+                continue;
+            }
+            th *= m->rope_scale;
             cs[2 * i] = (float) cos(th);
             cs[2 * i + 1] = (float) sin(th);
         }
@@ -1460,6 +1850,18 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     maxlen = q_dim > maxlen ? q_dim : maxlen;
     maxlen = o_dim > maxlen ? o_dim : maxlen;
     maxlen = ff > maxlen ? ff : maxlen;
+    maxlen = hp->n_ff > maxlen ? hp->n_ff : maxlen;
+    maxlen = hp->n_ff_shexp > maxlen ? hp->n_ff_shexp : maxlen;
+    maxlen = hp->n_lora_q > maxlen ? hp->n_lora_q : maxlen;
+    maxlen = hp->n_lora_kv > maxlen ? hp->n_lora_kv : maxlen;
+    maxlen = (size_t) hp->n_head * hp->mla_v > maxlen
+             ? (size_t) hp->n_head * hp->mla_v : maxlen;
+
+    /* ga and up hold S rows of the experts' width, or T rows of a dense
+     * layer's or the shared experts' */
+    ff = S * ff;
+    ff = T * hp->n_ff > ff ? T * hp->n_ff : ff;
+    ff = T * hp->n_ff_shexp > ff ? T * hp->n_ff_shexp : ff;
 
     c->x = llm_ctx_map(c, T * E * sizeof(float));
     c->xn = llm_ctx_map(c, T * E * sizeof(float));
@@ -1468,11 +1870,23 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     c->v = llm_ctx_map(c, T * v_dim * sizeof(float));
     c->att = llm_ctx_map(c, T * o_dim * sizeof(float));
     c->tmp = llm_ctx_map(c, T * E * sizeof(float));
-    c->ga = llm_ctx_map(c, S * ff * sizeof(float));
-    c->up = llm_ctx_map(c, S * ff * sizeof(float));
+    c->ga = llm_ctx_map(c, ff * sizeof(float));
+    c->up = llm_ctx_map(c, ff * sizeof(float));
     c->scores = llm_ctx_map(c, (size_t) n_threads * G * c->max_pos
                                 * sizeof(float));
     c->rope_cs = llm_ctx_map(c, T * (hp->rope_dims + 2) * sizeof(float));
+    if (hp->n_lora_kv > 0) {
+        size_t  a = hp->n_lora_q, h = (size_t) hp->n_head;
+
+        a = h * hp->mla_k > a ? h * hp->mla_k : a;
+        a = h * hp->mla_v > a ? h * hp->mla_v : a;
+        c->mla_a = llm_ctx_map(c, T * a * sizeof(float));
+        a = hp->n_lora_q > hp->n_lora_kv ? hp->n_lora_q : hp->n_lora_kv;
+        c->mla_in = llm_ctx_map(c, T * a * sizeof(float));
+        if (c->mla_a == NULL || c->mla_in == NULL) {
+            goto nomem;
+        }
+    }
     c->out_rows = calloc(T, sizeof(uint32_t));
     if (c->x == NULL || c->xn == NULL || c->q == NULL || c->k == NULL
         || c->v == NULL || c->att == NULL || c->tmp == NULL || c->ga == NULL

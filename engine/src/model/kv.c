@@ -1,8 +1,16 @@
 /*
  * The paged KV cache: one anonymous mapping holding, for every layer,
- * n_blocks blocks of block_tokens K rows and as many V rows, F32 or F16.
- * Pages are touched only when written, so a large cache costs resident
- * memory only for the blocks in use.
+ * blocks of block_tokens K rows and as many V rows, F32 or F16.  Pages
+ * are touched only when written, so a large cache costs resident memory
+ * only for the blocks in use.
+ *
+ * Two pools.  Full-attention layers (and sliding-window layers when no
+ * window pool is asked) have n_blocks blocks each, addressed by a
+ * sequence's block table.  With n_blocks_swa > 0, the sliding-window
+ * layers have a pool of their own of that many blocks, and a sequence
+ * gives them a ring of blocks (llm_seq_view_t.swa_blocks) that its
+ * positions go around: a window layer keeps what its window can see, not
+ * the whole sequence (llm_kv_swa_ring sizes the ring).
  */
 
 #include <errno.h>
@@ -13,28 +21,66 @@
 
 #include "model_impl.h"
 
+/* Layers of the window group (pooled apart), given the pool is used. */
+static uint32_t
+llm_kv_n_swa_layers(const llm_model_t *m)
+{
+    uint32_t  l, n = 0;
+
+    for (l = 0; l < m->hp.n_layer; l++) {
+        n += m->layers[l].swa != 0;
+    }
+    return n;
+}
+
+size_t
+llm_kv_block_bytes_of(const llm_model_t *m, uint32_t block_tokens,
+    llm_type_t type, int group)
+{
+    const llm_hparams_t  *hp = &m->hp;
+    size_t                elem = type == LLM_TYPE_F16 ? 2 : 4;
+    uint32_t              n = llm_kv_n_swa_layers(m);
+
+    n = group == LLM_KV_SWA ? n : group == LLM_KV_FULL ? hp->n_layer - n
+                                                       : hp->n_layer;
+    return (size_t) n * block_tokens * hp->n_head_kv
+           * (hp->head_dim + hp->head_dim_v) * elem;
+}
+
 size_t
 llm_kv_block_bytes(const llm_model_t *m, uint32_t block_tokens,
     llm_type_t type)
 {
-    const llm_hparams_t  *hp = &m->hp;
-    size_t                elem = type == LLM_TYPE_F16 ? 2 : 4;
+    return llm_kv_block_bytes_of(m, block_tokens, type, LLM_KV_ALL);
+}
 
-    return (size_t) hp->n_layer * block_tokens * hp->n_head_kv
-           * (hp->head_dim + hp->head_dim_v) * elem;
+uint32_t
+llm_kv_swa_ring(const llm_model_t *m, uint32_t block_tokens,
+    uint32_t max_step)
+{
+    uint32_t  w = m->hp.n_swa;
+
+    if (w == 0 || llm_kv_n_swa_layers(m) == 0 || block_tokens == 0) {
+        return 0;
+    }
+    /* the window before a step's first token, and the step itself */
+    return (w + max_step + block_tokens - 1) / block_tokens + 1;
 }
 
 /*
- * Create a cache of n_blocks blocks of block_tokens positions for model m.
- * Only F32 and F16 are accepted.
+ * Create a cache of n_blocks blocks of block_tokens positions for model m
+ * (n_blocks_swa > 0: the sliding-window layers in a pool of their own of
+ * that many blocks).  Only F32 and F16 are accepted.
  */
 int
-llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
-    uint32_t block_tokens, llm_type_t type, char *err, size_t errlen)
+llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
+    uint32_t n_blocks_swa, uint32_t block_tokens, llm_type_t type, char *err,
+    size_t errlen)
 {
     const llm_hparams_t  *hp = &m->hp;
     llm_kv_t             *kv;
-    size_t                per_block;
+    size_t                full, swa, k_all, v_all;
+    uint32_t              l, nf = 0, ns = 0;
     void                 *p;
 
     *out = NULL;
@@ -48,10 +94,17 @@ llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
                  ">= 1 blocks of 1..65536 tokens", n_blocks, block_tokens);
         return -EINVAL;
     }
-    per_block = llm_kv_block_bytes(m, block_tokens, type);
-    if (per_block == 0 || (size_t) n_blocks > SIZE_MAX / 2 / per_block) {
-        snprintf(err, errlen, "kv cache: %u blocks of %zu bytes overflow",
-                 n_blocks, per_block);
+    if (n_blocks_swa > 0 && llm_kv_n_swa_layers(m) == 0) {
+        n_blocks_swa = 0;           /* no window layers: nothing to pool */
+    }
+    full = llm_kv_block_bytes_of(m, block_tokens, type,
+                                 n_blocks_swa ? LLM_KV_FULL : LLM_KV_ALL);
+    swa = n_blocks_swa ? llm_kv_block_bytes_of(m, block_tokens, type,
+                                               LLM_KV_SWA) : 0;
+    if (full + swa == 0
+        || (size_t) n_blocks + n_blocks_swa > SIZE_MAX / 4 / (full + swa))
+    {
+        snprintf(err, errlen, "kv cache: %u blocks overflow", n_blocks);
         return -EINVAL;
     }
 
@@ -61,6 +114,7 @@ llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
         return -ENOMEM;
     }
     kv->n_blocks = n_blocks;
+    kv->n_blocks_swa = n_blocks_swa;
     kv->block_tokens = block_tokens;
     kv->n_layer = hp->n_layer;
     kv->k_dim = hp->n_head_kv * hp->head_dim;
@@ -69,7 +123,25 @@ llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     kv->elem = type == LLM_TYPE_F16 ? 2 : 4;
     kv->k_block = (size_t) block_tokens * kv->k_dim * kv->elem;
     kv->v_block = (size_t) block_tokens * kv->v_dim * kv->elem;
-    kv->bytes = per_block * n_blocks;
+    for (l = 0; l < hp->n_layer && l < LLM_KV_MAX_LAYERS; l++) {
+        kv->swa[l] = n_blocks_swa && m->layers[l].swa != 0;
+        kv->slot[l] = kv->swa[l] ? ns++ : nf++;
+    }
+    if (hp->n_layer > LLM_KV_MAX_LAYERS) {
+        snprintf(err, errlen, "kv cache: %u layers, at most %u",
+                 hp->n_layer, LLM_KV_MAX_LAYERS);
+        free(kv);
+        return -EINVAL;
+    }
+    /* K of the full pool, K of the window pool, then V likewise */
+    k_all = ((size_t) nf * n_blocks + (size_t) ns * n_blocks_swa)
+            * kv->k_block;
+    v_all = ((size_t) nf * n_blocks + (size_t) ns * n_blocks_swa)
+            * kv->v_block;
+    kv->k_swa = (size_t) nf * n_blocks * kv->k_block;
+    kv->v_base = k_all;
+    kv->v_swa = k_all + (size_t) nf * n_blocks * kv->v_block;
+    kv->bytes = k_all + v_all;
 
     p = mmap(NULL, kv->bytes, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -82,6 +154,14 @@ llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     kv->base = p;
     *out = kv;
     return 0;
+}
+
+int
+llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
+    uint32_t block_tokens, llm_type_t type, char *err, size_t errlen)
+{
+    return llm_kv_create_swa(out, m, n_blocks, 0, block_tokens, type, err,
+                             errlen);
 }
 
 void
@@ -101,11 +181,24 @@ llm_kv_n_blocks(const llm_kv_t *kv)
 }
 
 uint32_t
+llm_kv_n_blocks_swa(const llm_kv_t *kv)
+{
+    return kv->n_blocks_swa;
+}
+
+uint32_t
 llm_kv_block_tokens(const llm_kv_t *kv)
 {
     return kv->block_tokens;
 }
 
+size_t
+llm_kv_bytes(const llm_kv_t *kv)
+{
+    return kv->bytes;
+}
+
+/* Copies a block of the full pool (the layers a block table addresses). */
 void
 llm_kv_copy_block(llm_kv_t *kv, uint32_t dst, uint32_t src)
 {
@@ -115,6 +208,9 @@ llm_kv_copy_block(llm_kv_t *kv, uint32_t dst, uint32_t src)
         return;
     }
     for (l = 0; l < kv->n_layer; l++) {
+        if (kv->swa[l]) {
+            continue;
+        }
         memcpy(llm_kv_k_block(kv, l, dst), llm_kv_k_block(kv, l, src),
                kv->k_block);
         memcpy(llm_kv_v_row(kv, l, dst, 0), llm_kv_v_row(kv, l, src, 0),

@@ -7,6 +7,7 @@
  */
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +38,9 @@ static const llm_arch_desc_t llm_archs[] = {
     { LLM_ARCH_QWEN3,      "qwen3",      1, 0, 1, 0, LLM_GATING_SOFTMAX },
     { LLM_ARCH_QWEN3MOE,   "qwen3moe",   1, 0, 1, 2, LLM_GATING_SOFTMAX },
     { LLM_ARCH_MINIMAX_M2, "minimax-m2", 1, 0, 2, 2, LLM_GATING_SIGMOID },
+    { LLM_ARCH_GLM4MOE,    "glm4moe",    1, 1, 1, 2, LLM_GATING_SIGMOID },
+    { LLM_ARCH_GPT_OSS,    "gpt-oss",    1, 1, 0, 2, LLM_GATING_SOFTMAX },
+    { LLM_ARCH_DEEPSEEK2,  "deepseek2",  0, 0, 0, 2, LLM_GATING_SOFTMAX },
 };
 
 /* llama.cpp's general.file_type values (llama_ftype). */
@@ -177,6 +181,115 @@ llm_hp_bool(llm_bind_t *b, const char *key, int *v, int def)
  * Read the hyperparameters of b->m (arch already set).  Values the shapes
  * decide (n_vocab) are checked later against the tensors.
  */
+/*
+ * The MoE keys beside the routed experts: leading dense layers
+ * (leading_dense_block_count, with feed_forward_length) and shared
+ * experts (expert_shared_count of expert_shared_feed_forward_length each,
+ * by default expert_feed_forward_length, as llama.cpp sizes them).
+ */
+static int
+llm_bind_moe_shape(llm_bind_t *b)
+{
+    llm_hparams_t  *hp = &b->m->hp;
+    uint32_t        ff;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "leading_dense_block_count", &hp->n_layer_dense,
+                         1, 0)) < 0
+        || (rc = llm_hp_u32(b, "expert_shared_count", &hp->n_expert_shared,
+                            1, 0)) < 0
+        || (rc = llm_hp_u32(b, "expert_shared_feed_forward_length", &ff, 1,
+                            hp->n_ff_exp)) < 0)
+    {
+        return rc;
+    }
+    if (hp->n_layer_dense > hp->n_layer) {
+        return llm_bind_fail(b, -EINVAL, "%s.leading_dense_block_count is "
+                             "%u, expected <= %u layers", hp->arch_name,
+                             hp->n_layer_dense, hp->n_layer);
+    }
+    if (hp->n_layer_dense > 0 && hp->n_ff == 0) {
+        return llm_bind_fail(b, -EINVAL, "missing metadata key "
+                             "'%s.feed_forward_length' (the %u leading dense "
+                             "layers)", hp->arch_name, hp->n_layer_dense);
+    }
+    if (hp->n_expert_shared > 64 || ff > (1u << 20)) {
+        return llm_bind_fail(b, -EINVAL, "%s.expert_shared_count %u of "
+                             "width %u, expected <= 64 of <= 2^20",
+                             hp->arch_name, hp->n_expert_shared, ff);
+    }
+    hp->n_ff_shexp = hp->n_expert_shared * ff;
+
+    /* group-limited routing (DeepSeek-V3): the best groups first */
+    if ((rc = llm_hp_u32(b, "expert_group_count", &hp->n_expert_groups, 1,
+                         1)) < 0
+        || (rc = llm_hp_u32(b, "expert_group_used_count", &hp->n_group_used,
+                            1, hp->n_expert_groups)) < 0)
+    {
+        return rc;
+    }
+    if (hp->n_expert_groups == 0 || hp->n_expert_groups > 64
+        || hp->n_expert % hp->n_expert_groups != 0 || hp->n_group_used == 0
+        || hp->n_group_used > hp->n_expert_groups
+        || (hp->n_expert_groups > 1
+            && hp->n_expert_used > hp->n_group_used
+                                   * (hp->n_expert / hp->n_expert_groups)))
+    {
+        return llm_bind_fail(b, -EINVAL, "%s.expert_group_count %u, "
+                             "expert_group_used_count %u: expected groups "
+                             "dividing the %u experts, 1..64 of them, and "
+                             "enough used for %u experts", hp->arch_name,
+                             hp->n_expert_groups, hp->n_group_used,
+                             hp->n_expert, hp->n_expert_used);
+    }
+    return 0;
+}
+
+/*
+ * deepseek2's MLA keys: the latent ranks, the per-head sizes
+ * (key_length_mla, value_length_mla), and the cache's shape they make
+ * (key_length = kv_lora + rope, value_length = kv_lora, one KV head);
+ * the rotated dims come after the latent in q and k.
+ */
+static int
+llm_bind_mla_shape(llm_bind_t *b)
+{
+    llm_hparams_t  *hp = &b->m->hp;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "attention.q_lora_rank", &hp->n_lora_q, 1, 0))
+        < 0
+        || (rc = llm_hp_u32(b, "attention.kv_lora_rank", &hp->n_lora_kv, 0,
+                            0)) < 0
+        || (rc = llm_hp_u32(b, "attention.key_length_mla", &hp->mla_k, 0,
+                            0)) < 0
+        || (rc = llm_hp_u32(b, "attention.value_length_mla", &hp->mla_v, 0,
+                            0)) < 0)
+    {
+        return rc;
+    }
+    if (hp->n_lora_kv == 0 || hp->n_lora_kv > 8192 || hp->n_head_kv != 1
+        || hp->head_dim != hp->n_lora_kv + hp->rope_dims
+        || hp->head_dim_v != hp->n_lora_kv || hp->mla_k <= hp->rope_dims
+        || hp->mla_k > 1024 || hp->mla_v == 0 || hp->mla_v > 1024)
+    {
+        return llm_bind_fail(b, -EINVAL, "%s: kv_lora_rank %u, rope %u, "
+                             "key_length %u / value_length %u, head_count_kv "
+                             "%u, key_length_mla %u, value_length_mla %u: "
+                             "expected the latent cache's shape (key_length "
+                             "= kv_lora_rank + rope, value_length = "
+                             "kv_lora_rank, one KV head); files written "
+                             "before the converter split attn_kv_b are not "
+                             "supported", hp->arch_name, hp->n_lora_kv,
+                             hp->rope_dims, hp->head_dim, hp->head_dim_v,
+                             hp->n_head_kv, hp->mla_k, hp->mla_v);
+    }
+    hp->rope_off = hp->n_lora_kv;
+    /* q.k over the per-head dims the model was trained with */
+    hp->attn_scale = 1.0f / sqrtf((float) hp->mla_k);
+    return 0;
+}
+
 static int
 llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
 {
@@ -210,6 +323,23 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
         return llm_bind_fail(b, -EINVAL, "%s.block_count is %u, expected "
                              "1..4096", hp->arch_name, hp->n_layer);
     }
+
+    /*
+     * NextN / MTP blocks (GLM-4.5, Qwen3.5) come last in block_count:
+     * llama.cpp loads them for speculative decoding and never runs them
+     * in the forward pass; neither does this engine, nor does it bind
+     * them (their tensors stay unread in the mapping).
+     */
+    hp->n_layer_file = hp->n_layer;
+    if ((rc = llm_hp_u32(b, "nextn_predict_layers", &u, 1, 0)) < 0) {
+        return rc;
+    }
+    if (u >= hp->n_layer) {
+        return llm_bind_fail(b, -EINVAL, "%s.nextn_predict_layers is %u, "
+                             "expected less than block_count %u",
+                             hp->arch_name, u, hp->n_layer);
+    }
+    hp->n_layer -= u;
     if (hp->n_embd == 0 || hp->n_embd > (1u << 20)) {
         return llm_bind_fail(b, -EINVAL, "%s.embedding_length is %u, "
                              "expected 1..2^20", hp->arch_name, hp->n_embd);
@@ -254,6 +384,26 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
                              hp->arch_name, hp->rope_dims, hp->head_dim);
     }
     hp->rope_neox = ad->rope_neox;
+
+    if (hp->arch == LLM_ARCH_GPT_OSS) {
+        /* sliding-window layers and OpenAI's clamped SwiGLU, with the
+         * constants llama.cpp uses for this architecture */
+        if ((rc = llm_hp_u32(b, "attention.sliding_window", &hp->n_swa, 0,
+                             0)) < 0)
+        {
+            return rc;
+        }
+        if (hp->n_swa == 0) {
+            return llm_bind_fail(b, -EINVAL, "%s.attention.sliding_window "
+                                 "is 0, expected > 0", hp->arch_name);
+        }
+        hp->ffn_act = LLM_ACT_SWIGLU_OAI;
+        hp->swiglu_alpha = 1.702f;
+        hp->swiglu_limit = 7.0f;
+    }
+    if (hp->arch == LLM_ARCH_DEEPSEEK2 && (rc = llm_bind_mla_shape(b)) < 0) {
+        return rc;
+    }
 
     if (hp->n_expert > 0) {
         if (ad->moe == 0) {
@@ -303,6 +453,9 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
             return llm_bind_fail(b, -EINVAL, "missing metadata key "
                                  "'%s.expert_feed_forward_length'",
                                  hp->arch_name);
+        }
+        if ((rc = llm_bind_moe_shape(b)) < 0) {
+            return rc;
         }
     } else if (ad->moe == 2) {
         return llm_bind_fail(b, -EINVAL, "missing metadata key "
@@ -454,16 +607,22 @@ llm_bind_mat(llm_bind_t *b, llm_wt_t *w, const char *name, int64_t n_in,
  * A 1-D float vector of n values.  F32 points into the mapping; other
  * types are converted into an owned array.
  */
+/*
+ * A small tensor of floats, [n1][n0] (n1 = 1: a vector): F32 in place,
+ * another type converted once into memory the model owns.
+ */
 static int
-llm_bind_vec(llm_bind_t *b, const float **v, const char *name, int64_t n,
-    const char *what, int optional)
+llm_bind_floats(llm_bind_t *b, const float **v, const char *name,
+    int64_t n0, int64_t n1, const char *what, int optional)
 {
     const llm_gguf_tensor_t  *t;
     float                    *f;
+    int64_t                   ne[2] = { n0, n1 }, r;
+    size_t                    rb;
     int                       rc;
 
     *v = NULL;
-    rc = llm_bind_tensor(b, name, 1, &n, what, optional, &t);
+    rc = llm_bind_tensor(b, name, n1 > 1 ? 2 : 1, ne, what, optional, &t);
     if (rc < 0 || t == NULL) {
         return rc;
     }
@@ -471,13 +630,24 @@ llm_bind_vec(llm_bind_t *b, const float **v, const char *name, int64_t n,
         *v = t->data;
         return 0;
     }
-    f = malloc(n * sizeof(float));
+    f = malloc((size_t) n0 * n1 * sizeof(float));
     if (llm_model_own(b->m, f) < 0) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
-    llm_dequantize_row(t->type, t->data, f, n);
+    rb = llm_row_bytes(t->type, n0);
+    for (r = 0; r < n1; r++) {
+        llm_dequantize_row(t->type, (const uint8_t *) t->data + r * rb,
+                           f + r * n0, n0);
+    }
     *v = f;
     return 0;
+}
+
+static int
+llm_bind_vec(llm_bind_t *b, const float **v, const char *name, int64_t n,
+    const char *what, int optional)
+{
+    return llm_bind_floats(b, v, name, n, 1, what, optional);
 }
 
 /*
@@ -550,6 +720,81 @@ llm_bind_experts(llm_bind_t *b, llm_wt_t *w, uint32_t il, const char *kind,
     return 0;
 }
 
+/*
+ * deepseek2's attention tensors: q through its LoRA (attn_q_a, its norm,
+ * attn_q_b) or attn_q, the latent and rope key (attn_kv_a_mqa, the
+ * latent's norm), and the per-head halves of the latent's up-projection
+ * as the converter splits it (attn_k_b [nope, kv_lora, n_head], attn_v_b
+ * [kv_lora, mla_v, n_head]), each bound as one matrix of n_head blocks
+ * of rows.
+ */
+static int
+llm_bind_mla(llm_bind_t *b, uint32_t il)
+{
+    llm_layer_t          *L = &b->m->layers[il];
+    const llm_hparams_t  *hp = &b->m->hp;
+    int64_t               E = hp->n_embd, H = hp->n_head;
+    int64_t               nope = hp->mla_k - hp->rope_dims;
+    int64_t               qk = (int64_t) H * hp->mla_k;
+    int64_t               ne_k[3] = { nope, hp->n_lora_kv, H };
+    int64_t               ne_v[3] = { hp->n_lora_kv, hp->mla_v, H };
+    const llm_gguf_tensor_t *t;
+    char                  n[96];
+    int                   rc;
+
+#define LLM_NAME(fmt) (snprintf(n, sizeof(n), "blk.%u." fmt, il), n)
+
+    if (hp->n_lora_q > 0) {
+        if ((rc = llm_bind_mat(b, &L->wq_a, LLM_NAME("attn_q_a.weight"), E,
+                               hp->n_lora_q, "n_embd, q_lora_rank", 0)) < 0
+            || (rc = llm_bind_vec(b, &L->q_a_norm,
+                                  LLM_NAME("attn_q_a_norm.weight"),
+                                  hp->n_lora_q, "q_lora_rank", 0)) < 0
+            || (rc = llm_bind_mat(b, &L->wq_b, LLM_NAME("attn_q_b.weight"),
+                                  hp->n_lora_q, qk,
+                                  "q_lora_rank, n_head*key_length_mla", 0))
+               < 0)
+        {
+            return rc;
+        }
+    } else if ((rc = llm_bind_mat(b, &L->wq_b, LLM_NAME("attn_q.weight"), E,
+                                  qk, "n_embd, n_head*key_length_mla", 0))
+               < 0)
+    {
+        return rc;
+    }
+    if ((rc = llm_bind_mat(b, &L->wkv_a, LLM_NAME("attn_kv_a_mqa.weight"), E,
+                           hp->n_lora_kv + hp->rope_dims,
+                           "n_embd, kv_lora_rank+rope", 0)) < 0
+        || (rc = llm_bind_vec(b, &L->kv_a_norm,
+                              LLM_NAME("attn_kv_a_norm.weight"),
+                              hp->n_lora_kv, "kv_lora_rank", 0)) < 0
+        || (rc = llm_bind_tensor(b, LLM_NAME("attn_k_b.weight"), 3, ne_k,
+                                 "nope, kv_lora_rank, n_head", 0, &t)) < 0)
+    {
+        return rc;
+    }
+    L->wk_b.type = t->type;
+    L->wk_b.data = t->data;
+    L->wk_b.n_in = nope;
+    L->wk_b.n_out = (int64_t) hp->n_lora_kv * H;
+    L->wk_b.row_bytes = llm_row_bytes(t->type, nope);
+    rc = llm_bind_tensor(b, LLM_NAME("attn_v_b.weight"), 3, ne_v,
+                         "kv_lora_rank, value_length_mla, n_head", 0, &t);
+    if (rc < 0) {
+        return rc;
+    }
+    L->wv_b.type = t->type;
+    L->wv_b.data = t->data;
+    L->wv_b.n_in = hp->n_lora_kv;
+    L->wv_b.n_out = (int64_t) hp->mla_v * H;
+    L->wv_b.row_bytes = llm_row_bytes(t->type, hp->n_lora_kv);
+
+#undef LLM_NAME
+
+    return 0;
+}
+
 static int
 llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 {
@@ -566,20 +811,46 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 
 #define LLM_NAME(fmt) (snprintf(n, sizeof(n), "blk.%u." fmt, il), n)
 
+    if (hp->n_lora_kv > 0) {
+        rc = llm_bind_mla(b, il);
+    } else if ((rc = llm_bind_mat(b, &L->wq, LLM_NAME("attn_q.weight"), E,
+                                  q_dim, "n_embd, n_head*head_dim", 0)) < 0
+               || (rc = llm_bind_mat(b, &L->wk, LLM_NAME("attn_k.weight"), E,
+                                     k_dim, "n_embd, n_head_kv*head_dim", 0))
+                  < 0
+               || (rc = llm_bind_mat(b, &L->wv, LLM_NAME("attn_v.weight"), E,
+                                     v_dim, "n_embd, n_head_kv*head_dim_v",
+                                     0)) < 0)
+    {
+        return rc;
+    }
+    if (rc < 0) {
+        return rc;
+    }
+    if (hp->n_lora_kv > 0) {
+        o_dim = (int64_t) hp->n_head * hp->mla_v;
+    }
+
     if ((rc = llm_bind_vec(b, &L->attn_norm, LLM_NAME("attn_norm.weight"), E,
                            "n_embd", 0)) < 0
-        || (rc = llm_bind_mat(b, &L->wq, LLM_NAME("attn_q.weight"), E, q_dim,
-                              "n_embd, n_head*head_dim", 0)) < 0
-        || (rc = llm_bind_mat(b, &L->wk, LLM_NAME("attn_k.weight"), E, k_dim,
-                              "n_embd, n_head_kv*head_dim", 0)) < 0
-        || (rc = llm_bind_mat(b, &L->wv, LLM_NAME("attn_v.weight"), E, v_dim,
-                              "n_embd, n_head_kv*head_dim_v", 0)) < 0
         || (rc = llm_bind_mat(b, &L->wo, LLM_NAME("attn_output.weight"),
                               o_dim, E, "n_head*head_dim_v, n_embd", 0)) < 0
         || (rc = llm_bind_vec(b, &L->ffn_norm, LLM_NAME("ffn_norm.weight"),
-                              E, "n_embd", 0)) < 0)
+                              E, "n_embd", 1)) < 0)
     {
         return rc;
+    }
+    /* glm4moe and gpt-oss name the FFN's input norm post_attention_norm */
+    if (L->ffn_norm == NULL
+        && (rc = llm_bind_vec(b, &L->ffn_norm,
+                              LLM_NAME("post_attention_norm.weight"), E,
+                              "n_embd", 1)) < 0)
+    {
+        return rc;
+    }
+    if (L->ffn_norm == NULL) {
+        return llm_bind_fail(b, -EINVAL, "missing tensor "
+                             "'blk.%u.ffn_norm.weight'", il);
     }
 
     if (ad->qkv_bias || m->hp.arch == LLM_ARCH_LLAMA) {
@@ -615,7 +886,18 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         }
     }
 
-    if (hp->n_expert == 0) {
+    /* gpt-oss: output bias, sinks, every other layer sliding (from 0) */
+    if ((rc = llm_bind_vec(b, &L->bo, LLM_NAME("attn_output.bias"), E,
+                           "n_embd", hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_vec(b, &L->sinks, LLM_NAME("attn_sinks.weight"),
+                              hp->n_head, "n_head",
+                              hp->arch != LLM_ARCH_GPT_OSS)) < 0)
+    {
+        return rc;
+    }
+    L->swa = hp->arch == LLM_ARCH_GPT_OSS && il % 2 == 0 ? hp->n_swa : 0;
+
+    if (hp->n_expert == 0 || il < hp->n_layer_dense) {
         if ((rc = llm_bind_mat(b, &L->ffn_gate, LLM_NAME("ffn_gate.weight"),
                                E, hp->n_ff, "n_embd, n_ff", 0)) < 0
             || (rc = llm_bind_mat(b, &L->ffn_up, LLM_NAME("ffn_up.weight"),
@@ -634,13 +916,51 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         || (rc = llm_bind_vec(b, &L->exp_probs_b,
                               LLM_NAME("exp_probs_b.bias"), hp->n_expert,
                               "n_expert",
-                              hp->arch != LLM_ARCH_MINIMAX_M2)) < 0
+                              hp->arch != LLM_ARCH_MINIMAX_M2
+                              && hp->arch != LLM_ARCH_GLM4MOE)) < 0
         || (rc = llm_bind_experts(b, &L->gate_exps, il, "gate", E,
                                   hp->n_ff_exp, "n_embd, n_ff_exp")) < 0
         || (rc = llm_bind_experts(b, &L->up_exps, il, "up", E, hp->n_ff_exp,
                                   "n_embd, n_ff_exp")) < 0
         || (rc = llm_bind_experts(b, &L->down_exps, il, "down", hp->n_ff_exp,
                                   E, "n_ff_exp, n_embd")) < 0)
+    {
+        return rc;
+    }
+
+    /* gpt-oss: router and expert biases */
+    if ((rc = llm_bind_vec(b, &L->gate_inp_b, LLM_NAME("ffn_gate_inp.bias"),
+                           hp->n_expert, "n_expert",
+                           hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_floats(b, &L->gate_exps_b,
+                                 LLM_NAME("ffn_gate_exps.bias"),
+                                 hp->n_ff_exp, hp->n_expert,
+                                 "n_ff_exp, n_expert",
+                                 hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_floats(b, &L->up_exps_b,
+                                 LLM_NAME("ffn_up_exps.bias"), hp->n_ff_exp,
+                                 hp->n_expert, "n_ff_exp, n_expert",
+                                 hp->arch != LLM_ARCH_GPT_OSS)) < 0
+        || (rc = llm_bind_floats(b, &L->down_exps_b,
+                                 LLM_NAME("ffn_down_exps.bias"), E,
+                                 hp->n_expert, "n_embd, n_expert",
+                                 hp->arch != LLM_ARCH_GPT_OSS)) < 0)
+    {
+        return rc;
+    }
+
+    if (hp->n_ff_shexp > 0
+        && ((rc = llm_bind_mat(b, &L->gate_shexp,
+                               LLM_NAME("ffn_gate_shexp.weight"), E,
+                               hp->n_ff_shexp, "n_embd, n_ff_shexp", 0)) < 0
+            || (rc = llm_bind_mat(b, &L->up_shexp,
+                                  LLM_NAME("ffn_up_shexp.weight"), E,
+                                  hp->n_ff_shexp, "n_embd, n_ff_shexp", 0))
+               < 0
+            || (rc = llm_bind_mat(b, &L->down_shexp,
+                                  LLM_NAME("ffn_down_shexp.weight"),
+                                  hp->n_ff_shexp, E, "n_ff_shexp, n_embd", 0))
+               < 0))
     {
         return rc;
     }
@@ -657,10 +977,86 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 }
 
 /*
- * RoPE scaling: rope_freqs.weight (per-pair frequency divisors, Llama 3.1)
- * and rope.scaling.type "linear" with rope.scaling.factor are applied;
- * other scaling types (yarn, longrope) are refused rather than computed
- * wrong.
+ * YaRN's correction range as ggml computes it: the pairs whose rotation
+ * over the original context is between beta_fast and beta_slow turns.
+ */
+static float
+llm_yarn_corr_dim(uint32_t n_dims, uint32_t n_ctx_orig, float n_rot,
+    float base)
+{
+    return (float) n_dims * logf((float) n_ctx_orig
+                                 / (n_rot * 2.0f * (float) M_PI))
+           / (2.0f * logf(base));
+}
+
+static int
+llm_bind_yarn(llm_bind_t *b, float factor)
+{
+    llm_model_t    *m = b->m;
+    llm_hparams_t  *hp = &m->hp;
+    uint32_t        orig;
+    float           fast, slow, attn, lo, hi;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "rope.scaling.original_context_length", &orig,
+                         1, hp->n_ctx_train)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_beta_fast", &fast, 1,
+                            32.0f)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_beta_slow", &slow, 1,
+                            1.0f)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_ext_factor", &m->yarn_ext,
+                            1, 1.0f)) < 0
+        || (rc = llm_hp_f32(b, "rope.scaling.yarn_attn_factor", &attn, 1,
+                            1.0f)) < 0)
+    {
+        return rc;
+    }
+    if (orig == 0 || !(fast > 0.0f) || !(slow > 0.0f)) {
+        return llm_bind_fail(b, -EINVAL, "%s.rope.scaling: yarn with "
+                             "original_context_length %u, beta_fast %g, "
+                             "beta_slow %g; expected all > 0",
+                             hp->arch_name, orig, (double) fast,
+                             (double) slow);
+    }
+    lo = floorf(llm_yarn_corr_dim(hp->rope_dims, orig, fast, hp->rope_base));
+    hi = ceilf(llm_yarn_corr_dim(hp->rope_dims, orig, slow, hp->rope_base));
+    m->yarn = 1;
+    m->yarn_corr[0] = lo > 0.0f ? lo : 0.0f;
+    m->yarn_corr[1] = hi < (float) (hp->rope_dims - 1)
+                      ? hi : (float) (hp->rope_dims - 1);
+    /* ggml scales the attention by 1 + 0.1 ln(factor) when extrapolating */
+    m->yarn_mscale = m->yarn_ext != 0.0f
+                     ? attn * (1.0f + 0.1f * logf(factor)) : attn;
+    if (hp->n_lora_kv > 0) {
+        /*
+         * deepseek2, as llama.cpp runs it: RoPE unscaled (the attention
+         * factor cancels ggml's), and q.k scaled by mscale^2 instead,
+         * mscale = 1 + yarn_log_multiplier * ln(factor): the converter
+         * writes the multiplier as 0.1 * mscale_all_dim, so this is
+         * DeepSeek's 1 + 0.1 * mscale_all_dim * ln(factor) (checked
+         * against llama.cpp's logits on ../shared/reference-arch)
+         */
+        float  lm, ms;
+        int    rc2;
+
+        if ((rc2 = llm_hp_f32(b, "rope.scaling.yarn_log_multiplier", &lm, 1,
+                              0.0f)) < 0)
+        {
+            return rc2;
+        }
+        ms = attn * (1.0f + lm * logf(factor));
+        m->yarn_mscale = attn;
+        hp->attn_scale = ms * ms / sqrtf((float) hp->mla_k);
+    }
+    return 0;
+}
+
+/*
+ * RoPE scaling: rope_freqs.weight (per-pair frequency divisors, Llama 3.1),
+ * rope.scaling.type "linear" with rope.scaling.factor, and "yarn" (with
+ * its original context, beta_fast / beta_slow and the attention factor)
+ * are applied; other scaling types (longrope) are refused rather than
+ * computed wrong.
  */
 static int
 llm_bind_rope_scaling(llm_bind_t *b)
@@ -683,10 +1079,12 @@ llm_bind_rope_scaling(llm_bind_t *b)
     {
         return 0;
     }
-    if (s.len != 6 || memcmp(s.ptr, "linear", 6) != 0) {
-        return llm_bind_fail(b, -EINVAL, "%s is '%.*s', expected none or "
-                             "linear (others are not supported)", key,
-                             (int) (s.len > 32 ? 32 : s.len), s.ptr);
+    if (!(s.len == 6 && memcmp(s.ptr, "linear", 6) == 0)
+        && !(s.len == 4 && memcmp(s.ptr, "yarn", 4) == 0))
+    {
+        return llm_bind_fail(b, -EINVAL, "%s is '%.*s', expected none, "
+                             "linear or yarn (others are not supported)",
+                             key, (int) (s.len > 32 ? 32 : s.len), s.ptr);
     }
     if ((rc = llm_hp_f32(b, "rope.scaling.factor", &f, 1, 1.0f)) < 0) {
         return rc;
@@ -696,7 +1094,7 @@ llm_bind_rope_scaling(llm_bind_t *b)
                              "expected > 0", m->hp.arch_name, (double) f);
     }
     m->rope_scale = 1.0f / f;
-    return 0;
+    return s.len == 4 ? llm_bind_yarn(b, f) : 0;
 }
 
 /* The name of the file's quantization: general.file_type, else the type
@@ -828,6 +1226,14 @@ llm_gemm_weights(llm_model_t *m, int experts, llm_wt_t **out)
         out[n++] = &L->ffn_gate;
         out[n++] = &L->ffn_up;
         out[n++] = &L->ffn_down;
+        out[n++] = &L->gate_shexp;
+        out[n++] = &L->up_shexp;
+        out[n++] = &L->down_shexp;
+        out[n++] = &L->wq_a;
+        out[n++] = &L->wq_b;
+        out[n++] = &L->wkv_a;
+        out[n++] = &L->wk_b;
+        out[n++] = &L->wv_b;
         if (experts) {
             out[n++] = &L->gate_exps;
             out[n++] = &L->up_exps;
@@ -899,7 +1305,7 @@ llm_model_regroup_bytes(const llm_model_t *m, int experts)
     if (m->repack != NULL) {
         return 0;                   /* already regrouped */
     }
-    ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 18 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return 0;
     }
@@ -930,7 +1336,7 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     if (m->repack != NULL) {
         return 0;                   /* prepared before */
     }
-    ws = malloc((1 + 10 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 18 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
@@ -1053,7 +1459,8 @@ llm_model_load(llm_model_t **out, const char *path,
     if (ad == NULL) {
         rc = llm_bind_fail(&b, -EINVAL, "unknown architecture '%.*s' "
                            "(general.architecture), expected llama, qwen2, "
-                           "qwen3, qwen3moe or minimax-m2",
+                           "qwen3, qwen3moe, minimax-m2, glm4moe, "
+                           "gpt-oss or deepseek2",
                            (int) (s.len > 64 ? 64 : s.len), s.ptr);
         goto failed;
     }
@@ -1220,6 +1627,9 @@ llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
         return -EINVAL;
     }
     L = &m->layers[layer];
+    if (!llm_layer_is_moe(L)) {
+        return -ENOENT;             /* a leading dense layer */
+    }
     w[0] = &L->gate_exps;
     w[1] = &L->up_exps;
     w[2] = &L->down_exps;

@@ -28,6 +28,9 @@ typedef enum {
     LLM_ARCH_QWEN3,
     LLM_ARCH_QWEN3MOE,
     LLM_ARCH_MINIMAX_M2,
+    LLM_ARCH_GLM4MOE,
+    LLM_ARCH_GPT_OSS,
+    LLM_ARCH_DEEPSEEK2,
     LLM_ARCH_COUNT
 } llm_arch_t;
 
@@ -36,6 +39,13 @@ typedef enum {
     LLM_GATING_SIGMOID = 2
 } llm_gating_t;
 
+/* The FFN's gated activation. */
+typedef enum {
+    LLM_ACT_SWIGLU = 0,            /* silu(gate) * up */
+    LLM_ACT_SWIGLU_OAI             /* gpt-oss: clamped, (up + 1) * gate *
+                                      sigmoid(alpha * gate) */
+} llm_ffn_act_t;
+
 typedef struct {
     llm_arch_t   arch;
     char         arch_name[32];    /* general.architecture */
@@ -43,7 +53,9 @@ typedef struct {
     uint32_t     n_vocab;
     uint32_t     n_ctx_train;
     uint32_t     n_embd;
-    uint32_t     n_layer;
+    uint32_t     n_layer;          /* run; NextN/MTP blocks not counted */
+    uint32_t     n_layer_file;     /* block_count */
+    uint32_t     n_layer_dense;    /* leading dense layers of a MoE model */
     uint32_t     n_head;
     uint32_t     n_head_kv;
     uint32_t     head_dim;         /* key_length */
@@ -53,7 +65,7 @@ typedef struct {
     uint32_t     n_expert_used;
     uint32_t     n_ff_exp;
     uint32_t     n_expert_shared;
-    uint32_t     n_ff_shexp;
+    uint32_t     n_ff_shexp;       /* all shared experts together */
     llm_gating_t gating;
     int          expert_weights_norm;
     float        expert_weights_scale;
@@ -61,6 +73,24 @@ typedef struct {
     float        rope_base;
     uint32_t     rope_dims;        /* rotated dims per head */
     int          rope_neox;        /* 1: NEOX pairing (i, i + d/2) */
+    uint32_t     n_swa;            /* sliding window of the sliding
+                                      layers (0: none) */
+    llm_ffn_act_t ffn_act;
+    float        swiglu_alpha;     /* LLM_ACT_SWIGLU_OAI */
+    float        swiglu_limit;
+    uint32_t     rope_off;         /* dims of a head before its rotated
+                                      ones (deepseek2: the latent) */
+    float        attn_scale;       /* of q.k; 0: 1/sqrt(head_dim) */
+    /* deepseek2: multi-head latent attention (MLA), attention in the
+     * latent space: the cache holds the normed latent and the shared
+     * rope key (head_dim = kv_lora + rope), the values the latent
+     * (head_dim_v = kv_lora) */
+    uint32_t     n_lora_q;         /* 0: attn_q directly (V2-Lite) */
+    uint32_t     n_lora_kv;
+    uint32_t     mla_k;            /* per-head q.k dims: nope + rope */
+    uint32_t     mla_v;            /* per-head value dims after v_b */
+    uint32_t     n_expert_groups;  /* group-limited routing (1: none) */
+    uint32_t     n_group_used;
     uint32_t     ftype;            /* general.file_type, if present */
     uint64_t     n_params;
 } llm_hparams_t;
@@ -105,18 +135,46 @@ typedef struct llm_kv_s llm_kv_t;
 int llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     uint32_t block_tokens, llm_type_t type /* F32 or F16 */, char *err,
     size_t errlen);
+/*
+ * The same with the sliding-window layers (gpt-oss) in a pool of their
+ * own of n_blocks_swa blocks (0: they keep every position like the
+ * others): each sequence gives them a ring of llm_kv_swa_ring() blocks
+ * (llm_seq_view_t.swa_blocks), so their memory is bounded by the window,
+ * not by the sequence.
+ */
+int llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m,
+    uint32_t n_blocks, uint32_t n_blocks_swa, uint32_t block_tokens,
+    llm_type_t type, char *err, size_t errlen);
 void llm_kv_free(llm_kv_t *kv);
 uint32_t llm_kv_n_blocks(const llm_kv_t *kv);
+uint32_t llm_kv_n_blocks_swa(const llm_kv_t *kv);
 uint32_t llm_kv_block_tokens(const llm_kv_t *kv);
+size_t llm_kv_bytes(const llm_kv_t *kv);
 /* Bytes one block takes across all layers (K and V). */
 size_t llm_kv_block_bytes(const llm_model_t *m, uint32_t block_tokens,
     llm_type_t type);
+/* ... across the layers of one group: LLM_KV_FULL (those a block table
+ * addresses when the window layers are pooled), LLM_KV_SWA, LLM_KV_ALL. */
+#define LLM_KV_ALL   0
+#define LLM_KV_FULL  1
+#define LLM_KV_SWA   2
+size_t llm_kv_block_bytes_of(const llm_model_t *m, uint32_t block_tokens,
+    llm_type_t type, int group);
+/*
+ * The ring a sequence gives the window layers: enough blocks for the
+ * window before a step's first token and the max_step tokens of a step;
+ * 0 when the model has no sliding-window layers.
+ */
+uint32_t llm_kv_swa_ring(const llm_model_t *m, uint32_t block_tokens,
+    uint32_t max_step);
 /* Copy one block's contents to another (copy-on-write of a shared tail). */
 void llm_kv_copy_block(llm_kv_t *kv, uint32_t dst, uint32_t src);
 
 typedef struct {
     const uint32_t *blocks;        /* block table */
     uint32_t        n_blocks;
+    const uint32_t *swa_blocks;    /* ring of the window pool's blocks */
+    uint32_t        n_swa_blocks;  /*   (when the cache has the pool) */
 } llm_seq_view_t;
 
 typedef struct {
@@ -201,6 +259,8 @@ typedef struct {
     uint32_t  type[3];
 } llm_expert_slices_t;
 
+/* 0; -ENOENT for a layer without routed experts (a leading dense layer);
+ * -EINVAL for a layer or expert out of range. */
 int llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
     uint32_t expert, llm_expert_slices_t *out);
 

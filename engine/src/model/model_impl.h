@@ -35,9 +35,21 @@ typedef struct {
     llm_wt_t         wv;           /* [n_embd] -> [n_head_kv * head_dim_v] */
     llm_wt_t         wo;           /* [n_head * head_dim_v] -> [n_embd] */
     const float     *bq, *bk, *bv; /* qwen2 biases, or NULL */
+    const float     *bo;           /* attn_output bias, or NULL */
+    const float     *sinks;        /* [n_head] attention sink logits */
+    uint32_t         swa;          /* sliding window (0: full attention) */
     const float     *q_norm;       /* [head_dim] or [n_head * head_dim] */
     const float     *k_norm;       /* [head_dim] or [n_head_kv * head_dim] */
     const float     *ffn_norm;     /* [n_embd] */
+
+    /* deepseek2's MLA (instead of wq, wk, wv) */
+    llm_wt_t         wq_a;         /* [n_embd] -> [n_lora_q], or absent */
+    const float     *q_a_norm;     /* [n_lora_q] */
+    llm_wt_t         wq_b;         /* [n_lora_q] -> [n_head * mla_k] */
+    llm_wt_t         wkv_a;        /* [n_embd] -> [n_lora_kv + rope] */
+    const float     *kv_a_norm;    /* [n_lora_kv] */
+    llm_wt_t         wk_b;         /* per head [nope] -> [n_lora_kv] */
+    llm_wt_t         wv_b;         /* per head [n_lora_kv] -> [mla_v] */
 
     llm_wt_t         ffn_gate;     /* dense: [n_embd] -> [n_ff] */
     llm_wt_t         ffn_up;
@@ -45,10 +57,21 @@ typedef struct {
 
     llm_wt_t         gate_inp;     /* router: [n_embd] -> [n_expert] */
     const float     *exp_probs_b;  /* [n_expert] selection bias, or NULL */
+    const float     *gate_inp_b;   /* [n_expert] router bias, or NULL */
+    const float     *gate_exps_b;  /* [n_expert][n_ff_exp] or NULL */
+    const float     *up_exps_b;    /* [n_expert][n_ff_exp] or NULL */
+    const float     *down_exps_b;  /* [n_expert][n_embd] or NULL */
     llm_wt_t         gate_exps;    /* per expert [n_embd] -> [n_ff_exp] */
     llm_wt_t         up_exps;
     llm_wt_t         down_exps;    /* per expert [n_ff_exp] -> [n_embd] */
+
+    llm_wt_t         gate_shexp;   /* shared experts: [n_embd] -> */
+    llm_wt_t         up_shexp;     /*   [n_ff_shexp], or absent */
+    llm_wt_t         down_shexp;   /* [n_ff_shexp] -> [n_embd] */
 } llm_layer_t;
+
+/* A MoE layer (routed experts); else the layer's FFN is dense. */
+#define llm_layer_is_moe(L)  ((L)->gate_exps.data != NULL)
 
 struct llm_model_s {
     llm_gguf_t      *gguf;
@@ -63,6 +86,15 @@ struct llm_model_s {
     const float     *rope_freqs;   /* [rope_dims / 2] divisors, or NULL */
     float            rope_scale;   /* linear position scale (1: none) */
 
+    /* YaRN (rope.scaling.type yarn), ggml's rope_yarn: pair i's angle
+     * mixes the interpolated (rope_scale) and the original angle by a
+     * ramp over pairs [corr[0], corr[1]], times ext_factor; cos and sin
+     * are scaled by mscale */
+    int              yarn;
+    float            yarn_ext;
+    float            yarn_corr[2];
+    float            yarn_mscale;
+
     /* Weights regrouped at load (llm_repack_rows), anonymous memory */
     uint8_t         *repack;
     size_t           repack_bytes;
@@ -75,8 +107,11 @@ struct llm_model_s {
     size_t           cap_owned;
 };
 
+#define LLM_KV_MAX_LAYERS  512
+
 struct llm_kv_s {
     uint32_t         n_blocks;
+    uint32_t         n_blocks_swa; /* the window layers' pool, 0: none */
     uint32_t         block_tokens;
     uint32_t         n_layer;
     uint32_t         k_dim;        /* n_head_kv * head_dim */
@@ -86,26 +121,56 @@ struct llm_kv_s {
     size_t           k_block;      /* bytes of one block of K of one layer */
     size_t           v_block;
     size_t           bytes;        /* whole mapping */
+    size_t           k_swa;        /* offsets: the window pool's K, */
+    size_t           v_base;       /*   all V, */
+    size_t           v_swa;        /*   the window pool's V */
     uint8_t         *base;         /* anonymous mapping */
+    uint8_t          swa[LLM_KV_MAX_LAYERS];   /* layer in the window pool */
+    uint32_t         slot[LLM_KV_MAX_LAYERS];  /* its index in its pool */
 };
 
 /*
- * Layout: [layer][block] of K, then [layer][block] of V.  K blocks are
- * transposed, [k_dim][block_tokens] (dim-major, so attention loads many
- * positions of one dim at once); V blocks are [block_tokens][v_dim].
+ * Layout: [layer][block] of K for the full pool's layers, then for the
+ * window pool's, then V the same way.  K blocks are transposed,
+ * [k_dim][block_tokens] (dim-major, so attention loads many positions of
+ * one dim at once); V blocks are [block_tokens][v_dim].  blk is a block
+ * of the layer's pool.
  */
 static inline uint8_t *
 llm_kv_k_block(const llm_kv_t *kv, uint32_t l, uint32_t blk)
 {
-    return kv->base + ((size_t) l * kv->n_blocks + blk) * kv->k_block;
+    if (kv->swa[l]) {
+        return kv->base + kv->k_swa
+               + ((size_t) kv->slot[l] * kv->n_blocks_swa + blk)
+                 * kv->k_block;
+    }
+    return kv->base + ((size_t) kv->slot[l] * kv->n_blocks + blk)
+                      * kv->k_block;
 }
 
 static inline uint8_t *
 llm_kv_v_row(const llm_kv_t *kv, uint32_t l, uint32_t blk, uint32_t tok)
 {
-    return kv->base + (size_t) kv->n_layer * kv->n_blocks * kv->k_block
-           + ((size_t) l * kv->n_blocks + blk) * kv->v_block
-           + (size_t) tok * kv->v_dim * kv->elem;
+    size_t  at = kv->swa[l]
+                 ? kv->v_swa + ((size_t) kv->slot[l] * kv->n_blocks_swa + blk)
+                               * kv->v_block
+                 : kv->v_base + ((size_t) kv->slot[l] * kv->n_blocks + blk)
+                                * kv->v_block;
+
+    return kv->base + at + (size_t) tok * kv->v_dim * kv->elem;
+}
+
+/*
+ * The block of layer l holding position pos of sequence sv: its block
+ * table's, or for a pooled window layer its ring's.
+ */
+static inline uint32_t
+llm_kv_block_of(const llm_kv_t *kv, uint32_t l, const llm_seq_view_t *sv,
+    uint32_t pos)
+{
+    uint32_t  i = pos / kv->block_tokens;
+
+    return kv->swa[l] ? sv->swa_blocks[i % sv->n_swa_blocks] : sv->blocks[i];
 }
 
 /* Base address of expert e of an expert weight. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "prompt.h"
+#include "decode/reasoning.h"
 
 static json_t *
 llm_token_text(const llm_vocab_t *v, int32_t id)
@@ -112,40 +113,50 @@ tmpl_has_developer(const llm_tmpl_t *tmpl)
 }
 
 /*
- * The messages the template sees: msgs itself (a new reference), or with
- * dev_as_system a copy in which each developer message is a shallow copy
- * with role "system".  NULL on out of memory.
+ * One message as the template sees it: x itself (a new reference), or a
+ * shallow copy: a developer message with role "system" (dev_as_system),
+ * an assistant message's reasoning_content also as "thinking" (the name
+ * gpt-oss's template reads).  NULL on out of memory.
  */
+static json_t *
+prompt_message(json_t *x, int dev_as_system)
+{
+    const char  *role = json_string_value(json_object_get(x, "role"));
+    json_t      *rc = json_object_get(x, "reasoning_content"), *c;
+    int          dev, think;
+
+    dev = dev_as_system && role != NULL && strcmp(role, "developer") == 0;
+    think = rc != NULL && json_object_get(x, "thinking") == NULL;
+    if (!dev && !think) {
+        return json_incref(x);
+    }
+    c = json_copy(x);
+    if (c == NULL
+        || (dev && json_object_set_new(c, "role", json_string("system")) != 0)
+        || (think && json_object_set(c, "thinking", rc) != 0))
+    {
+        json_decref(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* The messages the template sees (prompt_message); NULL: no memory. */
 static json_t *
 prompt_messages(json_t *msgs, int dev_as_system)
 {
     json_t      *o, *x, *c;
-    const char  *role;
     size_t       i;
 
-    if (msgs == NULL) {
-        return json_array();
-    }
-    if (!dev_as_system) {
-        return json_incref(msgs);
-    }
     o = json_array();
-    if (o == NULL) {
-        return NULL;
+    if (o == NULL || msgs == NULL) {
+        return o;
     }
     json_array_foreach(msgs, i, x) {
-        role = json_string_value(json_object_get(x, "role"));
-        if (role != NULL && strcmp(role, "developer") == 0) {
-            c = json_copy(x);
-            if (c == NULL
-                || json_object_set_new(c, "role", json_string("system")) != 0)
-            {
-                json_decref(c);
-                json_decref(o);
-                return NULL;
-            }
-        } else {
-            c = json_incref(x);
+        c = prompt_message(x, dev_as_system);
+        if (c == NULL) {
+            json_decref(o);
+            return NULL;
         }
         if (json_array_append_new(o, c) != 0) {
             json_decref(o);
@@ -365,6 +376,7 @@ llm_prompt_tool_format(const char *src, size_t len)
         const char *name;
     } f[] = {
         { "<minimax:tool_call>", "minimax-m2" },
+        { "<arg_key>", "glm4.5" },          /* GLM's <tool_call> too */
         { "<tool_call>", "hermes" },
         { "[TOOL_CALLS]", "mistral" },
         { "<｜tool▁calls▁begin｜>", "deepseek-v3" },
@@ -378,4 +390,14 @@ llm_prompt_tool_format(const char *src, size_t len)
         }
     }
     return "none";
+}
+
+int
+llm_prompt_reasoning_format(const char *src, size_t len)
+{
+    if (src != NULL && memmem(src, len, "<|channel|>", 11) != NULL) {
+        return LLM_REASONING_HARMONY;
+    }
+    return src != NULL && memmem(src, len, "</think>", 8) != NULL
+           ? LLM_REASONING_THINK : LLM_REASONING_NONE;
 }

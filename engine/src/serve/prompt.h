@@ -45,7 +45,13 @@ json_t *llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
     const char **param, char *err, size_t errlen);
 
 /* The tool-call format a template's source suggests: "hermes",
- * "minimax-m2", "mistral", "llama3-json", "deepseek-v3" or "none". */
+ * "minimax-m2", "mistral", "llama3-json", "deepseek-v3", "glm4.5" or
+ * "none". */
 const char *llm_prompt_tool_format(const char *src, size_t len);
+
+/* The reasoning format (decode/reasoning.h) a template's source suggests:
+ * harmony when it knows <|channel|>, think when it knows </think>, else
+ * none. */
+int llm_prompt_reasoning_format(const char *src, size_t len);
 
 #endif /* LLM_PROMPT_H */

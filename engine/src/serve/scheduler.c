@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "kvalloc.h"
+#include "decode/reasoning.h"
 #include "decode/sample.h"
 #include "scheduler.h"
 
@@ -45,6 +46,7 @@ struct llm_seq_s {
     uint32_t            n_done;        /* tokens in the KV cache */
     uint32_t           *blocks;        /* block table */
     uint32_t            n_blocks;
+    int32_t             ring;          /* its window pool ring, -1 */
     uint32_t            cap_blocks;
     uint32_t            n_pub;         /* leading blocks published */
     uint64_t            last_hash;     /* chained hash of block n_pub-1 */
@@ -58,6 +60,10 @@ struct llm_seq_s {
     char               *text;          /* content of the next Delta */
     size_t              text_len;
     size_t              text_cap;
+    llm_reasoning_t    *rs;            /* the reasoning split, or NULL */
+    char               *rtext;         /* reasoning of the next Delta */
+    size_t              rtext_len;
+    size_t              rtext_cap;
     llm_sample_result_t *plp;          /* echo with logprobs: the prompt
                                           tokens' logprobs ([toks.n]) */
     int32_t             plp_row;       /* this step's first prompt row */
@@ -97,6 +103,9 @@ struct llm_sreq_s {
 struct llm_sched_s {
     llm_sched_conf_t      c;
     llm_kvalloc_t        *kva;
+    uint32_t             *rings;       /* window pool block ids, in order */
+    uint32_t             *ring_free;   /* free ring indexes, a stack */
+    uint32_t              n_ring_free;
     llm_sampler_t        *sampler;
     llm_sreq_t           *reqs;
     llm_sreq_t          **dead;
@@ -160,26 +169,44 @@ llm_req_usage(const llm_sreq_t *r, llm_usage_t *u)
     u->cached_tokens = r->cached;
 }
 
-/* Appends text to the sequence's pending Delta. */
+/* Appends p to a growing NUL-terminated buffer (lost under OOM: the
+ * tokens still flow). */
 static void
-llm_seq_text(llm_seq_t *q, const char *p, size_t len)
+llm_buf_add(char **buf, size_t *blen, size_t *bcap, const char *p,
+    size_t len)
 {
     if (len == 0) {
         return;
     }
-    if (q->text_len + len + 1 > q->text_cap) {
-        size_t  cap = (q->text_len + len + 1) * 2;
-        char   *t = realloc(q->text, cap);
+    if (*blen + len + 1 > *bcap) {
+        size_t  cap = (*blen + len + 1) * 2;
+        char   *t = realloc(*buf, cap);
 
         if (t == NULL) {
-            return;     /* text lost under OOM; tokens still flow */
+            return;
         }
-        q->text = t;
-        q->text_cap = cap;
+        *buf = t;
+        *bcap = cap;
     }
-    memcpy(q->text + q->text_len, p, len);
-    q->text_len += len;
-    q->text[q->text_len] = '\0';
+    memcpy(*buf + *blen, p, len);
+    *blen += len;
+    (*buf)[*blen] = '\0';
+}
+
+/* Appends text to the sequence's pending Delta. */
+static void
+llm_seq_text(llm_seq_t *q, const char *p, size_t len)
+{
+    llm_buf_add(&q->text, &q->text_len, &q->text_cap, p, len);
+}
+
+/* Appends reasoning text to the pending Delta. */
+static void
+llm_seq_reasoning(void *ud, const char *p, size_t len)
+{
+    llm_seq_t  *q = ud;
+
+    llm_buf_add(&q->rtext, &q->rtext_len, &q->rtext_cap, p, len);
 }
 
 /*
@@ -193,7 +220,7 @@ llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
     llm_sched_t       *s = q->req->s;
     llm_sched_event_t  ev;
 
-    if (tok < 0 && q->text_len == 0) {
+    if (tok < 0 && q->text_len == 0 && q->rtext_len == 0) {
         return;
     }
     memset(&ev, 0, sizeof(ev));
@@ -201,6 +228,7 @@ llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
     ev.kind = LLM_SEV_DELTA;
     ev.u.delta.index = q->index;
     ev.u.delta.text = q->text_len ? q->text : "";
+    ev.u.delta.reasoning = q->rtext_len ? q->rtext : "";
     ev.u.delta.token = tok >= 0 ? tok : -1;
     if (tok >= 0 && res != NULL
         && (q->req->sp.logprobs || q->req->sp.top_logprobs))
@@ -211,6 +239,10 @@ llm_seq_flush_delta_as(llm_seq_t *q, int32_t tok,
     q->text_len = 0;
     if (q->text) {
         q->text[0] = '\0';
+    }
+    q->rtext_len = 0;
+    if (q->rtext) {
+        q->rtext[0] = '\0';
     }
 }
 
@@ -369,9 +401,9 @@ llm_sink_tool_call(void *sink, uint32_t call_index, const char *id,
     q->req->s->c.emit(q->req->owner, &ev);
 }
 
-/* Route detokenized text: through the hooks when set, else content. */
+/* The answer's text: through the hooks when set, else content. */
 static void
-llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
+llm_seq_answer_text(llm_seq_t *q, const char *p, size_t len, int final)
 {
     llm_text_out_t out = { llm_sink_content, llm_sink_tool_call, q };
     int            rc;
@@ -384,6 +416,71 @@ llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
     if (rc > 0) {
         q->n_tool_calls = rc;
     }
+}
+
+static void
+llm_seq_answer(void *ud, const char *p, size_t len)
+{
+    llm_seq_answer_text(ud, p, len, 0);
+}
+
+/*
+ * A tool call the reasoning split read (harmony): its first delta with
+ * an id call_ + 24 letters and digits and the name, then argument
+ * fragments, as the tool-call parsers give them.
+ */
+static void
+llm_seq_call(void *ud, const char *name, size_t name_len, const char *args,
+    size_t len)
+{
+    static const char  an[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+                              "vwxyz0123456789";
+    llm_seq_t  *q = ud;
+    char        id[32], nm[256];
+    uint8_t     rnd[24];
+    size_t      i;
+
+    if (name == NULL) {
+        if (q->n_tool_calls > 0) {
+            llm_sink_tool_call(q, (uint32_t) q->n_tool_calls - 1, NULL, NULL,
+                               args, len);
+        }
+        return;
+    }
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t) sizeof(rnd)) {
+        memset(rnd, 0, sizeof(rnd));
+    }
+    memcpy(id, "call_", 5);
+    for (i = 0; i < sizeof(rnd); i++) {
+        id[5 + i] = an[rnd[i] % (sizeof(an) - 1)];
+    }
+    id[5 + sizeof(rnd)] = '\0';
+    name_len = name_len < sizeof(nm) - 1 ? name_len : sizeof(nm) - 1;
+    memcpy(nm, name, name_len);
+    nm[name_len] = '\0';
+    llm_sink_tool_call(q, (uint32_t) q->n_tool_calls, id, nm, NULL, 0);
+    q->n_tool_calls++;
+}
+
+/*
+ * Route detokenized text: a reasoning model's thinking to the reasoning
+ * text (reasoning.h), the answer to the hooks or content.
+ */
+static void
+llm_seq_route_text(llm_seq_t *q, const char *p, size_t len, int final)
+{
+    llm_reasoning_out_t  ro = { llm_seq_reasoning, llm_seq_answer,
+                                llm_seq_call, q };
+
+    if (q->rs != NULL) {
+        llm_reasoning_feed(q->rs, p, len, final, &ro);
+        if (!final) {
+            return;
+        }
+        p = "";
+        len = 0;
+    }
+    llm_seq_answer_text(q, p, len, final);
 }
 
 /*
@@ -416,15 +513,19 @@ llm_req_done(llm_sreq_t *r)
     llm_sched_t       *s = r->s;
     llm_sched_event_t  ev;
     llm_finish_e       fin[LLM_SCHED_MAX_N];
+    const char        *stop[LLM_SCHED_MAX_N];
     double             now = llm_now_ms();
 
     for (uint32_t i = 0; i < r->n; i++) {
         fin[i] = r->seqs[i].finish;
+        stop[i] = fin[i] == LLM_FINISH_STOP
+                  ? llm_detok_stop_string(r->seqs[i].detok) : NULL;
     }
     memset(&ev, 0, sizeof(ev));
     ev.kind = LLM_SEV_DONE;
     ev.u.done.n_choices = r->n;
     ev.u.done.finish = fin;
+    ev.u.done.stop = stop;
     llm_req_usage(r, &ev.u.done.usage);
     ev.u.done.queue_ms = r->t_admit - r->t_submit;
     ev.u.done.prefill_ms = (r->t_first ? r->t_first : now) - r->t_admit;
@@ -491,12 +592,16 @@ llm_run_remove(llm_sched_t *s, llm_seq_t *q)
     }
 }
 
-/* Give back every KV block of q. */
+/* Give back every KV block of q, and its window ring. */
 static void
 llm_seq_release(llm_sched_t *s, llm_seq_t *q)
 {
     for (uint32_t i = 0; i < q->n_blocks; i++) {
         llm_kvalloc_put(s->kva, q->blocks[i]);
+    }
+    if (q->ring >= 0) {
+        s->ring_free[s->n_ring_free++] = (uint32_t) q->ring;
+        q->ring = -1;
     }
     q->n_blocks = 0;
     q->n_done = 0;
@@ -550,6 +655,8 @@ llm_req_destroy(llm_sreq_t *r)
         llm_tokens_free(&q->toks);
         free(q->blocks);
         free(q->text);
+        free(q->rtext);
+        llm_reasoning_free(q->rs);
         free(q->plp);
     }
     if (!r->started) {
@@ -646,6 +753,19 @@ llm_sched_create(llm_sched_t **out, const llm_sched_conf_t *conf, char *err,
     {
         goto nomem;
     }
+    if (conf->swa_ring > 0) {
+        s->rings = calloc((size_t) B * conf->swa_ring, sizeof(uint32_t));
+        s->ring_free = calloc(B, sizeof(uint32_t));
+        if (s->rings == NULL || s->ring_free == NULL) {
+            goto nomem;
+        }
+        for (uint32_t i = 0; i < B * conf->swa_ring; i++) {
+            s->rings[i] = i;
+        }
+        for (uint32_t i = 0; i < B; i++) {
+            s->ring_free[s->n_ring_free++] = B - 1 - i;
+        }
+    }
     s->st.kv_blocks_total = conf->n_blocks;
     s->st.kv_block_tokens = conf->block_tokens;
     *out = s;
@@ -667,6 +787,8 @@ llm_sched_free(llm_sched_t *s)
         llm_req_destroy(s->reqs);
     }
     llm_kvalloc_free(s->kva);
+    free(s->rings);
+    free(s->ring_free);
     llm_sampler_free(s->sampler);
     free(s->dead);
     free(s->run);
@@ -725,6 +847,25 @@ llm_echo_text(const llm_sched_t *s, const int32_t *ids, size_t n)
     text[tl] = '\0';
     llm_detok_free(d);
     return text;
+}
+
+/*
+ * 1 when q's prompt ends inside a reasoning block (the chat template
+ * opened <think> for the answer): its last tokens, as text.
+ */
+static int
+llm_seq_think_open(const llm_sched_t *s, const llm_seq_t *q)
+{
+    size_t  n = q->toks.n < 8 ? q->toks.n : 8;
+    char   *t = llm_echo_text(s, q->toks.ids + q->toks.n - n, n);
+    int     open;
+
+    if (t == NULL) {
+        return 0;
+    }
+    open = llm_reasoning_prompt_opens(s->c.reasoning, t, strlen(t));
+    free(t);
+    return open;
 }
 
 /* Submission. */
@@ -983,6 +1124,7 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
         q->index = k;
         q->state = LLM_SEQ_LIMBO;
         q->logit_row = -1;
+        q->ring = -1;
         llm_rng_seed(&q->rng, seed + 0x9e3779b97f4a7c15ull * k);
         rc = llm_detok_create(&q->detok, s->c.vocab,
                               (const char *const *) r->stops, r->n_stops);
@@ -1012,6 +1154,16 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
                 *param = "response_format";
                 return rc;
             }
+        }
+        if (s->c.reasoning != LLM_REASONING_NONE && !rq->is_completion) {
+            q->rs = llm_reasoning_create(s->c.reasoning,
+                                         llm_seq_think_open(s, q));
+            if (q->rs == NULL) {
+                return -ENOMEM;
+            }
+            /* harmony's markup is control tokens: the split reads them */
+            llm_detok_set_special(q->detok,
+                                  s->c.reasoning == LLM_REASONING_HARMONY);
         }
     }
     rc = llm_req_echo(s, r, rq, n_prompts);
@@ -1236,7 +1388,9 @@ llm_sched_admit(llm_sched_t *s)
         if (llm_seq_reserve_blocks(q, need + 1) != 0) {
             return;
         }
-        while (shared < max_shared && !(q->plp && q->n_gen == 0)) {
+        while (shared < max_shared && !(q->plp && q->n_gen == 0)
+               && s->c.swa_ring == 0)
+        {
             const int32_t *t = q->toks.ids + (size_t) shared * bt;
 
             hh = llm_kvalloc_hash(h, t, bt);
@@ -1257,6 +1411,9 @@ llm_sched_admit(llm_sched_t *s)
         }
         for (i = shared; i < need; i++) {
             q->blocks[i] = (uint32_t) llm_kvalloc_get(s->kva);
+        }
+        if (s->c.swa_ring > 0) {
+            q->ring = (int32_t) s->ring_free[--s->n_ring_free];
         }
         q->n_blocks = need;
         q->n_done = shared * bt;
@@ -1287,6 +1444,9 @@ llm_seq_publish(llm_sched_t *s, llm_seq_t *q)
 {
     uint32_t bt = s->c.block_tokens;
 
+    if (s->c.swa_ring > 0) {
+        return;     /* a block without its window layers is no prefix */
+    }
     while ((q->n_pub + 1) * bt <= q->n_done && q->n_pub < q->n_blocks) {
         const int32_t *t = q->toks.ids + (size_t) q->n_pub * bt;
         uint64_t       h = llm_kvalloc_hash(q->last_hash, t, bt);
@@ -1310,7 +1470,7 @@ llm_seq_finish(llm_sched_t *s, llm_seq_t *q, llm_finish_e why)
     if (llm_detok_flush(q->detok, &t, &len) == 0 && len > 0) {
         llm_seq_route_text(q, t, len, 0);
     }
-    if (q->hooks.text) {
+    if (q->hooks.text || q->rs) {
         llm_seq_route_text(q, "", 0, 1);
     }
     llm_seq_flush_delta(q, -1, NULL);
@@ -1345,9 +1505,13 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     const char          *t;
     size_t               len = 0;
     int32_t              tok;
-    int                  stop;
+    int                  stop, thinking;
 
-    if (q->hooks.mask && q->hooks.mask(q->hooks.ud, row, s->c.n_vocab) < 0) {
+    /* the answer's grammars do not constrain a reasoning block */
+    thinking = llm_reasoning_inside(q->rs);
+    if (!thinking && q->hooks.mask
+        && q->hooks.mask(q->hooks.ud, row, s->c.n_vocab) < 0)
+    {
         llm_seq_finish(s, q, LLM_FINISH_CONTENT_FILTER);
         return;
     }
@@ -1373,7 +1537,7 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     if (q->n_gen == 1 && q->plp) {
         llm_seq_echo_logprobs(s, q);
     }
-    if (q->hooks.accept) {
+    if (!thinking && q->hooks.accept) {
         q->hooks.accept(q->hooks.ud, tok);
     }
 
@@ -1484,6 +1648,9 @@ llm_sched_step(llm_sched_t *s)
         }
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
+        s->b_views[ns].swa_blocks = q->ring >= 0
+            ? s->rings + (size_t) q->ring * s->c.swa_ring : NULL;
+        s->b_views[ns].n_swa_blocks = q->ring >= 0 ? s->c.swa_ring : 0;
         s->b_seqs[ns] = q;
         llm_seq_batch(s, q, ns, &nt, &nl);
         ns++;

@@ -100,6 +100,7 @@ typedef struct {
         struct {
             uint32_t        index;          /* choice */
             const char     *text;           /* UTF-8, NUL-terminated */
+            const char     *reasoning;      /* the same, reasoning text */
             int32_t         token;          /* -1: text only */
             /* token's logprobs, when the request asked for them */
             const llm_sample_result_t *lp;
@@ -119,6 +120,9 @@ typedef struct {
         struct {
             uint32_t        n_choices;
             const llm_finish_e *finish;     /* [n_choices] */
+            /* [n_choices]: the stop string that ended a choice
+             * (LLM_FINISH_STOP), else NULL */
+            const char *const *stop;
             llm_usage_t     usage;
             double          queue_ms, prefill_ms, decode_ms;
             const char     *model;
@@ -153,12 +157,21 @@ typedef struct {
     uint32_t                max_queue;    /* queued requests; beyond: 429 */
     uint32_t                n_blocks;     /* KV blocks (llm_kv_t's) */
     uint32_t                block_tokens;
+    uint32_t                swa_ring;     /* a ring of this many blocks of
+                                             the window pool per running
+                                             sequence (the cache has
+                                             max_batch * swa_ring); 0: no
+                                             pool.  No prefix reuse then:
+                                             a ring holds the last window
+                                             only */
     llm_sched_forward_pt    forward;
     void                   *forward_ud;
     llm_sched_emit_pt       emit;
     llm_sched_ready_pt      ready;        /* optional */
     llm_sched_hooks_pt      hooks_make;   /* optional */
     void                   *hooks_ctx;
+    int                     reasoning;    /* llm_reasoning_fmt_e of the
+                                             chat answers */
     const char             *model_name;
     const char             *fingerprint;
 } llm_sched_conf_t;

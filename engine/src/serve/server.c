@@ -632,7 +632,35 @@ llm_prep_drop(llm_conn_t *c)
     c->srv->n_prep--;
 }
 
-/* c's prompt is ready (or failed): submit it to the scheduler. */
+/*
+ * A count_only Generate whose prompt is ready: Started and Done with the
+ * prompt's tokens (every prompt's, for several), no choices, nothing
+ * generated, the scheduler never involved.
+ */
+static void
+llm_srv_counted(llm_conn_t *c, const llm_prep_t *j)
+{
+    llm_sched_event_t  ev;
+    uint32_t           n = (uint32_t) j->toks.n;
+
+    for (size_t i = 0; i < j->n_all; i++) {
+        n += (uint32_t) j->all[i].n;
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_STARTED;
+    ev.u.started.prompt_tokens = n;
+    llm_srv_emit(c, &ev);
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = LLM_SEV_DONE;
+    ev.u.done.usage.prompt_tokens = n;
+    ev.u.done.model = c->srv->c.model_name;
+    ev.u.done.fingerprint = c->srv->c.sched.fingerprint
+                            ? c->srv->c.sched.fingerprint : "";
+    llm_srv_emit(c, &ev);
+}
+
+/* c's prompt is ready (or failed): submit it to the scheduler, or for
+ * count_only answer with its size. */
 static void
 llm_srv_prepared(llm_conn_t *c, llm_prep_t *j)
 {
@@ -643,6 +671,8 @@ llm_srv_prepared(llm_conn_t *c, llm_prep_t *j)
         llm_conn_error(c, rc == -EINVAL ? LLM_ERR_INVALID_REQUEST
                                         : LLM_ERR_INTERNAL,
                        j->param, "%s", j->err[0] ? j->err : strerror(-rc));
+    } else if (j->rq->generate->count_only) {
+        llm_srv_counted(c, j);
     } else {
         llm_log(LLM_LOG_DEBUG, "request %s: %zu prompt tokens prepared in "
                 "%.1f ms, key %s", c->req_id, j->toks.n, j->ms,

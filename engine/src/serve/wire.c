@@ -219,6 +219,8 @@ llm_wire_delta(const llm_sched_event_t *ev, const llm_vocab_t *v,
 
     d.index = ev->u.delta.index;
     d.text = (char *) ev->u.delta.text;
+    d.reasoning = (char *) (ev->u.delta.reasoning ? ev->u.delta.reasoning
+                                                   : "");
     if (tok >= 0 && !ev->u.delta.echo) {
         /* a prompt token echoed is not output: only its logprob goes */
         d.n_tokens = 1;
@@ -283,6 +285,9 @@ llm_wire_done(const llm_sched_event_t *ev, llm_wire_send_pt send, void *ud)
         llm__choice_end__init(&ce[i]);
         ce[i].index = i;
         ce[i].finish_reason = (Llm__FinishReason) ev->u.done.finish[i];
+        if (ev->u.done.stop != NULL && ev->u.done.stop[i] != NULL) {
+            ce[i].stop_sequence = (char *) ev->u.done.stop[i];
+        }
         cep[i] = &ce[i];
     }
     llm_wire_usage(&u, &ev->u.done.usage);

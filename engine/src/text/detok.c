@@ -35,6 +35,7 @@ struct llm_detok_s {
     size_t              out_cap;
 
     int                 stopped;
+    size_t              stop_hit;   /* the stop string found, if stopped */
     int                 special;    /* emit control tokens' text */
     int                 strip_space;
     int                 started;
@@ -171,6 +172,12 @@ llm_detok_reset(llm_detok_t *d)
     d->started = 0;
 }
 
+const char *
+llm_detok_stop_string(const llm_detok_t *d)
+{
+    return d != NULL && d->stopped ? d->stops[d->stop_hit] : NULL;
+}
+
 /* Move bytes through the UTF-8 check into txt; keep an incomplete tail. */
 static int
 feed(llm_detok_t *d, const uint8_t *p, size_t n)
@@ -257,7 +264,7 @@ emit(llm_detok_t *d, size_t n)
 static int
 settle(llm_detok_t *d, int final)
 {
-    size_t  i, k, best = (size_t) -1, hold = 0, h;
+    size_t  i, k, best = (size_t) -1, hit = 0, hold = 0, h;
 
     for (k = 0; k < d->n_stops && d->txt_n > 0; k++) {
         /* no text yet: memmem's arguments must not be NULL */
@@ -266,6 +273,7 @@ settle(llm_detok_t *d, int final)
 
         if (m != NULL && (size_t) (m - d->txt) < best) {
             best = (size_t) (m - d->txt);
+            hit = k;
         }
     }
     if (best != (size_t) -1) {
@@ -275,6 +283,7 @@ settle(llm_detok_t *d, int final)
         d->txt_n = 0;
         d->raw_n = 0;
         d->stopped = 1;
+        d->stop_hit = hit;
         return 1;
     }
 

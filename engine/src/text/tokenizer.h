@@ -130,6 +130,9 @@ void llm_detok_free(llm_detok_t *d);
 /* Appends emit-safe text to *out (malloc'd buffer managed by d). */
 int llm_detok_push(llm_detok_t *d, int32_t id, const char **out,
     size_t *len);
+/* The stop string that ended the stream (d's copy, valid until d is
+ * freed or reset), or NULL when none did. */
+const char *llm_detok_stop_string(const llm_detok_t *d);
 /* End of stream: flush what is held (incomplete UTF-8 becomes U+FFFD). */
 int llm_detok_flush(llm_detok_t *d, const char **out, size_t *len);
 /*

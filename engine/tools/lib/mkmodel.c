@@ -53,13 +53,15 @@ typedef struct {
 
 const char *const llm_mkmodel_presets[] = {
     "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
-    "tiny-qwen3", "tiny-minimax", "tiny-embed", NULL
+    "tiny-qwen3", "tiny-minimax", "tiny-embed", "tiny-glm4moe",
+    "tiny-gpt-oss", NULL
 };
 
 static int
 mk_is_moe_arch(const char *arch)
 {
-    return strcmp(arch, "qwen3moe") == 0 || strcmp(arch, "minimax-m2") == 0;
+    return strcmp(arch, "qwen3moe") == 0 || strcmp(arch, "minimax-m2") == 0
+           || strcmp(arch, "glm4moe") == 0 || strcmp(arch, "gpt-oss") == 0;
 }
 
 uint32_t
@@ -109,12 +111,26 @@ llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
         p->rope_base = 5000000.0f;
         p->eps = 1e-6f;
         mk_set_pre(p, "gpt-2");
+    } else if (strcmp(p->arch, "glm4moe") == 0) {
+        p->rope_base = 1000000.0f;
+        p->eps = 1e-5f;
+        mk_set_pre(p, "gpt-2");
+    } else if (strcmp(p->arch, "gpt-oss") == 0) {
+        p->rope_base = 150000.0f;
+        p->eps = 1e-5f;
+        mk_set_pre(p, "gpt-2");
+        p->n_swa = p->n_swa ? p->n_swa : 128;
+        p->yarn_factor = p->yarn_factor > 0.0f ? p->yarn_factor : 32.0f;
+        p->yarn_orig_ctx = p->yarn_orig_ctx ? p->yarn_orig_ctx : 4096;
     } else {
         llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
-            "qwen2, qwen3, qwen3moe or minimax-m2)", p->arch);
+            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe or gpt-oss)",
+            p->arch);
         return -EINVAL;
     }
-    p->rope_dim = strcmp(p->arch, "minimax-m2") == 0 ? p->head_dim / 2
+    /* partial rope: minimax-m2 and glm4moe rotate half the head */
+    p->rope_dim = strcmp(p->arch, "minimax-m2") == 0
+                  || strcmp(p->arch, "glm4moe") == 0 ? p->head_dim / 2
                                                      : p->head_dim;
     return 0;
 }
@@ -170,6 +186,22 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
     } else if (strcmp(preset, "tiny-minimax") == 0) {
         mk_shape(p, "minimax-m2", 128, 4, 4, 2, 64, 128, 8, 2, 128, 1000,
             2048);
+    } else if (strcmp(preset, "tiny-glm4moe") == 0) {
+        /* GLM-4.5's layout: a dense layer, then MoE with a shared expert,
+         * and the NextN block the engine must skip */
+        mk_shape(p, "glm4moe", 128, 4, 4, 2, 32, 256, 8, 2, 128, 1000,
+            2048);
+        p->n_layer_dense = 1;
+        p->n_expert_shared = 1;
+        p->n_nextn = 1;
+    } else if (strcmp(preset, "tiny-gpt-oss") == 0) {
+        /* gpt-oss's: sinks, biases, a 64-token window on every other
+         * layer, YaRN over a 512-token original context */
+        mk_shape(p, "gpt-oss", 128, 4, 4, 2, 32, 128, 8, 2, 128, 1000,
+            2048);
+        p->n_swa = 64;
+        p->yarn_factor = 4.0f;
+        p->yarn_orig_ctx = 512;
     } else {
         llm_err(err, errlen, "unknown preset '%s'", preset);
         return -EINVAL;
@@ -188,7 +220,13 @@ llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
         && strcmp(p->arch, "qwen3") != 0 && !moe_arch)
     {
         llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
-            "qwen2, qwen3, qwen3moe or minimax-m2)", p->arch);
+            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe or gpt-oss)",
+            p->arch);
+        return -EINVAL;
+    }
+    if (p->n_layer_dense >= p->n_layer && p->n_layer_dense > 0) {
+        llm_err(err, errlen, "dense layers (%u) must be fewer than layers "
+            "(%u)", p->n_layer_dense, p->n_layer);
         return -EINVAL;
     }
     if (p->n_embd == 0 || p->n_layer == 0 || p->n_head == 0
@@ -324,72 +362,141 @@ mk_split_experts(mk_list_t *l, const llm_mkmodel_params_t *p, uint32_t i)
     return rc;
 }
 
+/*
+ * One decoder layer's tensors, in the order the converter writes them;
+ * dense: the dense FFN of a leading layer of a MoE model (glm4moe).
+ */
+static int
+mk_layer(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i, int dense)
+{
+    int64_t E = p->n_embd, Q = (int64_t) p->n_head * p->head_dim,
+            KV = (int64_t) p->n_head_kv * p->head_dim;
+    int64_t X = dense ? 0 : p->n_expert, F = p->n_ff, FX = p->n_ff_exp;
+    uint32_t ty = p->type;
+    int qkv_bias = strcmp(p->arch, "qwen2") == 0
+                   || strcmp(p->arch, "glm4moe") == 0
+                   || strcmp(p->arch, "gpt-oss") == 0;
+    int qk_head = strcmp(p->arch, "qwen3") == 0
+                  || strcmp(p->arch, "qwen3moe") == 0
+                  || strcmp(p->arch, "glm4moe") == 0;
+    int minimax = strcmp(p->arch, "minimax-m2") == 0;
+    int glm = strcmp(p->arch, "glm4moe") == 0;
+    int oss = strcmp(p->arch, "gpt-oss") == 0;
+    int rc = 0;
+
+    rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.attn_norm.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, E, Q, 0, "blk.%u.attn_q.weight", i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, Q, 0, 0, "blk.%u.attn_q.bias", i);
+    }
+    rc |= mk_add(l, ty, MK_MATRIX, E, KV, 0, "blk.%u.attn_k.weight", i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_k.bias", i);
+    }
+    rc |= mk_add(l, ty, MK_MATRIX, E, KV, 0, "blk.%u.attn_v.weight", i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_v.bias", i);
+    }
+    if (qkv_bias && !oss) {
+        rc |= mk_add(l, ty, MK_BIAS, Q, 0, 0, "blk.%u.attn_q.bias", i);
+        rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_k.bias", i);
+        rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_v.bias", i);
+    }
+    if (qk_head) {
+        rc |= mk_add(l, ty, MK_NORM, p->head_dim, 0, 0,
+            "blk.%u.attn_q_norm.weight", i);
+        rc |= mk_add(l, ty, MK_NORM, p->head_dim, 0, 0,
+            "blk.%u.attn_k_norm.weight", i);
+    }
+    if (minimax) {
+        rc |= mk_add(l, ty, MK_NORM, Q, 0, 0, "blk.%u.attn_q_norm.weight",
+            i);
+        rc |= mk_add(l, ty, MK_NORM, KV, 0, 0, "blk.%u.attn_k_norm.weight",
+            i);
+    }
+    rc |= mk_add(l, ty, MK_MATRIX, Q, E, 0, "blk.%u.attn_output.weight", i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, E, 0, 0, "blk.%u.attn_output.bias", i);
+        /* one sink logit per head: norm-filled, about 1 */
+        rc |= mk_add(l, ty, MK_NORM, p->n_head, 0, 0,
+            "blk.%u.attn_sinks.weight", i);
+    }
+    rc |= mk_add(l, ty, MK_NORM, E, 0, 0, glm || oss
+        ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight", i);
+    if (X == 0) {
+        rc |= mk_add(l, ty, MK_MATRIX, E, F, 0, "blk.%u.ffn_gate.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, E, F, 0, "blk.%u.ffn_up.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, F, E, 0, "blk.%u.ffn_down.weight", i);
+        return rc;
+    }
+    /* the router stays F32, as the converter keeps it */
+    rc |= mk_add(l, LLM_TYPE_F32, MK_MATRIX, E, X, 0,
+        "blk.%u.ffn_gate_inp.weight", i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, X, 0, 0, "blk.%u.ffn_gate_inp.bias", i);
+    }
+    if (minimax || glm) {
+        rc |= mk_add(l, ty, MK_BIAS, X, 0, 0, "blk.%u.exp_probs_b.bias", i);
+    }
+    if (p->split_experts) {
+        return rc | mk_split_experts(l, p, i);
+    }
+    rc |= mk_add(l, ty, MK_MATRIX, E, FX, X, "blk.%u.ffn_gate_exps.weight",
+        i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, FX, X, 0, "blk.%u.ffn_gate_exps.bias",
+            i);
+    }
+    rc |= mk_add(l, ty, MK_MATRIX, E, FX, X, "blk.%u.ffn_up_exps.weight", i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, FX, X, 0, "blk.%u.ffn_up_exps.bias", i);
+    }
+    rc |= mk_add(l, ty, MK_MATRIX, FX, E, X, "blk.%u.ffn_down_exps.weight",
+        i);
+    if (oss) {
+        rc |= mk_add(l, ty, MK_BIAS, E, X, 0, "blk.%u.ffn_down_exps.bias",
+            i);
+    }
+    if (p->n_expert_shared > 0) {
+        int64_t FS = FX * p->n_expert_shared;
+
+        rc |= mk_add(l, ty, MK_MATRIX, E, FS, 0,
+            "blk.%u.ffn_gate_shexp.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, E, FS, 0,
+            "blk.%u.ffn_up_shexp.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, FS, E, 0,
+            "blk.%u.ffn_down_shexp.weight", i);
+    }
+    return rc;
+}
+
 /* The tensor list of p, in the order the converter writes them. */
 static int
 mk_tensors(const llm_mkmodel_params_t *p, mk_list_t *l)
 {
-    int64_t E = p->n_embd, V = p->n_vocab, Q = (int64_t) p->n_head
-            * p->head_dim, KV = (int64_t) p->n_head_kv * p->head_dim;
-    int64_t X = p->n_expert, F = p->n_ff, FX = p->n_ff_exp;
-    uint32_t ty = p->type;
-    int qwen2 = strcmp(p->arch, "qwen2") == 0;
-    int qk_head = strcmp(p->arch, "qwen3") == 0
-                  || strcmp(p->arch, "qwen3moe") == 0;
-    int minimax = strcmp(p->arch, "minimax-m2") == 0;
+    int64_t E = p->n_embd, V = p->n_vocab;
+    uint32_t ty = p->type, i;
     int rc = 0;
 
     rc |= mk_add(l, ty, MK_MATRIX, E, V, 0, "token_embd.weight");
-    for (uint32_t i = 0; i < p->n_layer && rc == 0; i++) {
-        rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.attn_norm.weight", i);
-        rc |= mk_add(l, ty, MK_MATRIX, E, Q, 0, "blk.%u.attn_q.weight", i);
-        rc |= mk_add(l, ty, MK_MATRIX, E, KV, 0, "blk.%u.attn_k.weight", i);
-        rc |= mk_add(l, ty, MK_MATRIX, E, KV, 0, "blk.%u.attn_v.weight", i);
-        if (qwen2) {
-            rc |= mk_add(l, ty, MK_BIAS, Q, 0, 0, "blk.%u.attn_q.bias", i);
-            rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_k.bias", i);
-            rc |= mk_add(l, ty, MK_BIAS, KV, 0, 0, "blk.%u.attn_v.bias", i);
-        }
-        if (qk_head) {
-            rc |= mk_add(l, ty, MK_NORM, p->head_dim, 0, 0,
-                "blk.%u.attn_q_norm.weight", i);
-            rc |= mk_add(l, ty, MK_NORM, p->head_dim, 0, 0,
-                "blk.%u.attn_k_norm.weight", i);
-        }
-        if (minimax) {
-            rc |= mk_add(l, ty, MK_NORM, Q, 0, 0,
-                "blk.%u.attn_q_norm.weight", i);
-            rc |= mk_add(l, ty, MK_NORM, KV, 0, 0,
-                "blk.%u.attn_k_norm.weight", i);
-        }
-        rc |= mk_add(l, ty, MK_MATRIX, Q, E, 0, "blk.%u.attn_output.weight",
+    for (i = 0; i < p->n_layer && rc == 0; i++) {
+        rc |= mk_layer(p, l, i, p->n_expert == 0 || i < p->n_layer_dense);
+    }
+    /* NextN (MTP) blocks: a layer and the draft head, as GLM-4.5 ships */
+    for (; i < p->n_layer + p->n_nextn && rc == 0; i++) {
+        rc |= mk_layer(p, l, i, 0);
+        rc |= mk_add(l, ty, MK_MATRIX, 2 * E, E, 0,
+            "blk.%u.nextn.eh_proj.weight", i);
+        rc |= mk_add(l, ty, MK_MATRIX, E, V, 0,
+            "blk.%u.nextn.embed_tokens.weight", i);
+        rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.nextn.enorm.weight",
             i);
-        rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.ffn_norm.weight", i);
-        if (X > 0) {
-            /* the router stays F32, as the converter keeps it */
-            rc |= mk_add(l, LLM_TYPE_F32, MK_MATRIX, E, X, 0,
-                "blk.%u.ffn_gate_inp.weight", i);
-            if (minimax) {
-                rc |= mk_add(l, ty, MK_BIAS, X, 0, 0,
-                    "blk.%u.exp_probs_b.bias", i);
-            }
-            if (p->split_experts) {
-                rc |= mk_split_experts(l, p, i);
-                continue;
-            }
-            rc |= mk_add(l, ty, MK_MATRIX, E, FX, X,
-                "blk.%u.ffn_gate_exps.weight", i);
-            rc |= mk_add(l, ty, MK_MATRIX, E, FX, X,
-                "blk.%u.ffn_up_exps.weight", i);
-            rc |= mk_add(l, ty, MK_MATRIX, FX, E, X,
-                "blk.%u.ffn_down_exps.weight", i);
-        } else {
-            rc |= mk_add(l, ty, MK_MATRIX, E, F, 0,
-                "blk.%u.ffn_gate.weight", i);
-            rc |= mk_add(l, ty, MK_MATRIX, E, F, 0, "blk.%u.ffn_up.weight",
-                i);
-            rc |= mk_add(l, ty, MK_MATRIX, F, E, 0,
-                "blk.%u.ffn_down.weight", i);
-        }
+        rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.nextn.hnorm.weight",
+            i);
+        rc |= mk_add(l, ty, MK_MATRIX, E, V, 0,
+            "blk.%u.nextn.shared_head_head.weight", i);
+        rc |= mk_add(l, ty, MK_NORM, E, 0, 0,
+            "blk.%u.nextn.shared_head_norm.weight", i);
     }
     rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "output_norm.weight");
     if (!p->tied) {
@@ -540,6 +647,39 @@ mk_key(char *buf, size_t n, const char *arch, const char *suffix)
     snprintf(buf, n, "%s.%s", arch, suffix);
 }
 
+/* The keys only glm4moe and gpt-oss files have. */
+static void
+mk_write_meta_arch(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p)
+{
+    const char *a = p->arch;
+    char k[128];
+
+    if (strcmp(a, "glm4moe") == 0) {
+        mk_key(k, sizeof(k), a, "leading_dense_block_count");
+        llm_gguf_w_u32(w, k, p->n_layer_dense);
+        mk_key(k, sizeof(k), a, "expert_shared_count");
+        llm_gguf_w_u32(w, k, p->n_expert_shared);
+        mk_key(k, sizeof(k), a, "expert_weights_scale");
+        llm_gguf_w_f32(w, k, 2.5f);
+        mk_key(k, sizeof(k), a, "expert_group_count");
+        llm_gguf_w_u32(w, k, 1);
+        mk_key(k, sizeof(k), a, "expert_group_used_count");
+        llm_gguf_w_u32(w, k, 1);
+        mk_key(k, sizeof(k), a, "nextn_predict_layers");
+        llm_gguf_w_u32(w, k, p->n_nextn);
+    }
+    if (strcmp(a, "gpt-oss") == 0) {
+        mk_key(k, sizeof(k), a, "attention.sliding_window");
+        llm_gguf_w_u32(w, k, p->n_swa);
+        mk_key(k, sizeof(k), a, "rope.scaling.type");
+        llm_gguf_w_str(w, k, "yarn", 4);
+        mk_key(k, sizeof(k), a, "rope.scaling.factor");
+        llm_gguf_w_f32(w, k, p->yarn_factor);
+        mk_key(k, sizeof(k), a, "rope.scaling.original_context_length");
+        llm_gguf_w_u32(w, k, p->yarn_orig_ctx);
+    }
+}
+
 /*
  * The key/values of p's architecture as llama.cpp's converter writes them,
  * the tokenizer keys from v and the chat template.  Writer errors are
@@ -550,7 +690,8 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
     const llm_vocabgen_t *v)
 {
     const char *a = p->arch;
-    const char *tmpl = llm_vocabgen_chat_template();
+    const char *tmpl = p->chat_template ? p->chat_template
+                                        : llm_vocabgen_chat_template();
     char k[128];
     uint32_t ff = p->n_ff;
 
@@ -569,7 +710,7 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
     mk_key(k, sizeof(k), a, "embedding_length");
     llm_gguf_w_u32(w, k, p->n_embd);
     mk_key(k, sizeof(k), a, "block_count");
-    llm_gguf_w_u32(w, k, p->n_layer);
+    llm_gguf_w_u32(w, k, p->n_layer + p->n_nextn);
     mk_key(k, sizeof(k), a, "feed_forward_length");
     llm_gguf_w_u32(w, k, ff);
     if (mk_is_moe_arch(a)) {
@@ -600,12 +741,13 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
         mk_key(k, sizeof(k), a, "pooling_type");
         llm_gguf_w_u32(w, k, (uint32_t) p->pooling);
     }
-    if (strcmp(a, "minimax-m2") == 0) {
+    if (strcmp(a, "minimax-m2") == 0 || strcmp(a, "glm4moe") == 0) {
         mk_key(k, sizeof(k), a, "expert_gating_func");
         llm_gguf_w_u32(w, k, 2);            /* sigmoid */
         mk_key(k, sizeof(k), a, "expert_weights_norm");
         llm_gguf_w_bool(w, k, 1);
     }
+    mk_write_meta_arch(w, p);
 
     llm_gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
     llm_gguf_w_str(w, "tokenizer.ggml.pre", p->pre, strlen(p->pre));

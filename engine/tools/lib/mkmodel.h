@@ -18,7 +18,8 @@
 #include <stdio.h>
 
 typedef struct {
-    char        arch[32];       /* llama, qwen2, qwen3, qwen3moe, minimax-m2 */
+    char        arch[32];       /* llama, qwen2, qwen3, qwen3moe, minimax-m2,
+                                   glm4moe, gpt-oss */
     char        name[64];       /* general.name */
     char        pre[16];        /* tokenizer.ggml.pre: qwen2 or gpt-2 */
     uint32_t    n_vocab;
@@ -32,6 +33,12 @@ typedef struct {
     uint32_t    n_expert;       /* 0 = dense */
     uint32_t    n_expert_used;
     uint32_t    n_ff_exp;       /* expert FFN */
+    uint32_t    n_layer_dense;  /* glm4moe: leading dense layers */
+    uint32_t    n_expert_shared;/* glm4moe: shared experts (of n_ff_exp) */
+    uint32_t    n_nextn;        /* glm4moe: NextN blocks after n_layer */
+    uint32_t    n_swa;          /* gpt-oss: sliding window */
+    float       yarn_factor;    /* gpt-oss: rope.scaling yarn factor */
+    uint32_t    yarn_orig_ctx;  /*   and original_context_length */
     uint32_t    rope_dim;
     float       rope_base;
     float       eps;
@@ -46,6 +53,8 @@ typedef struct {
     int         pooling;        /* -1: no <arch>.pooling_type key; else
                                    llama.cpp's enum (1 mean, 2 cls, 3 last):
                                    an embedding model */
+    const char *chat_template;  /* tokenizer.chat_template; NULL: the
+                                   generated vocabulary's ChatML one */
 } llm_mkmodel_params_t;
 
 /* Names of the presets, NULL-terminated (for --help). */
