@@ -373,6 +373,11 @@ ngx_http_llm_rest(ngx_http_request_t *r, ngx_str_t *rest)
 {
     u_char  *p, *last;
 
+    if (r->uri.len < 4) {
+        /* no URI yet (nginx's own error for a bad request line) */
+        return NGX_DECLINED;
+    }
+
     p = r->uri.data;
     last = r->uri.data + r->uri.len;
 
