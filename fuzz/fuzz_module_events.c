@@ -17,10 +17,15 @@
  * logprobs and echo, completions non-streaming n=2 with logprobs); bits
  * 2-3 the size of the pieces the engine's bytes arrive in (all, 1, 3,
  * 61); bit 4 feeds the bytes to the Info probe's reader instead; bit 5
- * renders embeddings as base64.  The rest is what the engine sends.
+ * renders embeddings as base64; bit 6 makes the request a /v1/responses
+ * one instead (bit 0: streamed, both with tools and reasoning effort),
+ * rendered by the dialect (ngx_http_llm_responses.c).  The rest is what
+ * the engine sends.
  *
  * Checks: every SSE event's data and every body is valid JSON and valid
- * UTF-8; a stream ends with [DONE] after Done, or with an error event.
+ * UTF-8; a stream ends with [DONE] after Done, or with an error event; a
+ * Responses stream is "event:" and "data:" pairs ending with
+ * response.completed, response.incomplete or response.failed.
  */
 
 #include "../ngx_http_llm_module/ngx_http_llm_upstream.c"
@@ -42,6 +47,18 @@ static const char *bodies[4] = {
      "\"prompt\":\"Once\"}"),
 
     ("{\"model\":\"m\",\"logprobs\":1,\"n\":2,\"prompt\":\"Once\"}"),
+};
+
+static const char *resp_bodies[2] = {
+    ("{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":"
+     "\"hi\"}],\"instructions\":\"be brief\",\"reasoning\":"
+     "{\"effort\":\"low\"},\"tools\":[{\"type\":\"function\","
+     "\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}]}"),
+
+    ("{\"model\":\"m\",\"stream\":true,\"input\":\"hi\","
+     "\"reasoning\":{\"effort\":\"low\"},\"tools\":[{\"type\":"
+     "\"function\",\"name\":\"f\",\"parameters\":{\"type\":"
+     "\"object\"}}]}"),
 };
 
 static const size_t chunks[4] = { (size_t) -1, 1, 3, 61 };
@@ -114,6 +131,71 @@ check_sse(ngx_chain_t *out, int done_expected)
     free(all);
 }
 
+/*
+ * A /v1/responses stream: "event: T\ndata: {...}\n\n" with T the data's
+ * type, the last one response.completed, .incomplete or .failed.
+ */
+static void
+check_resp_sse(ngx_chain_t *out)
+{
+    u_char      *all, *p, *end, *e, *nl;
+    size_t       len = 0, tlen;
+    ngx_chain_t *cl;
+    int          final = 0;
+    json_t      *j;
+    const char  *type;
+
+    for (cl = out; cl; cl = cl->next) {
+        len += cl->buf->last - cl->buf->pos;
+    }
+    all = malloc(len + 1);
+    if (all == NULL) {
+        return;
+    }
+    p = all;
+    for (cl = out; cl; cl = cl->next) {
+        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+    }
+    end = p;
+    for (p = all; p < end; p = e + 2) {
+        e = ngx_strlcasestrn(p, end, (u_char *) "\n\n", 2 - 1);
+        if (e == NULL) {
+            fprintf(stderr, "SSE: an event without its blank line\n");
+            abort();
+        }
+        if (*p == ':') {
+            continue;
+        }
+        nl = memchr(p, '\n', e - p);
+        if (final || nl == NULL || ngx_strncmp(p, "event: ", 7) != 0
+            || e - nl < 7 || ngx_strncmp(nl + 1, "data: ", 6) != 0)
+        {
+            fprintf(stderr, "SSE: not an event and data pair (or after "
+                    "the last one): %.*s\n", (int) (e - p), p);
+            abort();
+        }
+        ngx_fuzz_check_json("SSE data", nl + 7, e - nl - 7);
+        j = json_loadb((char *) nl + 7, e - nl - 7, 0, NULL);
+        type = json_string_value(json_object_get(j, "type"));
+        tlen = nl - p - 7;
+        if (type == NULL || ngx_strlen(type) != tlen
+            || ngx_strncmp(type, p + 7, tlen) != 0)
+        {
+            fprintf(stderr, "SSE: the event's name is not its type\n");
+            abort();
+        }
+        final = ngx_strcmp(type, "response.completed") == 0
+                || ngx_strcmp(type, "response.incomplete") == 0
+                || ngx_strcmp(type, "response.failed") == 0;
+        json_decref(j);
+    }
+    if (!final) {
+        fprintf(stderr, "SSE: a Responses stream without its end\n");
+        abort();
+    }
+    free(all);
+}
+
 static ngx_str_t  probe_in;      /* what the probe's recv returns */
 
 static ssize_t
@@ -169,6 +251,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_llm_ctx_t  *ctx;
     ngx_http_llm_error_t err;
     int                  stream, started = 0, ended = 0;
+    const char          *req;
 
     if (size < 1) {
         return 0;
@@ -188,13 +271,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ctx->route = (data[0] & 2) ? NGX_HTTP_LLM_ROUTE_COMPLETION
                                : NGX_HTTP_LLM_ROUTE_CHAT;
     ctx->emb_base64 = (data[0] & 0x20) != 0;
-    len = ngx_strlen(bodies[data[0] & 3]);
+    req = bodies[data[0] & 3];
+    if (data[0] & 0x40) {
+        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
+        ctx->dialect = &ngx_http_llm_responses_dialect;
+        req = resp_bodies[data[0] & 1];
+    }
+    len = ngx_strlen(req);
     bp = ngx_pnalloc(r->pool, len);
     if (bp == NULL) {
         goto done;
     }
-    ngx_memcpy(bp, bodies[data[0] & 3], len);
-    if (ngx_http_llm_parse_request(r, ctx, bp, len, &err) != NGX_OK) {
+    ngx_memcpy(bp, req, len);
+    if ((ctx->dialect ? ctx->dialect->parse(r, ctx, bp, len, &err)
+                      : ngx_http_llm_parse_request(r, ctx, bp, len, &err))
+        != NGX_OK)
+    {
         fprintf(stderr, "the fixed request %d does not parse: %.*s\n",
                 data[0] & 3, (int) err.message.len, err.message.data);
         abort();
@@ -238,7 +330,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             {
                 /* before the first byte: the error is the answer */
                 ngx_http_llm_map_error(ev->error, &err);
-                bp = ngx_http_llm_error_json(r->pool, &err, &len);
+                bp = ngx_http_llm_error_body(ctx, r->pool, &err, &len);
                 if (bp) {
                     ngx_fuzz_check_json("error body", bp, len);
                 }
@@ -304,7 +396,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         "the stream before its end.");
             (void) ngx_http_llm_sse_event(r, ctx, NULL, &ll);
         }
-        check_sse(out, 1);
+        if (ctx->dialect) {
+            check_resp_sse(out);
+        } else {
+            check_sse(out, 1);
+        }
     }
 
 done:

@@ -1,7 +1,8 @@
 /*
  * The module's request JSON parser and validator
- * (ngx_http_llm_parse_request in ngx_http_llm_request.c, and
- * ngx_http_llm_embed_parse in ngx_http_llm_embeddings.c) called as a
+ * (ngx_http_llm_parse_request in ngx_http_llm_request.c,
+ * ngx_http_llm_embed_parse in ngx_http_llm_embeddings.c, and the
+ * /v1/responses dialect's parser in ngx_http_llm_responses.c) called as a
  * function on a fake request (ngx_fuzz.h), then what follows it in the
  * module: a valid request is encoded as the engine frame
  * (ngx_http_llm_encode), a refused one becomes the OpenAI error body
@@ -9,7 +10,8 @@
  *
  * Input: byte 0 bit 0 picks the route (0 chat completions, 1 legacy
  * completions), bit 1 attaches an API key, bit 2 makes it /v1/embeddings
- * instead; the rest is the body.
+ * instead, bit 3 /v1/responses (the store off: no shared zone); the rest
+ * is the body.
  *
  * Checks: the encoded frame is one length-prefixed llm.Request that
  * decodes, with the model and prompt or messages of the body; every
@@ -98,11 +100,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ctx->key = (data[0] & 2) ? &fuzz_key : NULL;
     if (data[0] & 4) {
         ctx->route = NGX_HTTP_LLM_ROUTE_EMBEDDINGS;
+
+    } else if (data[0] & 8) {
+        ctx->route = NGX_HTTP_LLM_ROUTE_CHAT;
+        ctx->dialect = &ngx_http_llm_responses_dialect;
     }
 
     ngx_memzero(&err, sizeof(err));
     if (ctx->route == NGX_HTTP_LLM_ROUTE_EMBEDDINGS) {
         rc = ngx_http_llm_embed_parse(r, ctx, body, size - 1, &err);
+    } else if (ctx->dialect) {
+        rc = ctx->dialect->parse(r, ctx, body, size - 1, &err);
     } else {
         rc = ngx_http_llm_parse_request(r, ctx, body, size - 1, &err);
     }
@@ -126,7 +134,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     (unsigned long) err.status);
             abort();
         }
-        ej = ngx_http_llm_error_json(r->pool, &err, &ejlen);
+        ej = ngx_http_llm_error_body(ctx, r->pool, &err, &ejlen);
         if (ej != NULL) {
             ngx_fuzz_check_json("error body", ej, ejlen);
         }

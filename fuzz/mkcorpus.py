@@ -182,6 +182,47 @@ def module_request():
         put("module_request", b"\x06" + json.dumps(c).encode())
 
 
+# /v1/responses bodies (byte 0 bit 3)
+def module_responses():
+    tools = [{"type": "function", "name": "get_weather", "description": "w",
+              "parameters": {"type": "object", "properties":
+                             {"city": {"type": "string"}},
+                             "required": ["city"]}, "strict": True}]
+    items = [{"role": "user", "content": "Weather in Paris?"},
+             {"type": "message", "role": "assistant", "content":
+              [{"type": "output_text", "text": "Let me look."}]},
+             {"type": "function_call", "call_id": "call_1",
+              "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+             {"type": "reasoning", "id": "rs_1", "summary": []},
+             {"type": "function_call_output", "call_id": "call_1",
+              "output": "18C"},
+             {"type": "message", "role": "developer", "content":
+              [{"type": "input_text", "text": "Be brief."}]}]
+    bodies = [
+        {"model": "m", "input": "Hi"},
+        {"model": "m", "input": items, "instructions": "Be helpful.",
+         "tools": tools, "tool_choice": "auto", "parallel_tool_calls": False,
+         "max_output_tokens": 50, "temperature": 0.5, "top_p": 0.9,
+         "stream": True, "store": False, "metadata": {"a": "b"},
+         "truncation": "auto", "reasoning": {"effort": "low",
+                                             "summary": "auto"}},
+        {"model": "m", "input": "Hi", "tools": tools, "tool_choice":
+         {"type": "function", "name": "get_weather"}},
+        {"model": "m", "input": "JSON", "text": {"format":
+         {"type": "json_schema", "name": "r", "strict": True,
+          "schema": SCHEMAS[0]}, "verbosity": "low"}},
+        {"model": "m", "input": "JSON", "text": {"format":
+         {"type": "json_object"}}, "seed": 3, "top_k": 5},
+        {"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}],
+         "previous_response_id": "resp_1"},
+        {"model": "m", "input": [{"role": "user", "content":
+         [{"type": "input_image", "image_url": "x"}]}]},
+    ]
+    for c in bodies:
+        put("module_request", b"\x08" + json.dumps(c).encode())
+        put("module_request", b"\x0a" + json.dumps(c).encode())
+
+
 if __name__ == "__main__":
     build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "build")
     tokenizer()
@@ -189,3 +230,4 @@ if __name__ == "__main__":
     grammar()
     gguf(build)
     module_request()
+    module_responses()

@@ -382,6 +382,17 @@ events_seeds(void)
             snprintf(name, sizeof(name), "events%u-req%u", mode, body);
             save("module_events", name, &copy, opt, 1);
         }
+        /* and the two /v1/responses requests (bit 6; bit 0: streamed) */
+        for (uint8_t body = 0; body < 2; body++) {
+            uint8_t opt[1] = { (uint8_t) (0x40 | body | (mode << 2)) };
+            buf_t   copy;
+
+            copy.n = b.n;
+            copy.p = malloc(b.n);
+            memcpy(copy.p, b.p, b.n);
+            snprintf(name, sizeof(name), "events%u-resp%u", mode, body);
+            save("module_events", name, &copy, opt, 1);
+        }
         free(b.p);
         b.p = NULL;
         b.n = 0;

@@ -24,6 +24,7 @@ static ngx_log_t                 ngx_fuzz_log;
 static ngx_open_file_t           ngx_fuzz_log_file;
 static ngx_cycle_t               ngx_fuzz_cycle;
 static ngx_http_llm_loc_conf_t   ngx_fuzz_llcf;
+static ngx_http_llm_main_conf_t  ngx_fuzz_mcf;    /* no responses store */
 static int                       ngx_fuzz_strict_utf8;
 
 static void
@@ -91,6 +92,7 @@ ngx_fuzz_request(void)
         return NULL;
     }
     r->loc_conf[ngx_http_llm_module.ctx_index] = &ngx_fuzz_llcf;
+    r->main_conf[ngx_http_llm_module.ctx_index] = &ngx_fuzz_mcf;
     ngx_str_set(&r->method_name, "POST");
     return r;
 }

@@ -373,6 +373,11 @@ ngx_http_llm_rest(ngx_http_request_t *r, ngx_str_t *rest)
 {
     u_char  *p, *last;
 
+    if (r->uri.len < 4) {
+        /* no URI yet (nginx's own error for a bad request line) */
+        return NGX_DECLINED;
+    }
+
     p = r->uri.data;
     last = r->uri.data + r->uri.len;
 
@@ -390,11 +395,20 @@ ngx_http_llm_rest(ngx_http_request_t *r, ngx_str_t *rest)
 }
 
 
-/* The dialect of a path after "/v1/": messages, messages/count_tokens. */
+/*
+ * The dialect of a path after "/v1/": responses, messages,
+ * messages/count_tokens.
+ */
 
 static ngx_http_llm_dialect_t *
 ngx_http_llm_path_dialect(ngx_str_t *rest)
 {
+    if (rest->len == sizeof("responses") - 1
+        && ngx_strncmp(rest->data, "responses", rest->len) == 0)
+    {
+        return &ngx_http_llm_responses_dialect;
+    }
+
     if (rest->len == sizeof("messages") - 1
         && ngx_strncmp(rest->data, "messages", rest->len) == 0)
     {
@@ -412,7 +426,8 @@ ngx_http_llm_path_dialect(ngx_str_t *rest)
 
 
 /*
- * The route of r: chat/completions and completions (POST), messages and
+ * The route of r: chat/completions and completions (POST), responses
+ * (POST, the chat route in the Responses dialect), messages and
  * messages/count_tokens (POST, the chat route in Anthropic's dialect),
  * models and
  * models/{id} (GET, HEAD), healthz where llm_health is on (GET, HEAD);

@@ -81,6 +81,13 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("llm_responses_store"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
+      ngx_http_llm_responses_store,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("llm_info_cache"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_msec_slot,
@@ -444,6 +451,12 @@ ngx_http_llm_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_llm_model_t   *m, *fb, **pm;
 
     ngx_conf_init_msec_value(mcf->info_cache, 1000);
+
+    if (!mcf->responses_set
+        && ngx_http_llm_responses_store(cf, NULL, mcf) != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     m = mcf->models.elts;
 

@@ -14,6 +14,8 @@
  *   ngx_http_llm_balancer.c  failover to the next model of the chain
  *   ngx_http_llm_sse.c       the streaming answer: SSE chunks
  *   ngx_http_llm_response.c  the JSON answer: choices collected, body
+ *   ngx_http_llm_responses.c /v1/responses: OpenAI's Responses API as
+ *                            a dialect over the chat route, its store
  *   ngx_http_llm_anthropic.c /v1/messages: Anthropic's Messages API as
  *                            a dialect over the chat route
  *   ngx_http_llm_json.c      JSON string escaping (UTF-8 validating)
@@ -338,6 +340,9 @@ typedef struct {
     ngx_array_t                    passes;     /* llm_pass upstreams */
     ngx_array_t                    registered; /* upstreams with backends */
     ngx_msec_t                     info_cache;
+    ngx_shm_zone_t                *responses_store;  /* NULL: off */
+    time_t                         responses_ttl;
+    unsigned                       responses_set:1;
 } ngx_http_llm_main_conf_t;
 
 
@@ -567,6 +572,11 @@ ngx_int_t ngx_http_llm_embed_add(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Embedding *e);
 ngx_int_t ngx_http_llm_embed_body(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__EmbedDone *done, ngx_str_t *body);
+
+/* ngx_http_llm_responses.c: POST /v1/responses */
+extern ngx_http_llm_dialect_t  ngx_http_llm_responses_dialect;
+char *ngx_http_llm_responses_store(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* ngx_http_llm_json.c */
 size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);

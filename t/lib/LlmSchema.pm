@@ -2,10 +2,11 @@ package LlmSchema;
 
 # A small JSON Schema validator for the OpenAPI schemas copied under
 # tests/schemas (the subset they use: type, properties, required, items,
-# enum, $ref into the same file; descriptions and x-* keys are ignored),
-# and for the Anthropic schemas written there: type as a list of types
-# (["string", "null"]), const, oneOf (exactly one branch fits) and
-# additionalProperties false.
+# enum, $ref into the same file, allOf, anyOf, oneOf (exactly one branch
+# fits); $recursiveRef, formats, lengths and bounds, descriptions and x-*
+# keys are not checked), and for the Anthropic schemas written there: type
+# as a list of types (["string", "null"]), const and additionalProperties
+# false.
 # validate() returns the list of violations, empty when the value fits.
 
 use strict;
@@ -54,7 +55,30 @@ sub validate {
 
 sub _check {
     my ($self, $s, $v, $path, $err) = @_;
-    $s = $self->_ref($s->{'$ref'}) if $s->{'$ref'};
+    if ($s->{'$ref'}) {
+        my %rest = %$s;
+        delete $rest{'$ref'};
+        $self->_check(\%rest, $v, $path, $err) if grep { !/^(description|default|title|x-)/ } keys %rest;
+        $s = $self->_ref($s->{'$ref'});
+    }
+    for my $sub (@{ $s->{allOf} // [] }) {
+        $self->_check($sub, $v, $path, $err);
+    }
+    for my $k (grep { $s->{$_} } qw(anyOf oneOf)) {
+        my ($fit, $best) = (0, undef);
+        for my $sub (@{ $s->{$k} }) {
+            my @e;
+            $self->_check($sub, $v, $path, \@e);
+            $fit++ unless @e;
+            $best = \@e if !defined $best || @e < @$best;
+        }
+        if ($fit == 0) {
+            push @$err, "$path: fits no branch of $k; the nearest: "
+                        . join('; ', @$best);
+        } elsif ($k eq 'oneOf' && $fit > 1) {
+            push @$err, "$path: fits $fit branches of oneOf";
+        }
+    }
     if (my $want = $s->{type}) {
         my $got = _type($v);
         my @want = ref $want ? @$want : ($want);
@@ -67,12 +91,6 @@ sub _check {
     }
     if (exists $s->{const} && !(defined $v && !ref $v && $v eq $s->{const})) {
         push @$err, "$path: " . ($v // 'null') . " is not $s->{const}";
-    }
-    if (my $one = $s->{oneOf}) {
-        my @fit = grep { my @e; $self->_check($_, $v, $path, \@e); !@e }
-                       @$one;
-        push @$err, "$path: fits " . scalar(@fit) . " of the oneOf "
-                    . "branches, not one" unless @fit == 1;
     }
     if (ref $v eq 'HASH' && JSON::PP::is_bool($s->{additionalProperties})
         && !$s->{additionalProperties})
