@@ -2156,7 +2156,9 @@ ngx_http_llm_resp_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         }
     }
 
-    if (ch->content.len || ch->calls.nelts == 0) {
+    /* a message unless the answer is calls, or reasoning cut off before
+     * any text (as OpenAI's incomplete reasoning responses) */
+    if (ch->content.len || (ch->calls.nelts == 0 && ch->reasoning.len == 0)) {
         item = json_pack("{s:o,s:s,s:s,s:s,s:[o]}",
                          "id", ngx_http_llm_resp_new_id("msg_"),
                          "type", "message", "status", status,

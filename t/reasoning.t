@@ -91,6 +91,17 @@ is($blocks[0]{thinking} // '', $rsn, 'messages: the same thinking');
 ok(!grep({ $_->{type} eq 'text' && length $_->{text} } @blocks),
    'messages: no text of it');
 
+# the Responses API: the same thinking as a reasoning item
+$r = $t->post('/v1/responses', { model => 'think', max_output_tokens => 12,
+                                 temperature => 0, ignore_eos => JSON::PP::true,
+                                 input => $req{messages}[0]{content} });
+is($r->{status}, 200, 'responses: 200');
+my @items = @{ $r->{json}{output} // [] };
+is($items[0]{type} // '', 'reasoning', 'responses: a reasoning item first');
+is(join('', map { $_->{text} // '' } @{ $items[0]{content} // [] }), $rsn,
+   'responses: the same thinking');
+ok(!grep({ $_->{type} eq 'message' } @items), 'responses: no message of it');
+
 # completions are the raw continuation, never split
 $r = $t->post('/v1/completions', { model => 'think', prompt => "<think>\n",
                                    max_tokens => 6, temperature => 0 });
