@@ -55,6 +55,9 @@ sub validate {
 
 sub _check {
     my ($self, $s, $v, $path, $err) = @_;
+    # OpenAPI 3.0's nullable, beside a $ref or a type: null fits
+    return if !defined $v && JSON::PP::is_bool($s->{nullable})
+              && $s->{nullable};
     if ($s->{'$ref'}) {
         my %rest = %$s;
         delete $rest{'$ref'};
