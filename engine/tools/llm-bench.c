@@ -170,9 +170,25 @@ cpu_s(void)
            + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
 }
 
+/* An old per-expert tensor: blk.N.ffn_{gate,up,down}.E.weight. */
+static int
+per_expert(const char *name)
+{
+    const char  *p = strstr(name, ".ffn_");
+
+    if (p == NULL || strncmp(name, "blk.", 4) != 0) {
+        return 0;
+    }
+    p += 5;
+    p += strncmp(p, "gate.", 5) == 0 ? 5 : strncmp(p, "down.", 5) == 0 ? 5
+         : strncmp(p, "up.", 3) == 0 ? 3 : 0;
+    return p[-1] == '.' && *p >= '0' && *p <= '9';
+}
+
 /*
  * Weight bytes one decode step reads: every tensor once, except expert
- * tensors (n_used of n_expert) and the embedding table (one row).
+ * tensors (n_used of n_expert), the embedding table (one row) and the
+ * blocks the forward pass does not run (NextN / MTP).
  */
 static uint64_t
 active_bytes(const llm_model_t *m)
@@ -181,17 +197,16 @@ active_bytes(const llm_model_t *m)
     const llm_hparams_t      *hp = llm_model_hparams(m);
     const llm_gguf_tensor_t  *t;
     uint64_t                  i, sum = 0;
+    unsigned long             blk;
 
     for (i = 0; i < llm_gguf_n_tensors(g); i++) {
         t = llm_gguf_tensor_at(g, i);
+        if (sscanf(t->name, "blk.%lu.", &blk) == 1 && blk >= hp->n_layer) {
+            continue;
+        }
         if (strstr(t->name, "_exps.") != NULL && hp->n_expert > 0) {
             sum += t->nbytes / hp->n_expert * hp->n_expert_used;
-        } else if (hp->n_expert > 0 && strncmp(t->name, "blk.", 4) == 0
-                   && strstr(t->name, ".ffn_") != NULL
-                   && strstr(t->name, "_inp") == NULL
-                   && strstr(t->name, "_norm") == NULL)
-        {
-            /* old per-expert tensors blk.N.ffn_gate.E.weight */
+        } else if (hp->n_expert > 0 && per_expert(t->name)) {
             sum += t->nbytes * hp->n_expert_used / hp->n_expert;
         } else if (strcmp(t->name, "token_embd.weight") == 0) {
             sum += t->nbytes / hp->n_vocab;

@@ -54,7 +54,8 @@ typedef struct {
 const char *const llm_mkmodel_presets[] = {
     "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
     "tiny-qwen3", "tiny-minimax", "tiny-embed", "tiny-glm4moe",
-    "tiny-gpt-oss", "tiny-deepseek2", NULL
+    "tiny-gpt-oss", "tiny-deepseek2", "bench-gpt-oss", "bench-glm4moe",
+    NULL
 };
 
 static int
@@ -97,6 +98,27 @@ mk_set_pre(llm_mkmodel_params_t *p, const char *pre)
 int
 llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
 {
+    int glm = strcmp(p->arch, "glm4moe") == 0;
+    int ds = strcmp(p->arch, "deepseek2") == 0;
+
+    /* what only some architectures have goes when another is asked for
+     * (--preset bench-glm4moe --arch qwen3moe: the plain twin) */
+    if (!glm && !ds) {
+        p->n_layer_dense = 0;
+        p->n_expert_shared = 0;
+    }
+    if (!glm) {
+        p->n_nextn = 0;
+    }
+    if (strcmp(p->arch, "gpt-oss") != 0) {
+        p->n_swa = 0;
+        p->yarn_factor = 0.0f;
+        p->yarn_orig_ctx = 0;
+    }
+    if (!ds) {
+        p->n_lora_q = p->n_lora_kv = p->mla_v = 0;
+        p->n_groups = p->n_groups_used = 0;
+    }
     if (strcmp(p->arch, "llama") == 0) {
         p->rope_base = 10000.0f;
         p->eps = 1e-5f;
@@ -205,6 +227,22 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
         p->n_layer_dense = 1;
         p->n_expert_shared = 1;
         p->n_nextn = 1;
+    } else if (strcmp(preset, "bench-gpt-oss") == 0) {
+        /* gpt-oss-20b's widths (2880 embd, 64/8 heads of 64, experts of
+         * 2880, 4 of 32 used, window 128) at 6 of its 24 layers, so that
+         * with MXFP4 experts it is ~2.7 GB */
+        mk_shape(p, "gpt-oss", 2880, 6, 64, 8, 64, 2880, 32, 4, 2880, 32000,
+            8192);
+        p->n_swa = 128;
+        p->yarn_factor = 32.0f;
+        p->yarn_orig_ctx = 4096;
+    } else if (strcmp(preset, "bench-glm4moe") == 0) {
+        /* bench-moe's shape (ANCHORS.md) as GLM-4.5 lays it out: the
+         * first layer dense, a shared expert beside the 8 of 64 */
+        mk_shape(p, "glm4moe", 2048, 16, 32, 4, 64, 6144, 64, 8, 768, 4096,
+            8192);
+        p->n_layer_dense = 1;
+        p->n_expert_shared = 1;
     } else if (strcmp(preset, "tiny-deepseek2") == 0) {
         /* DeepSeek-V3's layout: MLA (q LoRA, a 64-dim latent, heads of
          * 32 + 16 rope), a dense layer, MoE with a shared expert and
