@@ -599,7 +599,7 @@ llm_seq_release(llm_sched_t *s, llm_seq_t *q)
     for (uint32_t i = 0; i < q->n_blocks; i++) {
         llm_kvalloc_put(s->kva, q->blocks[i]);
     }
-    if (q->ring >= 0) {
+    if (q->ring >= 0 && s->ring_free != NULL) {
         s->ring_free[s->n_ring_free++] = (uint32_t) q->ring;
         q->ring = -1;
     }
@@ -1118,13 +1118,15 @@ llm_req_setup(llm_sched_t *s, llm_sreq_t *r, const llm_request_t *rq,
         return -ENOMEM;
     }
     for (uint32_t k = 0; k < r->n; k++) {
+        r->seqs[k].ring = -1;   /* also for those a failure leaves unset */
+    }
+    for (uint32_t k = 0; k < r->n; k++) {
         llm_seq_t *q = &r->seqs[k];
 
         q->req = r;
         q->index = k;
         q->state = LLM_SEQ_LIMBO;
         q->logit_row = -1;
-        q->ring = -1;
         llm_rng_seed(&q->rng, seed + 0x9e3779b97f4a7c15ull * k);
         rc = llm_detok_create(&q->detok, s->c.vocab,
                               (const char *const *) r->stops, r->n_stops);
