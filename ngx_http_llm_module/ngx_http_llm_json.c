@@ -259,3 +259,73 @@ ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
 
     return NGX_OK;
 }
+
+
+/*
+ * A JSON string of bytes that may be partial or bad UTF-8 (a bad byte
+ * becomes U+FFFD), for the jansson-built bodies; s may be NULL when len
+ * is 0.  NULL on no memory.
+ */
+
+json_t *
+ngx_http_llm_json_text(const u_char *s, size_t len)
+{
+    u_char  *buf, *d;
+    size_t   i, n;
+    json_t  *j;
+
+    j = json_stringn((const char *) (s ? s : (u_char *) ""), len);
+    if (j) {
+        return j;
+    }
+
+    buf = malloc(len * 3 + 1);
+    if (buf == NULL) {
+        return NULL;
+    }
+
+    d = buf;
+
+    for (i = 0; i < len; i += n) {
+        n = ngx_http_llm_utf8_seq(s + i, len - i);
+
+        if (n == 0) {
+            /* ASCII is a sequence of its own: only bad bytes end here */
+            *d++ = 0xef; *d++ = 0xbf; *d++ = 0xbd;
+            n = 1;
+            continue;
+        }
+
+        d = ngx_cpymem(d, s + i, n);
+    }
+
+    j = json_stringn((const char *) buf, d - buf);
+    free(buf);
+
+    return j;
+}
+
+
+/* What a JSON value is, for messages: "an object", "a string", ... */
+
+const char *
+ngx_http_llm_json_type_name(json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a decimal";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}

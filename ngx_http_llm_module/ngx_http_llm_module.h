@@ -587,6 +587,8 @@ ngx_int_t ngx_http_llm_json_str(ngx_pool_t *pool, ngx_str_t *out,
     const u_char *s, size_t len);
 ngx_int_t ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,
     const u_char *data, size_t len);
+json_t *ngx_http_llm_json_text(const u_char *s, size_t len);
+const char *ngx_http_llm_json_type_name(json_t *j);
 
 /* ngx_http_llm_response.c */
 size_t ngx_http_llm_answer_head_len(ngx_http_llm_ctx_t *ctx,

@@ -67,7 +67,6 @@ typedef struct {
 
 static ngx_int_t ngx_http_llm_bad(ngx_http_llm_check_t *ck,
     const char *code, const char *param, const char *fmt, ...);
-static const char *ngx_http_llm_type_name(json_t *j);
 static ngx_int_t ngx_http_llm_get_number(ngx_http_llm_check_t *ck,
     json_t *root, const char *name, double min, double max, double *out,
     ngx_uint_t *present);
@@ -186,29 +185,6 @@ ngx_http_llm_bad(ngx_http_llm_check_t *ck, const char *code,
 }
 
 
-static const char *
-ngx_http_llm_type_name(json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a decimal";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
-
 #define ngx_http_llm_missing(ck, param)                                       \
     ngx_http_llm_bad(ck, "missing_required_parameter", (char *) param,        \
                      "Missing required parameter: '%s'.", param)
@@ -217,7 +193,7 @@ ngx_http_llm_type_name(json_t *j)
 #define ngx_http_llm_bad_type(ck, param, expected, j)                         \
     ngx_http_llm_bad(ck, "invalid_type", param,                               \
                      "Invalid type for '%s': expected %s, but got %s "        \
-                     "instead.", param, expected, ngx_http_llm_type_name(j))
+                     "instead.", param, expected, ngx_http_llm_json_type_name(j))
 
 
 static ngx_int_t
@@ -599,7 +575,7 @@ ngx_http_llm_parse_json(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     if (!json_is_object(root)) {
         return ngx_http_llm_bad(&ck, NULL, NULL,
                                 "The request body must be a JSON object, "
-                                "not %s.", ngx_http_llm_type_name(root));
+                                "not %s.", ngx_http_llm_json_type_name(root));
     }
 
     if (ngx_http_llm_new_request(&ck) != NGX_OK) {
@@ -1985,7 +1961,7 @@ ngx_http_llm_parse_content(ngx_http_llm_check_t *ck, json_t *content,
                                 "Invalid type for '%s': expected a string "
                                 "or an array of content parts, but got %s "
                                 "instead.", param,
-                                ngx_http_llm_type_name(content));
+                                ngx_http_llm_json_type_name(content));
     }
 
     n = json_array_size(content);
@@ -2192,7 +2168,7 @@ ngx_http_llm_parse_tool(ngx_http_llm_check_t *ck, json_t *tool, ngx_uint_t i)
                                 "Invalid '%s': expected a JSON "
                                 "schema object, but got %s "
                                 "instead.", param,
-                                ngx_http_llm_type_name(t));
+                                ngx_http_llm_json_type_name(t));
     }
 
     if (t) {
@@ -2260,7 +2236,7 @@ ngx_http_llm_parse_tool_choice(ngx_http_llm_check_t *ck, json_t *root,
         return ngx_http_llm_bad(ck, "invalid_type", "tool_choice",
                                 "Invalid type for 'tool_choice': expected "
                                 "a string or an object, but got %s instead.",
-                                ngx_http_llm_type_name(choice));
+                                ngx_http_llm_json_type_name(choice));
     }
 
     t = json_object_get(choice, "type");
@@ -2334,7 +2310,7 @@ ngx_http_llm_parse_stop(ngx_http_llm_check_t *ck, Llm__Sampling *s,
         return ngx_http_llm_bad(ck, "invalid_type", "stop",
                                 "Invalid type for 'stop': expected a string "
                                 "or an array of strings, but got %s "
-                                "instead.", ngx_http_llm_type_name(stop));
+                                "instead.", ngx_http_llm_json_type_name(stop));
     }
 
     n = json_array_size(stop);

@@ -16,7 +16,6 @@
 #include "ngx_http_llm_module.h"
 
 
-static json_t *ngx_http_llm_text_json(const u_char *s, size_t len);
 static size_t ngx_http_llm_body_len(ngx_http_llm_ctx_t *ctx, char **lp);
 static u_char *ngx_http_llm_body_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t i,
     char *lp, u_char *p);
@@ -52,47 +51,6 @@ ngx_http_llm_finish_name(ngx_http_llm_ctx_t *ctx, Llm__FinishReason f)
     default:
         return "stop";
     }
-}
-
-
-/* A JSON string of possibly partial UTF-8 bytes (invalid ones: U+FFFD). */
-
-static json_t *
-ngx_http_llm_text_json(const u_char *s, size_t len)
-{
-    u_char  *buf, *d;
-    size_t   i, n;
-    json_t  *j;
-
-    j = json_stringn((const char *) s, len);
-    if (j) {
-        return j;
-    }
-
-    buf = malloc(len * 3 + 1);
-    if (buf == NULL) {
-        return NULL;
-    }
-
-    d = buf;
-
-    for (i = 0; i < len; i += n) {
-        n = ngx_http_llm_utf8_seq(s + i, len - i);
-
-        if (n == 0) {
-            /* ASCII is a sequence of its own: only bad bytes end here */
-            *d++ = 0xef; *d++ = 0xbf; *d++ = 0xbd;
-            n = 1;
-            continue;
-        }
-
-        d = ngx_cpymem(d, s + i, n);
-    }
-
-    j = json_stringn((const char *) buf, d - buf);
-    free(buf);
-
-    return j;
 }
 
 
@@ -136,14 +94,14 @@ ngx_http_llm_chat_logprobs(Llm__Delta *d)
             tp = tl->top[k];
             json_array_append_new(top,
                 json_pack("{s:o,s:f,s:o}",
-                          "token", ngx_http_llm_text_json(tp->text.data,
+                          "token", ngx_http_llm_json_text(tp->text.data,
                                                           tp->text.len),
                           "logprob", (double) tp->logprob,
                           "bytes", ngx_http_llm_bytes_json(&tp->text)));
         }
 
         item = json_pack("{s:o,s:f,s:o,s:o}",
-                         "token", ngx_http_llm_text_json(tl->text.data,
+                         "token", ngx_http_llm_json_text(tl->text.data,
                                                          tl->text.len),
                          "logprob", (double) tl->logprob,
                          "bytes", ngx_http_llm_bytes_json(&tl->text),
@@ -191,7 +149,7 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
         tl = d->logprobs[i];
 
         json_array_append_new(json_object_get(lp, "tokens"),
-                              ngx_http_llm_text_json(tl->text.data,
+                              ngx_http_llm_json_text(tl->text.data,
                                                      tl->text.len));
         if (isnan(tl->logprob)) {
             /* the prompt's first token, echoed */
@@ -211,7 +169,7 @@ ngx_http_llm_completion_logprobs(ngx_http_llm_ctx_t *ctx,
         top = json_object();
 
         for (k = 0; top && k < tl->n_top; k++) {
-            json_t  *s = ngx_http_llm_text_json(tl->top[k]->text.data,
+            json_t  *s = ngx_http_llm_json_text(tl->top[k]->text.data,
                                                 tl->top[k]->text.len);
             if (s) {
                 json_object_set_new(top, json_string_value(s),

@@ -11,7 +11,7 @@
  * in a shared zone (llm_responses_store) for previous_response_id and
  * item_reference.
  * JSON is made with jansson (strings from the engine through
- * ngx_http_llm_resp_str, which never fails on bad UTF-8).
+ * ngx_http_llm_json_text, which never fails on bad UTF-8).
  */
 
 
@@ -77,14 +77,12 @@ typedef struct {
 static ngx_int_t ngx_http_llm_resp_bad(ngx_http_request_t *r,
     ngx_http_llm_error_t *err, const char *code, const char *param,
     const char *fmt, ...);
-static const char *ngx_http_llm_resp_type_name(json_t *j);
 static ngx_int_t ngx_http_llm_resp_bad_type(ngx_http_request_t *r,
     ngx_http_llm_error_t *err, const char *param, const char *expected,
     json_t *j);
 static ngx_int_t ngx_http_llm_resp_enum(ngx_http_request_t *r,
     ngx_http_llm_error_t *err, json_t *j, const char *param,
     const char *const *values, const char **out);
-static json_t *ngx_http_llm_resp_str(const u_char *s, size_t len);
 static json_t *ngx_http_llm_resp_new_id(const char *prefix);
 static void ngx_http_llm_resp_cleanup(void *data);
 static ngx_int_t ngx_http_llm_store_init_zone(ngx_shm_zone_t *shm_zone,
@@ -238,29 +236,6 @@ ngx_http_llm_resp_bad(ngx_http_request_t *r, ngx_http_llm_error_t *err,
 }
 
 
-static const char *
-ngx_http_llm_resp_type_name(json_t *j)
-{
-    switch (json_typeof(j)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a decimal";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
-
 static ngx_int_t
 ngx_http_llm_resp_bad_type(ngx_http_request_t *r, ngx_http_llm_error_t *err,
     const char *param, const char *expected, json_t *j)
@@ -268,7 +243,7 @@ ngx_http_llm_resp_bad_type(ngx_http_request_t *r, ngx_http_llm_error_t *err,
     return ngx_http_llm_resp_bad(r, err, "invalid_type", param,
                                  "Invalid type for '%s': expected %s, but "
                                  "got %s instead.", param, expected,
-                                 ngx_http_llm_resp_type_name(j));
+                                 ngx_http_llm_json_type_name(j));
 }
 
 
@@ -319,47 +294,6 @@ ngx_http_llm_resp_enum(ngx_http_request_t *r, ngx_http_llm_error_t *err,
     return ngx_http_llm_resp_bad(r, err, "invalid_value", param,
                                  "Invalid value: '%s'. Supported values "
                                  "are: %s.", v, list);
-}
-
-
-/* A JSON string of possibly bad UTF-8 (bad bytes: U+FFFD); NULL: no
- * memory. */
-
-static json_t *
-ngx_http_llm_resp_str(const u_char *s, size_t len)
-{
-    u_char  *buf, *d;
-    size_t   i, n;
-    json_t  *j;
-
-    j = json_stringn((const char *) (s ? s : (u_char *) ""), len);
-    if (j) {
-        return j;
-    }
-
-    buf = malloc(len * 3 + 1);
-    if (buf == NULL) {
-        return NULL;
-    }
-
-    d = buf;
-
-    for (i = 0; i < len; i += n) {
-        n = ngx_http_llm_utf8_seq(s + i, len - i);
-
-        if (n == 0) {
-            *d++ = 0xef; *d++ = 0xbf; *d++ = 0xbd;
-            n = 1;
-            continue;
-        }
-
-        d = ngx_cpymem(d, s + i, n);
-    }
-
-    j = json_stringn((const char *) buf, d - buf);
-    free(buf);
-
-    return j;
 }
 
 
@@ -1956,7 +1890,7 @@ ngx_http_llm_resp_parse(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     if (!json_is_object(root)) {
         return ngx_http_llm_resp_bad(r, err, NULL, NULL, "The request body "
                                      "must be a JSON object, not %s.",
-                                     ngx_http_llm_resp_type_name(root));
+                                     ngx_http_llm_json_type_name(root));
     }
 
     st = ngx_pcalloc(r->pool, sizeof(ngx_http_llm_resp_t));
@@ -2074,7 +2008,7 @@ ngx_http_llm_resp_finish(ngx_http_llm_ctx_t *ctx, ngx_http_llm_resp_t *st,
     if (usage == NULL
         || json_object_set_new(st->resp, "usage", usage) != 0
         || json_object_set_new(st->resp, "model",
-                               ngx_http_llm_resp_str(ctx->model_name.data,
+                               ngx_http_llm_json_text(ctx->model_name.data,
                                                      ctx->model_name.len))
            != 0
         || json_object_set_new(st->resp, "status", json_string(status)) != 0
@@ -2148,7 +2082,7 @@ ngx_http_llm_resp_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                          "id", ngx_http_llm_resp_new_id("rs_"),
                          "type", "reasoning", "summary", "content",
                          "type", "reasoning_text",
-                         "text", ngx_http_llm_resp_str(ch->reasoning.data,
+                         "text", ngx_http_llm_json_text(ch->reasoning.data,
                                                        ch->reasoning.len),
                          "status", status);
         if (json_array_append_new(st->output, item) != 0) {
@@ -2164,7 +2098,7 @@ ngx_http_llm_resp_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                          "type", "message", "status", status,
                          "role", "assistant", "content",
                          ngx_http_llm_resp_text_part(
-                             ngx_http_llm_resp_str(ch->content.data,
+                             ngx_http_llm_json_text(ch->content.data,
                                                    ch->content.len)));
         if (json_array_append_new(st->output, item) != 0) {
             return NGX_ERROR;
@@ -2178,11 +2112,11 @@ ngx_http_llm_resp_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                          "id", ngx_http_llm_resp_new_id("fc_"),
                          "type", "function_call", "status", status,
                          "arguments",
-                         ngx_http_llm_resp_str(call[k].arguments.data,
+                         ngx_http_llm_json_text(call[k].arguments.data,
                                                call[k].arguments.len),
-                         "call_id", ngx_http_llm_resp_str(call[k].id.data,
+                         "call_id", ngx_http_llm_json_text(call[k].id.data,
                                                           call[k].id.len),
-                         "name", ngx_http_llm_resp_str(call[k].name.data,
+                         "name", ngx_http_llm_json_text(call[k].name.data,
                                                        call[k].name.len));
         if (json_array_append_new(st->output, item) != 0) {
             return NGX_ERROR;
@@ -2297,7 +2231,7 @@ ngx_http_llm_resp_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     st->started = 1;
 
     if (json_object_set_new(st->resp, "model",
-                            ngx_http_llm_resp_str(ctx->model_name.data,
+                            ngx_http_llm_json_text(ctx->model_name.data,
                                                   ctx->model_name.len))
         != 0)
     {
@@ -2365,9 +2299,9 @@ ngx_http_llm_resp_open(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
                          "id", ngx_http_llm_resp_new_id("fc_"),
                          "type", "function_call", "status", "in_progress",
                          "arguments", "",
-                         "call_id", ngx_http_llm_resp_str((u_char *) t->id,
+                         "call_id", ngx_http_llm_json_text((u_char *) t->id,
                                                           ngx_strlen(t->id)),
-                         "name", ngx_http_llm_resp_str((u_char *) t->name,
+                         "name", ngx_http_llm_json_text((u_char *) t->name,
                                                        ngx_strlen(t->name)));
         st->call_index = t->call_index;
         break;
@@ -2429,7 +2363,7 @@ ngx_http_llm_resp_close(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
     id = json_object_get(item, "id");
     index = json_array_size(st->output);
 
-    text = ngx_http_llm_resp_str(st->text.data, st->text.len);
+    text = ngx_http_llm_json_text(st->text.data, st->text.len);
     if (text == NULL) {
         return NGX_ERROR;
     }
@@ -2529,7 +2463,7 @@ ngx_http_llm_resp_delta(ngx_http_request_t *r, ngx_http_llm_resp_t *st,
         return NGX_ERROR;
     }
 
-    delta = ngx_http_llm_resp_str((u_char *) s, n);
+    delta = ngx_http_llm_json_text((u_char *) s, n);
 
     switch (st->kind) {
 
@@ -2632,13 +2566,13 @@ ngx_http_llm_resp_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    msg = ngx_http_llm_resp_str(err.message.data, err.message.len);
+    msg = ngx_http_llm_json_text(err.message.data, err.message.len);
     if (msg == NULL) {
         return NGX_ERROR;
     }
 
     /* the engine's param may be any bytes */
-    param = err.param ? ngx_http_llm_resp_str((u_char *) err.param,
+    param = err.param ? ngx_http_llm_json_text((u_char *) err.param,
                                               ngx_strlen(err.param))
                       : json_null();
 
