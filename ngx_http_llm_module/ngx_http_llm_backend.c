@@ -42,10 +42,18 @@ ngx_http_llm_register_backends(ngx_conf_t *cf, ngx_http_llm_main_conf_t *mcf)
     m = mcf->models.elts;
 
     for (i = 0; i < mcf->models.nelts; i++) {
-        if (ngx_http_llm_add_backends(mcf, m[i].upstream) != NGX_OK
-            || ngx_http_llm_wrap_peer_init(cf, m[i].upstream) != NGX_OK)
+
+        /* a provider's servers speak HTTP: wrapped, never probed */
+
+        if (ngx_http_llm_wrap_peer_init(cf, m[i].upstream) != NGX_OK
+            || (m[i].provider == NULL
+                && ngx_http_llm_add_backends(mcf, m[i].upstream) != NGX_OK))
         {
             return NGX_ERROR;
+        }
+
+        if (m[i].provider) {
+            continue;
         }
 
         (void) ngx_http_llm_backends_find(mcf, m[i].upstream,

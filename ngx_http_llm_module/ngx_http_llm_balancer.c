@@ -20,6 +20,12 @@ static ngx_int_t ngx_http_llm_peer_get(ngx_peer_connection_t *pc,
 static void ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
     ngx_uint_t state);
 static ngx_int_t ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx);
+#if (NGX_HTTP_SSL)
+static ngx_int_t ngx_http_llm_peer_set_session(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_llm_peer_save_session(ngx_peer_connection_t *pc,
+    void *data);
+#endif
 
 
 /*
@@ -138,7 +144,43 @@ ngx_http_llm_wrap_peer(ngx_http_llm_ctx_t *ctx, ngx_http_upstream_t *u)
     u->peer.get = ngx_http_llm_peer_get;
     u->peer.free = ngx_http_llm_peer_free;
     u->peer.data = ctx;
+
+#if (NGX_HTTP_SSL)
+    /* TLS session reuse (providers): the inner balancer's, on its data */
+    ctx->inner_set_session = u->peer.set_session;
+    ctx->inner_save_session = u->peer.save_session;
+    u->peer.set_session = ngx_http_llm_peer_set_session;
+    u->peer.save_session = ngx_http_llm_peer_save_session;
+#endif
 }
+
+
+#if (NGX_HTTP_SSL)
+
+static ngx_int_t
+ngx_http_llm_peer_set_session(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    if (ctx->inner_set_session == NULL) {
+        return NGX_OK;
+    }
+
+    return ctx->inner_set_session(pc, ctx->inner_data);
+}
+
+
+static void
+ngx_http_llm_peer_save_session(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_llm_ctx_t *ctx = data;
+
+    if (ctx->inner_save_session) {
+        ctx->inner_save_session(pc, ctx->inner_data);
+    }
+}
+
+#endif
 
 
 static ngx_int_t
@@ -182,7 +224,17 @@ ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
 
     inner = state;
 
-    if (ctx->backpressure && (state & NGX_PEER_FAILED)) {
+    /*
+     * Neither is a slow one: a first-token deadline that passed (ttft= of
+     * llm_model) moves the request on without marking the server down.
+     */
+
+    if ((ctx->backpressure
+         || (ctx->ttft_deadline && !ctx->got_token
+             && (ngx_msec_int_t) (ngx_current_msec - ctx->ttft_deadline)
+                >= 0))
+        && (state & NGX_PEER_FAILED))
+    {
         inner = NGX_PEER_NEXT;
     }
 
@@ -212,7 +264,7 @@ ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
 /*
  * Moves the request to the next model of its chain: that model's
  * upstream balancer takes the peer, and the request is encoded again
- * with the model's name.
+ * with the model's name, for an engine or a provider as the model is.
  */
 
 static ngx_int_t
@@ -255,5 +307,11 @@ ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
     ctx->head.len = 0;
     ctx->fallbacks++;
 
-    return ngx_http_llm_encode(r, ctx, &u->request_bufs);
+    if (ngx_http_llm_use_model(r, ctx, m) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    u->request_bufs = NULL;
+
+    return u->create_request(r);
 }

@@ -115,7 +115,7 @@ ngx_http_llm_embed_parse(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     }
 
     e = ngx_pcalloc(r->pool, sizeof(Llm__EmbedRequest));
-    if (e == NULL) {
+    if (e == NULL || ngx_http_llm_keep_json(r, ctx, root) != NGX_OK) {
         return NGX_ERROR;
     }
 

@@ -415,6 +415,20 @@ ngx_http_llm_info_health(ngx_http_request_t *r)
     any = 0;
 
     for (i = 0; i < mcf->models.nelts; i++) {
+
+        if (m[i].provider) {
+
+            /* a remote API: not probed, its answers say how it is */
+
+            jm = json_pack("{s:s%,s:s%,s:b,s:[]}",
+                           "id", (char *) m[i].name.data, m[i].name.len,
+                           "provider", (char *) m[i].provider->name.data,
+                           m[i].provider->name.len, "up", 1, "backends");
+            json_array_append_new(models, jm);
+            any = 1;
+            continue;
+        }
+
         bes = ngx_http_llm_backends_json(be, m[i].first_backend,
                                          m[i].nbackends, &up);
 

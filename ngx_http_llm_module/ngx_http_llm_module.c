@@ -81,6 +81,13 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("llm_provider"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_llm_provider,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("llm_responses_store"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE12,
       ngx_http_llm_responses_store,
@@ -421,6 +428,8 @@ ngx_http_llm_create_main_conf(ngx_conf_t *cf)
         || ngx_array_init(&mcf->passes, cf->pool, 4,
                           sizeof(ngx_http_upstream_srv_conf_t *))
            != NGX_OK
+        || ngx_array_init(&mcf->providers, cf->pool, 2,
+                          sizeof(ngx_http_llm_provider_t)) != NGX_OK
         || ngx_array_init(&mcf->registered, cf->pool, 4,
                           sizeof(ngx_http_upstream_srv_conf_t *))
            != NGX_OK)
@@ -485,6 +494,10 @@ ngx_http_llm_init_main_conf(ngx_conf_t *cf, void *conf)
 
             *pm = fb;
         }
+    }
+
+    if (ngx_http_llm_providers_resolve(cf, mcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
     }
 
     if (ngx_http_llm_register_backends(cf, mcf) != NGX_OK) {
@@ -808,7 +821,8 @@ ngx_http_llm_model_fallbacks(ngx_http_llm_model_t *m, ngx_str_t *value)
 
 
 /*
- * llm_model NAME upstream=U [alias=A]... [fallback=M[,M2...]]
+ * llm_model NAME upstream=U | provider=P [remote_model=R] [alias=A]...
+ *     [fallback=M[,M2...]] [ttft=TIME]
  */
 
 static char *
@@ -817,8 +831,8 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_llm_main_conf_t *mcf = conf;
 
     size_t                 len;
-    ngx_int_t              rc;
-    ngx_str_t             *value, *a;
+    ngx_int_t              rc, t;
+    ngx_str_t             *value, *a, ttft;
     ngx_url_t              u;
     ngx_uint_t             i;
     ngx_http_llm_model_t  *m;
@@ -886,6 +900,39 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "provider=", 9) == 0) {
+            if (value[i].len == 9) {
+                goto invalid;
+            }
+
+            m->provider_name.data = value[i].data + 9;
+            m->provider_name.len = value[i].len - 9;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "remote_model=", 13) == 0) {
+            if (value[i].len == 13) {
+                goto invalid;
+            }
+
+            m->remote_model.data = value[i].data + 13;
+            m->remote_model.len = value[i].len - 13;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "ttft=", 5) == 0) {
+            ttft.data = value[i].data + 5;
+            ttft.len = value[i].len - 5;
+
+            t = ngx_parse_time(&ttft, 0);
+            if (t == NGX_ERROR || t == 0) {
+                goto invalid;
+            }
+
+            m->ttft = (ngx_msec_t) t;
+            continue;
+        }
+
         if (ngx_strncmp(value[i].data, "alias=", 6) == 0) {
             if (value[i].len == 6) {
                 goto invalid;
@@ -928,9 +975,17 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         goto invalid;
     }
 
-    if (m->upstream == NULL) {
+    if ((m->upstream == NULL) == (m->provider_name.len == 0)) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "llm_model \"%V\" needs upstream=NAME", &m->name);
+                           "llm_model \"%V\" needs one of upstream=NAME "
+                           "(engines) or provider=NAME", &m->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (m->remote_model.len && m->provider_name.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "llm_model \"%V\": remote_model= needs provider=",
+                           &m->name);
         return NGX_CONF_ERROR;
     }
 

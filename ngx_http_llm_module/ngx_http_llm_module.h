@@ -11,6 +11,9 @@
  *                            table), engine limits, the engine frame
  *   ngx_http_llm_upstream.c  the engine protocol over ngx_http_upstream_t:
  *                            frames, events, first byte, finalization
+ *   ngx_http_llm_provider.c  remote OpenAI-compatible APIs (llm_provider):
+ *                            HTTP/1.1 over the same upstream, their
+ *                            answers turned into engine events
  *   ngx_http_llm_balancer.c  failover to the next model of the chain
  *   ngx_http_llm_sse.c       the streaming answer: SSE chunks
  *   ngx_http_llm_response.c  the JSON answer: choices collected, body
@@ -314,6 +317,28 @@ typedef struct {
 } ngx_http_llm_backend_t;
 
 
+/*
+ * A remote OpenAI-compatible API (llm_provider): reached with nginx's
+ * upstream and TLS, its answers turned into the engine's events.
+ */
+typedef struct {
+    ngx_str_t                      name;
+    ngx_str_t                      url;        /* as configured */
+    ngx_str_t                      host;       /* the Host header */
+    ngx_str_t                      prefix;     /* the path, no final "/" */
+    ngx_str_t                      auth;       /* "Bearer KEY" */
+    ngx_http_upstream_srv_conf_t  *upstream;
+    ngx_msec_t                     timeout;    /* read; 0: llm_read_timeout */
+    ngx_msec_t                     connect_timeout;  /* 0: the location's */
+#if (NGX_HTTP_SSL)
+    ngx_ssl_t                     *ssl;        /* NULL: http:// */
+    ngx_str_t                      ssl_name;   /* SNI and the name checked */
+    ngx_http_complex_value_t       ssl_name_cv;  /* the same, constant */
+    ngx_flag_t                     ssl_verify;
+#endif
+} ngx_http_llm_provider_t;
+
+
 struct ngx_http_llm_model_s {
     ngx_str_t                      name;
     ngx_str_t                      json_name;  /* name, JSON-escaped */
@@ -324,6 +349,10 @@ struct ngx_http_llm_model_s {
     ngx_array_t                    fallback;   /* of ngx_http_llm_model_t * */
     ngx_uint_t                     first_backend;   /* in mcf->backends */
     ngx_uint_t                     nbackends;
+    ngx_str_t                      provider_name;
+    ngx_http_llm_provider_t       *provider;  /* NULL: llm-engine */
+    ngx_str_t                      remote_model;  /* the provider's name */
+    ngx_msec_t                     ttft;       /* first token deadline */
 };
 
 
@@ -339,6 +368,7 @@ typedef struct {
     ngx_array_t                    backends;   /* of ngx_http_llm_backend_t */
     ngx_array_t                    passes;     /* llm_pass upstreams */
     ngx_array_t                    registered; /* upstreams with backends */
+    ngx_array_t                    providers;  /* of ngx_http_llm_provider_t */
     ngx_msec_t                     info_cache;
     ngx_shm_zone_t                *responses_store;  /* NULL: off */
     time_t                         responses_ttl;
@@ -412,6 +442,9 @@ struct ngx_http_llm_ctx_s {
     ngx_uint_t                     fallbacks;
     Llm__GenerateRequest          *gen;
     Llm__EmbedRequest             *emb;        /* /v1/embeddings */
+    json_t                        *json;       /* the (chat) request as
+                                                  JSON, for providers */
+    void                          *pstate;     /* a provider's answer */
     ngx_http_llm_sbuf_t            emb_data;   /* the data items so far */
     ngx_uint_t                     emb_count;
     ngx_uint_t                     n;
@@ -452,6 +485,10 @@ struct ngx_http_llm_ctx_s {
     unsigned                       client_gone:1;   /* Cancel sent */
     unsigned                       backpressure:1;  /* overloaded/draining */
     unsigned                       hb_due:1;        /* Ping sent: start */
+    unsigned                       provider:1;      /* talking HTTP */
+    ngx_msec_t                     read_timeout;    /* llm_read_timeout */
+    ngx_msec_t                     ttft_limit;      /* the model's ttft= */
+    ngx_msec_t                     ttft_deadline;   /* 0: none */
 
     /* an engine error before the first byte, for the final answer */
     ngx_uint_t                     err_status;
@@ -487,6 +524,10 @@ struct ngx_http_llm_ctx_s {
     ngx_event_get_peer_pt          inner_get;
     ngx_event_free_peer_pt         inner_free;
     void                          *inner_data;
+#if (NGX_HTTP_SSL)
+    ngx_event_set_peer_session_pt  inner_set_session;
+    ngx_event_save_peer_session_pt inner_save_session;
+#endif
 };
 
 
@@ -545,6 +586,31 @@ ngx_int_t ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
 /* ngx_http_llm_upstream.c */
 ngx_int_t ngx_http_llm_upstream_start(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
+ngx_int_t ngx_http_llm_use_model(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_model_t *m);
+ngx_int_t ngx_http_llm_reinit_request(ngx_http_request_t *r);
+ngx_int_t ngx_http_llm_header_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
+ngx_int_t ngx_http_llm_stream_event(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);
+ngx_int_t ngx_http_llm_engine_error(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, Llm__Error *e);
+ngx_int_t ngx_http_llm_upstream_error(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_error_t *err, ngx_uint_t mask);
+ngx_int_t ngx_http_llm_input_filter_init(void *data);
+void ngx_http_llm_arm_read(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx);
+void ngx_http_llm_arm_ttft(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx);
+
+/* ngx_http_llm_provider.c */
+char *ngx_http_llm_provider(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_int_t ngx_http_llm_providers_resolve(ngx_conf_t *cf,
+    ngx_http_llm_main_conf_t *mcf);
+void ngx_http_llm_provider_setup(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_http_llm_model_t *m);
+ngx_int_t ngx_http_llm_provider_encode(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, ngx_chain_t **out);
+ngx_int_t ngx_http_llm_keep_json(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx, json_t *root);
 ngx_int_t ngx_http_llm_frame(ngx_http_llm_ctx_t *ctx, u_char **pos,
     u_char *last, size_t max, u_char **frame, size_t *len);
 

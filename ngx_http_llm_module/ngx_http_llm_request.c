@@ -578,7 +578,9 @@ ngx_http_llm_parse_json(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
                                 "not %s.", ngx_http_llm_json_type_name(root));
     }
 
-    if (ngx_http_llm_new_request(&ck) != NGX_OK) {
+    if (ngx_http_llm_new_request(&ck) != NGX_OK
+        || ngx_http_llm_keep_json(r, ctx, root) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

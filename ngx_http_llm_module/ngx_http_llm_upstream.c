@@ -34,21 +34,13 @@ enum {
 
 
 static ngx_int_t ngx_http_llm_create_request(ngx_http_request_t *r);
-static ngx_int_t ngx_http_llm_reinit_request(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_process_header(ngx_http_request_t *r);
-static ngx_int_t ngx_http_llm_header_event(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
 static ngx_int_t ngx_http_llm_start_response(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_uint_t status, off_t length,
     ngx_uint_t sse);
 static ngx_int_t ngx_http_llm_whole_body(ngx_http_request_t *r,
     ngx_str_t *body);
-static ngx_int_t ngx_http_llm_engine_error(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx, Llm__Error *e);
-static ngx_int_t ngx_http_llm_input_filter_init(void *data);
 static ngx_int_t ngx_http_llm_input_filter(void *data, ssize_t bytes);
-static ngx_int_t ngx_http_llm_stream_event(ngx_http_request_t *r,
-    ngx_http_llm_ctx_t *ctx, Llm__Event *ev, ngx_chain_t ***ll);
 static void ngx_http_llm_terminal(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
 static void ngx_http_llm_abort_request(ngx_http_request_t *r);
@@ -160,6 +152,17 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
     llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
 
+    if (ctx->model && ctx->model->provider && ctx->gen
+        && ctx->gen->count_only)
+    {
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_BAD_REQUEST,
+                                        "invalid_request_error",
+                                        "invalid_value", "model",
+                                        "Counting tokens is not available "
+                                        "for '%V', a model of a remote "
+                                        "provider.", &ctx->model->name);
+    }
+
     if (ngx_http_upstream_create(r) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -194,19 +197,17 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     }
 
     u->conf = conf;
+    ctx->read_timeout = conf->read_timeout;
 
-    ngx_str_set(&u->schema, "llm://");
     u->output.tag = (ngx_buf_tag_t) &ngx_http_llm_module;
-
-    u->create_request = ngx_http_llm_create_request;
-    u->reinit_request = ngx_http_llm_reinit_request;
-    u->process_header = ngx_http_llm_process_header;
     u->abort_request = ngx_http_llm_abort_request;
     u->finalize_request = ngx_http_llm_finalize_request;
-
     u->input_filter_init = ngx_http_llm_input_filter_init;
-    u->input_filter = ngx_http_llm_input_filter;
     u->input_filter_ctx = ctx;
+
+    if (ngx_http_llm_use_model(r, ctx, ctx->model) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     ngx_http_llm_fingerprint(r, ctx);
 
@@ -250,6 +251,107 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 
 
 /*
+ * Points the upstream at model m (NULL: llm_pass): the engine protocol,
+ * or for a provider's model HTTP to the provider (ngx_http_llm_provider.c),
+ * with m's first-token deadline.  At the start and when the chain moves
+ * on (ngx_http_llm_balancer.c), before the request is encoded for it.
+ */
+
+ngx_int_t
+ngx_http_llm_use_model(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_model_t *m)
+{
+    ngx_http_upstream_t      *u;
+    ngx_http_llm_loc_conf_t  *llcf;
+
+    u = r->upstream;
+    llcf = ngx_http_get_module_loc_conf(r, ngx_http_llm_module);
+
+    /* the location's timeouts, which a provider may set for itself */
+
+    ctx->read_timeout = llcf->upstream.read_timeout;
+    u->conf->read_timeout = ctx->read_timeout;
+    u->conf->connect_timeout = llcf->upstream.connect_timeout;
+    ctx->ttft_limit = m ? m->ttft : 0;
+
+    if (m && m->provider) {
+        ngx_http_llm_provider_setup(r, ctx, m);
+
+    } else {
+        ctx->provider = 0;
+        ngx_str_set(&u->schema, "llm://");
+#if (NGX_HTTP_SSL)
+        u->ssl = 0;
+#endif
+        u->create_request = ngx_http_llm_create_request;
+        u->reinit_request = ngx_http_llm_reinit_request;
+        u->process_header = ngx_http_llm_process_header;
+        u->input_filter = ngx_http_llm_input_filter;
+    }
+
+    ngx_http_llm_arm_ttft(r, ctx);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A model's first-token deadline (ttft= of llm_model) is the read timeout
+ * of an attempt until its first token: the upstream's timeout then moves
+ * the request on (llm_next_upstream timeout) like a silent engine.  Set
+ * at each attempt; ngx_http_llm_no_retry() restores the normal timeout.
+ */
+
+void
+ngx_http_llm_arm_ttft(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (ctx->ttft_limit == 0 || ctx->got_token) {
+        ctx->ttft_deadline = 0;
+        return;
+    }
+
+    ctx->ttft_deadline = ngx_current_msec + ctx->ttft_limit;
+
+    if (ctx->ttft_limit < ctx->read_timeout) {
+        u->conf->read_timeout = ctx->ttft_limit;
+    }
+}
+
+
+/*
+ * The read timer while waiting for the first byte of the answer: the
+ * normal read timeout, or what is left of the first-token deadline.
+ */
+
+void
+ngx_http_llm_arm_read(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
+{
+    ngx_msec_t            t;
+    ngx_msec_int_t        left;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
+    if (u->peer.connection == NULL) {
+        return;
+    }
+
+    t = ctx->read_timeout;
+
+    if (ctx->ttft_deadline && !ctx->got_token) {
+        left = (ngx_msec_int_t) (ctx->ttft_deadline - ngx_current_msec);
+        t = ngx_min(t, (ngx_msec_t) ngx_max(left, 1));
+    }
+
+    ngx_add_timer(u->peer.connection->read, t);
+}
+
+
+/*
  * From the first token on (or once the client is gone) the work is not
  * idempotent: this request's copy of llm_next_upstream is emptied, so
  * neither the upstream's next-upstream (including its extra try on a
@@ -260,8 +362,16 @@ ngx_http_llm_upstream_start(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
 static void
 ngx_http_llm_no_retry(ngx_http_request_t *r)
 {
+    ngx_http_llm_ctx_t  *ctx;
+
     if (r->upstream && r->upstream->conf) {
         r->upstream->conf->next_upstream = 0;
+
+        ctx = ngx_http_get_module_ctx(r, ngx_http_llm_module);
+        if (ctx && ctx->read_timeout) {
+            r->upstream->conf->read_timeout = ctx->read_timeout;
+            ctx->ttft_deadline = 0;
+        }
     }
 }
 
@@ -277,7 +387,7 @@ ngx_http_llm_create_request(ngx_http_request_t *r)
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_llm_reinit_request(ngx_http_request_t *r)
 {
     ngx_uint_t              i;
@@ -303,6 +413,7 @@ ngx_http_llm_reinit_request(ngx_http_request_t *r)
     ctx->backpressure = 0;
     ctx->hb_due = 0;
     r->upstream->conf->next_upstream = ctx->next_upstream;
+    ngx_http_llm_arm_ttft(r, ctx);
 
     /* a JSON answer collected in part from the failed engine starts over */
 
@@ -436,9 +547,7 @@ ngx_http_llm_process_header(ngx_http_request_t *r)
      * and a JSON answer is one long header here.
      */
 
-    if (u->peer.connection) {
-        ngx_add_timer(u->peer.connection->read, u->conf->read_timeout);
-    }
+    ngx_http_llm_arm_read(r, ctx);
 
     for ( ;; ) {
 
@@ -524,7 +633,7 @@ ngx_http_llm_process_header(ngx_http_request_t *r)
  * NGX_HTTP_UPSTREAM_INVALID_HEADER: try the next engine.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_llm_header_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Event *ev)
 {
@@ -697,19 +806,69 @@ ngx_http_llm_embed_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
  * what happened.  Others become the response.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Error *e)
 {
+    ngx_int_t              rc;
+    ngx_uint_t             mask;
+    ngx_http_llm_error_t   err;
+
+    ngx_http_llm_map_error(e, &err);
+
+    if (e->usage) {
+        ctx->prompt_tokens = e->usage->prompt_tokens;
+        ctx->completion_tokens = e->usage->completion_tokens;
+        ctx->cached_tokens = e->usage->cached_tokens;
+    }
+
+    switch (e->code) {
+
+    case LLM__ERROR_CODE__ERROR_OVERLOADED:
+    case LLM__ERROR_CODE__ERROR_SHUTTING_DOWN:
+        mask = NGX_HTTP_UPSTREAM_FT_HTTP_503;
+        break;
+
+    case LLM__ERROR_CODE__ERROR_INTERNAL:
+        mask = NGX_HTTP_UPSTREAM_FT_HTTP_500;
+        break;
+
+    default:
+        mask = 0;
+    }
+
+    rc = ngx_http_llm_upstream_error(r, ctx, &err, mask);
+
+    if (rc == NGX_OK && e->code == LLM__ERROR_CODE__ERROR_BAD_FRAME) {
+        /* the engine closes the connection after it */
+        ctx->done = 1;
+        r->upstream->headers_in.connection_close = 1;
+    }
+
+    return rc;
+}
+
+
+/*
+ * An error answer of the backend (an engine's Error event, a provider's
+ * error status) before the first byte.  mask: the llm_next_upstream
+ * condition it is (NGX_HTTP_UPSTREAM_FT_HTTP_503: back-pressure, not a
+ * failed server; 0: the request's own fault, never retried).  Retried on
+ * the next server or model when allowed (NGX_HTTP_UPSTREAM_INVALID_HEADER);
+ * otherwise the error, in the request's dialect, is the response (NGX_OK).
+ */
+
+ngx_int_t
+ngx_http_llm_upstream_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_error_t *in, ngx_uint_t mask)
+{
     u_char                *p;
     ngx_str_t              body;
-    ngx_uint_t             mask;
     ngx_http_upstream_t   *u;
     ngx_http_llm_error_t   err;
 
     u = r->upstream;
-
-    ngx_http_llm_map_error(e, &err);
+    err = *in;
 
     p = ngx_pnalloc(r->pool, err.message.len);
     if (p == NULL) {
@@ -735,27 +894,6 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ctx->err_param = err.param;
     ctx->err_message = err.message;
 
-    if (e->usage) {
-        ctx->prompt_tokens = e->usage->prompt_tokens;
-        ctx->completion_tokens = e->usage->completion_tokens;
-        ctx->cached_tokens = e->usage->cached_tokens;
-    }
-
-    switch (e->code) {
-
-    case LLM__ERROR_CODE__ERROR_OVERLOADED:
-    case LLM__ERROR_CODE__ERROR_SHUTTING_DOWN:
-        mask = NGX_HTTP_UPSTREAM_FT_HTTP_503;
-        break;
-
-    case LLM__ERROR_CODE__ERROR_INTERNAL:
-        mask = NGX_HTTP_UPSTREAM_FT_HTTP_500;
-        break;
-
-    default:
-        mask = 0;
-    }
-
     /*
      * Once a token was produced the work is not idempotent: the error is
      * the answer (and what ran is billed), never a second generation.
@@ -770,7 +908,8 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         && !(ctx->next_upstream & NGX_HTTP_UPSTREAM_FT_OFF))
     {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "llm: engine %V answered \"%V\", trying the next one",
+                      "llm: %s %V answered \"%V\", trying the next one",
+                      ctx->provider ? "provider" : "engine",
                       u->peer.name, &err.message);
         ctx->upstream_error = 1;
 
@@ -792,7 +931,9 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     }
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "llm: engine error %d: %V", (int) e->code, &err.message);
+                  "llm: %s error %ui: %V",
+                  ctx->provider ? "provider" : "engine", err.status,
+                  &err.message);
 
     if (err.status >= 500) {
         ctx->upstream_error = 1;
@@ -821,12 +962,6 @@ ngx_http_llm_engine_error(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     if (ngx_http_llm_whole_body(r, &body) != NGX_OK) {
         return NGX_ERROR;
-    }
-
-    if (e->code == LLM__ERROR_CODE__ERROR_BAD_FRAME) {
-        /* the engine closes the connection after it */
-        ctx->done = 1;
-        u->headers_in.connection_close = 1;
     }
 
     return NGX_OK;
@@ -936,7 +1071,7 @@ ngx_http_llm_start_response(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
  * arrive from the engine.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_llm_input_filter_init(void *data)
 {
     ngx_http_llm_ctx_t *ctx = data;
@@ -1103,7 +1238,7 @@ ngx_http_llm_input_filter(void *data, ssize_t bytes)
  * renders the error kept in ctx.  Marks the end on Done and Error.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_llm_stream_event(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     Llm__Event *ev, ngx_chain_t ***ll)
 {
@@ -1333,7 +1468,8 @@ ngx_http_llm_heartbeat_handler(ngx_event_t *ev)
 
         /* no response yet: ask the engine, its Pong starts it */
 
-        if (!ctx->header_done && u->peer.connection && u->request_body_sent
+        if (!ctx->header_done && !ctx->provider && u->peer.connection
+            && u->request_body_sent
             && ngx_http_llm_send_control(r, u->peer.connection,
                                          LLM__REQUEST__KIND_PING)
                == NGX_OK)
@@ -1490,7 +1626,7 @@ ngx_http_llm_cancel_running(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx)
     c = r->connection;
     u = r->upstream;
 
-    if (ctx->done || u == NULL || u->cleanup == NULL
+    if (ctx->done || ctx->provider || u == NULL || u->cleanup == NULL
         || u->peer.connection == NULL || !u->request_body_sent
         || ngx_http_llm_send_control(r, u->peer.connection,
                                      LLM__REQUEST__KIND_CANCEL) != NGX_OK)
