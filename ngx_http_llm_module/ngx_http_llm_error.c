@@ -250,7 +250,7 @@ ngx_int_t
 ngx_http_llm_send_denial(ngx_http_request_t *r, ngx_http_llm_decision_t *d,
     ngx_http_llm_ticket_t *t)
 {
-    u_char      *p, dur[NGX_INT_T_LEN + 16];
+    u_char      *p, dur[NGX_INT_T_LEN + 16], budget[32];
     size_t       len;
     ngx_uint_t   secs;
 
@@ -285,13 +285,25 @@ ngx_http_llm_send_denial(ngx_http_request_t *r, ngx_http_llm_decision_t *d,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (d->verdict == NGX_HTTP_LLM_DENY_QUOTA) {
+    if (d->verdict == NGX_HTTP_LLM_DENY_QUOTA
+        || d->verdict == NGX_HTTP_LLM_DENY_BUDGET)
+    {
 
         if (ngx_http_llm_header_out(r, "x-should-retry", (u_char *) "false",
                                     5)
             != NGX_OK)
         {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (d->verdict == NGX_HTTP_LLM_DENY_BUDGET) {
+            (void) ngx_http_llm_format_cost(budget, d->key->budget);
+
+            return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                       "insufficient_quota", "insufficient_quota", NULL,
+                       "You exceeded your current quota, please check "
+                       "your plan and billing details. (key \"%V\": "
+                       "budget $%s spent)", &d->key->name, budget);
         }
 
         return ngx_http_llm_send_errorf(r, NGX_HTTP_TOO_MANY_REQUESTS,

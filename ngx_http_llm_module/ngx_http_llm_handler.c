@@ -28,6 +28,7 @@ static ngx_int_t ngx_http_llm_not_allowed(ngx_http_request_t *r,
 static void ngx_http_llm_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_llm_admit(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_int_t *sent);
+static uint64_t ngx_http_llm_cost(ngx_http_llm_ctx_t *ctx);
 static ngx_uint_t ngx_http_llm_window(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx);
 static ngx_int_t ngx_http_llm_read_body(ngx_http_request_t *r,
@@ -145,6 +146,33 @@ ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx)
 
 
 /*
+ * What the request cost at its model's price= (input tokens not from the
+ * cache, cached input tokens, output tokens), in picodollars: the price
+ * per million tokens in microdollars is the price per token in
+ * picodollars.  0 for a model without a price.
+ */
+
+static uint64_t
+ngx_http_llm_cost(ngx_http_llm_ctx_t *ctx)
+{
+    uint64_t               cached, fresh;
+    ngx_http_llm_model_t  *m;
+
+    m = ctx->model;
+
+    if (m == NULL || !m->priced) {
+        return 0;
+    }
+
+    cached = ngx_min(ctx->cached_tokens, ctx->prompt_tokens);
+    fresh = ctx->prompt_tokens - cached;
+
+    return fresh * m->price_input + cached * m->price_cached
+           + (uint64_t) ctx->completion_tokens * m->price_output;
+}
+
+
+/*
  * Settles the token reservation and records the metrics sample, once:
  * when the engine's answer has been handed to the output chain (the
  * upstream's finalize), so a scrape after the client saw the end always
@@ -169,10 +197,12 @@ ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         ctx->completion_tokens = ctx->streamed_tokens;
     }
 
+    ctx->cost = ngx_http_llm_cost(ctx);
+
     if (ctx->ticket_set) {
         ngx_http_llm_limit_settle(r, &ctx->ticket,
                                   ctx->prompt_tokens
-                                  + ctx->completion_tokens);
+                                  + ctx->completion_tokens, ctx->cost);
     }
 
     if (ctx->route == 0) {
@@ -187,6 +217,7 @@ ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     s.completion_tokens = ctx->completion_tokens;
     s.cached_tokens = ctx->cached_tokens;
     s.ttft = ctx->ttft;
+    s.cost = ctx->cost;
     s.duration = ngx_current_msec - ctx->start;
     s.rate_limited = (status == NGX_HTTP_TOO_MANY_REQUESTS);
     s.fallback = (ctx->fallbacks > 0);

@@ -802,6 +802,24 @@ ngx_http_llm_keys_parse_option(ngx_conf_t *cf, ngx_str_t *file,
         return NGX_OK;
     }
 
+    if (s - tok->data == 6 && ngx_strncmp(tok->data, "budget", 6) == 0) {
+
+        /* dollars with up to 6 decimals: microdollars, kept as pico */
+
+        v = ngx_atofp(opt.data, opt.len, 6);
+
+        if (v == NGX_ERROR || v > 1000000000000000LL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "%V:%ui: \"%V\" expects dollars, e.g. "
+                               "budget=25 or budget=0.50 (0: none)",
+                               file, line, tok);
+            return NGX_ERROR;
+        }
+
+        key->budget = (uint64_t) v * 1000000;
+        return NGX_OK;
+    }
+
     v = ngx_atoof(opt.data, opt.len);
 
     if (v == NGX_ERROR || v > 1000000000000000LL) {
@@ -840,7 +858,7 @@ ngx_http_llm_keys_parse_option(ngx_conf_t *cf, ngx_str_t *file,
     } else {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "%V:%ui: unknown option \"%V\" (expected "
-                           "rpm=, tpm=, quota= or models=)",
+                           "rpm=, tpm=, quota=, budget= or models=)",
                            file, line, tok);
         return NGX_ERROR;
     }
@@ -1108,4 +1126,28 @@ ngx_http_llm_keys_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/* The key of digest hash in any keys file of the configuration, or NULL. */
+
+ngx_http_llm_key_t *
+ngx_http_llm_key_by_hash(ngx_http_request_t *r, u_char *hash)
+{
+    ngx_uint_t                      i;
+    ngx_http_llm_key_t             *key;
+    ngx_http_llm_keyset_t         **ks;
+    ngx_http_llm_keys_main_conf_t  *kmcf;
+
+    kmcf = ngx_http_get_module_main_conf(r, ngx_http_llm_keys_module);
+
+    ks = kmcf->keysets.elts;
+
+    for (i = 0; i < kmcf->keysets.nelts; i++) {
+        if (ks[i] && ngx_http_llm_keys_find(ks[i], hash, &key) == NGX_OK) {
+            return key;
+        }
+    }
+
+    return NULL;
 }

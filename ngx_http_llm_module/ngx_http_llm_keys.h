@@ -59,6 +59,7 @@ typedef struct {
     uint64_t                    prompt_tokens;
     uint64_t                    completion_tokens;
     uint64_t                    cached_tokens;
+    uint64_t                    cost;      /* picodollars */
 
     uint64_t                    ttft[NGX_HTTP_LLM_TTFT_BUCKETS];
     uint64_t                    ttft_inf;  /* the +Inf bucket: count */
@@ -115,6 +116,7 @@ typedef struct {
     ngx_uint_t                  has_quota; /* never evicted when set */
 
     uint64_t                    quota_used; /* tokens, reservations included */
+    uint64_t                    spent;      /* picodollars, settled */
     uint64_t                    requests;   /* admitted, for the record */
 } ngx_http_llm_limit_node_t;
 
@@ -132,6 +134,10 @@ typedef struct {
     ngx_array_t                 keysets;   /* of ngx_http_llm_keyset_t * */
     ngx_array_t                 zones;     /* of ngx_shm_zone_t *, in order */
 } ngx_http_llm_keys_main_conf_t;
+
+
+ngx_http_llm_key_t *ngx_http_llm_key_by_hash(ngx_http_request_t *r,
+    u_char *hash);
 
 
 typedef struct {

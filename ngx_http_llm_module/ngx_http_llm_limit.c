@@ -395,7 +395,7 @@ ngx_http_llm_limit_refill(ngx_http_llm_limit_node_t *ln,
         }
     }
 
-    ln->has_quota = (key->quota != 0);
+    ln->has_quota = (key->quota != 0 || key->budget != 0);
 }
 
 
@@ -540,6 +540,7 @@ reject:
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "llm: key \"%V\" rate limited: %s", &key->name,
                   d->verdict == NGX_HTTP_LLM_DENY_QUOTA ? "quota"
+                  : d->verdict == NGX_HTTP_LLM_DENY_BUDGET ? "budget"
                   : d->verdict == NGX_HTTP_LLM_DENY_REQUESTS ? "requests/min"
                   : "tokens/min");
 
@@ -567,6 +568,11 @@ ngx_http_llm_limit_check(ngx_http_llm_limit_node_t *ln,
     /* left: what the key may still spend now, over every limit it has */
 
     *left = NGX_HTTP_LLM_UNBOUNDED;
+
+    if (key->budget && ln->spent >= key->budget) {
+        d->verdict = NGX_HTTP_LLM_DENY_BUDGET;
+        return NGX_DECLINED;
+    }
 
     if (key->quota) {
         if (ln->quota_used >= key->quota) {
@@ -686,7 +692,7 @@ ngx_http_llm_limit_take(ngx_http_llm_limit_node_t *ln,
 
 void
 ngx_http_llm_limit_settle(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
-    ngx_uint_t used_tokens)
+    ngx_uint_t used_tokens, uint64_t cost)
 {
     int64_t                        cap;
     ngx_uint_t                     reserve;
@@ -747,6 +753,7 @@ ngx_http_llm_limit_settle(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
         }
 
         ln->quota_used += used_tokens;
+        ln->spent += cost;
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
@@ -913,4 +920,23 @@ ngx_http_llm_format_duration(u_char *buf, ngx_msec_t ms)
     *p++ = 's';
 
     return p - buf;
+}
+
+
+/*
+ * Picodollars (a token at a price of N dollars per million tokens costs N
+ * microdollars per million, i.e. N * 10^6 picodollars... per token: the
+ * price in microdollars) as dollars with 9 decimals, NUL-terminated.
+ */
+
+u_char *
+ngx_http_llm_format_cost(u_char *buf, uint64_t pico)
+{
+    u_char  *p;
+
+    p = ngx_sprintf(buf, "%uL.%09uL", pico / 1000000000000ULL,
+                    (pico / 1000) % 1000000000ULL);
+    *p = '\0';
+
+    return p;
 }

@@ -33,6 +33,8 @@ static ngx_msec_t
 
 
 static void ngx_http_llm_metrics_cleanup(void *data);
+static u_char *ngx_http_llm_metrics_key_costs(ngx_http_request_t *r,
+    u_char *p, u_char *last, ngx_http_llm_zone_t *zone);
 static ngx_http_llm_model_stats_t *ngx_http_llm_metrics_model(
     ngx_http_llm_shctx_t *sh, ngx_str_t *model, ngx_uint_t claim);
 static u_char *ngx_http_llm_metrics_counts(u_char *p,
@@ -206,6 +208,7 @@ ngx_http_llm_metrics_record(ngx_http_request_t *r, ngx_http_llm_sample_t *s)
     m->prompt_tokens += s->prompt_tokens;
     m->completion_tokens += s->completion_tokens;
     m->cached_tokens += s->cached_tokens;
+    m->cost += s->cost;
 
     /* a first token may well come within the first millisecond */
 
@@ -329,7 +332,7 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
     ngx_memcpy(sh, zone->sh, sizeof(ngx_http_llm_shctx_t));
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    nmodels = 0;
+    nmodels = 1;    /* the cost lines */
 
     for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
         if (sh->models[i].len || sh->models[i].duration_inf) {
@@ -339,7 +342,7 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
 
     /* every line is below 256 bytes: labels are at most 2 * 64 + 40 */
 
-    size = 4096
+    size = 4096 + 256 * 1024       /* the keys' spend */
            + nmodels * 256 * (NGX_HTTP_LLM_METRICS_STATUSES + 1 + 3
                               + NGX_HTTP_LLM_TTFT_BUCKETS + 3
                               + NGX_HTTP_LLM_DURATION_BUCKETS + 3);
@@ -353,6 +356,7 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
 
     p = ngx_http_llm_metrics_counts(p, sh);
     p = ngx_http_llm_metrics_times(p, sh);
+    p = ngx_http_llm_metrics_key_costs(r, p, b->end - 4096, zone);
 
     p = ngx_sprintf(p, "# HELP llm_requests_in_flight Requests being "
                     "answered now, in all workers.\n"
@@ -466,6 +470,24 @@ ngx_http_llm_metrics_counts(u_char *p, ngx_http_llm_shctx_t *sh)
         p = ngx_sprintf(p, "llm_tokens_total{");
         p = ngx_http_llm_metrics_label(p, m);
         p = ngx_sprintf(p, ",kind=\"cached\"} %uL\n", m->cached_tokens);
+    }
+
+    p = ngx_sprintf(p, "# HELP llm_cost_dollars_total Spend at the models' "
+                    "price= by model.\n"
+                    "# TYPE llm_cost_dollars_total counter\n");
+
+    for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        m = &sh->models[i];
+
+        if (m->len == 0 && m->duration_inf == 0) {
+            continue;
+        }
+
+        p = ngx_sprintf(p, "llm_cost_dollars_total{");
+        p = ngx_http_llm_metrics_label(p, m);
+        p = ngx_sprintf(p, "} ");
+        p = ngx_http_llm_format_cost(p, m->cost);
+        *p++ = '\n';
     }
 
     return p;
@@ -595,6 +617,75 @@ ngx_http_llm_metrics_histogram(u_char *p, const char *name,
     p = ngx_sprintf(p, "\n%s_count{", name);
     p = ngx_http_llm_metrics_label(p, m);
     p = ngx_sprintf(p, "} %uL\n", inf);
+
+    return p;
+}
+
+
+/*
+ * llm_key_cost_dollars_total: the spend of each key of the keys files that
+ * spent anything, by its name (a key removed from the files is not
+ * listed; its spend stays in the zone with its digest).  As many as fit
+ * before last.
+ */
+
+#define NGX_HTTP_LLM_KEY_COST_LINE  (NGX_HTTP_LLM_METRICS_MODEL_LEN * 2 + 80)
+
+static u_char *
+ngx_http_llm_metrics_key_costs(ngx_http_request_t *r, u_char *p,
+    u_char *last, ngx_http_llm_zone_t *zone)
+{
+    u_char                     *hashes;
+    uint64_t                   *spent;
+    ngx_uint_t                  i, n, max;
+    ngx_queue_t                *q;
+    ngx_http_llm_key_t         *key;
+    ngx_http_llm_limit_node_t  *ln;
+
+    p = ngx_sprintf(p, "# HELP llm_key_cost_dollars_total Spend at the "
+                    "models' price= by key.\n"
+                    "# TYPE llm_key_cost_dollars_total counter\n");
+
+    max = (last > p) ? (last - p) / NGX_HTTP_LLM_KEY_COST_LINE : 0;
+
+    hashes = ngx_pnalloc(r->pool, max * 32 + 1);
+    spent = ngx_palloc(r->pool, (max + 1) * sizeof(uint64_t));
+    if (hashes == NULL || spent == NULL) {
+        return p;
+    }
+
+    n = 0;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    for (q = ngx_queue_head(&zone->sh->queue);
+         q != ngx_queue_sentinel(&zone->sh->queue) && n < max;
+         q = ngx_queue_next(q))
+    {
+        ln = ngx_queue_data(q, ngx_http_llm_limit_node_t, queue);
+
+        if (ln->spent) {
+            ngx_memcpy(hashes + n * 32, ln->hash, 32);
+            spent[n++] = ln->spent;
+        }
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+        key = ngx_http_llm_key_by_hash(r, hashes + i * 32);
+        if (key == NULL) {
+            continue;
+        }
+
+        p = ngx_sprintf(p, "llm_key_cost_dollars_total{key=\"");
+        p = (u_char *) ngx_escape_json(p, key->name.data,
+                                       ngx_min(key->name.len,
+                                               NGX_HTTP_LLM_METRICS_MODEL_LEN));
+        p = ngx_sprintf(p, "\"} ");
+        p = ngx_http_llm_format_cost(p, spent[i]);
+        *p++ = '\n';
+    }
 
     return p;
 }

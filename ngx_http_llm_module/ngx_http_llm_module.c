@@ -27,6 +27,8 @@ static char *ngx_http_llm_merge_loc_conf(ngx_conf_t *cf, void *parent,
 
 static char *ngx_http_llm_pass(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static ngx_int_t ngx_http_llm_model_price(ngx_http_llm_model_t *m,
+    ngx_str_t *value);
 static char *ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_llm_model_fallbacks(ngx_http_llm_model_t *m,
@@ -230,7 +232,9 @@ enum {
     NGX_HTTP_LLM_VAR_TTFT_MS,
     NGX_HTTP_LLM_VAR_FINISH_REASON,
     NGX_HTTP_LLM_VAR_ERROR_CODE,
-    NGX_HTTP_LLM_VAR_REQUEST_ID
+    NGX_HTTP_LLM_VAR_REQUEST_ID,
+    NGX_HTTP_LLM_VAR_COST,
+    NGX_HTTP_LLM_VAR_REQUESTED_MODEL
 };
 
 
@@ -262,6 +266,12 @@ static ngx_http_variable_t  ngx_http_llm_vars[] = {
 
     { ngx_string("llm_request_id"), NULL, ngx_http_llm_variable,
       NGX_HTTP_LLM_VAR_REQUEST_ID, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("llm_cost"), NULL, ngx_http_llm_variable,
+      NGX_HTTP_LLM_VAR_COST, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("llm_requested_model"), NULL, ngx_http_llm_variable,
+      NGX_HTTP_LLM_VAR_REQUESTED_MODEL, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -298,6 +308,28 @@ ngx_http_llm_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     case NGX_HTTP_LLM_VAR_MODEL:
         s = ctx->model_name.len ? ctx->model_name : ctx->requested;
         goto string;
+
+    case NGX_HTTP_LLM_VAR_REQUESTED_MODEL:
+        s = ctx->requested;
+        goto string;
+
+    case NGX_HTTP_LLM_VAR_COST:
+        if (ctx->model == NULL || !ctx->model->priced || !ctx->recorded) {
+            goto dash;
+        }
+
+        p = ngx_pnalloc(r->pool, 32);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        v->len = ngx_http_llm_format_cost(p, ctx->cost) - p;
+        v->data = p;
+        v->valid = 1;
+        v->no_cacheable = 1;
+        v->not_found = 0;
+
+        return NGX_OK;
 
     case NGX_HTTP_LLM_VAR_FINISH_REASON:
         s = ctx->finish_reason;
@@ -821,6 +853,48 @@ ngx_http_llm_model_fallbacks(ngx_http_llm_model_t *m, ngx_str_t *value)
 
 
 /*
+ * price=IN,CACHED,OUT of llm_model: dollars per million tokens with up to
+ * six decimals, kept in microdollars per million (picodollars per token).
+ */
+
+static ngx_int_t
+ngx_http_llm_model_price(ngx_http_llm_model_t *m, ngx_str_t *value)
+{
+    u_char      *p, *last, *s;
+    uint64_t    *price[3];
+    ngx_int_t    v;
+    ngx_uint_t   i;
+
+    price[0] = &m->price_input;
+    price[1] = &m->price_cached;
+    price[2] = &m->price_output;
+
+    p = value->data + 6;
+    last = value->data + value->len;
+
+    for (i = 0; i < 3; i++) {
+        s = p;
+
+        while (p < last && *p != ',') {
+            p++;
+        }
+
+        v = ngx_atofp(s, p - s, 6);
+        if (v == NGX_ERROR || (i < 2) != (p < last)) {
+            return NGX_ERROR;
+        }
+
+        *price[i] = (uint64_t) v;
+        p++;
+    }
+
+    m->priced = 1;
+
+    return NGX_OK;
+}
+
+
+/*
  * llm_model NAME upstream=U | provider=P [remote_model=R] [alias=A]...
  *     [fallback=M[,M2...]] [ttft=TIME]
  */
@@ -917,6 +991,19 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
             m->remote_model.data = value[i].data + 13;
             m->remote_model.len = value[i].len - 13;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "price=", 6) == 0) {
+            if (ngx_http_llm_model_price(m, &value[i]) != NGX_OK) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "llm_model \"%V\": \"%V\" expects "
+                                   "price=INPUT,CACHED_INPUT,OUTPUT in "
+                                   "dollars per million tokens, e.g. "
+                                   "price=2,0.5,8", &m->name, &value[i]);
+                return NGX_CONF_ERROR;
+            }
+
             continue;
         }
 

@@ -86,6 +86,7 @@ typedef enum {
     NGX_HTTP_LLM_DENY_BAD_KEY,     /* 401 invalid_api_key, masked */
     NGX_HTTP_LLM_DENY_ZONE_FULL,   /* 503: the zone cannot track the key */
     NGX_HTTP_LLM_DENY_QUOTA,       /* 429 insufficient_quota */
+    NGX_HTTP_LLM_DENY_BUDGET,      /* 429 insufficient_quota: spend */
     NGX_HTTP_LLM_DENY_REQUESTS,    /* 429 rate_limit_exceeded, requests */
     NGX_HTTP_LLM_DENY_TOKENS       /* 429 rate_limit_exceeded, tokens */
 } ngx_http_llm_verdict_e;
@@ -111,6 +112,8 @@ struct ngx_http_llm_key_s {
     ngx_uint_t                  rpm;       /* requests/min, 0: unlimited */
     ngx_uint_t                  tpm;       /* tokens/min, 0: unlimited */
     uint64_t                    quota;     /* total tokens, 0: none */
+    uint64_t                    budget;    /* total spend, picodollars;
+                                              0: none */
     ngx_array_t                *models;    /* of ngx_str_t; NULL: all */
     ngx_uint_t                  index;     /* position in the keys file */
 };
@@ -172,7 +175,10 @@ ngx_int_t ngx_http_llm_limit_admit(ngx_http_request_t *r,
 
 /* Replaces the reservation with the tokens actually used.  Idempotent. */
 void ngx_http_llm_limit_settle(ngx_http_request_t *r,
-    ngx_http_llm_ticket_t *t, ngx_uint_t used_tokens);
+    ngx_http_llm_ticket_t *t, ngx_uint_t used_tokens, uint64_t cost);
+
+/* Picodollars as dollars ("0.000123450"); buf holds 32 bytes. */
+u_char *ngx_http_llm_format_cost(u_char *buf, uint64_t pico);
 
 /* Adds the six x-ratelimit-* response headers from t. */
 ngx_int_t ngx_http_llm_limit_headers(ngx_http_request_t *r,
@@ -199,6 +205,7 @@ typedef struct {
     ngx_uint_t                  completion_tokens;
     ngx_uint_t                  cached_tokens;
     ngx_msec_t                  ttft;      /* first token, 0 if none */
+    uint64_t                    cost;      /* picodollars */
     ngx_msec_t                  duration;
     unsigned                    rate_limited:1;
     unsigned                    fallback:1;
@@ -353,6 +360,13 @@ struct ngx_http_llm_model_s {
     ngx_http_llm_provider_t       *provider;  /* NULL: llm-engine */
     ngx_str_t                      remote_model;  /* the provider's name */
     ngx_msec_t                     ttft;       /* first token deadline */
+
+    /* price=: dollars per million tokens, in microdollars (so a token
+     * costs that many picodollars) */
+    uint64_t                       price_input;
+    uint64_t                       price_cached;
+    uint64_t                       price_output;
+    unsigned                       priced:1;
 };
 
 
@@ -470,6 +484,7 @@ struct ngx_http_llm_ctx_s {
     ngx_uint_t                     completion_tokens;
     ngx_uint_t                     cached_tokens;
     ngx_uint_t                     streamed_tokens;  /* counted in deltas */
+    uint64_t                       cost;       /* picodollars, at record */
     ngx_str_t                      finish_reason;
     ngx_str_t                      error_code;
     ngx_msec_t                     start;

@@ -1037,6 +1037,17 @@ ngx_http_llm_start_response(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_type_lowcase = NULL;
 
+    if (ctx->model_name.len) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "x-llm-model");
+        h->value = ctx->model_name;
+    }
+
     if (ctx->fallbacks) {
         h = ngx_list_push(&r->headers_out.headers);
         if (h == NULL) {

@@ -75,13 +75,15 @@ print $kf "sk-fake-provider-key\n";
 close $kf;
 
 my ($key, $line) = LlmKeys::new_key('alice', quota => 100000);
-LlmKeys::write_keys($t, $line);
+my ($bkey, $bline) = LlmKeys::new_key('bob');
+LlmKeys::write_keys($t, $line, "$bline budget=0.0001");
 my %auth = (Authorization => "Bearer $key");
 my $pport = $p->port;
 
 my $conf = <<"EOF";
     log_format llm '\$status model=\$llm_model prompt=\$llm_prompt_tokens '
-                   'completion=\$llm_completion_tokens';
+                   'completion=\$llm_completion_tokens cost=\$llm_cost '
+                   'asked=\$llm_requested_model';
     access_log $d/llm.log llm;
     llm_zone llm 1m;
     llm_keys $d/keys;
@@ -98,7 +100,7 @@ my $conf = <<"EOF";
     llm_model bad-cert provider=wrongname remote_model=tiny;
     llm_model local upstream=eng;
     llm_model dead-local upstream=dead fallback=remote-tiny;
-    llm_model fake-ok provider=fake remote_model=ok;
+    llm_model fake-ok provider=fake remote_model=ok price=2,0.5,8;
     llm_model fake-nousage provider=fake remote_model=nousage;
     llm_model fake-500 provider=fake remote_model=status-500 fallback=local;
     llm_model fake-429 provider=fake remote_model=status-429 fallback=local;
@@ -111,6 +113,7 @@ my $conf = <<"EOF";
     server {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { llm_api on; }
+        location = /metrics { llm_metrics; }
     }
 EOF
 $t->start_nginx($conf, main => "worker_rlimit_core 500m; working_directory $d;");
@@ -190,6 +193,7 @@ $r = $t->post('/v1/chat/completions', chat('dead-local'), %auth);
 is($r->{status}, 200, 'dead local: 200');
 is($r->{json}{model}, 'remote-tiny', 'dead local: provider answered');
 is($r->{headers}{'x-llm-fallback'}, 'remote-tiny', 'dead local: header');
+is($r->{headers}{'x-llm-model'}, 'remote-tiny', 'dead local: x-llm-model');
 
 for my $m (qw(fake-500 fake-429 fake-garbage)) {
     $r = $t->post('/v1/chat/completions', chat($m), %auth);
@@ -269,6 +273,32 @@ like($log, qr/200 model=remote-tiny prompt=$remote_usage->{prompt_tokens} (?#
      "the provider's usage is logged");
 like($log, qr/200 model=fake-ok prompt=11 completion=3/,
      'fake usage logged');
+
+like($log, qr/200 model=fake-ok prompt=11 completion=3 cost=0\.000043000 (?#
+     )asked=fake-ok/, '\$llm_cost: 9 x \$2 + 2 x \$0.5 + 3 x \$8 per M');
+like($log, qr/200 model=local .* asked=fake-500/,
+     'the asked and the served model are logged');
+like($log, qr/cost=- asked=remote-tiny/, 'no price: cost "-"');
+
+# a budget in dollars: spent at the price, refused once spent
+
+my @st;
+for (1 .. 4) {
+    $r = $t->post('/v1/chat/completions', chat('fake-ok'),
+                  Authorization => "Bearer $bkey");
+    push @st, $r->{status};
+}
+is("@st", '200 200 200 429', 'budget \$0.0001: three requests of \$0.000043');
+is($r->{json}{error}{code}, 'insufficient_quota', 'budget: insufficient_quota');
+like($r->{json}{error}{message}, qr/budget \$0\.000100000 spent/,
+     'budget: the message says so');
+
+$r = $t->get('/metrics');
+my ($mc) = $r->{content} =~ /^llm_cost_dollars_total\{model="fake-ok"\} (\S+)$/m;
+ok(defined $mc && abs($mc - (0.000043 * 5 + 0.000014)) < 1e-9,
+   "metrics: cost by model, 5 chats + 7 embedding tokens (@{[ $mc // 'none' ]})");
+like($r->{content}, qr/^llm_key_cost_dollars_total\{key="bob"\} (?#
+     )0\.000129000$/m, 'metrics: cost by key');
 
 $fp->stop;
 $p->stop_nginx;
