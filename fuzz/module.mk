@@ -17,7 +17,7 @@ NGX_INCS  := -I$(NGX_TREE)/src/core -I$(NGX_TREE)/src/event \
 # nginx's own warning flags (auto/cc/clang)
 NGX_CFLAGS := $(OPT) -pipe -Wall -Wextra -Wpointer-arith \
               -Wconditional-uninitialized -Wno-unused-parameter -Werror
-NGX_LIBS  := -ldl -lpthread -lcrypt -lpcre2-8 -lz -lprotobuf-c -ljansson \
+NGX_LIBS  := -ldl -lpthread -lcrypt -lpcre2-8 -lz -lprotobuf-c -ljansson -lhiredis \
              -lcrypto
 
 .PHONY: nginx

@@ -256,6 +256,12 @@ ngx_http_llm_send_denial(ngx_http_request_t *r, ngx_http_llm_decision_t *d,
 
     switch (d->verdict) {
 
+    case NGX_HTTP_LLM_DENY_STORE:
+        return ngx_http_llm_send_errorf(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                   "server_error", "limit_store_unavailable", NULL,
+                   "The gateway cannot check the limits of key \"%V\" "
+                   "now; please retry.", &d->key->name);
+
     case NGX_HTTP_LLM_DENY_NO_KEY:
         return ngx_http_llm_send_errorf(r, NGX_HTTP_UNAUTHORIZED,
                    "invalid_request_error", NULL, NULL,

@@ -643,11 +643,51 @@ ngx_http_llm_body_handler(ngx_http_request_t *r)
         return;
     }
 
+    /* the fleet's limits (llm_limit_store): resumes when Redis answers */
+
+    if (ngx_http_llm_store_admit(r, ctx) == NGX_AGAIN) {
+        return;
+    }
+
     rc = ngx_http_llm_upstream_start(r, ctx);
     if (rc != NGX_OK) {
         ngx_http_finalize_request(r, rc);
         return;
     }
+}
+
+
+/*
+ * The fleet's decision on a request the gateway admitted: the engine
+ * exchange starts, or the refusal is sent and the gateway's own
+ * reservation given back.  Finalizes the request itself.
+ */
+
+void
+ngx_http_llm_resume(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_decision_t *d)
+{
+    ngx_int_t  rc;
+
+    if (d->verdict == NGX_HTTP_LLM_ALLOW) {
+        rc = ngx_http_llm_upstream_start(r, ctx);
+
+        if (rc != NGX_OK) {
+            ngx_http_finalize_request(r, rc);
+        }
+
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "llm: key \"%V\" refused by the fleet's limits",
+                  &ctx->key->name);
+
+    ngx_http_llm_limit_settle(r, &ctx->ticket, 0, 0);
+    ctx->ticket_set = 0;
+
+    ngx_http_finalize_request(r, ngx_http_llm_send_denial(r, d,
+                                                          &ctx->ticket));
 }
 
 

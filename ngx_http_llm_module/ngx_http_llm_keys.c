@@ -91,6 +91,13 @@ static ngx_command_t  ngx_http_llm_keys_commands[] = {
       0,
       NULL },
 
+    { ngx_string("llm_limit_store"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_llm_limit_store,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("llm_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_llm_metrics,
@@ -127,7 +134,7 @@ ngx_module_t  ngx_http_llm_keys_module = {
     NULL,                                  /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_llm_store_exit,               /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -808,10 +815,11 @@ ngx_http_llm_keys_parse_option(ngx_conf_t *cf, ngx_str_t *file,
 
         v = ngx_atofp(opt.data, opt.len, 6);
 
-        if (v == NGX_ERROR || v > 1000000000000000LL) {
+        if (v == NGX_ERROR || v > 9000000000000LL) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "%V:%ui: \"%V\" expects dollars, e.g. "
-                               "budget=25 or budget=0.50 (0: none)",
+                               "%V:%ui: \"%V\" expects dollars up to "
+                               "9000000, e.g. budget=25 or budget=0.50 "
+                               "(0: none)",
                                file, line, tok);
             return NGX_ERROR;
         }

@@ -133,6 +133,7 @@ typedef struct {
 typedef struct {
     ngx_array_t                 keysets;   /* of ngx_http_llm_keyset_t * */
     ngx_array_t                 zones;     /* of ngx_shm_zone_t *, in order */
+    struct ngx_http_llm_store_conf_s  *store;  /* llm_limit_store */
 } ngx_http_llm_keys_main_conf_t;
 
 

@@ -758,6 +758,8 @@ ngx_http_llm_limit_settle(ngx_http_request_t *r, ngx_http_llm_ticket_t *t,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
+    ngx_http_llm_store_settle(r, t, used_tokens, cost);
+
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "llm limit: key \"%V\" settled %ui of %ui reserved",
                    &key->name, used_tokens, t->reserved);

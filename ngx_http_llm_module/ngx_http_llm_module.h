@@ -85,6 +85,7 @@ typedef enum {
     NGX_HTTP_LLM_DENY_NO_KEY,      /* 401: no key presented */
     NGX_HTTP_LLM_DENY_BAD_KEY,     /* 401 invalid_api_key, masked */
     NGX_HTTP_LLM_DENY_ZONE_FULL,   /* 503: the zone cannot track the key */
+    NGX_HTTP_LLM_DENY_STORE,       /* 503: llm_limit_store unavailable */
     NGX_HTTP_LLM_DENY_QUOTA,       /* 429 insufficient_quota */
     NGX_HTTP_LLM_DENY_BUDGET,      /* 429 insufficient_quota: spend */
     NGX_HTTP_LLM_DENY_REQUESTS,    /* 429 rate_limit_exceeded, requests */
@@ -141,6 +142,9 @@ typedef struct {
     ngx_uint_t                  tok_reserved;  /* of them, taken from tpm */
     ngx_uint_t                  out_cap;   /* output tokens allowed, 0: any */
     ngx_uint_t                  settled;   /* 1 once settled */
+    unsigned                    fleet:1;   /* settles in llm_limit_store */
+    unsigned                    fleet_reserved:1;  /* reserved there too */
+    time_t                      fleet_minute;  /* its window */
 
     /* values for the x-ratelimit-* headers, filled at admission */
     ngx_uint_t                  limit_requests;
@@ -179,6 +183,13 @@ void ngx_http_llm_limit_settle(ngx_http_request_t *r,
 
 /* Picodollars as dollars ("0.000123450"); buf holds 32 bytes. */
 u_char *ngx_http_llm_format_cost(u_char *buf, uint64_t pico);
+
+/* The fleet's limits in Redis (ngx_http_llm_store.c). */
+char *ngx_http_llm_limit_store(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+void ngx_http_llm_store_exit(ngx_cycle_t *cycle);
+void ngx_http_llm_store_settle(ngx_http_request_t *r,
+    ngx_http_llm_ticket_t *t, ngx_uint_t used_tokens, uint64_t cost);
 
 /* Adds the six x-ratelimit-* response headers from t. */
 ngx_int_t ngx_http_llm_limit_headers(ngx_http_request_t *r,
@@ -548,6 +559,10 @@ struct ngx_http_llm_ctx_s {
 
 /* ngx_http_llm_handler.c */
 ngx_int_t ngx_http_llm_handler(ngx_http_request_t *r);
+ngx_int_t ngx_http_llm_store_admit(ngx_http_request_t *r,
+    ngx_http_llm_ctx_t *ctx);
+void ngx_http_llm_resume(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
+    ngx_http_llm_decision_t *d);
 ngx_http_llm_ctx_t *ngx_http_llm_get_ctx(ngx_http_request_t *r);
 u_char *ngx_http_llm_request_id(ngx_http_llm_ctx_t *ctx);
 ngx_table_elt_t *ngx_http_llm_find_header(ngx_http_request_t *r,
