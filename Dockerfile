@@ -21,7 +21,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
         ca-certificates gcc make pkg-config nginx nginx-dev \
         libprotobuf-c-dev protobuf-c-compiler libjansson-dev libpcre2-dev \
-        liburing-dev libssl-dev zlib1g-dev \
+        liburing-dev libssl-dev zlib1g-dev libhiredis-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # what ./build.sh compiles (the other files do not invalidate this layer)
@@ -39,6 +39,7 @@ RUN ./build.sh \
 FROM debian:bookworm-slim
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
         nginx libprotobuf-c1 libjansson4 libpcre2-8-0 liburing2 libssl3 \
+        libhiredis0.14 \
         tini \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/bin/ /usr/local/bin/
