@@ -166,6 +166,7 @@ ngx_http_llm_add_backends(ngx_http_llm_main_conf_t *mcf,
             be->addr = &us[i].addrs[j];
             be->upstream = uscf;
             be->timeout = 1000;
+            be->auth = mcf->engine_auth;
         }
     }
 
@@ -409,10 +410,11 @@ ngx_http_llm_probe(ngx_http_llm_backend_t *be, ngx_log_t *log)
 static void
 ngx_http_llm_probe_write(ngx_event_t *wev)
 {
-    /* Request{info{}}: field 2, length 0, framed */
-    static u_char  req[] = { 0, 0, 0, 2, 0x12, 0x00 };
-
+    u_char                   req[16 + NGX_HTTP_LLM_AUTH_MAX];
+    size_t                   len;
     ssize_t                  n;
+    Llm__Request             rq = LLM__REQUEST__INIT;
+    Llm__InfoRequest         info = LLM__INFO_REQUEST__INIT;
     ngx_connection_t        *c;
     ngx_http_llm_backend_t  *be;
 
@@ -423,7 +425,18 @@ ngx_http_llm_probe_write(ngx_event_t *wev)
         return;
     }
 
-    n = c->send(c, req, sizeof(req));
+    rq.kind_case = LLM__REQUEST__KIND_INFO;
+    rq.info = &info;
+    rq.auth = be->auth;
+
+    len = llm__request__get_packed_size(&rq);
+    req[0] = (u_char) (len >> 24);
+    req[1] = (u_char) (len >> 16);
+    req[2] = (u_char) (len >> 8);
+    req[3] = (u_char) len;
+    len = 4 + llm__request__pack(&rq, req + 4);
+
+    n = c->send(c, req, len);
 
     if (n == NGX_AGAIN) {
         if (ngx_handle_write_event(wev, 0) != NGX_OK) {
@@ -432,7 +445,7 @@ ngx_http_llm_probe_write(ngx_event_t *wev)
         return;
     }
 
-    if (n != (ssize_t) sizeof(req)) {
+    if (n != (ssize_t) len) {
         ngx_http_llm_probe_done(be, "send failed");
         return;
     }
@@ -592,4 +605,89 @@ ngx_http_llm_probe_done(ngx_http_llm_backend_t *be, const char *error)
 
     be->up = (ngx_strcmp(be->load_state, "draining") != 0);
     be->error[0] = '\0';
+}
+
+
+/*
+ * llm_engine_auth_file FILE: the secret engines on TCP want (llm-engine
+ * --auth-file), sent on every frame.  Its first line, blanks trimmed;
+ * printable ASCII, at most NGX_HTTP_LLM_AUTH_MAX bytes.
+ */
+
+char *
+ngx_http_llm_engine_auth_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_llm_main_conf_t *mcf = conf;
+
+    u_char      *buf, *s, *e, *q;
+    ssize_t      n;
+    ngx_str_t   *value, file;
+    ngx_file_t   f;
+
+    if (mcf->engine_auth[0] != '\0') {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    file = value[1];
+
+    if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&f, sizeof(ngx_file_t));
+    f.name = file;
+    f.log = cf->log;
+    f.fd = ngx_open_file(file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+
+    if (f.fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "llm_engine_auth_file: cannot open \"%V\"",
+                           &file);
+        return NGX_CONF_ERROR;
+    }
+
+    buf = ngx_pnalloc(cf->pool, 4096 + 1);
+    if (buf == NULL) {
+        (void) ngx_close_file(f.fd);
+        return NGX_CONF_ERROR;
+    }
+
+    n = ngx_read_file(&f, buf, 4096, 0);
+    (void) ngx_close_file(f.fd);
+
+    if (n == NGX_ERROR) {
+        return NGX_CONF_ERROR;
+    }
+
+    s = buf;
+    e = buf + n;
+
+    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')) {
+        s++;
+    }
+
+    for (q = s; q < e && *q != '\r' && *q != '\n'; q++) { /* void */ }
+
+    while (q > s && (q[-1] == ' ' || q[-1] == '\t')) {
+        q--;
+    }
+
+    *q = '\0';
+
+    for (e = s; e < q && *e > 0x20 && *e < 0x7f; e++) { /* void */ }
+
+    if (q == s || e < q || q - s > NGX_HTTP_LLM_AUTH_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "llm_engine_auth_file \"%V\": expected one line "
+                           "of 1 to %d visible ASCII characters", &file,
+                           NGX_HTTP_LLM_AUTH_MAX);
+        return NGX_CONF_ERROR;
+    }
+
+    mcf->engine_auth = (char *) s;
+
+    (void) cmd;
+
+    return NGX_CONF_OK;
 }

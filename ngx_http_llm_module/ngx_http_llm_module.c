@@ -83,6 +83,13 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("llm_engine_auth_file"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_llm_engine_auth_file,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("llm_provider"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
       ngx_http_llm_provider,
@@ -470,6 +477,7 @@ ngx_http_llm_create_main_conf(ngx_conf_t *cf)
     }
 
     mcf->info_cache = NGX_CONF_UNSET_MSEC;
+    mcf->engine_auth = "";
 
     return mcf;
 }

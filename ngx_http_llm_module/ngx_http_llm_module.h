@@ -304,6 +304,7 @@ typedef struct {
     ngx_addr_t                    *addr;
     ngx_http_upstream_srv_conf_t  *upstream;
     ngx_msec_t                     timeout;
+    char                          *auth;       /* the engines' secret */
 
     /* the probe in flight */
     ngx_peer_connection_t          pc;
@@ -394,6 +395,8 @@ typedef struct {
     ngx_array_t                    passes;     /* llm_pass upstreams */
     ngx_array_t                    registered; /* upstreams with backends */
     ngx_array_t                    providers;  /* of ngx_http_llm_provider_t */
+    char                          *engine_auth;  /* llm_engine_auth_file:
+                                                    the secret; "" none */
     ngx_msec_t                     info_cache;
     ngx_shm_zone_t                *responses_store;  /* NULL: off */
     time_t                         responses_ttl;
@@ -415,6 +418,9 @@ typedef struct {
     ngx_uint_t                     nbackends;
 } ngx_http_llm_loc_conf_t;
 
+
+/* The longest engine secret (llm_engine_auth_file). */
+#define NGX_HTTP_LLM_AUTH_MAX  256
 
 /* The length of a string literal. */
 #define ngx_http_llm_len(s)  (sizeof(s) - 1)
@@ -630,6 +636,10 @@ ngx_int_t ngx_http_llm_upstream_error(ngx_http_request_t *r,
 ngx_int_t ngx_http_llm_input_filter_init(void *data);
 void ngx_http_llm_arm_read(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx);
 void ngx_http_llm_arm_ttft(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx);
+
+/* ngx_http_llm_backend.c: llm_engine_auth_file */
+char *ngx_http_llm_engine_auth_file(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* ngx_http_llm_provider.c */
 char *ngx_http_llm_provider(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -2547,6 +2547,9 @@ ngx_http_llm_encode(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     req.kind_case = LLM__REQUEST__KIND_GENERATE;
     req.generate = ctx->gen;
+    req.auth = ((ngx_http_llm_main_conf_t *)
+                ngx_http_get_module_main_conf(r, ngx_http_llm_module))
+               ->engine_auth;
 
     len = llm__request__get_packed_size(&req);
 

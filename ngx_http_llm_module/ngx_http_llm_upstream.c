@@ -1768,7 +1768,7 @@ static ngx_int_t
 ngx_http_llm_send_control(ngx_http_request_t *r, ngx_connection_t *c,
     Llm__Request__KindCase kind)
 {
-    u_char              buf[16];
+    u_char              buf[16 + NGX_HTTP_LLM_AUTH_MAX];
     size_t              len;
     ssize_t             n;
     Llm__Request        req = LLM__REQUEST__INIT;
@@ -1776,6 +1776,9 @@ ngx_http_llm_send_control(ngx_http_request_t *r, ngx_connection_t *c,
     Llm__CancelRequest  cancel = LLM__CANCEL_REQUEST__INIT;
 
     req.kind_case = kind;
+    req.auth = ((ngx_http_llm_main_conf_t *)
+                ngx_http_get_module_main_conf(r, ngx_http_llm_module))
+               ->engine_auth;
 
     if (kind == LLM__REQUEST__KIND_PING) {
         req.ping = &ping;

@@ -25,6 +25,10 @@
 #include <jansson.h>
 
 #include "llm.pb-c.h"
+#include "readfile.h"
+
+/* --auth-file: the engine's shared secret, sent on every frame */
+static const char  *g_auth;
 
 static void
 usage(FILE *f)
@@ -58,6 +62,8 @@ usage(FILE *f)
 "  --disconnect-after K     close the connection after K deltas (exit 0)\n"
 "  --raw HEX                send these bytes instead of a request\n"
 "  --half-close             shut down the write side after sending\n"
+"  --auth-file F            send the engine's shared secret (its first\n"
+"                           line) with every request\n"
 "  --text                   print only the text of the deltas, then a\n"
 "                           newline (events other than delta as JSON)\n"
 "  --timeout S              give up after S seconds (default 120)\n"
@@ -460,11 +466,19 @@ write_all(int fd, const void *p, size_t n)
 }
 
 static int
-send_request(int fd, const Llm__Request *rq)
+send_request(int fd, const Llm__Request *req)
 {
-    size_t   n = llm__request__get_packed_size(rq);
-    uint8_t *b = malloc(n + 4);
-    int      rc;
+    Llm__Request  rqa = *req;
+    Llm__Request *rq = &rqa;
+    size_t        n;
+    uint8_t      *b;
+    int           rc;
+
+    if (g_auth != NULL) {
+        rqa.auth = (char *) g_auth;     /* the engine's --auth-file secret */
+    }
+    n = llm__request__get_packed_size(rq);
+    b = malloc(n + 4);
 
     if (b == NULL) {
         return -1;
@@ -743,10 +757,11 @@ run(int argc, char **argv)
     enum {
         O_SOCKET = 1, O_TCP, O_INFO, O_TOKENIZE, O_ADDSP, O_PARSESP,
         O_DETOK, O_FILE, O_REPEAT, O_DISC, O_RAW, O_HALF, O_TEXT, O_TIMEOUT,
-        O_BENCH, O_START, O_HELP
+        O_BENCH, O_START, O_AUTH, O_HELP
     };
     static const struct option lo[] = {
         { "socket", 1, 0, O_SOCKET }, { "tcp", 1, 0, O_TCP },
+        { "auth-file", 1, 0, O_AUTH },
         { "info", 0, 0, O_INFO }, { "tokenize", 1, 0, O_TOKENIZE },
         { "add-special", 0, 0, O_ADDSP }, { "parse-special", 0, 0, O_PARSESP },
         { "detokenize", 1, 0, O_DETOK }, { "file", 1, 0, O_FILE },
@@ -773,6 +788,23 @@ run(int argc, char **argv)
         switch (o) {
         case O_SOCKET: sock = optarg; break;
         case O_TCP: tcp = optarg; break;
+        case O_AUTH: {
+            char   *sec, *e;
+            size_t  len;
+
+            sec = llm_read_file(optarg, &len);
+            if (sec == NULL) {
+                fprintf(stderr, "llm-client: --auth-file %s: %s\n", optarg,
+                        strerror(errno));
+                return 2;
+            }
+            e = strpbrk(sec, "\r\n");
+            if (e != NULL) {
+                *e = '\0';
+            }
+            g_auth = sec;
+            break;
+        }
         case O_INFO: info = 1; break;
         case O_TOKENIZE: tok_text = optarg; break;
         case O_ADDSP: add_sp = 1; break;

@@ -27,6 +27,7 @@
 #include "template/template.h"
 #include "text/tokenizer.h"
 #include "decode/reasoning.h"
+#include "readfile.h"
 #include "decode/toolcall.h"
 
 #define LLM_MAX_ALIASES  32
@@ -44,7 +45,13 @@ usage(FILE *f)
 "  --socket PATH         Unix socket to listen on, created mode 0660; a\n"
 "                        stale socket file is replaced only if nothing\n"
 "                        listens on it\n"
-"  --listen HOST:PORT    also listen on TCP (engines on other hosts)\n"
+"  --listen HOST:PORT    also listen on TCP (engines on other hosts); on\n"
+"                        a non-loopback address only with --auth-file\n"
+"                        (or --insecure-listen)\n"
+"  --auth-file FILE      the shared secret (the file's first line) every\n"
+"                        TCP connection must send first (nginx:\n"
+"                        llm_engine_auth_file)\n"
+"  --insecure-listen     allow --listen on any address without a secret\n"
 "  --threads N           forward-pass threads (default: online CPUs)\n"
 "  --max-batch B         sequences decoded together (default 64)\n"
 "  --ctx C               context window per request (default: the\n"
@@ -369,6 +376,44 @@ parse_u32(const char *opt, const char *s, uint32_t min, uint32_t *v)
     return 0;
 }
 
+/*
+ * The shared secret of --auth-file: its first line, surrounding blanks
+ * removed; NULL with the reason printed when it is missing or empty.
+ */
+static char *
+llm_engine_secret(const char *path)
+{
+    char    *buf, *s, *e;
+    size_t   len;
+
+    buf = llm_read_file(path, &len);
+    if (buf == NULL) {
+        fprintf(stderr, "llm-engine: --auth-file %s: %s\n", path,
+                strerror(errno));
+        return NULL;
+    }
+    s = buf;
+    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') {
+        s++;
+    }
+    e = s;
+    while (*e != '\0' && *e != '\r' && *e != '\n') {
+        e++;
+    }
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) {
+        e--;
+    }
+    *e = '\0';
+    if (*s == '\0') {
+        fprintf(stderr, "llm-engine: --auth-file %s: the file holds no "
+                "secret\n", path);
+        free(buf);
+        return NULL;
+    }
+    memmove(buf, s, (size_t) (e - s) + 1);
+    return buf;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -376,7 +421,8 @@ main(int argc, char **argv)
         O_MODEL = 1, O_SOCKET, O_LISTEN, O_THREADS, O_MAXBATCH, O_CTX,
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
         O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
-        O_RSNFMT, O_SWAFULL, O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC, O_HELP
+        O_RSNFMT, O_SWAFULL, O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC,
+        O_AUTH, O_INSECURE, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -396,9 +442,13 @@ main(int argc, char **argv)
         { "swa-full", 0, 0, O_SWAFULL },
         { "embeddings", 0, 0, O_EMBD }, { "pooling", 1, 0, O_POOLING },
         { "embd-truncate", 0, 0, O_EMBDTRUNC },
+        { "auth-file", 1, 0, O_AUTH }, { "insecure-listen", 0, 0, O_INSECURE },
         { "help", 0, 0, O_HELP }, { 0, 0, 0, 0 }
     };
     const char         *model_path = NULL, *sock = NULL, *listen_on = NULL;
+    const char         *auth_file = NULL;
+    char               *auth = NULL;
+    int                 insecure_listen = 0;
     const char         *name = NULL, *aliases[LLM_MAX_ALIASES];
     uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
     uint32_t            block_tokens = 16, step_tokens = 0;
@@ -448,6 +498,8 @@ main(int argc, char **argv)
         case O_EMBDTRUNC: embd_trunc = 1; break;
         case O_SOCKET: sock = optarg; break;
         case O_LISTEN: listen_on = optarg; break;
+        case O_AUTH: auth_file = optarg; break;
+        case O_INSECURE: insecure_listen = 1; break;
         case O_THREADS:
             if (parse_u32("--threads", optarg, 1, &threads)) return 2;
             break;
@@ -767,9 +819,15 @@ main(int argc, char **argv)
         llm_log(LLM_LOG_WARN, "%s", llm_simd_note());
     }
 
+    if (auth_file != NULL && (auth = llm_engine_secret(auth_file)) == NULL) {
+        return 2;
+    }
+
     memset(&sc, 0, sizeof(sc));
     sc.socket_path = sock;
     sc.listen = listen_on;
+    sc.auth = auth;
+    sc.insecure_listen = insecure_listen;
     sc.max_frame = max_frame;
     sc.wbuf_high = (size_t) wbuf_kb << 10;
     sc.drain_timeout = drain;

@@ -34,6 +34,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
+#include <openssl/crypto.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -87,6 +88,7 @@ struct llm_conn_s {
     int           fd;
     llm_server_t *srv;
     uint64_t      id;
+    int           need_auth;       /* TCP, until a frame brings the secret */
     llm_conn_t   *prev, *next;
 
     /* the frame being read */
@@ -1133,6 +1135,49 @@ llm_srv_cancel(llm_conn_t *c)
     c->req = NULL;
 }
 
+/*
+ * The secret's comparison, in time that does not tell how much of it a
+ * guess got (OpenSSL's CRYPTO_memcmp; only the length may show).
+ */
+static int
+llm_secret_equal(const char *guess, const char *secret)
+{
+    size_t  lg = strlen(guess), ls = strlen(secret);
+
+    if (lg != ls || ls == 0) {
+        (void) CRYPTO_memcmp(secret, secret, ls);
+        return 0;
+    }
+    return CRYPTO_memcmp(guess, secret, ls) == 0;
+}
+
+/*
+ * A TCP connection's first frame must bring the engine's secret
+ * (--auth-file): 1 when it may go on, else the connection is refused
+ * (an Error the gateway treats as the engine's failure) and closed.
+ */
+static int
+llm_conn_authorize(llm_conn_t *c, const Llm__Request *rq)
+{
+    if (!c->need_auth) {
+        return 1;
+    }
+    if (rq->auth != NULL && llm_secret_equal(rq->auth, c->srv->c.auth)) {
+        c->need_auth = 0;
+        return 1;
+    }
+    llm_log(LLM_LOG_WARN, "connection %llu: refused: %s",
+            (unsigned long long) c->id,
+            rq->auth && rq->auth[0] ? "wrong secret"
+                                    : "no secret (see --auth-file)");
+    llm_conn_error(c, LLM_ERR_INTERNAL, NULL,
+                   "authentication failed: this engine needs its shared "
+                   "secret on TCP (llm-engine --auth-file; nginx: "
+                   "llm_engine_auth_file)");
+    c->closing = 1;
+    return 0;
+}
+
 static void
 llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
 {
@@ -1146,6 +1191,10 @@ llm_conn_frame(llm_conn_t *c, const uint8_t *p, size_t n)
                        "bad frame: %zu bytes that do not decode as an "
                        "llm.Request", n);
         c->closing = 1;
+        return;
+    }
+    if (!llm_conn_authorize(c, rq)) {
+        llm__request__free_unpacked(rq, NULL);
         return;
     }
     if (rq->kind_case == LLM__REQUEST__KIND_CANCEL) {
@@ -1463,6 +1512,24 @@ llm_srv_listen_unix(llm_server_t *srv, const char *path, char *err,
     return 0;
 }
 
+/* 1 for 127.0.0.0/8 and ::1. */
+static int
+llm_srv_loopback(const struct sockaddr *sa)
+{
+    const struct sockaddr_in   *in4;
+    const struct sockaddr_in6  *in6;
+
+    if (sa->sa_family == AF_INET) {
+        in4 = (const struct sockaddr_in *) sa;
+        return (ntohl(in4->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        in6 = (const struct sockaddr_in6 *) sa;
+        return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+    return 0;
+}
+
 static int
 llm_srv_listen_tcp(llm_server_t *srv, const char *spec, char *err,
     size_t errlen)
@@ -1498,6 +1565,17 @@ llm_srv_listen_tcp(llm_server_t *srv, const char *spec, char *err,
             continue;
         }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (!llm_srv_loopback(ai->ai_addr) && srv->c.auth == NULL
+            && !srv->c.insecure_listen)
+        {
+            close(fd);
+            freeaddrinfo(res);
+            snprintf(err, errlen, "--listen %s: a non-loopback address "
+                     "would let anyone on the network use the engine: "
+                     "give --auth-file FILE (the secret nginx sends, "
+                     "llm_engine_auth_file) or --insecure-listen", spec);
+            return -EPERM;
+        }
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0
             && listen(fd, 1024) == 0)
         {
@@ -1547,6 +1625,7 @@ llm_srv_accept(llm_server_t *srv, llm_srv_fd_t *l)
         c->fd = fd;
         c->srv = srv;
         c->id = ++srv->next_id;
+        c->need_auth = (l == &srv->ltcp && srv->c.auth != NULL);
         ee.events = EPOLLIN | EPOLLRDHUP;
         ee.data.ptr = c;
         if (epoll_ctl(srv->ep, EPOLL_CTL_ADD, fd, &ee) != 0) {

@@ -37,6 +37,10 @@
 typedef struct {
     const char          *socket_path;   /* NULL: no Unix socket */
     const char          *listen;        /* "host:port" or NULL */
+    const char          *auth;          /* the secret TCP clients send;
+                                           NULL: none (loopback only) */
+    int                  insecure_listen;  /* no secret on a non-loopback
+                                              address: allowed */
     uint32_t             max_frame;     /* bytes, default 16 MiB */
     size_t               wbuf_high;     /* default 1 MiB */
     double               drain_timeout; /* seconds */
