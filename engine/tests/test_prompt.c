@@ -1024,7 +1024,7 @@ static const struct {
     { "mistralai-Ministral-3-14B-Reasoning-2512.jinja", "mistral" },
     { "mistralai-Mistral-Nemo-Instruct-2407.jinja", "mistral" },
     { "moonshotai-Kimi-K2.jinja", "kimi-k2" },
-    { "openai-gpt-oss-120b.jinja", "none" },
+    { "openai-gpt-oss-120b.jinja", "harmony" },
     { "openbmb-MiniCPM5-1B.jinja", "none" },
     { "unsloth-Apriel-1.5.jinja", "hermes" },
     { "unsloth-mistral-Devstral-Small-2507.jinja", "mistral" },

@@ -110,6 +110,7 @@ static const struct {
     { LLM_TOOLFMT_DEEPSEEK_V3, "deepseek-v3" },
     { LLM_TOOLFMT_GLM45, "glm4.5" },
     { LLM_TOOLFMT_KIMI_K2, "kimi-k2" },
+    { LLM_TOOLFMT_HARMONY, "harmony" },
 };
 
 int
@@ -142,7 +143,7 @@ const char *
 llm_toolfmt_names(void)
 {
     return "hermes, minimax-m2, llama3-json, mistral, deepseek-v3, glm4.5, "
-           "kimi-k2, none";
+           "kimi-k2, harmony, none";
 }
 
 

@@ -73,6 +73,13 @@
 #define KM_CALL_END     "<|tool_call_end|>"
 #define KM_ARGS         "<|tool_call_argument_begin|>"
 
+/* harmony (gpt-oss): a call is a commentary message to functions.NAME */
+#define HM_FORCED       "<|channel|>commentary to=functions."
+#define HM_OPENER       "to=functions."
+#define HM_SEP          " <|constrain|>json<|message|>"
+#define HM_CALL         "<|call|>"
+#define HM_MESSAGE      "<|message|>"
+
 /* Every marker of each family (toolcall.h), NULL-terminated. */
 static const char *llm_th_markers[][LLM_TH_MARKERS] = {
     [LLM_TOOLFMT_NONE] = { NULL },
@@ -88,6 +95,20 @@ static const char *llm_th_markers[][LLM_TH_MARKERS] = {
                             NULL },
     [LLM_TOOLFMT_KIMI_K2] = { KM_CALLS_BEGIN, KM_CALLS_END, KM_CALL_BEGIN,
                               KM_CALL_END, KM_ARGS, NULL },
+    [LLM_TOOLFMT_HARMONY] = { HM_OPENER, NULL },
+};
+
+/*
+ * harmony's markup, control tokens in gpt-oss's vocabulary: where a
+ * literal holds one that is a control token of the model's, only that
+ * token may write it (a model never spells it in text pieces), and a text
+ * token may not run into it.  <|start|>, <|end|> and <|channel|> end a
+ * header's recipient or a message's body (the auto grammar's opener only
+ * counts in a header); <|message|> starts a body.
+ */
+static const char *const llm_th_hm_ctl[] = {
+    "<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|start|>",
+    "<|end|>", NULL
 };
 
 /*
@@ -243,6 +264,11 @@ typedef struct {
     uint32_t                n_ctl;
     char                    pending[128];
     size_t                  pending_len;
+
+    /* harmony: the markup that is control tokens here (NULL-ended), and
+     * whether the text so far is inside a message's body */
+    const char             *hm_ctl[8];
+    int                     hm_body;
 } llm_th_t;
 
 
@@ -338,6 +364,13 @@ llm_th_scan_vocab(llm_th_t *th)
 
         if (llm_vocab_is_eog(v, (int32_t) id)) {
             rc = llm_th_push(&th->eog_toks, &th->n_eog, (int32_t) id);
+            if (rc == 0 && th->fmt == LLM_TOOLFMT_HARMONY
+                && len == strlen(HM_CALL) && memcmp(b, HM_CALL, len) == 0)
+            {
+                /* gpt-oss's <|call|> ends generation: the one end token
+                 * that may close the arguments (as the literal's piece) */
+                rc = llm_th_push(&th->lit_toks, &th->n_lit, (int32_t) id);
+            }
             continue;
         }
         if (len == 0) {
@@ -869,15 +902,43 @@ llm_th_keep_only(llm_th_t *th, float *logits, uint32_t n_vocab,
     }
 }
 
+/*
+ * harmony: does a text token (not a control one) at lit[off..off+len)
+ * run into markup that is a control token here (hm_ctl)?  Such markup
+ * is written by its token only.
+ */
+static int
+llm_th_hm_crosses(const llm_th_t *th, int32_t id, const char *lit,
+    size_t ll, size_t off, size_t len)
+{
+    if (th->hm_ctl[0] == NULL || llm_vocab_is_control(th->ctx->vocab, id)) {
+        return 0;
+    }
+    for (size_t k = 0; th->hm_ctl[k]; k++) {
+        size_t      ml = strlen(th->hm_ctl[k]), a;
+        const char *p = lit;
+
+        while ((p = memmem(p, ll - (size_t) (p - lit), th->hm_ctl[k], ml))) {
+            a = (size_t) (p - lit);
+            if (off < a + ml && a < off + len) {
+                return 1;
+            }
+            p++;
+        }
+    }
+    return 0;
+}
+
 /* Is the token a piece of what is left of the literal? */
 static int
 llm_th_lit_ok(llm_th_t *th, int32_t id)
 {
-    size_t      len, left = strlen(th->lit) - th->lit_off;
+    size_t      len, ll = strlen(th->lit), left = ll - th->lit_off;
     const char *b = llm_th_bytes(th, id, &len);
 
-    return len > 0 && len <= left && memcmp(b, th->lit + th->lit_off, len)
-                                     == 0;
+    return len > 0 && len <= left
+           && memcmp(b, th->lit + th->lit_off, len) == 0
+           && !llm_th_hm_crosses(th, id, th->lit, ll, th->lit_off, len);
 }
 
 /* Does the token go on one of the set's literals? */
@@ -895,7 +956,8 @@ llm_th_set_ok(llm_th_t *th, int32_t id)
 
         if (th->sbuf_len + len <= c->len
             && memcmp(c->s, th->sbuf, th->sbuf_len) == 0
-            && memcmp(c->s + th->sbuf_len, b, len) == 0)
+            && memcmp(c->s + th->sbuf_len, b, len) == 0
+            && !llm_th_hm_crosses(th, id, c->s, c->len, th->sbuf_len, len))
         {
             return 1;
         }
@@ -1327,6 +1389,66 @@ llm_th_feed_rest(llm_th_t *th, const char *b, size_t len)
     }
 }
 
+/* Does buf[0..i) end with m? */
+static int
+llm_th_ends(const char *buf, size_t i, const char *m)
+{
+    size_t ml = strlen(m);
+
+    return i >= ml && memcmp(buf + i - ml, m, ml) == 0;
+}
+
+/*
+ * harmony FREE (auto): the opener to=functions. begins a call only in a
+ * message's header (from <|start|>, <|end|> or <|channel|> to
+ * <|message|>), not as text of a body.  The markup is followed as it
+ * ends in the new bytes, in order.  (The scheduler does not run the
+ * hooks inside an analysis body: its <|end|> never comes here, the next
+ * header's <|start|> or <|channel|> does.)
+ */
+static void
+llm_th_hm_free_accept(llm_th_t *th, const char *b, size_t len)
+{
+    char    buf[sizeof(th->tail) + 256];
+    size_t  n;
+
+    if (len > 256) {
+        b += len - 256;
+        len = 256;
+    }
+    memcpy(buf, th->tail, th->tail_len);
+    memcpy(buf + th->tail_len, b, len);
+    n = th->tail_len + len;
+    for (size_t i = th->tail_len + 1; i <= n; i++) {
+        if (llm_th_ends(buf, i, HM_MESSAGE)) {
+            th->hm_body = 1;
+        } else if (llm_th_ends(buf, i, "<|start|>")
+                   || llm_th_ends(buf, i, "<|end|>")
+                   || llm_th_ends(buf, i, "<|channel|>"))
+        {
+            th->hm_body = 0;
+        } else if (!th->hm_body && llm_th_ends(buf, i, HM_OPENER)) {
+            th->tail_len = 0;
+            if (!th->constrained) {
+                th->phase = TP_OFF;
+                return;
+            }
+            llm_th_go(th, th->opener_next, -1);
+            if (i < n) {
+                llm_th_feed_rest(th, buf + i, n - i);
+            }
+            return;
+        }
+    }
+    if (n > sizeof(th->tail)) {
+        memcpy(th->tail, buf + n - sizeof(th->tail), sizeof(th->tail));
+        th->tail_len = sizeof(th->tail);
+    } else {
+        memcpy(th->tail, buf, n);
+        th->tail_len = n;
+    }
+}
+
 /* FREE: remember the last bytes; with the opener written, the call
  * begins (what the token has after the opener goes to what follows). */
 static void
@@ -1351,6 +1473,10 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
         }
         memcpy(th->tail + th->tail_len, b, len);
         th->tail_len += len;
+        return;
+    }
+    if (th->fmt == LLM_TOOLFMT_HARMONY) {
+        llm_th_hm_free_accept(th, b, len);
         return;
     }
     if (th->fmt == LLM_TOOLFMT_LLAMA3_JSON) {
@@ -1820,6 +1946,25 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
             rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
         }
         break;
+    case LLM_TOOLFMT_HARMONY:
+        /* a forced call opens its own commentary message (the prompt
+         * ends with <|start|>assistant); under auto the model's own
+         * header with to=functions. opens it.  Then the name, the
+         * constraint and <|message|>, the arguments, and <|call|>, which
+         * ends generation (one call per answer) */
+        th->opener = HM_OPENER;
+        th->opener_next = NX_NAMES;
+        th->forced = HM_FORCED;
+        th->forced_next = NX_NAMES;
+        th->json_union = HM_CALL;
+        th->union_next = NX_END;
+        th->lits[th->n_lits++] = HM_FORCED;
+        th->lits[th->n_lits++] = HM_CALL;
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
+            rc = llm_th_grammar_per_tool(th, tools, only, HM_SEP, err,
+                                         errlen);
+        }
+        break;
     default:
         break;
     }
@@ -1843,6 +1988,23 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
     }
     th->constrained = th->grammar != NULL || th->n_names > 0;
     return rc;
+}
+
+/* harmony: which of its markup is control tokens in this vocabulary. */
+static void
+llm_th_hm_vocab(llm_th_t *th)
+{
+    const llm_vocab_t *v = th->ctx->vocab;
+    uint32_t           n = 0;
+    int32_t            id;
+
+    for (size_t k = 0; llm_th_hm_ctl[k]; k++) {
+        id = llm_vocab_find(v, llm_th_hm_ctl[k], strlen(llm_th_hm_ctl[k]));
+        if (id >= 0 && llm_vocab_is_control(v, id)) {
+            th->hm_ctl[n++] = llm_th_hm_ctl[k];
+        }
+    }
+    th->hm_ctl[n] = NULL;
 }
 
 int
@@ -1912,12 +2074,15 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
     if (rc != 0) {
         goto failed;
     }
+    if (fmt == LLM_TOOLFMT_HARMONY) {
+        llm_th_hm_vocab(th);
+    }
     rc = llm_th_scan_vocab(th);
     if (rc != 0) {
         snprintf(err, errlen, "tools: out of memory");
         goto failed;
     }
-    if (c != LLM_TOOL_CHOICE_NONE) {
+    if (c != LLM_TOOL_CHOICE_NONE && fmt != LLM_TOOLFMT_HARMONY) {
         rc = llm_toolcall_create(&th->parser, fmt, tools, 0, err, errlen);
         if (rc != 0) {
             goto failed;

@@ -883,6 +883,55 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
 }
 
 /*
+ * The special tokens of the chat format a template writes, which the real
+ * models' vocabularies have and the generated one lacks: gpt-oss's
+ * harmony markup (the template knows <|channel|>), control tokens as in
+ * o200k_harmony.  NULL-terminated; NULL for other templates.
+ */
+static const char *const *
+mk_template_specials(const char *tmpl)
+{
+    static const char *const harmony[] = {
+        "<|start|>", "<|end|>", "<|message|>", "<|channel|>",
+        "<|constrain|>", "<|return|>", "<|call|>", NULL
+    };
+
+    return tmpl != NULL && strstr(tmpl, "<|channel|>") ? harmony : NULL;
+}
+
+/* Append the control tokens sp to v (its ids after the generated ones).
+ * 0 or -ENOMEM. */
+static int
+mk_vocab_append(llm_vocabgen_t *v, const char *const *sp)
+{
+    uint32_t  n = 0;
+    char    **t;
+    int32_t  *ty;
+
+    while (sp[n] != NULL) {
+        n++;
+    }
+    t = realloc(v->tokens, (v->n_tokens + n) * sizeof(*t));
+    if (t == NULL) {
+        return -ENOMEM;
+    }
+    v->tokens = t;
+    ty = realloc(v->types, (v->n_tokens + n) * sizeof(*ty));
+    if (ty == NULL) {
+        return -ENOMEM;
+    }
+    v->types = ty;
+    for (uint32_t i = 0; i < n; i++) {
+        v->tokens[v->n_tokens] = strdup(sp[i]);
+        if (v->tokens[v->n_tokens] == NULL) {
+            return -ENOMEM;
+        }
+        v->types[v->n_tokens++] = LLM_VG_CONTROL;
+    }
+    return 0;
+}
+
+/*
  * Validate p, build the vocabulary and tensor list, write the header, then
  * every tensor slab by slab (threads fill and convert rows, this thread
  * appends).  One cleanup path frees everything; the writer removes a
@@ -899,6 +948,8 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
     uint8_t *slab = NULL;
     float **scratch = NULL;
     uint32_t nth = p->n_threads ? p->n_threads : 1;
+    const char *const *sp;
+    uint32_t n_sp;
     int64_t max_ne0 = 0;
     int rc;
 
@@ -908,9 +959,25 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         return rc;
     }
     llm_simd_init();
-    rc = llm_vocabgen_build(&v, p->n_vocab, p->pre, err, errlen);
+    /* the chat format's own special tokens take the last ids */
+    sp = mk_template_specials(p->chat_template);
+    for (n_sp = 0; sp != NULL && sp[n_sp] != NULL; n_sp++) {
+        /* count */
+    }
+    if (p->n_vocab < llm_vocabgen_min_size() + n_sp) {
+        llm_err(err, errlen, "vocab %u is below the minimum %u with the "
+            "template's %u special tokens", p->n_vocab,
+            llm_vocabgen_min_size() + n_sp, n_sp);
+        return -EINVAL;
+    }
+    rc = llm_vocabgen_build(&v, p->n_vocab - n_sp, p->pre, err, errlen);
     if (rc != 0) {
         return rc;
+    }
+    if (sp != NULL && mk_vocab_append(&v, sp) != 0) {
+        rc = -ENOMEM;
+        llm_err(err, errlen, "out of memory");
+        goto done;
     }
     rc = mk_tensors(p, &l);
     if (rc != 0) {
