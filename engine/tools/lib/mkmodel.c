@@ -24,6 +24,7 @@
 #include "base/err.h"
 #include "model/gguf.h"
 #include "mkmodel.h"
+#include "mkmodel_script.h"
 #include "kernels/quant.h"
 #include "vocabgen.h"
 
@@ -641,6 +642,7 @@ typedef struct {
     uint8_t            *out;
     float             **scratch;     /* one row of floats per thread */
     uint32_t            next;        /* chunk counter, atomic */
+    const llm_mk_script_t *script;   /* scripted rows, or NULL */
 } mk_job_t;
 
 static void
@@ -726,7 +728,14 @@ mk_slab_task(void *arg, uint32_t ith)
         int64_t r1 = r0 + MK_CHUNK_ROWS < j->nrows ? r0 + MK_CHUNK_ROWS
                                                   : j->nrows;
         for (int64_t r = r0; r < r1; r++) {
-            mk_fill_row(j->t, j->tseed, j->t->row_offset + j->row0 + r, x);
+            int64_t row = j->t->row_offset + j->row0 + r;
+
+            if (j->script == NULL
+                || !llm_mk_script_row(j->script, j->t->name, row,
+                                      j->t->ne[0], x))
+            {
+                mk_fill_row(j->t, j->tseed, row, x);
+            }
             llm_quantize_row(j->t->type, x, j->out + r * j->row_bytes,
                 j->t->ne[0]);
         }
@@ -942,6 +951,7 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
     char *err, size_t errlen)
 {
     llm_gguf_writer_t *w = NULL;
+    llm_mk_script_t *script = NULL;
     llm_vocabgen_t v;
     mk_list_t l = { 0 };
     mk_job_t job;
@@ -978,6 +988,12 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         rc = -ENOMEM;
         llm_err(err, errlen, "out of memory");
         goto done;
+    }
+    if (p->script != NULL) {
+        rc = llm_mk_script_create(&script, p, err, errlen);
+        if (rc != 0) {
+            goto done;
+        }
     }
     rc = mk_tensors(p, &l);
     if (rc != 0) {
@@ -1037,6 +1053,7 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         job.row_bytes = rb;
         job.out = slab;
         job.scratch = scratch;
+        job.script = script;
         for (int64_t r = 0; r < rows; r += per) {
             job.row0 = r;
             job.nrows = rows - r < per ? rows - r : per;
@@ -1067,6 +1084,7 @@ done:
     free(scratch);
     free(slab);
     free(l.t);
+    llm_mk_script_free(script);
     llm_vocabgen_free(&v);
     return rc;
 }
