@@ -4,9 +4,10 @@
 # llm-mkmodel models with the models' own templates (gpt-oss-120b's,
 # GLM-4.6's: GLM-4.5's format):
 #
-#  - forced tool calls on random-weight tiny-gpt-oss and tiny-glm4moe,
-#    streamed and not, parse and validate against their schema (the
-#    harmony and glm4.5 tool grammars);
+#  - forced tool calls on random-weight tiny-gpt-oss and tiny-glm4moe
+#    (GLM-4.6's and GLM-4.7's templates), streamed and not, parse and
+#    validate against their schema (the harmony, glm4.5 and glm4.7 tool
+#    grammars);
 #  - reasoning_effort changes the rendered prompt as the template says:
 #    each effort's prompt_tokens is the token count of llm-template's
 #    rendering with that effort ("Reasoning: low" ... in gpt-oss's system
@@ -33,8 +34,10 @@ LlmNpm::need('tests/client', 'openai', 'ajv');
 my $t = LlmTest->new;
 my $dir = $t->dir;
 my %tmpl = (oss => 'engine/tests/data/templates/openai-gpt-oss-120b.jinja',
-            glm => 'engine/tests/data/templates/GLM-4.6.jinja');
-my %preset = (oss => 'tiny-gpt-oss', glm => 'tiny-glm4moe');
+            glm => 'engine/tests/data/templates/GLM-4.6.jinja',
+            glm47 => 'engine/tests/data/templates/GLM-4.7-Flash.jinja');
+my %preset = (oss => 'tiny-gpt-oss', glm => 'tiny-glm4moe',
+              glm47 => 'tiny-glm4moe');
 my $question = 'Why is the sky blue?';
 
 sub mkmodel {
@@ -69,7 +72,7 @@ sub render {
 }
 
 my %m;
-for my $k ('oss', 'glm') {
+for my $k ('oss', 'glm', 'glm47') {
     $m{$k} = mkmodel("$dir/$k.gguf", '--preset', $preset{$k}, '--type',
                      'Q8_0', '--chat-template', $tmpl{$k});
 }
@@ -95,6 +98,7 @@ $s{glm} = mkmodel("$dir/glm-script.gguf", '--preset', 'tiny-glm4moe',
 
 $t->start_engine('oss', model => $m{oss}, args => ['--name', 'oss']);
 $t->start_engine('glm', model => $m{glm}, args => ['--name', 'glm']);
+$t->start_engine('glm47', model => $m{glm47}, args => ['--name', 'glm47']);
 $t->start_engine('ossc', model => $m{oss},
                  args => ['--name', 'oss-cache', '--swa-full']);
 $t->start_engine('osss', model => $s{oss}, args => ['--name', 'oss-script']);
@@ -103,10 +107,14 @@ like($t->engine_log('oss'), qr/tool calls harmony, reasoning harmony/,
      "gpt-oss's template: harmony tool calls and reasoning");
 like($t->engine_log('glm'), qr/tool calls glm4\.5, reasoning think/,
      "GLM's template: glm4.5 tool calls, think reasoning");
+like($t->engine_log('glm47'), qr/tool calls glm4\.7, reasoning think/,
+     "GLM-4.7's template: its compact glm4.7 tool calls");
 
 $t->start_nginx(<<"EOF");
     upstream oss { server unix:%%SOCK_oss%%; }
     upstream glm { server unix:%%SOCK_glm%%; }
+    upstream glm47 { server unix:%%SOCK_glm47%%; }
+    llm_model glm47 upstream=glm47;
     upstream ossc { server unix:%%SOCK_ossc%%; }
     upstream osss { server unix:%%SOCK_osss%%; }
     upstream glms { server unix:%%SOCK_glms%%; }
@@ -128,7 +136,7 @@ my ($rc, $oks, $fails) = LlmClient::run_tap(
     echo => qr/^(ok|not ok|#)/, diag => qr/^not ok /);
 is($rc, 0, 'chat_formats.mjs exits 0');
 is($fails, 0, 'every check of chat_formats.mjs passed');
-is($oks, 15, 'chat_formats.mjs ran its 15 checks');
+is($oks, 16, 'chat_formats.mjs ran its 16 checks');
 
 # reasoning_effort: the engine's prompt is the template's rendering
 my $e = decode_json($t->slurp("$dir/efforts.json"));
@@ -166,5 +174,5 @@ cmp_ok($other, '<=', $common, "low after high: $other cached tokens, at "
 cmp_ok($again, '>', $common, "low after low: $again cached tokens");
 
 unlike($t->engine_log($_), qr/\b(ERROR|assert|Sanitizer)\b/,
-       "engine $_: log clean") for 'oss', 'glm', 'osss', 'glms';
+       "engine $_: log clean") for 'oss', 'glm', 'glm47', 'osss', 'glms';
 $t->done;

@@ -978,7 +978,7 @@ static const struct {
     { "CohereForAI-c4ai-command-r-plus-tool_use.jinja", "llama3-json" },
     { "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "llama3-json" },
     { "GLM-4.6.jinja", "glm4.5" },
-    { "GLM-4.7-Flash.jinja", "glm4.5" },
+    { "GLM-4.7-Flash.jinja", "glm4.7" },
     { "GigaChat3-10B-A1.8B.jinja", "none" },
     { "GigaChat3.1-10B-A1.8B.jinja", "none" },
     { "HuggingFaceTB-SmolLM3-3B.jinja", "none" },

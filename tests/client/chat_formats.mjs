@@ -3,8 +3,9 @@
 // engines on llm-mkmodel models with the models' own templates):
 //
 //  - forced tool calls (tool_choice "required" and named, streamed and
-//    not) on the random-weight models "oss" (harmony) and "glm" (GLM's
-//    XML calls): finish_reason tool_calls, one call named as asked,
+//    not) on the random-weight models "oss" (harmony), "glm" (GLM's
+//    XML calls) and "glm47" (GLM-4.7's compact form of them):
+//    finish_reason tool_calls, one call named as asked,
 //    arguments valid with ajv against the tool's parameters, no content
 //    and no reasoning beside it;
 //  - reasoning_effort on "oss" and "glm": usage.prompt_tokens of each
@@ -62,6 +63,7 @@ const tools = {
     fn('ping', { type: 'object', properties: {}, additionalProperties: false }),
   ],
 };
+tools.glm47 = tools.glm;
 const ajv = new Ajv({ strict: false });
 const validate = {};
 for (const [m, set] of Object.entries(tools)) {
@@ -110,7 +112,7 @@ async function whole(req) {
 }
 
 // (a) forced tool calls
-for (const model of ['oss', 'glm']) {
+for (const model of ['oss', 'glm', 'glm47']) {
   let good = 0;
   const bad = [];
   for (let i = 0; i < N; i++) {
@@ -121,6 +123,10 @@ for (const model of ['oss', 'glm']) {
       messages: [{ role: 'user', content: `Request ${i}: use a tool.` }],
       tool_choice: named ? { type: 'function', function: { name: named } } : 'required',
       parallel_tool_calls: false,
+      // GLM-4.7's template opens <think> for the answer, and a thinking
+      // block is not constrained (a random model never closes it); none
+      // renders it closed, so the answer is the call
+      ...(model === 'glm47' ? { reasoning_effort: 'none' } : {}),
     };
     let r;
     try {

@@ -158,6 +158,8 @@ typedef struct {
     size_t          len;
     llm_th_next_e   next;
     int             tool;
+    int             mm_tool;    /* glm4.7: the tool (+ 1) of a name and
+                                   its first parameter together */
 } llm_th_cand_t;
 
 /* minimax-m2, glm4.5: one allowed tool's parameters, in the schema's
@@ -178,6 +180,7 @@ typedef struct {
  * ">\n" then lies inside one literal. */
 #define MM_CLOSER       "</parameter>\n"
 #define GLM_CLOSER      "</arg_value>\n"
+#define GLM47_CLOSER    "</arg_value>"
 
 typedef struct {
     const llm_hooks_ctx_t  *ctx;
@@ -264,6 +267,9 @@ typedef struct {
     uint32_t                n_ctl;
     char                    pending[128];
     size_t                  pending_len;
+
+    int                     glm47;       /* glm4.5 in GLM-4.7's compact
+                                            form (no newlines) */
 
     /* harmony: the markup that is control tokens here (NULL-ended), and
      * whether the text so far is inside a message's body */
@@ -706,7 +712,8 @@ llm_th_mm_enum(llm_th_mmtool_t *t, json_t *p, const char *closer)
 }
 
 /* One tool's parameters: a candidate per property (minimax-m2
- * <parameter name="k">, glm4.5 <arg_key>k</arg_key>\n<arg_value>), a
+ * <parameter name="k">, glm4.5 <arg_key>k</arg_key>\n<arg_value>, glm
+ * 2: glm4.7, without the newline), a
  * grammar per value that is not a string (the property's schema, with the
  * root's $defs), and the call's end as the last candidate. */
 static int
@@ -740,8 +747,9 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
                 t->required[t->n] = 1;
             }
         }
-        c->s = glm ? llm_th_cat3("<arg_key>", k, "</arg_key>\n<arg_value>",
-                                 &c->len)
+        c->s = glm ? llm_th_cat3("<arg_key>", k, glm == 2
+                                 ? "</arg_key><arg_value>"
+                                 : "</arg_key>\n<arg_value>", &c->len)
                    : llm_th_cat3("<parameter name=\"", k, "\">", &c->len);
         if (c->s == NULL) {
             goto nomem;
@@ -749,7 +757,8 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
         c->next = NX_MM_VALUE;
         c->tool = (int) t->n;
         if (llm_toolcall_param_is_string(p)
-            && llm_th_mm_enum(t, p, glm ? GLM_CLOSER : MM_CLOSER) != 0)
+            && llm_th_mm_enum(t, p, glm == 2 ? GLM47_CLOSER
+                                    : glm ? GLM_CLOSER : MM_CLOSER) != 0)
         {
             goto nomem;
         }
@@ -793,9 +802,57 @@ nomem:
     return -ENOMEM;
 }
 
+/*
+ * glm4.7: nothing ends a name (f<arg_key>... or f</tool_call>), so a name
+ * goes with what may follow it: one candidate per first parameter allowed
+ * (up to the first required one) and the call's end when none is
+ * required, each leading where that candidate leads, for the tool just
+ * added (th->mm[n_mm - 1]).  0 or -ENOMEM.
+ */
+static int
+llm_th_glm47_names(llm_th_t *th, const char *name, char *err, size_t errlen)
+{
+    llm_th_mmtool_t *t = &th->mm[th->n_mm - 1];
+    llm_th_cand_t   *c;
+    uint32_t         k, last = t->n;
+
+    for (k = 0; k < t->n; k++) {
+        if (t->required[k]) {
+            last = k;
+            break;
+        }
+    }
+    c = realloc(th->names, (th->n_names + last + 1) * sizeof(*c));
+    if (c == NULL) {
+        snprintf(err, errlen, "tools: out of memory");
+        return -ENOMEM;
+    }
+    th->names = c;
+    for (k = 0; k <= t->n; k++) {
+        if (k > last && k < t->n) {
+            continue;                   /* past a required one */
+        }
+        if (k == t->n && last < t->n) {
+            break;                      /* a required one is missing */
+        }
+        c = &th->names[th->n_names++];
+        memset(c, 0, sizeof(*c));
+        c->s = llm_th_cat3(name, t->cands[k].s, "", &c->len);
+        if (c->s == NULL) {
+            snprintf(err, errlen, "tools: out of memory");
+            return -ENOMEM;
+        }
+        c->next = t->cands[k].next;
+        c->tool = t->cands[k].tool;
+        c->mm_tool = (int) th->n_mm;
+    }
+    return 0;
+}
+
 /* minimax-m2: the invoke names, each tool's parameters, what follows a
  * call; glm4.5: the names (f\n) and each tool's parameters (what follows
- * a call is TP_AFTER's, as for hermes). */
+ * a call is TP_AFTER's, as for hermes); glm4.7 the same without the
+ * newlines (llm_th_glm47_names). */
 static int
 llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     char *err, size_t errlen)
@@ -803,7 +860,7 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     size_t   i, n = json_array_size(tools), maxp = 0;
     json_t  *t;
     char     e2[256];
-    int      rc, glm = th->fmt == LLM_TOOLFMT_GLM45;
+    int      rc, glm = th->fmt != LLM_TOOLFMT_GLM45 ? 0 : th->glm47 ? 2 : 1;
 
     th->names = calloc(n ? n : 1, sizeof(*th->names));
     th->mm = calloc(n ? n : 1, sizeof(*th->mm));
@@ -843,6 +900,13 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
         if (th->mm[th->n_mm - 1].n > maxp) {
             maxp = th->mm[th->n_mm - 1].n;
         }
+        if (glm == 2) {
+            rc = llm_th_glm47_names(th, name, err, errlen);
+            if (rc != 0) {
+                return rc;
+            }
+            continue;
+        }
         c = &th->names[th->n_names++];
         c->s = glm ? llm_th_cat3("", name, "\n", &c->len)
                    : llm_th_cat3("<invoke name=\"", name, "\">\n", &c->len);
@@ -869,7 +933,7 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     /* after a call: the end of the block, or (parallel) another invoke;
      * the names' strings stay owned by names */
     th->mm_after[th->n_mm_after++] = (llm_th_cand_t) {
-        (char *) "</minimax:tool_call>", 20, NX_END, -1 };
+        (char *) "</minimax:tool_call>", 20, NX_END, -1, 0 };
     for (uint32_t k = 0; th->parallel && k < th->n_names; k++) {
         th->mm_after[th->n_mm_after++] = th->names[k];
     }
@@ -1552,6 +1616,11 @@ llm_th_set_accept(llm_th_t *th, const char *b, size_t len)
             continue;
         }
         if (th->sbuf_len == c->len) {
+            if (c->mm_tool > 0) {
+                /* glm4.7: a name with its first parameter */
+                th->mm_tool = c->mm_tool - 1;
+                th->mm_pos = 0;
+            }
             llm_th_go(th, c->next, c->tool);
             return;
         }
@@ -1878,11 +1947,11 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->json_union = DS_CALL_END;
         th->union_next = NX_AFTER;
         th->after[th->n_after++] = (llm_th_cand_t) {
-            (char *) DS_CALLS_END, strlen(DS_CALLS_END), NX_END, -1 };
+            (char *) DS_CALLS_END, strlen(DS_CALLS_END), NX_END, -1, 0 };
         if (th->parallel) {
             th->after[th->n_after++] = (llm_th_cand_t) {
                 (char *) DS_CALL_BEGIN, strlen(DS_CALL_BEGIN), NX_NAMES,
-                -1 };
+                -1, 0 };
         }
         th->lits[th->n_lits++] = DS_CALLS_BEGIN;
         th->lits[th->n_lits++] = DS_CALLS_END;
@@ -1901,11 +1970,11 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->json_union = KM_CALL_END;
         th->union_next = NX_AFTER;
         th->after[th->n_after++] = (llm_th_cand_t) {
-            (char *) KM_CALLS_END, strlen(KM_CALLS_END), NX_END, -1 };
+            (char *) KM_CALLS_END, strlen(KM_CALLS_END), NX_END, -1, 0 };
         if (th->parallel) {
             th->after[th->n_after++] = (llm_th_cand_t) {
                 (char *) KM_CALL_BEGIN, strlen(KM_CALL_BEGIN), NX_NAMES,
-                -1 };
+                -1, 0 };
         }
         th->lits[th->n_lits++] = KM_CALLS_BEGIN;
         th->lits[th->n_lits++] = KM_CALLS_END;
@@ -1938,9 +2007,9 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
          * (parallel) whitespace and the opener, as for hermes */
         th->opener = "<tool_call>";
         th->opener_next = NX_NAMES;
-        th->raw_closer = GLM_CLOSER;
+        th->raw_closer = th->glm47 ? GLM47_CLOSER : GLM_CLOSER;
         th->lits[th->n_lits++] = th->opener;
-        th->lits[th->n_lits++] = GLM_CLOSER;
+        th->lits[th->n_lits++] = th->raw_closer;
         th->lits[th->n_lits++] = "</tool_call>";
         if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
@@ -2053,6 +2122,7 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
     }
     th->ctx = ctx;
     th->fmt = fmt;
+    th->glm47 = strcmp(ctx->tool_call_format, "glm4.7") == 0;
     th->choice = c;
     th->parallel = rq->parallel_tool_calls;
     if (c == LLM_TOOL_CHOICE_NONE) {

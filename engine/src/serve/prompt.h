@@ -45,7 +45,8 @@ json_t *llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
     const char **param, char *err, size_t errlen);
 
 /* The tool-call format a template's source suggests: "harmony" (it
- * knows <|channel|>), "minimax-m2", "kimi-k2", "glm4.5", "hermes",
+ * knows <|channel|>), "minimax-m2", "kimi-k2", "glm4.7" (GLM-4.7's
+ * compact calls), "glm4.5", "hermes",
  * "mistral", "deepseek-v3", "llama3-json" or "none". */
 const char *llm_prompt_tool_format(const char *src, size_t len);
 
