@@ -40,6 +40,13 @@
  *   OFF     no constraint (the family has no tool grammar, or the model
  *           got past what the grammar can follow)
  *
+ * glm4.7 writes the same as glm4.5 without the newlines, a name together
+ * with its first parameter (llm_th_glm47_names).  harmony (gpt-oss) is
+ * LIT <|channel|>commentary to=functions. (forced; under auto the
+ * header's to=functions. in FREE), SET name + " <|constrain|>json
+ * <|message|>", JSON, then <|call|> (an end token) and END; its text
+ * hook passes content only (the reasoning split parses harmony calls).
+ *
  * The literal, whitespace and end tokens are few; they are found once per
  * sequence by one pass over the vocabulary.
  */
