@@ -114,6 +114,11 @@ static const rcase_t  cases[] = {
       "Let me check.", NULL },
     { "harmony: plain text", LLM_REASONING_HARMONY, 0, "Hello there", "",
       "Hello there", NULL },
+    { "harmony: <|call|> and <|return|> spelled in text end a message",
+      LLM_REASONING_HARMONY, 0,
+      "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
+      "{\"a\":1}<|call|><|channel|>final<|message|>ok<|return|>", "", "ok",
+      "f({\"a\":1}" },
     { "harmony: cut off in analysis", LLM_REASONING_HARMONY, 0,
       "<|channel|>analysis<|message|>abc", "abc", "", NULL },
     { "harmony: cut off in a header", LLM_REASONING_HARMONY, 0,

@@ -670,6 +670,81 @@ test_mm_raw(env_t *e, const raw_fmt_t *f)
               "closer masked)", f->fmt, masked);
 }
 
+/* glm4.7: GLM-4.7's compact calls (no newlines) are what the grammar
+ * writes: the template's form passes token by token and parses; a newline
+ * after the name is masked. */
+static void
+test_glm47(env_t *e)
+{
+    static const char     tl[] =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"note\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {"
+        "\"text\": {\"type\": \"string\"}, \"n\": {\"type\": "
+        "\"integer\"}}, \"required\": [\"text\"]}}}]";
+    treq_t                g = { 0 };
+    llm_text_out_t        out;
+    llm_seq_hooks_t       h;
+    llm_detok_t          *d = NULL;
+    rec_t                *r = calloc(1, sizeof(*r));
+    float                *row = malloc(e->nv * sizeof(float));
+    char                  err[256] = "", why[512] = "";
+    int32_t               nl = -1;
+    size_t                len;
+    int                   rc;
+
+    for (uint32_t id = 0; id < e->nv && nl < 0; id++) {
+        const char *b = llm_token_bytes(e->v, (int32_t) id, 1, &len);
+
+        if (len == 1 && b[0] == '\n') {
+            nl = (int32_t) id;
+        }
+    }
+
+    out = (llm_text_out_t) { rec_content, rec_call, r };
+    e->ctx.tool_call_format = "glm4.7";
+    g.tools_json = (char *) tl;
+    g.tool_choice_json = (char *) "required";
+    memset(&h, 0, sizeof(h));
+    rc = tool_hooks(&e->ctx, &g, &h, err, sizeof(err));
+    REQUIRE(rc == 1 && llm_detok_create(&d, e->v, NULL, 0) == 0,
+            "hooks: %d %s", rc, err);
+    rc = feed_script(e, &h, d, r, "<tool_call>note<arg_key>text</arg_key>"
+                     "<arg_value>a<b </x></arg_value><arg_key>n</arg_key>"
+                     "<arg_value>42</arg_value></tool_call>", row, why,
+                     sizeof(why));
+    REQUIRE(rc == 0, "%s", why);
+    h.text(h.ud, "", 0, 1, &out);
+    REQUIRE(r->n == 1 && strcmp(r->names[0], "note") == 0
+            && strcmp(r->args[0], "{\"text\": \"a<b </x>\", \"n\": 42}") == 0
+            && r->clen == 0, "call %u %s %s, content [%s]", r->n, r->names[0],
+            r->args[0], r->content);
+    h.free(h.ud);
+    llm_detok_reset(d);
+    memset(r, 0, sizeof(*r));
+    memset(&h, 0, sizeof(h));
+    REQUIRE(tool_hooks(&e->ctx, &g, &h, err, sizeof(err)) == 1, "%s", err);
+    REQUIRE(feed_script(e, &h, d, r, "<tool_call>note", row, why,
+                        sizeof(why)) == 0, "%s", why);
+    memset(row, 0, e->nv * sizeof(float));
+    h.mask(h.ud, row, e->nv);
+    {
+        uint32_t allowed = 0;
+
+        for (uint32_t id = 0; id < e->nv; id++) {
+            allowed += row[id] != -INFINITY;
+        }
+        REQUIRE(nl >= 0 && row[nl] == -INFINITY, "glm4.7: a newline after "
+                "the name is allowed (%u tokens allowed)", allowed);
+    }
+    h.free(h.ud);
+    llm_detok_free(d);
+    free(row);
+    free(r);
+    e->ctx.tool_call_format = "hermes";
+    tk_end_as("glm4.7: the compact form token by token, no newline after "
+              "the name");
+}
+
 static void
 test_errors(env_t *e)
 {
@@ -856,6 +931,10 @@ main(void)
     test_forced(&e, "minimax-m2", mm_tools, "set_level");
     tk_begin("forced calls, glm4.5");
     test_forced(&e, "glm4.5", mm_tools, "set_level");
+    tk_begin("forced calls, glm4.7");
+    test_forced(&e, "glm4.7", mm_tools, "set_level");
+    tk_begin("glm4.7: the compact form");
+    test_glm47(&e);
     for (size_t i = 0; i < sizeof(raw_fmts) / sizeof(raw_fmts[0]); i++) {
         tk_begin("%s string values token by token", raw_fmts[i].fmt);
         test_mm_raw(&e, &raw_fmts[i]);

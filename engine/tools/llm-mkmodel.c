@@ -66,6 +66,12 @@ usage(FILE *f)
 "  --chat-template FILE\n"
 "                    tokenizer.chat_template from FILE (Jinja) instead of\n"
 "                    the ChatML tool-calling one\n"
+"  --script IDS      gpt-oss, glm4moe: weights whose greedy decoding\n"
+"                    follows a token chain instead of random ones: IDS\n"
+"                    (comma separated) are the prompt's last two tokens,\n"
+"                    then the answer, ending with an end token; e.g. a\n"
+"                    harmony reply for the tests (up to embd / 2 distinct\n"
+"                    tokens; refused when a step is ambiguous)\n"
 "  --name NAME       general.name\n"
 "  --threads N       worker threads (default: online CPUs)\n"
 "  -q, --quiet       no per-tensor lines\n"
@@ -251,6 +257,30 @@ main(int argc, char **argv)
                         tmpl ? "holds a NUL byte" : strerror(errno));
                 rc = -1;
             }
+        } else if (strcmp(f_, "--script") == 0) {
+            /* static: lives until exit, as the parameters do */
+            static int32_t  ids[4096];
+            const char     *c = v;
+            char           *end;
+            long            x;
+
+            p.n_script = 0;
+            while (rc == 0 && *c != '\0') {
+                errno = 0;
+                x = strtol(c, &end, 10);
+                if (errno != 0 || end == c || x < 0 || x > INT32_MAX
+                    || (*end != ',' && *end != '\0')
+                    || p.n_script == sizeof(ids) / sizeof(ids[0]))
+                {
+                    fprintf(stderr, "llm-mkmodel: --script: expected "
+                        "token ids separated by commas, got '%s'\n", v);
+                    rc = -1;
+                    break;
+                }
+                ids[p.n_script++] = (int32_t) x;
+                c = *end == ',' ? end + 1 : end;
+            }
+            p.script = ids;
         } else if (strcmp(f_, "--name") == 0) {
             snprintf(p.name, sizeof(p.name), "%s", v);
         } else if (strcmp(f_, "--threads") == 0) {

@@ -197,14 +197,42 @@ llm_hm_header(llm_reasoning_t *r, const char *s, size_t n,
     r->state = RS_HM_TEXT;
 }
 
-/* harmony: a message's body up to <|end|>; returns the bytes taken. */
+/*
+ * harmony: where a message's body ends in s[0..n): the first <|end|>,
+ * <|call|> or <|return|> (the last two end generation as tokens, and end
+ * the message when a model spells them in text), with its length in
+ * *ml; NULL when none is there, with *hold the bytes at the end that may
+ * still begin one.
+ */
+static const char *
+llm_hm_end(const char *s, size_t n, size_t *ml, size_t *hold)
+{
+    static const char *const ends[] = { LLM_HM_END, "<|call|>",
+                                        "<|return|>" };
+    const char  *e = NULL, *f;
+    size_t       i, p;
+
+    *hold = 0;
+    for (i = 0; i < sizeof(ends) / sizeof(ends[0]); i++) {
+        f = llm_rs_find(s, n, ends[i]);
+        if (f != NULL && (e == NULL || f < e)) {
+            e = f;
+            *ml = strlen(ends[i]);
+        }
+        p = llm_rs_partial(s, n, ends[i]);
+        *hold = p > *hold ? p : *hold;
+    }
+    return e;
+}
+
+/* harmony: a message's body up to its end; returns the bytes taken. */
 static size_t
 llm_hm_body(llm_reasoning_t *r, const char *s, size_t n, int final,
     const llm_reasoning_out_t *out)
 {
-    const char  *e = llm_rs_find(s, n, LLM_HM_END);
-    size_t       k = e ? (size_t) (e - s)
-                       : final ? n : n - llm_rs_partial(s, n, LLM_HM_END);
+    size_t       ml = 0, hold;
+    const char  *e = llm_hm_end(s, n, &ml, &hold);
+    size_t       k = e ? (size_t) (e - s) : final ? n : n - hold;
 
     if (r->state == RS_HM_REASON) {
         llm_rs_say(r, s, k, out);
@@ -219,7 +247,7 @@ llm_hm_body(llm_reasoning_t *r, const char *s, size_t n, int final,
         return k;
     }
     r->state = RS_HM_HEAD;
-    return k + strlen(LLM_HM_END);
+    return k + ml;
 }
 
 /* harmony: one decision; returns the bytes taken (0: wait). */

@@ -13,8 +13,9 @@
  *
  * Format "harmony" (gpt-oss): the answer is a series of messages, each a
  * header (<|start|>assistant, <|channel|>NAME, to=RECIPIENT,
- * <|constrain|>TYPE) then <|message|> and its body up to <|end|> (or the
- * end: <|return|> and <|call|> end generation).  The analysis channel is
+ * <|constrain|>TYPE) then <|message|> and its body up to <|end|>,
+ * <|call|> or <|return|> (the last two end generation as tokens; spelled
+ * in text they end the message too), or the end.  The analysis channel is
  * reasoning; final, and commentary to the user, are the answer's text,
  * without the markup; a message to a tool (to=functions.NAME) is a tool
  * call: out->call(NAME) when its header is read, then its body (the

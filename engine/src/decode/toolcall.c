@@ -110,6 +110,10 @@ static const struct {
     { LLM_TOOLFMT_DEEPSEEK_V3, "deepseek-v3" },
     { LLM_TOOLFMT_GLM45, "glm4.5" },
     { LLM_TOOLFMT_KIMI_K2, "kimi-k2" },
+    { LLM_TOOLFMT_HARMONY, "harmony" },
+    /* GLM-4.7's compact form: the glm4.5 parser reads it; the grammar
+     * (toolhooks.c) writes it without newlines */
+    { LLM_TOOLFMT_GLM45, "glm4.7" },
 };
 
 int
@@ -142,7 +146,7 @@ const char *
 llm_toolfmt_names(void)
 {
     return "hermes, minimax-m2, llama3-json, mistral, deepseek-v3, glm4.5, "
-           "kimi-k2, none";
+           "glm4.7, kimi-k2, harmony, none";
 }
 
 

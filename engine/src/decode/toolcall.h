@@ -29,6 +29,10 @@
  *   glm4.5       <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n
  *                </tool_call>  (GLM-4.5/4.6; GLM-4.7 writes no newlines;
  *                v converted by the tool's schema, as for minimax-m2)
+ *   harmony      <|channel|>commentary to=functions.f <|constrain|>json
+ *                <|message|>{...}<|call|>   (gpt-oss: read by the harmony
+ *                reasoning split, reasoning.h; llm_toolcall_create has no
+ *                parser for it)
  */
 
 #ifndef LLM_TOOLCALL_H
@@ -49,7 +53,10 @@ typedef enum {
     LLM_TOOLFMT_MISTRAL,
     LLM_TOOLFMT_DEEPSEEK_V3,
     LLM_TOOLFMT_GLM45,
-    LLM_TOOLFMT_KIMI_K2
+    LLM_TOOLFMT_KIMI_K2,
+    LLM_TOOLFMT_HARMONY     /* gpt-oss: calls are parsed by the reasoning
+                               split (reasoning.h); only the tool grammar
+                               (toolhooks.h) is the family's, no parser */
 } llm_toolfmt_e;
 
 /* The family named s ("hermes", ...), or -1 when there is none. */

@@ -40,6 +40,13 @@
  *   OFF     no constraint (the family has no tool grammar, or the model
  *           got past what the grammar can follow)
  *
+ * glm4.7 writes the same as glm4.5 without the newlines, a name together
+ * with its first parameter (llm_th_glm47_names).  harmony (gpt-oss) is
+ * LIT <|channel|>commentary to=functions. (forced; under auto the
+ * header's to=functions. in FREE), SET name + " <|constrain|>json
+ * <|message|>", JSON, then <|call|> (an end token) and END; its text
+ * hook passes content only (the reasoning split parses harmony calls).
+ *
  * The literal, whitespace and end tokens are few; they are found once per
  * sequence by one pass over the vocabulary.
  */
@@ -73,6 +80,13 @@
 #define KM_CALL_END     "<|tool_call_end|>"
 #define KM_ARGS         "<|tool_call_argument_begin|>"
 
+/* harmony (gpt-oss): a call is a commentary message to functions.NAME */
+#define HM_FORCED       "<|channel|>commentary to=functions."
+#define HM_OPENER       "to=functions."
+#define HM_SEP          " <|constrain|>json<|message|>"
+#define HM_CALL         "<|call|>"
+#define HM_MESSAGE      "<|message|>"
+
 /* Every marker of each family (toolcall.h), NULL-terminated. */
 static const char *llm_th_markers[][LLM_TH_MARKERS] = {
     [LLM_TOOLFMT_NONE] = { NULL },
@@ -88,6 +102,20 @@ static const char *llm_th_markers[][LLM_TH_MARKERS] = {
                             NULL },
     [LLM_TOOLFMT_KIMI_K2] = { KM_CALLS_BEGIN, KM_CALLS_END, KM_CALL_BEGIN,
                               KM_CALL_END, KM_ARGS, NULL },
+    [LLM_TOOLFMT_HARMONY] = { HM_OPENER, NULL },
+};
+
+/*
+ * harmony's markup, control tokens in gpt-oss's vocabulary: where a
+ * literal holds one that is a control token of the model's, only that
+ * token may write it (a model never spells it in text pieces), and a text
+ * token may not run into it.  <|start|>, <|end|> and <|channel|> end a
+ * header's recipient or a message's body (the auto grammar's opener only
+ * counts in a header); <|message|> starts a body.
+ */
+static const char *const llm_th_hm_ctl[] = {
+    "<|channel|>", "<|constrain|>", "<|message|>", "<|call|>", "<|start|>",
+    "<|end|>", NULL
 };
 
 /*
@@ -137,6 +165,8 @@ typedef struct {
     size_t          len;
     llm_th_next_e   next;
     int             tool;
+    int             mm_tool;    /* glm4.7: the tool (+ 1) of a name and
+                                   its first parameter together */
 } llm_th_cand_t;
 
 /* minimax-m2, glm4.5: one allowed tool's parameters, in the schema's
@@ -157,6 +187,7 @@ typedef struct {
  * ">\n" then lies inside one literal. */
 #define MM_CLOSER       "</parameter>\n"
 #define GLM_CLOSER      "</arg_value>\n"
+#define GLM47_CLOSER    "</arg_value>"
 
 typedef struct {
     const llm_hooks_ctx_t  *ctx;
@@ -243,6 +274,14 @@ typedef struct {
     uint32_t                n_ctl;
     char                    pending[128];
     size_t                  pending_len;
+
+    int                     glm47;       /* glm4.5 in GLM-4.7's compact
+                                            form (no newlines) */
+
+    /* harmony: the markup that is control tokens here (NULL-ended), and
+     * whether the text so far is inside a message's body */
+    const char             *hm_ctl[8];
+    int                     hm_body;
 } llm_th_t;
 
 
@@ -338,6 +377,13 @@ llm_th_scan_vocab(llm_th_t *th)
 
         if (llm_vocab_is_eog(v, (int32_t) id)) {
             rc = llm_th_push(&th->eog_toks, &th->n_eog, (int32_t) id);
+            if (rc == 0 && th->fmt == LLM_TOOLFMT_HARMONY
+                && len == strlen(HM_CALL) && memcmp(b, HM_CALL, len) == 0)
+            {
+                /* gpt-oss's <|call|> ends generation: the one end token
+                 * that may close the arguments (as the literal's piece) */
+                rc = llm_th_push(&th->lit_toks, &th->n_lit, (int32_t) id);
+            }
             continue;
         }
         if (len == 0) {
@@ -673,7 +719,8 @@ llm_th_mm_enum(llm_th_mmtool_t *t, json_t *p, const char *closer)
 }
 
 /* One tool's parameters: a candidate per property (minimax-m2
- * <parameter name="k">, glm4.5 <arg_key>k</arg_key>\n<arg_value>), a
+ * <parameter name="k">, glm4.5 <arg_key>k</arg_key>\n<arg_value>, glm
+ * 2: glm4.7, without the newline), a
  * grammar per value that is not a string (the property's schema, with the
  * root's $defs), and the call's end as the last candidate. */
 static int
@@ -707,8 +754,9 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
                 t->required[t->n] = 1;
             }
         }
-        c->s = glm ? llm_th_cat3("<arg_key>", k, "</arg_key>\n<arg_value>",
-                                 &c->len)
+        c->s = glm ? llm_th_cat3("<arg_key>", k, glm == 2
+                                 ? "</arg_key><arg_value>"
+                                 : "</arg_key>\n<arg_value>", &c->len)
                    : llm_th_cat3("<parameter name=\"", k, "\">", &c->len);
         if (c->s == NULL) {
             goto nomem;
@@ -716,7 +764,8 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
         c->next = NX_MM_VALUE;
         c->tool = (int) t->n;
         if (llm_toolcall_param_is_string(p)
-            && llm_th_mm_enum(t, p, glm ? GLM_CLOSER : MM_CLOSER) != 0)
+            && llm_th_mm_enum(t, p, glm == 2 ? GLM47_CLOSER
+                                    : glm ? GLM_CLOSER : MM_CLOSER) != 0)
         {
             goto nomem;
         }
@@ -760,9 +809,57 @@ nomem:
     return -ENOMEM;
 }
 
+/*
+ * glm4.7: nothing ends a name (f<arg_key>... or f</tool_call>), so a name
+ * goes with what may follow it: one candidate per first parameter allowed
+ * (up to the first required one) and the call's end when none is
+ * required, each leading where that candidate leads, for the tool just
+ * added (th->mm[n_mm - 1]).  0 or -ENOMEM.
+ */
+static int
+llm_th_glm47_names(llm_th_t *th, const char *name, char *err, size_t errlen)
+{
+    llm_th_mmtool_t *t = &th->mm[th->n_mm - 1];
+    llm_th_cand_t   *c;
+    uint32_t         k, last = t->n;
+
+    for (k = 0; k < t->n; k++) {
+        if (t->required[k]) {
+            last = k;
+            break;
+        }
+    }
+    c = realloc(th->names, (th->n_names + last + 1) * sizeof(*c));
+    if (c == NULL) {
+        snprintf(err, errlen, "tools: out of memory");
+        return -ENOMEM;
+    }
+    th->names = c;
+    for (k = 0; k <= t->n; k++) {
+        if (k > last && k < t->n) {
+            continue;                   /* past a required one */
+        }
+        if (k == t->n && last < t->n) {
+            break;                      /* a required one is missing */
+        }
+        c = &th->names[th->n_names++];
+        memset(c, 0, sizeof(*c));
+        c->s = llm_th_cat3(name, t->cands[k].s, "", &c->len);
+        if (c->s == NULL) {
+            snprintf(err, errlen, "tools: out of memory");
+            return -ENOMEM;
+        }
+        c->next = t->cands[k].next;
+        c->tool = t->cands[k].tool;
+        c->mm_tool = (int) th->n_mm;
+    }
+    return 0;
+}
+
 /* minimax-m2: the invoke names, each tool's parameters, what follows a
  * call; glm4.5: the names (f\n) and each tool's parameters (what follows
- * a call is TP_AFTER's, as for hermes). */
+ * a call is TP_AFTER's, as for hermes); glm4.7 the same without the
+ * newlines (llm_th_glm47_names). */
 static int
 llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     char *err, size_t errlen)
@@ -770,7 +867,7 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     size_t   i, n = json_array_size(tools), maxp = 0;
     json_t  *t;
     char     e2[256];
-    int      rc, glm = th->fmt == LLM_TOOLFMT_GLM45;
+    int      rc, glm = th->fmt != LLM_TOOLFMT_GLM45 ? 0 : th->glm47 ? 2 : 1;
 
     th->names = calloc(n ? n : 1, sizeof(*th->names));
     th->mm = calloc(n ? n : 1, sizeof(*th->mm));
@@ -810,6 +907,13 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
         if (th->mm[th->n_mm - 1].n > maxp) {
             maxp = th->mm[th->n_mm - 1].n;
         }
+        if (glm == 2) {
+            rc = llm_th_glm47_names(th, name, err, errlen);
+            if (rc != 0) {
+                return rc;
+            }
+            continue;
+        }
         c = &th->names[th->n_names++];
         c->s = glm ? llm_th_cat3("", name, "\n", &c->len)
                    : llm_th_cat3("<invoke name=\"", name, "\">\n", &c->len);
@@ -836,7 +940,7 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     /* after a call: the end of the block, or (parallel) another invoke;
      * the names' strings stay owned by names */
     th->mm_after[th->n_mm_after++] = (llm_th_cand_t) {
-        (char *) "</minimax:tool_call>", 20, NX_END, -1 };
+        (char *) "</minimax:tool_call>", 20, NX_END, -1, 0 };
     for (uint32_t k = 0; th->parallel && k < th->n_names; k++) {
         th->mm_after[th->n_mm_after++] = th->names[k];
     }
@@ -869,15 +973,43 @@ llm_th_keep_only(llm_th_t *th, float *logits, uint32_t n_vocab,
     }
 }
 
+/*
+ * harmony: does a text token (not a control one) at lit[off..off+len)
+ * run into markup that is a control token here (hm_ctl)?  Such markup
+ * is written by its token only.
+ */
+static int
+llm_th_hm_crosses(const llm_th_t *th, int32_t id, const char *lit,
+    size_t ll, size_t off, size_t len)
+{
+    if (th->hm_ctl[0] == NULL || llm_vocab_is_control(th->ctx->vocab, id)) {
+        return 0;
+    }
+    for (size_t k = 0; th->hm_ctl[k]; k++) {
+        size_t      ml = strlen(th->hm_ctl[k]), a;
+        const char *p = lit;
+
+        while ((p = memmem(p, ll - (size_t) (p - lit), th->hm_ctl[k], ml))) {
+            a = (size_t) (p - lit);
+            if (off < a + ml && a < off + len) {
+                return 1;
+            }
+            p++;
+        }
+    }
+    return 0;
+}
+
 /* Is the token a piece of what is left of the literal? */
 static int
 llm_th_lit_ok(llm_th_t *th, int32_t id)
 {
-    size_t      len, left = strlen(th->lit) - th->lit_off;
+    size_t      len, ll = strlen(th->lit), left = ll - th->lit_off;
     const char *b = llm_th_bytes(th, id, &len);
 
-    return len > 0 && len <= left && memcmp(b, th->lit + th->lit_off, len)
-                                     == 0;
+    return len > 0 && len <= left
+           && memcmp(b, th->lit + th->lit_off, len) == 0
+           && !llm_th_hm_crosses(th, id, th->lit, ll, th->lit_off, len);
 }
 
 /* Does the token go on one of the set's literals? */
@@ -895,7 +1027,8 @@ llm_th_set_ok(llm_th_t *th, int32_t id)
 
         if (th->sbuf_len + len <= c->len
             && memcmp(c->s, th->sbuf, th->sbuf_len) == 0
-            && memcmp(c->s + th->sbuf_len, b, len) == 0)
+            && memcmp(c->s + th->sbuf_len, b, len) == 0
+            && !llm_th_hm_crosses(th, id, c->s, c->len, th->sbuf_len, len))
         {
             return 1;
         }
@@ -1327,6 +1460,66 @@ llm_th_feed_rest(llm_th_t *th, const char *b, size_t len)
     }
 }
 
+/* Does buf[0..i) end with m? */
+static int
+llm_th_ends(const char *buf, size_t i, const char *m)
+{
+    size_t ml = strlen(m);
+
+    return i >= ml && memcmp(buf + i - ml, m, ml) == 0;
+}
+
+/*
+ * harmony FREE (auto): the opener to=functions. begins a call only in a
+ * message's header (from <|start|>, <|end|> or <|channel|> to
+ * <|message|>), not as text of a body.  The markup is followed as it
+ * ends in the new bytes, in order.  (The scheduler does not run the
+ * hooks inside an analysis body: its <|end|> never comes here, the next
+ * header's <|start|> or <|channel|> does.)
+ */
+static void
+llm_th_hm_free_accept(llm_th_t *th, const char *b, size_t len)
+{
+    char    buf[sizeof(th->tail) + 256];
+    size_t  n;
+
+    if (len > 256) {
+        b += len - 256;
+        len = 256;
+    }
+    memcpy(buf, th->tail, th->tail_len);
+    memcpy(buf + th->tail_len, b, len);
+    n = th->tail_len + len;
+    for (size_t i = th->tail_len + 1; i <= n; i++) {
+        if (llm_th_ends(buf, i, HM_MESSAGE)) {
+            th->hm_body = 1;
+        } else if (llm_th_ends(buf, i, "<|start|>")
+                   || llm_th_ends(buf, i, "<|end|>")
+                   || llm_th_ends(buf, i, "<|channel|>"))
+        {
+            th->hm_body = 0;
+        } else if (!th->hm_body && llm_th_ends(buf, i, HM_OPENER)) {
+            th->tail_len = 0;
+            if (!th->constrained) {
+                th->phase = TP_OFF;
+                return;
+            }
+            llm_th_go(th, th->opener_next, -1);
+            if (i < n) {
+                llm_th_feed_rest(th, buf + i, n - i);
+            }
+            return;
+        }
+    }
+    if (n > sizeof(th->tail)) {
+        memcpy(th->tail, buf + n - sizeof(th->tail), sizeof(th->tail));
+        th->tail_len = sizeof(th->tail);
+    } else {
+        memcpy(th->tail, buf, n);
+        th->tail_len = n;
+    }
+}
+
 /* FREE: remember the last bytes; with the opener written, the call
  * begins (what the token has after the opener goes to what follows). */
 static void
@@ -1351,6 +1544,10 @@ llm_th_free_accept(llm_th_t *th, const char *b, size_t len)
         }
         memcpy(th->tail + th->tail_len, b, len);
         th->tail_len += len;
+        return;
+    }
+    if (th->fmt == LLM_TOOLFMT_HARMONY) {
+        llm_th_hm_free_accept(th, b, len);
         return;
     }
     if (th->fmt == LLM_TOOLFMT_LLAMA3_JSON) {
@@ -1426,6 +1623,11 @@ llm_th_set_accept(llm_th_t *th, const char *b, size_t len)
             continue;
         }
         if (th->sbuf_len == c->len) {
+            if (c->mm_tool > 0) {
+                /* glm4.7: a name with its first parameter */
+                th->mm_tool = c->mm_tool - 1;
+                th->mm_pos = 0;
+            }
             llm_th_go(th, c->next, c->tool);
             return;
         }
@@ -1752,11 +1954,11 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->json_union = DS_CALL_END;
         th->union_next = NX_AFTER;
         th->after[th->n_after++] = (llm_th_cand_t) {
-            (char *) DS_CALLS_END, strlen(DS_CALLS_END), NX_END, -1 };
+            (char *) DS_CALLS_END, strlen(DS_CALLS_END), NX_END, -1, 0 };
         if (th->parallel) {
             th->after[th->n_after++] = (llm_th_cand_t) {
                 (char *) DS_CALL_BEGIN, strlen(DS_CALL_BEGIN), NX_NAMES,
-                -1 };
+                -1, 0 };
         }
         th->lits[th->n_lits++] = DS_CALLS_BEGIN;
         th->lits[th->n_lits++] = DS_CALLS_END;
@@ -1775,11 +1977,11 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->json_union = KM_CALL_END;
         th->union_next = NX_AFTER;
         th->after[th->n_after++] = (llm_th_cand_t) {
-            (char *) KM_CALLS_END, strlen(KM_CALLS_END), NX_END, -1 };
+            (char *) KM_CALLS_END, strlen(KM_CALLS_END), NX_END, -1, 0 };
         if (th->parallel) {
             th->after[th->n_after++] = (llm_th_cand_t) {
                 (char *) KM_CALL_BEGIN, strlen(KM_CALL_BEGIN), NX_NAMES,
-                -1 };
+                -1, 0 };
         }
         th->lits[th->n_lits++] = KM_CALLS_BEGIN;
         th->lits[th->n_lits++] = KM_CALLS_END;
@@ -1812,12 +2014,31 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
          * (parallel) whitespace and the opener, as for hermes */
         th->opener = "<tool_call>";
         th->opener_next = NX_NAMES;
-        th->raw_closer = GLM_CLOSER;
+        th->raw_closer = th->glm47 ? GLM47_CLOSER : GLM_CLOSER;
         th->lits[th->n_lits++] = th->opener;
-        th->lits[th->n_lits++] = GLM_CLOSER;
+        th->lits[th->n_lits++] = th->raw_closer;
         th->lits[th->n_lits++] = "</tool_call>";
         if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
+        }
+        break;
+    case LLM_TOOLFMT_HARMONY:
+        /* a forced call opens its own commentary message (the prompt
+         * ends with <|start|>assistant); under auto the model's own
+         * header with to=functions. opens it.  Then the name, the
+         * constraint and <|message|>, the arguments, and <|call|>, which
+         * ends generation (one call per answer) */
+        th->opener = HM_OPENER;
+        th->opener_next = NX_NAMES;
+        th->forced = HM_FORCED;
+        th->forced_next = NX_NAMES;
+        th->json_union = HM_CALL;
+        th->union_next = NX_END;
+        th->lits[th->n_lits++] = HM_FORCED;
+        th->lits[th->n_lits++] = HM_CALL;
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
+            rc = llm_th_grammar_per_tool(th, tools, only, HM_SEP, err,
+                                         errlen);
         }
         break;
     default:
@@ -1843,6 +2064,23 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
     }
     th->constrained = th->grammar != NULL || th->n_names > 0;
     return rc;
+}
+
+/* harmony: which of its markup is control tokens in this vocabulary. */
+static void
+llm_th_hm_vocab(llm_th_t *th)
+{
+    const llm_vocab_t *v = th->ctx->vocab;
+    uint32_t           n = 0;
+    int32_t            id;
+
+    for (size_t k = 0; llm_th_hm_ctl[k]; k++) {
+        id = llm_vocab_find(v, llm_th_hm_ctl[k], strlen(llm_th_hm_ctl[k]));
+        if (id >= 0 && llm_vocab_is_control(v, id)) {
+            th->hm_ctl[n++] = llm_th_hm_ctl[k];
+        }
+    }
+    th->hm_ctl[n] = NULL;
 }
 
 int
@@ -1891,6 +2129,7 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
     }
     th->ctx = ctx;
     th->fmt = fmt;
+    th->glm47 = strcmp(ctx->tool_call_format, "glm4.7") == 0;
     th->choice = c;
     th->parallel = rq->parallel_tool_calls;
     if (c == LLM_TOOL_CHOICE_NONE) {
@@ -1912,12 +2151,15 @@ llm_tool_hooks_make(const llm_hooks_ctx_t *ctx, const llm_request_t *rq,
     if (rc != 0) {
         goto failed;
     }
+    if (fmt == LLM_TOOLFMT_HARMONY) {
+        llm_th_hm_vocab(th);
+    }
     rc = llm_th_scan_vocab(th);
     if (rc != 0) {
         snprintf(err, errlen, "tools: out of memory");
         goto failed;
     }
-    if (c != LLM_TOOL_CHOICE_NONE) {
+    if (c != LLM_TOOL_CHOICE_NONE && fmt != LLM_TOOLFMT_HARMONY) {
         rc = llm_toolcall_create(&th->parser, fmt, tools, 0, err, errlen);
         if (rc != 0) {
             goto failed;

@@ -2,7 +2,8 @@
  * The tool-call hooks of a sequence (docs/TOOLS.md): the text
  * hook runs the family's parser (toolcall.h) so calls leave as
  * ToolCallDelta events; the mask and accept hooks run the tool grammar
- * (hermes, llama3-json, mistral, deepseek-v3, minimax-m2, glm4.5): once
+ * (hermes, llama3-json, mistral, deepseek-v3, kimi-k2, minimax-m2, glm4.5,
+ * glm4.7, harmony: whose calls the reasoning split parses): once
  * the model writes the opener, only the given tool names and
  * arguments valid against that tool's `parameters` are allowed, then the
  * closer, then another call (parallel_tool_calls) or the end.

@@ -375,8 +375,10 @@ llm_prompt_tool_format(const char *src, size_t len)
         const char *needle;
         const char *name;
     } f[] = {
+        { "<|channel|>", "harmony" },       /* gpt-oss */
         { "<minimax:tool_call>", "minimax-m2" },
         { "<|tool_calls_section_begin|>", "kimi-k2" },
+        { "</arg_key><arg_value>", "glm4.7" },  /* compact, no newlines */
         { "<arg_key>", "glm4.5" },          /* GLM's <tool_call> too */
         { "<tool_call>", "hermes" },
         { "[TOOL_CALLS]", "mistral" },

@@ -44,9 +44,10 @@ int llm_prompt_build_nth(const llm_vocab_t *v, const llm_request_t *rq,
 json_t *llm_prompt_vars(const llm_vocab_t *v, const llm_request_t *rq,
     const char **param, char *err, size_t errlen);
 
-/* The tool-call format a template's source suggests: "hermes",
- * "minimax-m2", "mistral", "llama3-json", "deepseek-v3", "glm4.5" or
- * "none". */
+/* The tool-call format a template's source suggests: "harmony" (it
+ * knows <|channel|>), "minimax-m2", "kimi-k2", "glm4.7" (GLM-4.7's
+ * compact calls), "glm4.5", "hermes",
+ * "mistral", "deepseek-v3", "llama3-json" or "none". */
 const char *llm_prompt_tool_format(const char *src, size_t len);
 
 /* The reasoning format (decode/reasoning.h) a template's source suggests:

@@ -24,6 +24,7 @@
 #include "base/err.h"
 #include "model/gguf.h"
 #include "mkmodel.h"
+#include "mkmodel_script.h"
 #include "kernels/quant.h"
 #include "vocabgen.h"
 
@@ -641,6 +642,7 @@ typedef struct {
     uint8_t            *out;
     float             **scratch;     /* one row of floats per thread */
     uint32_t            next;        /* chunk counter, atomic */
+    const llm_mk_script_t *script;   /* scripted rows, or NULL */
 } mk_job_t;
 
 static void
@@ -726,7 +728,14 @@ mk_slab_task(void *arg, uint32_t ith)
         int64_t r1 = r0 + MK_CHUNK_ROWS < j->nrows ? r0 + MK_CHUNK_ROWS
                                                   : j->nrows;
         for (int64_t r = r0; r < r1; r++) {
-            mk_fill_row(j->t, j->tseed, j->t->row_offset + j->row0 + r, x);
+            int64_t row = j->t->row_offset + j->row0 + r;
+
+            if (j->script == NULL
+                || !llm_mk_script_row(j->script, j->t->name, row,
+                                      j->t->ne[0], x))
+            {
+                mk_fill_row(j->t, j->tseed, row, x);
+            }
             llm_quantize_row(j->t->type, x, j->out + r * j->row_bytes,
                 j->t->ne[0]);
         }
@@ -883,6 +892,55 @@ mk_write_meta(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p,
 }
 
 /*
+ * The special tokens of the chat format a template writes, which the real
+ * models' vocabularies have and the generated one lacks: gpt-oss's
+ * harmony markup (the template knows <|channel|>), control tokens as in
+ * o200k_harmony.  NULL-terminated; NULL for other templates.
+ */
+static const char *const *
+mk_template_specials(const char *tmpl)
+{
+    static const char *const harmony[] = {
+        "<|start|>", "<|end|>", "<|message|>", "<|channel|>",
+        "<|constrain|>", "<|return|>", "<|call|>", NULL
+    };
+
+    return tmpl != NULL && strstr(tmpl, "<|channel|>") ? harmony : NULL;
+}
+
+/* Append the control tokens sp to v (its ids after the generated ones).
+ * 0 or -ENOMEM. */
+static int
+mk_vocab_append(llm_vocabgen_t *v, const char *const *sp)
+{
+    uint32_t  n = 0;
+    char    **t;
+    int32_t  *ty;
+
+    while (sp[n] != NULL) {
+        n++;
+    }
+    t = realloc(v->tokens, (v->n_tokens + n) * sizeof(*t));
+    if (t == NULL) {
+        return -ENOMEM;
+    }
+    v->tokens = t;
+    ty = realloc(v->types, (v->n_tokens + n) * sizeof(*ty));
+    if (ty == NULL) {
+        return -ENOMEM;
+    }
+    v->types = ty;
+    for (uint32_t i = 0; i < n; i++) {
+        v->tokens[v->n_tokens] = strdup(sp[i]);
+        if (v->tokens[v->n_tokens] == NULL) {
+            return -ENOMEM;
+        }
+        v->types[v->n_tokens++] = LLM_VG_CONTROL;
+    }
+    return 0;
+}
+
+/*
  * Validate p, build the vocabulary and tensor list, write the header, then
  * every tensor slab by slab (threads fill and convert rows, this thread
  * appends).  One cleanup path frees everything; the writer removes a
@@ -893,12 +951,15 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
     char *err, size_t errlen)
 {
     llm_gguf_writer_t *w = NULL;
+    llm_mk_script_t *script = NULL;
     llm_vocabgen_t v;
     mk_list_t l = { 0 };
     mk_job_t job;
     uint8_t *slab = NULL;
     float **scratch = NULL;
     uint32_t nth = p->n_threads ? p->n_threads : 1;
+    const char *const *sp;
+    uint32_t n_sp;
     int64_t max_ne0 = 0;
     int rc;
 
@@ -908,9 +969,31 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         return rc;
     }
     llm_simd_init();
-    rc = llm_vocabgen_build(&v, p->n_vocab, p->pre, err, errlen);
+    /* the chat format's own special tokens take the last ids */
+    sp = mk_template_specials(p->chat_template);
+    for (n_sp = 0; sp != NULL && sp[n_sp] != NULL; n_sp++) {
+        /* count */
+    }
+    if (p->n_vocab < llm_vocabgen_min_size() + n_sp) {
+        llm_err(err, errlen, "vocab %u is below the minimum %u with the "
+            "template's %u special tokens", p->n_vocab,
+            llm_vocabgen_min_size() + n_sp, n_sp);
+        return -EINVAL;
+    }
+    rc = llm_vocabgen_build(&v, p->n_vocab - n_sp, p->pre, err, errlen);
     if (rc != 0) {
         return rc;
+    }
+    if (sp != NULL && mk_vocab_append(&v, sp) != 0) {
+        rc = -ENOMEM;
+        llm_err(err, errlen, "out of memory");
+        goto done;
+    }
+    if (p->script != NULL) {
+        rc = llm_mk_script_create(&script, p, err, errlen);
+        if (rc != 0) {
+            goto done;
+        }
     }
     rc = mk_tensors(p, &l);
     if (rc != 0) {
@@ -970,6 +1053,7 @@ llm_mkmodel_write(const llm_mkmodel_params_t *p, const char *path, FILE *log,
         job.row_bytes = rb;
         job.out = slab;
         job.scratch = scratch;
+        job.script = script;
         for (int64_t r = 0; r < rows; r += per) {
             job.row0 = r;
             job.nrows = rows - r < per ? rows - r : per;
@@ -1000,6 +1084,7 @@ done:
     free(scratch);
     free(slab);
     free(l.t);
+    llm_mk_script_free(script);
     llm_vocabgen_free(&v);
     return rc;
 }

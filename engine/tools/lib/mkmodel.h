@@ -61,6 +61,11 @@ typedef struct {
                                    an embedding model */
     const char *chat_template;  /* tokenizer.chat_template; NULL: the
                                    generated vocabulary's ChatML one */
+    const int32_t *script;      /* gpt-oss, glm4moe: the last two prompt
+                                   tokens, then the answer greedy decoding
+                                   follows (mkmodel_script.h); NULL:
+                                   random weights */
+    uint32_t    n_script;
 } llm_mkmodel_params_t;
 
 /* Names of the presets, NULL-terminated (for --help). */

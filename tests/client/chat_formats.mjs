@@ -1,0 +1,197 @@
+// gpt-oss's harmony and GLM-4.5's chat formats through the gateway with
+// the official openai client (t/chat_formats.t starts nginx and the
+// engines on llm-mkmodel models with the models' own templates):
+//
+//  - forced tool calls (tool_choice "required" and named, streamed and
+//    not) on the random-weight models "oss" (harmony), "glm" (GLM's
+//    XML calls) and "glm47" (GLM-4.7's compact form of them):
+//    finish_reason tool_calls, one call named as asked,
+//    arguments valid with ajv against the tool's parameters, no content
+//    and no reasoning beside it;
+//  - reasoning_effort on "oss" and "glm": usage.prompt_tokens of each
+//    effort, and (oss-cache, prefix caching on) the cached tokens when an
+//    effort follows the same or another one, written to
+//    $LLM_DUMP/efforts.json for the .t to check against llm-template;
+//  - reasoning streamed on "oss-script" and "glm-script" (models whose
+//    greedy decoding writes a known reply: harmony analysis then final,
+//    <think> then the answer): the thinking arrives as several
+//    reasoning_content deltas, all before the first content delta, the
+//    content only the final channel's text, no markup anywhere; the
+//    non-streamed answer is the same.
+//
+//   LLM_URL=http://127.0.0.1:PORT/v1 LLM_DUMP=DIR node chat_formats.mjs
+//
+// Prints TAP; exits non-zero on any failure.
+
+import fs from 'node:fs';
+import OpenAI from 'openai';
+import Ajv from 'ajv';
+
+const client = new OpenAI({ baseURL: process.env.LLM_URL, apiKey: 'none',
+                            maxRetries: 0, timeout: 120000 });
+const dump = process.env.LLM_DUMP;
+const N = Number(process.env.LLM_N || 16);
+
+let n = 0, failed = 0;
+function ok(cond, name, why) {
+  n++;
+  if (!cond) failed++;
+  console.log(`${cond ? 'ok' : 'not ok'} ${n} - ${name}`);
+  if (!cond && why) console.log(`# ${String(why).slice(0, 600)}`);
+}
+
+const fn = (name, parameters) => ({ type: 'function', function: { name, description: name, parameters } });
+// harmony arguments are JSON: strings, numbers, arrays are fine; GLM's
+// string values are raw text a random model never closes, so its tools
+// take enums and booleans (arch_models.t)
+const tools = {
+  oss: [
+    fn('get_weather', {
+      type: 'object',
+      properties: { city: { type: 'string' }, unit: { enum: ['c', 'f'] }, days: { type: 'integer' },
+                    tags: { type: 'array', items: { type: 'boolean' }, maxItems: 2 } },
+      required: ['city', 'unit'], additionalProperties: false,
+    }),
+    fn('ping', { type: 'object', properties: {}, additionalProperties: false }),
+  ],
+  glm: [
+    fn('set_temp', {
+      type: 'object',
+      properties: { unit: { type: 'string', enum: ['c', 'f'] }, eco: { type: 'boolean' } },
+      required: ['unit', 'eco'], additionalProperties: false,
+    }),
+    fn('ping', { type: 'object', properties: {}, additionalProperties: false }),
+  ],
+};
+tools.glm47 = tools.glm;
+const ajv = new Ajv({ strict: false });
+const validate = {};
+for (const [m, set] of Object.entries(tools)) {
+  validate[m] = Object.fromEntries(set.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+}
+
+// A streamed answer put together from its chunks, as a client does, with
+// the order of the reasoning and content deltas.
+async function streamed(req) {
+  const s = await client.chat.completions.create({ ...req, stream: true });
+  const r = { content: '', reasoning: '', calls: [], finish: null, nReasoning: 0, contentFirst: -1,
+              reasoningLast: -1, chunks: 0, both: 0 };
+  for await (const chunk of s) {
+    const c = chunk.choices?.[0];
+    if (!c) continue;
+    const d = c.delta ?? {};
+    r.chunks++;
+    if (d.reasoning_content) {
+      r.reasoning += d.reasoning_content;
+      r.nReasoning++;
+      r.reasoningLast = r.chunks;
+    }
+    if (d.content) {
+      r.content += d.content;
+      if (r.contentFirst < 0) r.contentFirst = r.chunks;
+    }
+    if (d.reasoning_content && d.content) r.both++;
+    for (const t of d.tool_calls ?? []) {
+      const k = t.index;
+      r.calls[k] ??= { id: '', name: '', arguments: '' };
+      if (t.id) r.calls[k].id = t.id;
+      if (t.function?.name) r.calls[k].name += t.function.name;
+      if (t.function?.arguments) r.calls[k].arguments += t.function.arguments;
+    }
+    if (c.finish_reason) r.finish = c.finish_reason;
+  }
+  return r;
+}
+
+async function whole(req) {
+  const res = await client.chat.completions.create(req);
+  const c = res.choices[0];
+  return { content: c.message.content ?? '', reasoning: c.message.reasoning_content ?? '',
+           calls: (c.message.tool_calls ?? []).map((t) => ({ id: t.id, ...t.function })),
+           finish: c.finish_reason, usage: res.usage };
+}
+
+// (a) forced tool calls
+for (const model of ['oss', 'glm', 'glm47']) {
+  let good = 0;
+  const bad = [];
+  for (let i = 0; i < N; i++) {
+    const named = i % 2 === 1 ? tools[model][(i >> 1) % 2].function.name : null;
+    const stream = i % 4 >= 2;
+    const req = {
+      model, tools: tools[model], max_tokens: 400, temperature: 0.8, seed: 100 + i,
+      messages: [{ role: 'user', content: `Request ${i}: use a tool.` }],
+      tool_choice: named ? { type: 'function', function: { name: named } } : 'required',
+      parallel_tool_calls: false,
+      // GLM-4.7's template opens <think> for the answer, and a thinking
+      // block is not constrained (a random model never closes it); none
+      // renders it closed, so the answer is the call
+      ...(model === 'glm47' ? { reasoning_effort: 'none' } : {}),
+    };
+    let r;
+    try {
+      r = stream ? await streamed(req) : await whole(req);
+    } catch (e) {
+      bad.push(`#${i}: ${e.message}`);
+      continue;
+    }
+    const errs = [];
+    if (r.finish !== 'tool_calls') errs.push(`finish_reason ${r.finish}`);
+    if (r.calls.length !== 1) errs.push(`${r.calls.length} calls`);
+    if (r.content || r.reasoning) errs.push(`content [${r.content}] reasoning [${r.reasoning}]`);
+    for (const c of r.calls) {
+      const v = validate[model][c.name];
+      if (!/^call_[A-Za-z0-9]{24}$/.test(c.id)) errs.push(`id ${c.id}`);
+      if (!v) { errs.push(`unknown tool ${c.name}`); continue; }
+      if (named && c.name !== named) errs.push(`called ${c.name}, not ${named}`);
+      let args;
+      try { args = JSON.parse(c.arguments); } catch { errs.push(`arguments do not parse: ${c.arguments}`); continue; }
+      if (!v(args)) errs.push(`${c.name} ${c.arguments}: ${ajv.errorsText(v.errors)}`);
+    }
+    if (errs.length) bad.push(`#${i}${stream ? ' stream' : ''}${named ? ` named ${named}` : ''}: ${errs.join('; ')}`);
+    else good++;
+  }
+  ok(bad.length === 0, `${model}: ${good} of ${N} forced calls (required and named, streamed and not) `
+     + 'parse and validate against their schema', bad.join(' | '));
+}
+
+// (b) reasoning_effort: the prompt as each effort renders it
+const efforts = {};
+const hi = { role: 'user', content: 'Why is the sky blue?' };
+for (const [model, list] of [['oss', ['low', 'medium', 'high', '']], ['glm', ['none', '']]]) {
+  for (const e of list) {
+    const r = await whole({ model, max_tokens: 1, temperature: 0, messages: [hi],
+                            ...(e ? { reasoning_effort: e } : {}) });
+    efforts[`${model}:${e}`] = r.usage.prompt_tokens;
+  }
+}
+// the same effort twice, then another: the prefix cache tells how much of
+// the rendered prompt the two share
+for (const e of ['high', 'high', 'low', 'low']) {
+  const r = await whole({ model: 'oss-cache', max_tokens: 1, temperature: 0, messages: [hi], reasoning_effort: e });
+  efforts[`cache:${Object.keys(efforts).filter((k) => k.startsWith('cache:')).length}:${e}`]
+    = r.usage.prompt_tokens_details?.cached_tokens ?? -1;
+}
+fs.writeFileSync(`${dump}/efforts.json`, JSON.stringify(efforts));
+ok(Object.values(efforts).every((v) => Number.isInteger(v) && v >= 0), 'reasoning_effort: every request answered',
+   JSON.stringify(efforts));
+
+// (c) reasoning streamed, content only from the final channel
+const expect = { reasoning: 'Light scatters.', content: 'It is Rayleigh.' };
+for (const model of ['oss-script', 'glm-script']) {
+  const req = { model, max_tokens: 60, temperature: 0, messages: [hi] };
+  const s = await streamed(req);
+  ok(s.reasoning === expect.reasoning && s.content === expect.content,
+     `${model} stream: reasoning_content [${s.reasoning}], content [${s.content}]`);
+  ok(s.nReasoning >= 2, `${model} stream: the reasoning came as it was decoded (${s.nReasoning} deltas)`);
+  ok(s.contentFirst > s.reasoningLast && s.both === 0,
+     `${model} stream: every reasoning delta before the first content delta`);
+  ok(s.finish === 'stop', `${model} stream: finish_reason ${s.finish}`);
+  const w = await whole(req);
+  ok(w.reasoning === expect.reasoning && w.content === expect.content && w.finish === 'stop',
+     `${model}: message.reasoning_content and content the same`, JSON.stringify(w));
+  ok(!/<\||<\/?think>/.test(s.content + s.reasoning + w.content + w.reasoning), `${model}: no markup in the text`);
+}
+
+console.log(`1..${n}`);
+process.exit(failed ? 1 : 0);
