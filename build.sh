@@ -39,7 +39,7 @@ PKGS_BUILD=(gcc make pkg-config nginx nginx-dev libprotobuf-c-dev
     protobuf-c-compiler libjansson-dev libpcre2-dev liburing-dev libssl-dev
     zlib1g-dev libhiredis-dev)
 PKGS_TEST=(perl curl nodejs npm python3 python3-numpy python3-jinja2
-    openssl redis-server)
+    openssl redis-server libnginx-mod-stream iproute2)
 PKGS_BENCH=(wrk linux-perf time fio)
 # aarch64: the engine cross-built with Debian's cross compiler against the
 # arm64 libraries (multiarch), its tests run under qemu's user mode
