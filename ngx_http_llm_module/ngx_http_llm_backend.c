@@ -572,6 +572,8 @@ ngx_http_llm_probe_read(ngx_event_t *rev)
         be->requests_running = info->stats->requests_running;
         be->requests_queued = info->stats->requests_queued;
         be->requests_cancelled = info->stats->requests_cancelled;
+        be->kv_free = info->stats->kv_blocks_free;
+        be->kv_total = info->stats->kv_blocks_total;
     }
 
     llm__event__free_unpacked(ev, NULL);

@@ -1,6 +1,7 @@
 
 /*
- * ngx_http_llm_module: failover across models, as a balancer wrapper.
+ * ngx_http_llm_module: failover across models, as a balancer wrapper;
+ * and llm_balance least_load, a balancer of engines by their load.
  */
 
 
@@ -314,4 +315,248 @@ ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
     u->request_bufs = NULL;
 
     return u->create_request(r);
+}
+
+
+/*
+ * llm_balance least_load (in an upstream{} of engines): a balancer in
+ * nginx's framework, like least_conn, that sends a request to the engine
+ * with the least work: the requests it runs and queues as its last Info
+ * answer said (every gateway's, refreshed every llm_info_cache while
+ * requests come) plus this worker's own in flight to it since; among
+ * equals the most free KV cache, then round robin's weights.  Servers
+ * down, failed (max_fails) or full (max_conns) are skipped as round
+ * robin skips them; backup servers and the rest are round robin's.
+ */
+
+typedef struct {
+    ngx_http_upstream_rr_peer_data_t   rrp;    /* first: round robin's */
+    ngx_http_request_t                *request;
+    ngx_http_upstream_srv_conf_t      *upstream;
+} ngx_http_llm_lb_peer_data_t;
+
+
+static ngx_int_t ngx_http_llm_lb_init_upstream(ngx_conf_t *cf,
+    ngx_http_upstream_srv_conf_t *us);
+static ngx_int_t ngx_http_llm_lb_init_peer(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us);
+static ngx_int_t ngx_http_llm_lb_get_peer(ngx_peer_connection_t *pc,
+    void *data);
+static ngx_http_llm_backend_t *ngx_http_llm_lb_backend(
+    ngx_http_llm_lb_peer_data_t *lbp, ngx_http_upstream_rr_peer_t *peer);
+
+
+char *
+ngx_http_llm_balance(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_str_t                     *value;
+    ngx_http_upstream_srv_conf_t  *uscf;
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "least_load") != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid llm_balance \"%V\" (expected "
+                           "least_load)", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    uscf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_upstream_module);
+
+    if (uscf->peer.init_upstream) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "load balancing method redefined");
+    }
+
+    uscf->peer.init_upstream = ngx_http_llm_lb_init_upstream;
+
+    uscf->flags = NGX_HTTP_UPSTREAM_CREATE
+                  |NGX_HTTP_UPSTREAM_WEIGHT
+                  |NGX_HTTP_UPSTREAM_MAX_CONNS
+                  |NGX_HTTP_UPSTREAM_MAX_FAILS
+                  |NGX_HTTP_UPSTREAM_FAIL_TIMEOUT
+                  |NGX_HTTP_UPSTREAM_DOWN
+                  |NGX_HTTP_UPSTREAM_BACKUP;
+
+    (void) cmd;
+    (void) conf;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_lb_init_upstream(ngx_conf_t *cf,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    if (ngx_http_upstream_init_round_robin(cf, us) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    us->peer.init = ngx_http_llm_lb_init_peer;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_llm_lb_init_peer(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_http_llm_lb_peer_data_t  *lbp;
+
+    lbp = ngx_palloc(r->pool, sizeof(ngx_http_llm_lb_peer_data_t));
+    if (lbp == NULL) {
+        return NGX_ERROR;
+    }
+
+    lbp->request = r;
+    lbp->upstream = us;
+
+    r->upstream->peer.data = &lbp->rrp;
+
+    if (ngx_http_upstream_init_round_robin_peer(r, us) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    r->upstream->peer.get = ngx_http_llm_lb_get_peer;
+
+    return NGX_OK;
+}
+
+
+/* The engine behind a round-robin peer: by upstream and address. */
+
+static ngx_http_llm_backend_t *
+ngx_http_llm_lb_backend(ngx_http_llm_lb_peer_data_t *lbp,
+    ngx_http_upstream_rr_peer_t *peer)
+{
+    ngx_uint_t                 i;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(lbp->request, ngx_http_llm_module);
+    be = mcf->backends.elts;
+
+    for (i = 0; i < mcf->backends.nelts; i++) {
+        if (be[i].upstream == lbp->upstream && be[i].addr
+            && ngx_cmp_sockaddr(be[i].addr->sockaddr, be[i].addr->socklen,
+                                peer->sockaddr, peer->socklen, 1)
+               == NGX_OK)
+        {
+            return &be[i];
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_int_t
+ngx_http_llm_lb_get_peer(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_llm_lb_peer_data_t *lbp = data;
+
+    time_t                             now;
+    uint64_t                           load, best_load, free, best_free;
+    uintptr_t                          m;
+    ngx_uint_t                         i, n, p;
+    ngx_http_llm_backend_t            *be;
+    ngx_http_upstream_rr_peer_t       *peer, *best;
+    ngx_http_upstream_rr_peers_t      *peers;
+    ngx_http_upstream_rr_peer_data_t  *rrp;
+
+    rrp = &lbp->rrp;
+    peers = rrp->peers;
+
+    if (peers->single) {
+        return ngx_http_upstream_get_round_robin_peer(pc, rrp);
+    }
+
+    pc->cached = 0;
+    pc->connection = NULL;
+
+    now = ngx_time();
+
+    ngx_http_upstream_rr_peers_wlock(peers);
+
+    best = NULL;
+    best_load = 0;
+    best_free = 0;
+    p = 0;
+
+    for (peer = peers->peer, i = 0; peer; peer = peer->next, i++) {
+
+        n = i / (8 * sizeof(uintptr_t));
+        m = (uintptr_t) 1 << i % (8 * sizeof(uintptr_t));
+
+        if (rrp->tried[n] & m || peer->down) {
+            continue;
+        }
+
+        if (peer->max_fails && peer->fails >= peer->max_fails
+            && now - peer->checked <= peer->fail_timeout)
+        {
+            continue;
+        }
+
+        if (peer->max_conns && peer->conns >= peer->max_conns) {
+            continue;
+        }
+
+        be = ngx_http_llm_lb_backend(lbp, peer);
+
+        /* the engine's own count includes this worker's requests it had
+         * when it answered; what this worker started since adds on */
+
+        load = (be && be->up) ? be->requests_running + be->requests_queued
+                              : 0;
+        load += peer->conns;
+        free = (be && be->up) ? be->kv_free : 0;
+
+        if (best == NULL || load < best_load
+            || (load == best_load
+                && (free > best_free
+                    || (free == best_free
+                        && peer->current_weight > best->current_weight))))
+        {
+            best = peer;
+            best_load = load;
+            best_free = free;
+            p = i;
+        }
+    }
+
+    if (best == NULL) {
+        ngx_http_upstream_rr_peers_unlock(peers);
+
+        /* nothing left among the primary servers: backup, or the error */
+        return ngx_http_upstream_get_round_robin_peer(pc, rrp);
+    }
+
+    best->current_weight -= best->effective_weight;
+
+    for (peer = peers->peer; peer; peer = peer->next) {
+        peer->current_weight += peer->effective_weight;
+    }
+
+    pc->sockaddr = best->sockaddr;
+    pc->socklen = best->socklen;
+    pc->name = &best->name;
+
+    best->conns++;
+
+    if (now - best->checked > best->fail_timeout) {
+        best->checked = now;
+    }
+
+    rrp->current = best;
+
+    n = p / (8 * sizeof(uintptr_t));
+    m = (uintptr_t) 1 << p % (8 * sizeof(uintptr_t));
+    rrp->tried[n] |= m;
+
+    ngx_http_upstream_rr_peers_unlock(peers);
+
+    return NGX_OK;
 }

@@ -83,6 +83,13 @@ static ngx_command_t  ngx_http_llm_commands[] = {
       0,
       NULL },
 
+    { ngx_string("llm_balance"),
+      NGX_HTTP_UPS_CONF|NGX_CONF_TAKE1,
+      ngx_http_llm_balance,
+      0,
+      0,
+      NULL },
+
     { ngx_string("llm_engine_auth_file"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_llm_engine_auth_file,

@@ -332,6 +332,8 @@ typedef struct {
     uint64_t                       requests_running;
     uint64_t                       requests_queued;
     uint64_t                       requests_cancelled;
+    uint32_t                       kv_free;    /* KV blocks */
+    uint32_t                       kv_total;
     u_char                         error[128];
 } ngx_http_llm_backend_t;
 
@@ -618,6 +620,7 @@ void ngx_http_llm_fingerprint(ngx_http_request_t *r,
 /* ngx_http_llm_balancer.c */
 ngx_int_t ngx_http_llm_wrap_peer_init(ngx_conf_t *cf,
     ngx_http_upstream_srv_conf_t *uscf);
+char *ngx_http_llm_balance(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_llm_upstream.c */
 ngx_int_t ngx_http_llm_upstream_start(ngx_http_request_t *r,

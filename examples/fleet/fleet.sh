@@ -111,6 +111,7 @@ http {
     llm_limit_store redis://$NET.5:6379/0 on_error=local;
     llm_engine_auth_file $DIR/engine.secret;
     upstream engines {
+        llm_balance least_load;
         server $NET.11:7070 max_fails=1 fail_timeout=10s;
         server $NET.12:7070 max_fails=1 fail_timeout=10s;
         keepalive 8;

@@ -125,10 +125,12 @@ sub wait_pinged {
     return 1;
 }
 
+# queued: requests_queued in its stats (a busy engine, for balancers)
 sub ev_info {
-    my ($model) = @_;
+    my ($model, $queued) = @_;
+    my $stats = $queued ? field_bytes(15, field_varint(3, $queued)) : '';
     return frame(field_bytes(7, field_bytes(1, $model) . field_bytes(5, 'fake0')
-                                . field_bytes(7, 'ready')));
+                                . field_bytes(7, 'ready') . $stats));
 }
 
 sub start {
@@ -180,7 +182,7 @@ sub serve {
         my $len = unpack('N', $h);
         my $req = $len ? read_n($c, $len) // return : '';
         if (substr($req, 0, 1) eq "\x12") {
-            syswrite($c, ev_info($o{model} // 'fake'));
+            syswrite($c, ev_info($o{model} // 'fake', $o{queued}));
             next;
         }
         next if substr($req, 0, 1) eq "\x2a";    # Cancel: nothing runs
