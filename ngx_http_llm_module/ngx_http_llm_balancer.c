@@ -286,6 +286,10 @@ ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx)
                   "llm: model \"%V\" failed, falling back to \"%V\"",
                   &ctx->model_name, &m->name);
 
+    if (ctx->model) {
+        ngx_http_llm_model_outcome(ctx->model, 0);
+    }
+
     /* the round-robin init reuses a non-NULL peer.data as its own */
     u->peer.data = NULL;
 
@@ -559,4 +563,128 @@ ngx_http_llm_lb_get_peer(ngx_peer_connection_t *pc, void *data)
     ngx_http_upstream_rr_peers_unlock(peers);
 
     return NGX_OK;
+}
+
+
+/*
+ * A model's recent error rate (error_rate= of llm_model), per worker: the
+ * answers of the last window in 10 buckets; a model with at least
+ * NGX_HTTP_LLM_HEALTH_MIN answers in the window of which PCT% or more
+ * failed is "failing" and requests start at its fallback.  Skipped, it
+ * gets no answers, so its buckets age out and after a window it is
+ * tried again (a circuit breaker that half-opens by time).
+ */
+
+#define NGX_HTTP_LLM_HEALTH_BUCKETS  10
+#define NGX_HTTP_LLM_HEALTH_MIN      5
+
+struct ngx_http_llm_health_s {
+    ngx_msec_t   start[NGX_HTTP_LLM_HEALTH_BUCKETS];
+    ngx_uint_t   total[NGX_HTTP_LLM_HEALTH_BUCKETS];
+    ngx_uint_t   failed[NGX_HTTP_LLM_HEALTH_BUCKETS];
+};
+
+
+/* error_rate=PCT%[/WINDOW] */
+
+ngx_int_t
+ngx_http_llm_model_error_rate(ngx_conf_t *cf, ngx_http_llm_model_t *m,
+    ngx_str_t *value)
+{
+    u_char     *p, *last, *slash;
+    ngx_int_t   pct, t;
+    ngx_str_t   w;
+
+    p = value->data + sizeof("error_rate=") - 1;
+    last = value->data + value->len;
+    slash = ngx_strlchr(p, last, '/');
+
+    w.data = slash ? slash + 1 : NULL;
+    w.len = slash ? (size_t) (last - slash - 1) : 0;
+
+    if (slash == NULL) {
+        slash = last;
+    }
+
+    if (slash > p && slash[-1] == '%') {
+        slash--;
+    }
+
+    pct = ngx_atoi(p, slash - p);
+    if (pct == NGX_ERROR || pct < 1 || pct > 100) {
+        return NGX_DECLINED;
+    }
+
+    m->err_pct = (ngx_uint_t) pct;
+    m->err_window = 30000;
+
+    if (w.len) {
+        t = ngx_parse_time(&w, 0);
+        if (t == NGX_ERROR || t < 1000) {
+            return NGX_DECLINED;
+        }
+
+        m->err_window = (ngx_msec_t) t;
+    }
+
+    m->health = ngx_pcalloc(cf->pool, sizeof(struct ngx_http_llm_health_s));
+    if (m->health == NULL) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* Counts one answer of m (ok: not the engine's or provider's failure). */
+
+void
+ngx_http_llm_model_outcome(ngx_http_llm_model_t *m, ngx_uint_t ok)
+{
+    ngx_msec_t                     span;
+    ngx_uint_t                     b;
+    struct ngx_http_llm_health_s  *h;
+
+    h = m->health;
+    if (h == NULL) {
+        return;
+    }
+
+    span = m->err_window / NGX_HTTP_LLM_HEALTH_BUCKETS;
+    b = (ngx_current_msec / span) % NGX_HTTP_LLM_HEALTH_BUCKETS;
+
+    if (ngx_current_msec - h->start[b] >= span || h->total[b] == 0) {
+        h->start[b] = ngx_current_msec - ngx_current_msec % span;
+        h->total[b] = 0;
+        h->failed[b] = 0;
+    }
+
+    h->total[b]++;
+    h->failed[b] += !ok;
+}
+
+
+ngx_uint_t
+ngx_http_llm_model_failing(ngx_http_llm_model_t *m)
+{
+    ngx_uint_t                     i, total, failed;
+    struct ngx_http_llm_health_s  *h;
+
+    h = m->health;
+    if (h == NULL) {
+        return 0;
+    }
+
+    total = 0;
+    failed = 0;
+
+    for (i = 0; i < NGX_HTTP_LLM_HEALTH_BUCKETS; i++) {
+        if (h->total[i] && ngx_current_msec - h->start[i] < m->err_window) {
+            total += h->total[i];
+            failed += h->failed[i];
+        }
+    }
+
+    return total >= NGX_HTTP_LLM_HEALTH_MIN
+           && failed * 100 >= total * m->err_pct;
 }

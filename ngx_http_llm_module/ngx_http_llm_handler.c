@@ -199,6 +199,16 @@ ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
 
     ctx->cost = ngx_http_llm_cost(ctx);
 
+    /* the model's health (error_rate=): the client's own errors and
+     * leaving count neither way */
+
+    if (ctx->model && ctx->route
+        && (status < 400 || status >= 500) && status != 499)
+    {
+        ngx_http_llm_model_outcome(ctx->model,
+                                   status < 500 && !ctx->upstream_error);
+    }
+
     if (ctx->ticket_set) {
         ngx_http_llm_limit_settle(r, &ctx->ticket,
                                   ctx->prompt_tokens
@@ -996,6 +1006,25 @@ ngx_http_llm_resolve(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     }
 
     ngx_http_llm_chain_filter(ctx);
+
+    /* a model failing too often (error_rate=) starts at its fallback */
+
+    chain = ctx->chain.elts;
+
+    while (ctx->chain_pos + 1 < ctx->chain.nelts
+           && ngx_http_llm_model_failing(chain[ctx->chain_pos]))
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "llm: model \"%V\" fails too often, skipped for "
+                      "\"%V\"", &chain[ctx->chain_pos]->name,
+                      &chain[ctx->chain_pos + 1]->name);
+
+        m = chain[++ctx->chain_pos];
+        ctx->model = m;
+        ctx->model_name = m->name;
+        ctx->model_json = m->json_name;
+        ctx->fallbacks++;
+    }
 
     return NGX_OK;
 

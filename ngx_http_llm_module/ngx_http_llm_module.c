@@ -1022,6 +1022,20 @@ ngx_http_llm_model(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             continue;
         }
 
+        if (ngx_strncmp(value[i].data, "error_rate=", 11) == 0) {
+            rc = ngx_http_llm_model_error_rate(cf, m, &value[i]);
+
+            if (rc == NGX_DECLINED) {
+                goto invalid;
+            }
+
+            if (rc != NGX_OK) {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         if (ngx_strncmp(value[i].data, "ttft=", 5) == 0) {
             ttft.data = value[i].data + 5;
             ttft.len = value[i].len - 5;

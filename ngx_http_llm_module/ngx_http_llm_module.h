@@ -381,7 +381,20 @@ struct ngx_http_llm_model_s {
     uint64_t                       price_cached;
     uint64_t                       price_output;
     unsigned                       priced:1;
+
+    /* error_rate=PCT[/WINDOW]: skipped for its fallback while its recent
+     * answers (this worker's) fail that often */
+    ngx_uint_t                     err_pct;    /* 0: off */
+    ngx_msec_t                     err_window;
+    struct ngx_http_llm_health_s  *health;     /* this worker's counts */
 };
+
+
+/* ngx_http_llm_balancer.c: a model's recent outcomes, per worker */
+void ngx_http_llm_model_outcome(ngx_http_llm_model_t *m, ngx_uint_t ok);
+ngx_uint_t ngx_http_llm_model_failing(ngx_http_llm_model_t *m);
+ngx_int_t ngx_http_llm_model_error_rate(ngx_conf_t *cf,
+    ngx_http_llm_model_t *m, ngx_str_t *value);
 
 
 typedef struct {

@@ -106,6 +106,8 @@ my $conf = <<"EOF";
     llm_model fake-429 provider=fake remote_model=status-429 fallback=local;
     llm_model fake-400 provider=fake remote_model=status-400 fallback=local;
     llm_model fake-401 provider=fake remote_model=status-401;
+    llm_model flaky provider=fake remote_model=status-502 fallback=local
+              error_rate=50%/20s;
     llm_model fake-slow provider=fake remote_model=slow ttft=500ms
               fallback=local;
     llm_model fake-cut provider=fake remote_model=cut fallback=local;
@@ -217,6 +219,19 @@ like($r->{json}{error}{message}, qr/provider "fake" answered: scripted 400/,
 $r = $t->post('/v1/chat/completions', chat('fake-401'), %auth);
 is($r->{status}, 502, "provider's 401: a gateway fault (502)");
 is($r->{json}{error}{code}, 'provider_auth_failed', '401: code');
+
+# error_rate=: after 5 answers that all failed, start at the fallback
+
+my $flaky = sub { scalar grep { ($_->{body}{model} // '') eq 'status-502' }
+                  $fp->requests };
+for (1 .. 8) {
+    $r = $t->post('/v1/chat/completions', chat('flaky'), %auth);
+    is($r->{json}{model}, 'local', "flaky $_: answered by the fallback");
+}
+is($flaky->(), 5, 'error_rate: the failing model was skipped after 5 '
+   . 'failures in its window');
+like($t->error_log, qr/model "flaky" fails too often, skipped for "local"/,
+     'error_rate: the skip is logged');
 
 # never a fallback after the first token
 
