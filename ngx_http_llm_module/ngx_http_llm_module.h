@@ -14,7 +14,8 @@
  *   ngx_http_llm_provider.c  remote OpenAI-compatible APIs (llm_provider):
  *                            HTTP/1.1 over the same upstream, their
  *                            answers turned into engine events
- *   ngx_http_llm_balancer.c  failover to the next model of the chain
+ *   ngx_http_llm_balancer.c  failover to the next model of the chain,
+ *                            a model's error rate, llm_balance least_load
  *   ngx_http_llm_sse.c       the streaming answer: SSE chunks
  *   ngx_http_llm_response.c  the JSON answer: choices collected, body
  *   ngx_http_llm_responses.c /v1/responses: OpenAI's Responses API as
@@ -30,6 +31,7 @@
  *   ngx_http_llm_info.c      /v1/models, /v1/models/{id}, /healthz
  *   ngx_http_llm_keys.c      API keys (ngx_http_llm_keys_module)
  *   ngx_http_llm_limit.c     per-key limits in a shared zone
+ *   ngx_http_llm_store.c     a fleet's limits in Redis (llm_limit_store)
  *   ngx_http_llm_metrics.c   usage counters, Prometheus text
  */
 
