@@ -53,7 +53,7 @@ run(llm_model_t *m, llm_xcache_t *xc, int pre_batch, float *out, char *err,
     int32_t               tok[N_ALL], pos[N_ALL], seq[N_ALL];
     uint8_t               want[N_ALL];
     uint32_t              blocks[2] = { 1, 0 }, i, n, done;
-    llm_seq_view_t        sv = { blocks, 2, NULL, 0 };
+    llm_seq_view_t        sv = { blocks, 2, NULL, 0, 0 };
     llm_batch_t           b;
     int                   rc;
 

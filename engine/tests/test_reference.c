@@ -272,6 +272,7 @@ run_split(llm_model_t *m, llm_type_t kvt, int pool, const int32_t *ids,
         sv[s].n_blocks = NB / 2;
         sv[s].swa_blocks = ring ? rings[s] : NULL;
         sv[s].n_swa_blocks = ring;
+        sv[s].state = 1 - s;        /* recurrent layers: not the index */
     }
     b.tokens = tok;
     b.pos = pos;
