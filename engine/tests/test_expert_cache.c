@@ -451,6 +451,9 @@ main(void)
         "engine/tests/data/reference-arch/ref-gpt-oss-mxfp4_moe.gguf",
         /* MLA, group-limited routing */
         "engine/tests/data/reference-arch/ref-deepseek2-q4_k_m.gguf",
+        /* gated delta net layers (a state per sequence), gated shared
+         * expert, an MTP block */
+        "engine/tests/data/reference-arch/ref-qwen35moe-q4_k_m.gguf",
         NULL
     };
     llm_model_t        *m;
