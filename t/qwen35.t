@@ -6,7 +6,8 @@
 # state per sequence instead of K and V: the same greedy tokens and
 # logprobs whatever the prefill chunking, with experts streamed from disk,
 # for a request repeated (no prefix reuse: nothing cached, the state
-# starts again), and for requests batched together or one at a time.
+# starts again), for requests batched together or one at a time, and for
+# streams preempted and recomputed when the KV cache runs out.
 # Logits against llama.cpp: engine/tests/test_reference.c.
 
 use strict;
@@ -14,7 +15,9 @@ use warnings;
 use lib 't/lib';
 use Test::More;
 use JSON::PP;
+use Time::HiRes ();
 use LlmTest;
+use LlmEngine;
 
 my $t = LlmTest->new;
 
@@ -151,5 +154,32 @@ for my $i (1 .. 3) {
 }
 is($calls, 3, "every forced request made a call ($calls of 3)");
 is($valid, $calls, "every call's arguments fit the schema ($valid of $calls)");
+
+# preemption: KV blocks and state slots for 12 long streams at once run
+# out; a preempted stream recomputes from position 0 (its state with it)
+# to the tokens it gets alone
+my $small = $t->start_engine('small', model => $m,
+                             args => ['--kv-mb', '1', '--ctx', '256',
+                                      '--max-batch', '12']);
+sub chat1 {
+    my ($q, %o) = @_;
+    return { messages => [{ role => 'user', content => $q }],
+             max_tokens => 16, ignore_eos => JSON::PP::true, %o };
+}
+my @long = map { chat1("long stream $_", max_tokens => 200) } 1 .. 12;
+my @want = map { LlmEngine::gen($t, $small, $_)->{tokens} } @long[0, 1];
+my $gate = sprintf '%.3f', Time::HiRes::time() + 2;
+my @limit = $ENV{LLM_ENGINE_WRAP} ? ('--timeout', 900) : ();
+my @h = map { LlmEngine::spawn($t, $small, $_, '--start-at', $gate, @limit) }
+        @long;
+my @res = LlmEngine::wait_clients($t, @h);
+is(scalar(grep { $_->{done} } @res), 12, 'all 12 finished despite the KV');
+is_deeply([map { $_->{tokens} } @res[0, 1]], \@want,
+          'preempted streams recompute to the same tokens');
+my $st2 = LlmEngine::info($t, $small)->{stats};
+ok($st2->{requests_preempted} > 0,
+   "preemption happened ($st2->{requests_preempted})");
+is($st2->{kv_blocks_free}, $st2->{kv_blocks_total}, 'blocks all back');
+is($st2->{cached_tokens_total} // 0, 0, 'nothing from the prefix cache');
 
 $t->done;
