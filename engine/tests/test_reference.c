@@ -9,7 +9,8 @@
  * in the same batches, over a shuffled block table with 16-token blocks,
  * then decoded one token per step each; their logits must agree with the
  * one-batch run and their greedy continuation with llama.cpp's (required
- * for F32 files, reported otherwise).  And batch-mates: one sequence's
+ * for F32 files, reported otherwise).  The prompt one token per call
+ * must give the bits of the one batch.  And batch-mates: one sequence's
  * decode logits alone and beside two others (chunked prefill, other blocks
  * and recurrent state slots) must be the same bits.
  *
@@ -455,6 +456,46 @@ done:
     return rc;
 }
 
+/* The prompt one token per forward call (the decode path for every
+ * position); every position's logits to out. */
+static int
+run_tokenwise(llm_model_t *m, const int32_t *ids, float *out, char *err,
+    size_t errlen)
+{
+    const llm_hparams_t *hp = llm_model_hparams(m);
+    llm_kv_t       *kv = NULL;
+    llm_ctx_t      *c = NULL;
+    uint32_t        blocks[N_PROMPT / BT + 1], i;
+    int32_t         pos, seq = 0;
+    uint8_t         want = 1;
+    llm_seq_view_t  sv = { blocks, N_PROMPT / BT + 1, NULL, 0, 0 };
+    llm_batch_t     b;
+    int             rc;
+
+    for (i = 0; i < N_PROMPT / BT + 1; i++) {
+        blocks[i] = N_PROMPT / BT - i;
+    }
+    rc = llm_kv_create(&kv, m, N_PROMPT / BT + 1, BT, LLM_TYPE_F32, err,
+                       errlen);
+    if (rc == 0) {
+        rc = llm_ctx_create(&c, m, kv, 2, 4, err, errlen);
+    }
+    b.n_tokens = 1;
+    b.pos = &pos;
+    b.seq = &seq;
+    b.logits = &want;
+    b.n_seqs = 1;
+    b.seqs = &sv;
+    for (i = 0; rc == 0 && i < N_PROMPT; i++) {
+        pos = (int32_t) i;
+        b.tokens = ids + i;
+        rc = llm_forward(c, &b, out + (size_t) i * hp->n_vocab, err, errlen);
+    }
+    llm_ctx_free(c);
+    llm_kv_free(kv);
+    return rc;
+}
+
 static int
 load_index(const char *path, ref_entry_t **out, int *n)
 {
@@ -616,6 +657,17 @@ check_model(const char *dir, const ref_entry_t *e, const char *f64)
                   i == 0 ? "f32" : i == 1 ? "f16" : "f32 window pool",
                   l2, t1, e->cpp_l2, e->cpp_top1, d, match[0], N_GREEDY,
                   match[1], N_GREEDY);
+    }
+
+    /* the prompt token by token: the bits of the one batch */
+    tk_begin("%s %s token by token", e->name, llm_simd_name(llm_simd_best()));
+    if (run_tokenwise(m, ids, got, err, sizeof(err)) < 0) {
+        tk_fail("forward: %s", err);
+    } else {
+        d = rel_l2(got, first, nv);
+        CHECK(d == 0, "token by token differs from one batch");
+        tk_end_as("%s %s token by token: vs 1 batch %.1e", e->name,
+                  llm_simd_name(llm_simd_best()), d);
     }
 
     /* the same sequence alone or with batch-mates: the same bits */
