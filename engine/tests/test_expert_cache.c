@@ -53,7 +53,7 @@ run(llm_model_t *m, llm_xcache_t *xc, int pre_batch, float *out, char *err,
     int32_t               tok[N_ALL], pos[N_ALL], seq[N_ALL];
     uint8_t               want[N_ALL];
     uint32_t              blocks[2] = { 1, 0 }, i, n, done;
-    llm_seq_view_t        sv = { blocks, 2, NULL, 0 };
+    llm_seq_view_t        sv = { blocks, 2, NULL, 0, 0 };
     llm_batch_t           b;
     int                   rc;
 
@@ -451,6 +451,9 @@ main(void)
         "engine/tests/data/reference-arch/ref-gpt-oss-mxfp4_moe.gguf",
         /* MLA, group-limited routing */
         "engine/tests/data/reference-arch/ref-deepseek2-q4_k_m.gguf",
+        /* gated delta net layers (a state per sequence), gated shared
+         * expert, an MTP block */
+        "engine/tests/data/reference-arch/ref-qwen35moe-q4_k_m.gguf",
         NULL
     };
     llm_model_t        *m;

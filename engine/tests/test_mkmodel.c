@@ -677,7 +677,7 @@ static void
 test_new_arch_presets(void)
 {
     static const char *presets[] = { "tiny-glm4moe", "tiny-gpt-oss",
-                                     "tiny-deepseek2" };
+                                     "tiny-deepseek2", "tiny-qwen35moe" };
     static const int32_t ids[] = { 5, 17, 300, 42, 7, 999, 12, 64 };
     char path[128], err[512];
     uint32_t blocks[2] = { 0, 1 };
@@ -719,6 +719,18 @@ test_new_arch_presets(void)
                   "%s: latent %u, heads %u/%u, groups %u/%u", presets[k],
                   hp->n_lora_kv, hp->mla_k, hp->mla_v, hp->n_expert_groups,
                   hp->n_group_used);
+        } else if (strcmp(p.arch, "qwen35moe") == 0) {
+            CHECK(hp->n_layer == 4 && hp->n_layer_file == 5
+                  && hp->n_layer_rec == 3 && hp->ssm_state == 32
+                  && hp->ssm_k_heads == 2 && hp->ssm_v_heads == 4
+                  && hp->ssm_inner == 128 && hp->ssm_d_conv == 4
+                  && hp->attn_q_gate && hp->head_dim == 64
+                  && hp->rope_dims == 16 && hp->n_ff_shexp == 128
+                  && llm_kv_state_bytes(m) == 3 * 4 * (3 * 256 + 4 * 32 * 32),
+                  "%s: layers %u (%u recurrent) of %u, state %u x %u/%u "
+                  "heads", presets[k], hp->n_layer, hp->n_layer_rec,
+                  hp->n_layer_file, hp->ssm_state, hp->ssm_k_heads,
+                  hp->ssm_v_heads);
         } else {
             CHECK(hp->n_swa == 64 && hp->ffn_act == LLM_ACT_SWIGLU_OAI
                   && hp->n_layer == 4,
@@ -743,7 +755,8 @@ test_new_arch_presets(void)
         llm_kv_free(kv);
         llm_model_free(m);
     }
-    tk_end_as("glm4moe, gpt-oss and deepseek2 presets bind and run");
+    tk_end_as("glm4moe, gpt-oss, deepseek2 and qwen35moe presets bind and "
+              "run");
 }
 
 int

@@ -169,7 +169,7 @@ check_batches(void)
     int32_t         tok[2] = { 1, 2 }, pos[2] = { 0, 1 }, seq[2] = { 0, 0 };
     uint8_t         want[2] = { 1, 1 };
     uint32_t        blocks[1] = { 0 };
-    llm_seq_view_t  sv = { blocks, 1, NULL, 0 };
+    llm_seq_view_t  sv = { blocks, 1, NULL, 0, 0 };
     llm_batch_t     b = { 2, tok, pos, seq, want, 1, &sv };
     float          *out;
     char            err[512];

@@ -9,7 +9,10 @@
  * in the same batches, over a shuffled block table with 16-token blocks,
  * then decoded one token per step each; their logits must agree with the
  * one-batch run and their greedy continuation with llama.cpp's (required
- * for F32 files, reported otherwise).
+ * for F32 files, reported otherwise).  The prompt one token per call
+ * must give the bits of the one batch.  And batch-mates: one sequence's
+ * decode logits alone and beside two others (chunked prefill, other blocks
+ * and recurrent state slots) must be the same bits.
  *
  * Then the same for ../shared/reference-arch (else the copies in
  * engine/tests/data/reference-arch): the architectures llama.cpp's converter
@@ -272,6 +275,7 @@ run_split(llm_model_t *m, llm_type_t kvt, int pool, const int32_t *ids,
         sv[s].n_blocks = NB / 2;
         sv[s].swa_blocks = ring ? rings[s] : NULL;
         sv[s].n_swa_blocks = ring;
+        sv[s].state = 1 - s;        /* recurrent layers: not the index */
     }
     b.tokens = tok;
     b.pos = pos;
@@ -336,6 +340,157 @@ run_split(llm_model_t *m, llm_type_t kvt, int pool, const int32_t *ids,
 
 done:
     free(out);
+    llm_ctx_free(c);
+    llm_kv_free(kv);
+    return rc;
+}
+
+/*
+ * Batch-mates.  Sequence 0 prefills the prompt in one batch and decodes
+ * N_MATES tokens alone (mode 0), or (mode 1) prefills it in chunks of 20
+ * and 28 beside two other sequences with other tokens (one starting
+ * mid-way, in other state slots and blocks) and decodes beside them; the
+ * tokens it decodes are fixed (the prompt's first ones), so the two runs
+ * feed it the same inputs.  Its decode logits go to out [N_MATES][n_vocab].
+ */
+#define N_MATES  8
+
+static int
+run_mates(llm_model_t *m, int mode, const int32_t *ids, float *out,
+    char *err, size_t errlen)
+{
+    const llm_hparams_t *hp = llm_model_hparams(m);
+    enum { NBS = (N_PROMPT + N_MATES) / BT + 1 };
+    llm_kv_t       *kv = NULL;
+    llm_ctx_t      *c = NULL;
+    uint32_t        blocks[3][NBS], i, s, step, n, done[3] = { 0, 0, 0 };
+    uint32_t        ring = llm_kv_swa_ring(m, BT, 64), rings[3][64];
+    int32_t         tok[96], pos[96], seq[96];
+    uint8_t         want[96];
+    float          *lg = NULL;
+    llm_seq_view_t  sv[3];
+    llm_batch_t     b;
+    int             rc;
+
+    if (ring > 64) {
+        snprintf(err, errlen, "ring of %u blocks", ring);
+        return -EINVAL;
+    }
+    rc = llm_kv_create_rs(&kv, m, 3 * NBS, 3 * ring, 4, BT, LLM_TYPE_F32,
+                          err, errlen);
+    if (rc == 0) {
+        rc = llm_ctx_create(&c, m, kv, 2, 96, err, errlen);
+    }
+    lg = malloc((size_t) 96 * hp->n_vocab * sizeof(float));
+    if (rc < 0 || lg == NULL) {
+        rc = rc < 0 ? rc : -ENOMEM;
+        goto done;
+    }
+    for (s = 0; s < 3; s++) {
+        for (i = 0; i < NBS; i++) {
+            blocks[s][i] = mode == 0 ? i : 3 * NBS - 1 - (3 * i + s);
+        }
+        for (i = 0; i < ring; i++) {
+            rings[s][i] = mode == 0 ? i : 3 * ring - 1 - (3 * i + s);
+        }
+        sv[s].blocks = blocks[s];
+        sv[s].n_blocks = NBS;
+        sv[s].swa_blocks = ring ? rings[s] : NULL;
+        sv[s].n_swa_blocks = ring;
+        sv[s].state = mode == 0 ? 0 : 3 - s;
+    }
+    b.tokens = tok;
+    b.pos = pos;
+    b.seq = seq;
+    b.logits = want;
+    b.seqs = sv;
+    b.n_seqs = mode == 0 ? 1 : 3;
+
+    /* prefill, then N_MATES decode steps; mates: sequence 1 from the
+     * first step, sequence 2 from the second, tokens of their own */
+    for (step = 0; step < 2 + N_MATES; step++) {
+        n = 0;
+        for (s = 0; s < b.n_seqs; s++) {
+            uint32_t len;
+
+            if (step < 2) {
+                len = s == 0 ? (mode == 0 ? (step == 0 ? N_PROMPT : 0)
+                                          : (step == 0 ? 20 : 28))
+                             : s == 1 ? (step == 0 ? 17 : 23)
+                                      : (step == 0 ? 0 : 31);
+            } else {
+                len = s == 2 && done[2] == 0 ? 0 : 1;
+            }
+            for (i = 0; i < len; i++) {
+                uint32_t p = done[s] + i;
+
+                tok[n] = s == 0 ? ids[p % N_PROMPT]
+                                : ids[(N_PROMPT - 1 - p % N_PROMPT + 7 * s)
+                                      % N_PROMPT];
+                pos[n] = (int32_t) p;
+                seq[n] = (int32_t) s;
+                want[n] = i + 1 == len;
+                n++;
+            }
+            done[s] += len;
+        }
+        if (n == 0) {
+            continue;
+        }
+        b.n_tokens = n;
+        rc = llm_forward(c, &b, lg, err, errlen);
+        if (rc < 0) {
+            goto done;
+        }
+        /* sequence 0's row is the first logits row of a decode step */
+        if (step >= 2) {
+            memcpy(out + (size_t) (step - 2) * hp->n_vocab, lg,
+                   hp->n_vocab * sizeof(float));
+        }
+    }
+
+done:
+    free(lg);
+    llm_ctx_free(c);
+    llm_kv_free(kv);
+    return rc;
+}
+
+/* The prompt one token per forward call (the decode path for every
+ * position); every position's logits to out. */
+static int
+run_tokenwise(llm_model_t *m, const int32_t *ids, float *out, char *err,
+    size_t errlen)
+{
+    const llm_hparams_t *hp = llm_model_hparams(m);
+    llm_kv_t       *kv = NULL;
+    llm_ctx_t      *c = NULL;
+    uint32_t        blocks[N_PROMPT / BT + 1], i;
+    int32_t         pos, seq = 0;
+    uint8_t         want = 1;
+    llm_seq_view_t  sv = { blocks, N_PROMPT / BT + 1, NULL, 0, 0 };
+    llm_batch_t     b;
+    int             rc;
+
+    for (i = 0; i < N_PROMPT / BT + 1; i++) {
+        blocks[i] = N_PROMPT / BT - i;
+    }
+    rc = llm_kv_create(&kv, m, N_PROMPT / BT + 1, BT, LLM_TYPE_F32, err,
+                       errlen);
+    if (rc == 0) {
+        rc = llm_ctx_create(&c, m, kv, 2, 4, err, errlen);
+    }
+    b.n_tokens = 1;
+    b.pos = &pos;
+    b.seq = &seq;
+    b.logits = &want;
+    b.n_seqs = 1;
+    b.seqs = &sv;
+    for (i = 0; rc == 0 && i < N_PROMPT; i++) {
+        pos = (int32_t) i;
+        b.tokens = ids + i;
+        rc = llm_forward(c, &b, out + (size_t) i * hp->n_vocab, err, errlen);
+    }
     llm_ctx_free(c);
     llm_kv_free(kv);
     return rc;
@@ -502,6 +657,33 @@ check_model(const char *dir, const ref_entry_t *e, const char *f64)
                   i == 0 ? "f32" : i == 1 ? "f16" : "f32 window pool",
                   l2, t1, e->cpp_l2, e->cpp_top1, d, match[0], N_GREEDY,
                   match[1], N_GREEDY);
+    }
+
+    /* the prompt token by token: the bits of the one batch */
+    tk_begin("%s %s token by token", e->name, llm_simd_name(llm_simd_best()));
+    if (run_tokenwise(m, ids, got, err, sizeof(err)) < 0) {
+        tk_fail("forward: %s", err);
+    } else {
+        d = rel_l2(got, first, nv);
+        CHECK(d == 0, "token by token differs from one batch");
+        tk_end_as("%s %s token by token: vs 1 batch %.1e", e->name,
+                  llm_simd_name(llm_simd_best()), d);
+    }
+
+    /* the same sequence alone or with batch-mates: the same bits */
+    tk_begin("%s %s batch-mates", e->name, llm_simd_name(llm_simd_best()));
+    if (run_mates(m, 0, ids, got, err, sizeof(err)) < 0
+        || run_mates(m, 1, ids, first, err, sizeof(err)) < 0)
+    {
+        tk_fail("forward: %s", err);
+    } else {
+        CHECK(memcmp(got, first, (size_t) N_MATES * hp->n_vocab
+                                 * sizeof(float)) == 0,
+              "decode logits depend on the batch-mates");
+        tk_end_as("%s %s batch-mates: %d decode steps alone and beside two "
+                  "other sequences (chunked prefill, other blocks and "
+                  "state slots) bitwise equal", e->name,
+                  llm_simd_name(llm_simd_best()), N_MATES);
     }
 
 done:

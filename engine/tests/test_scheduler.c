@@ -9,8 +9,8 @@
  * token sequence alone.
  *
  * Groups: batching (many requests, shared prefixes, mixed lengths),
- * preemption (a KV cache too small), prefix reuse, n choices, cancel,
- * queue limit, context limit, stop at EOG.
+ * preemption (a KV cache too small), prefix reuse, n choices, recurrent
+ * state slots, cancel, queue limit, context limit, stop at EOG.
  *
  * The vocabulary (for the detokenizer) comes from
  * engine/tests/data/reference/ref-llama-moe-q4_0.gguf (cwd = repo root).
@@ -37,6 +37,16 @@ static uint32_t  shadow_n;
 static int32_t   eog_token = -1;
 static int       sched_reasoning;    /* the conf's reasoning format */
 
+/* Recurrent mode: like a model with recurrent layers, the fake forward
+ * keeps a hash per state slot instead of reading the past back, so the
+ * logits are right only if every sequence kept its own slot, started it
+ * at 0 and continued it in order (a prefix reuse or a slot handed over
+ * without a restart breaks the oracle or fails the call). */
+static int       rec_mode;
+static uint32_t  rec_slots;         /* max_batch of the scheduler */
+static uint32_t  rec_hash[64], rec_pos[64];
+static uint64_t  rec_starts;        /* slots started at position 0 */
+
 /* A scripted answer: after a prompt of script_from tokens, the argmax at
  * each position is the script's next token (then EOG, when set). */
 static const int32_t *script;
@@ -61,6 +71,49 @@ oracle(const int32_t *t, uint32_t n)
     return (int32_t) (3 + h % (V - 3));
 }
 
+/* The recurrent mode's forward (see rec_mode). */
+static int
+fake_recurrent(const llm_batch_t *b, float *out, char *err, size_t errlen)
+{
+    int32_t   owner[64];
+    uint32_t  row = 0;
+
+    for (uint32_t k = 0; k < 64; k++) {
+        owner[k] = -1;
+    }
+    for (uint32_t i = 0; i < b->n_tokens; i++) {
+        uint32_t  slot = b->seqs[b->seq[i]].state, p = (uint32_t) b->pos[i];
+        float    *row_out;
+
+        if (slot >= rec_slots
+            || (owner[slot] >= 0 && owner[slot] != b->seq[i]))
+        {
+            snprintf(err, errlen, "state slot %u: out of range or shared",
+                     slot);
+            return -EINVAL;
+        }
+        owner[slot] = b->seq[i];
+        if (p == 0) {
+            rec_hash[slot] = 7;
+            rec_pos[slot] = 0;
+            rec_starts++;
+        } else if (rec_pos[slot] != p) {
+            snprintf(err, errlen, "state slot %u holds position %u, the "
+                     "batch continues at %u", slot, rec_pos[slot], p);
+            return -EINVAL;
+        }
+        rec_hash[slot] = mix(rec_hash[slot], b->tokens[i]);
+        rec_pos[slot] = p + 1;
+        if (!b->logits[i]) {
+            continue;
+        }
+        row_out = out + (size_t) row++ * V;
+        memset(row_out, 0, V * sizeof(float));
+        row_out[3 + rec_hash[slot] % (V - 3)] = 10.0f;
+    }
+    return 0;
+}
+
 static int
 fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
     size_t errlen)
@@ -78,6 +131,9 @@ fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
             return -EINVAL;
         }
         shadow[sv->blocks[p / BT] * BT + p % BT] = b->tokens[i];
+    }
+    if (rec_mode) {
+        return fake_recurrent(b, out, err, errlen);
     }
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         const llm_seq_view_t *sv = &b->seqs[b->seq[i]];
@@ -212,6 +268,9 @@ make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     c.forward = fake_forward;
     c.emit = emit;
     c.reasoning = sched_reasoning;
+    c.recurrent = rec_mode;
+    rec_slots = max_batch;
+    memset(rec_pos, 0xff, sizeof(rec_pos));
     c.model_name = "fake";
     free(shadow);
     shadow_n = n_blocks * BT;
@@ -367,6 +426,91 @@ test_prefix_and_n(void)
     }
     llm_sched_free(s);
     tk_end_as("prefix and n");
+}
+
+/*
+ * A model with recurrent layers: every sequence keeps its own state slot
+ * through chunked prefill, continuous batching, preemption (restarted
+ * from position 0), n choices and cancellation; nothing comes from the
+ * prefix cache.
+ */
+static void
+test_recurrent(void)
+{
+    static owner_t    w[MAXR];
+    llm_sched_t      *s;
+    llm_sched_stats_t st;
+    unsigned long long pre;
+    int               i;
+
+    rec_mode = 1;               /* main() turns it off again */
+    /* batching: mixed lengths, shared prefixes, prefill in chunks */
+    s = make(4096, 16, 24, 0, 256);
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < MAXR; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i],
+                       5 + (uint32_t) i % 23, 1) != NULL);
+    }
+    REQUIRE(run(s) > 0);
+    for (i = 0; i < MAXR; i++) {
+        REQUIRE(w[i].done && !w[i].error && w[i].cached == 0);
+        REQUIRE(w[i].n[0] == 5 + (uint32_t) i % 23);
+        REQUIRE(follows(&w[i], 0, prompts[i], plen[i]));
+    }
+    llm_sched_get_stats(s, &st);
+    REQUIRE(st.cached_tokens_total == 0);
+    REQUIRE(st.kv_blocks_free == st.kv_blocks_total);
+    llm_sched_free(s);
+
+    /* preemption: recomputed from 0 in whatever slot is free */
+    s = make(40, 32, 64, 0, 150);
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    rec_starts = 0;
+    for (i = 0; i < 24; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 60, 1));
+    }
+    REQUIRE(run(s) > 0);
+    for (i = 0; i < 24; i++) {
+        REQUIRE(w[i].done && !w[i].error && w[i].n[0] == 60);
+        REQUIRE(follows(&w[i], 0, prompts[i], plen[i]));
+    }
+    llm_sched_get_stats(s, &st);
+    REQUIRE(st.requests_preempted > 0);
+    REQUIRE(rec_starts > 24);      /* some restarted from 0 */
+    pre = st.requests_preempted;
+    REQUIRE(st.kv_blocks_free == st.kv_blocks_total);
+    llm_sched_free(s);
+
+    /* the same prompt again is no prefix hit; n = 3; a cancel mid-way
+     * frees its slot for the next */
+    s = make(512, 3, 64, 0, 256);
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    REQUIRE(submit(s, &w[0], prompts[0], plen[0], 8, 1));
+    run(s);
+    REQUIRE(submit(s, &w[1], prompts[0], plen[0], 8, 1));
+    run(s);
+    REQUIRE(w[1].cached == 0);
+    REQUIRE(memcmp(w[0].toks[0], w[1].toks[0], 8 * 4) == 0);
+    REQUIRE(submit(s, &w[2], prompts[5], plen[5], 10, 3));
+    REQUIRE(submit(s, &w[3], prompts[6], plen[6], 30, 1));
+    REQUIRE(submit(s, &w[4], prompts[7], plen[7], 10, 1));
+    for (i = 0; i < 4; i++) {
+        llm_sched_step(s);
+    }
+    llm_sched_cancel(s, w[3].r);
+    run(s);
+    for (int k = 0; k < 3; k++) {
+        REQUIRE(w[2].n[k] == 10 && follows(&w[2], k, prompts[5], plen[5]));
+    }
+    REQUIRE(w[4].done && follows(&w[4], 0, prompts[7], plen[7]));
+    llm_sched_get_stats(s, &st);
+    REQUIRE(st.kv_blocks_free == st.kv_blocks_total);
+    llm_sched_free(s);
+    rec_mode = 0;
+    tk_end_as("recurrent state slots (%llu preempted)", pre);
 }
 
 static void
@@ -603,6 +747,9 @@ main(void)
     test_preemption();
     tk_begin("prefix and n");
     test_prefix_and_n();
+    tk_begin("recurrent");
+    test_recurrent();
+    rec_mode = 0;
     tk_begin("cancel and limits");
     test_cancel_and_limits();
     tk_begin("stop");

@@ -86,7 +86,7 @@ rnd_tok(bench_t *B)
 static int
 run_batch(bench_t *B, uint32_t n, uint32_t pos0, char *err, size_t errlen)
 {
-    llm_seq_view_t  sv = { B->blocks, B->n_blocks, NULL, 0 };
+    llm_seq_view_t  sv = { B->blocks, B->n_blocks, NULL, 0, 0 };
     llm_batch_t     b;
     uint32_t        i;
 
@@ -387,6 +387,7 @@ main(int argc, char **argv)
     for (j = 0; j < B.n_seqs; j++) {
         B.sv[j].blocks = B.blocks + (size_t) j * maxb;
         B.sv[j].n_blocks = maxb;
+        B.sv[j].state = j;
     }
     B.rng = 0x9e3779b97f4a7c15ull;
 

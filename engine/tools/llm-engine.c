@@ -459,7 +459,7 @@ main(int argc, char **argv)
     int                 no_regroup = 0, embeddings = 0, embd_trunc = 0;
     int                 swa_full = 0;
     uint32_t            swa_ring, n_blocks_swa;
-    size_t              swa_bytes;
+    size_t              swa_bytes, rs_bytes;
     const char         *pooling = NULL;
     llm_embed_conf_t    ec;
     size_t              n_aliases = 0, block_bytes;
@@ -682,6 +682,17 @@ main(int argc, char **argv)
                                         LLM_KV_SWA);
     block_bytes = llm_kv_block_bytes_of(m, block_tokens, kv_type,
                                         swa_ring ? LLM_KV_FULL : LLM_KV_ALL);
+    /* recurrent layers: a state slot per running sequence, counted in
+     * --kv-mb with the rings */
+    rs_bytes = llm_kv_state_bytes(m) * max_batch;
+    if (kv_mb && ((uint64_t) kv_mb << 20) <= swa_bytes + rs_bytes) {
+        llm_log(LLM_LOG_ERROR, "--kv-mb %u: the recurrent layers' states "
+                "(%.1f MiB for %u sequences) and window rings (%.1f MiB) "
+                "take it all; raise --kv-mb or lower --max-batch", kv_mb,
+                (double) rs_bytes / 1048576.0, max_batch,
+                (double) swa_bytes / 1048576.0);
+        goto done;
+    }
     if (kv_mb && ((uint64_t) kv_mb << 20) <= swa_bytes) {
         llm_log(LLM_LOG_ERROR, "--kv-mb %u: the sliding-window layers' "
                 "rings alone take %.1f MiB (%u sequences x %u blocks); "
@@ -690,7 +701,8 @@ main(int argc, char **argv)
         goto done;
     }
     if (kv_mb) {
-        n_blocks = (uint32_t) ((((uint64_t) kv_mb << 20) - swa_bytes)
+        n_blocks = (uint32_t) ((((uint64_t) kv_mb << 20) - swa_bytes
+                                - rs_bytes)
                                / block_bytes);
     } else {
         uint32_t tokens = n_ctx > 16384 ? n_ctx : 16384;
@@ -703,8 +715,8 @@ main(int argc, char **argv)
                 (unsigned long long) n_blocks * block_tokens, n_ctx);
         goto done;
     }
-    if (llm_kv_create_swa(&kv, m, n_blocks, n_blocks_swa, block_tokens,
-                          kv_type, err, sizeof(err)) != 0)
+    if (llm_kv_create_rs(&kv, m, n_blocks, n_blocks_swa, max_batch,
+                         block_tokens, kv_type, err, sizeof(err)) != 0)
     {
         llm_log(LLM_LOG_ERROR, "%s", err);
         goto done;
@@ -816,6 +828,13 @@ main(int argc, char **argv)
                 swa_ring, hp->n_swa, (double) swa_bytes / 1048576.0,
                 max_batch);
     }
+    if (rs_bytes > 0) {
+        llm_log(LLM_LOG_INFO, "recurrent layers: %u of %u, a state of "
+                "%.2f MiB per sequence whatever its length, %.1f MiB for %u "
+                "sequences; no prefix reuse", hp->n_layer_rec, hp->n_layer,
+                (double) llm_kv_state_bytes(m) / 1048576.0,
+                (double) rs_bytes / 1048576.0, max_batch);
+    }
     if (llm_simd_note() != NULL) {
         llm_log(LLM_LOG_WARN, "%s", llm_simd_note());
     }
@@ -841,6 +860,7 @@ main(int argc, char **argv)
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;
     sc.sched.swa_ring = swa_ring;
+    sc.sched.recurrent = hp->n_layer_rec > 0;
     sc.sched.reasoning = rfmt;
     ef.ctx = ctx;
     ef.gguf = llm_model_gguf(m);

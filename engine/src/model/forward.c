@@ -86,6 +86,24 @@ struct llm_ctx_s {
     float              *mla_a;      /* MLA: q before absorption, then the
                                        heads' values after v_b */
     float              *mla_in;     /* MLA: one head's rows, contiguous */
+    float              *qg;         /* [T][2 q_dim] query and output gate
+                                       per head (attn_q_gate) */
+    float              *shg;        /* [T] shared experts' gates */
+    const float        *add_scale;  /* llm_task_add: x += add_scale[r] *
+                                       tmp (NULL: 1) */
+
+    /* gated delta net layers (qwen35moe) */
+    float              *ssm_x;      /* [T][conv_dim] q, k, v projections,
+                                       then convolved and silu'd */
+    float              *ssm_z;      /* [T][ssm_inner] output gate */
+    float              *ssm_ba;     /* [T][2 v_heads] beta, alpha */
+    uint32_t           *rs_seq;     /* [T] the batch's sequences with
+                                       tokens */
+    uint32_t           *rs_off;     /* [T + 1] their first in rs_tok */
+    uint32_t           *rs_tok;     /* [T] token rows, by sequence */
+    uint32_t            n_rs;       /* sequences in rs_seq */
+    uint32_t           *rs_map;     /* [cap_map] scratch: per batch seq */
+    uint32_t            cap_map;
 
     /* quantized activations: one buffer per activation type */
     llm_act_buf_t       act[LLM_ACT_KINDS];
@@ -627,6 +645,14 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
         q = c->q + (size_t) r * q_dim;
         k = c->k + (size_t) r * k_dim;
         cs = c->rope_cs + (size_t) r * hp->rope_dims;
+        if (hp->attn_q_gate) {
+            /* each head's query, out of [query | gate] per head */
+            for (h = 0; h < hp->n_head; h++) {
+                memcpy(q + h * hp->head_dim,
+                       c->qg + (size_t) r * 2 * q_dim + 2 * h * hp->head_dim,
+                       hp->head_dim * sizeof(float));
+            }
+        }
 
         if (L->q_norm != NULL) {
             if (m->qk_norm_whole) {
@@ -1010,22 +1036,269 @@ llm_task_scatter(void *arg, uint32_t item, uint32_t ith)
     }
 }
 
-/* x += tmp, rows split by thread. */
+/* x += tmp (times add_scale[row] when set), rows split by thread. */
 static void
 llm_task_add(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t  *c = arg;
     size_t      n = c->m->hp.n_embd;
-    uint32_t    r0, r1;
+    uint32_t    r0, r1, r;
     size_t      i, i0, i1;
 
     (void) ith;
     llm_rows(c, item, &r0, &r1);
+    if (c->add_scale != NULL) {
+        for (r = r0; r < r1; r++) {
+            for (i = 0; i < n; i++) {
+                c->x[r * n + i] += c->tmp[r * n + i] * c->add_scale[r];
+            }
+        }
+        return;
+    }
     i0 = r0 * n;
     i1 = r1 * n;
 
     for (i = i0; i < i1; i++) {
         c->x[i] += c->tmp[i];
+    }
+}
+
+/* ---- gated delta net (qwen35moe's linear attention) ------------------- */
+
+/*
+ * sum a[i] b[i] over n values, eight partial sums (lane k sums i = k mod
+ * 8) added pairwise at the end: the order depends on n only.
+ */
+static float
+llm_dot8(const float *a, const float *b, uint32_t n)
+{
+    typedef float  v8sf __attribute__((vector_size(32)));
+    v8sf           acc = { 0 }, va, vb;
+    uint32_t       i;
+    float          s;
+
+    for (i = 0; i + 8 <= n; i += 8) {
+        memcpy(&va, a + i, sizeof(va));
+        memcpy(&vb, b + i, sizeof(vb));
+        acc += va * vb;
+    }
+    s = ((acc[0] + acc[1]) + (acc[2] + acc[3]))
+        + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) {
+        s += a[i] * b[i];
+    }
+    return s;
+}
+
+/* y = x / max(|x|, eps) over n values (ggml's l2_norm). */
+static void
+llm_l2norm(float *y, const float *x, uint32_t n, float eps)
+{
+    double    ss = 0.0;
+    uint32_t  i;
+    float     scale;
+
+    for (i = 0; i < n; i++) {
+        ss += (double) (x[i] * x[i]);
+    }
+    scale = 1.0f / fmaxf(sqrtf((float) ss), eps);
+    for (i = 0; i < n; i++) {
+        y[i] = x[i] * scale;
+    }
+}
+
+static float
+llm_silu1(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+
+/* Channels per convolution item. */
+#define LLM_CONV_CHUNK  64
+
+/*
+ * Item (sequence k, channel chunk): the causal convolution of the
+ * sequence's tokens in order over the chunk's channels, each output
+ * sum_j w[j] in[t - K + 1 + j] (oldest first) with the conv state holding
+ * the inputs before the batch, then silu, in place in ssm_x; the state
+ * keeps the last K - 1 inputs.
+ */
+static void
+llm_task_conv(void *arg, uint32_t item, uint32_t ith)
+{
+    llm_ctx_t           *c = arg;
+    const llm_hparams_t *hp = &c->m->hp;
+    const llm_layer_t   *L = &c->m->layers[c->layer];
+    uint32_t             cd = llm_ssm_conv_dim(hp), K = hp->ssm_d_conv;
+    uint32_t             nch = (cd + LLM_CONV_CHUNK - 1) / LLM_CONV_CHUNK;
+    uint32_t             k = item / nch, c0 = item % nch * LLM_CONV_CHUNK;
+    uint32_t             c1 = c0 + LLM_CONV_CHUNK < cd
+                              ? c0 + LLM_CONV_CHUNK : cd;
+    uint32_t             seq = c->rs_seq[k], i, j, ch;
+    float               *st, *x, in, acc;
+    const float         *w;
+
+    (void) ith;
+    st = llm_kv_conv_state(c->kv, c->b->seqs[seq].state, L->rslot);
+    for (i = c->rs_off[k]; i < c->rs_off[k + 1]; i++) {
+        x = c->ssm_x + (size_t) c->rs_tok[i] * cd;
+        for (ch = c0; ch < c1; ch++) {
+            w = L->conv1d + (size_t) ch * K;
+            in = x[ch];
+            acc = 0.0f;
+            for (j = 0; j + 1 < K; j++) {
+                acc += st[(size_t) j * cd + ch] * w[j];
+            }
+            acc += in * w[K - 1];
+            for (j = 0; j + 2 < K; j++) {
+                st[(size_t) j * cd + ch] = st[(size_t) (j + 1) * cd + ch];
+            }
+            st[(size_t) (K - 2) * cd + ch] = in;
+            x[ch] = llm_silu1(acc);
+        }
+    }
+}
+
+/*
+ * Item (sequence k, value head h): the delta rule over the sequence's
+ * tokens in order, as llama.cpp's gated_delta_net.  With q and k of key
+ * head h mod k_heads L2-normed, beta = sigmoid(b), decay = exp(ssm_a *
+ * softplus(alpha + dt_bias)) and the state as rows M[j] (value dim j,
+ * key dims along the row): M[j] *= decay, d = (v[j] - M[j].k) beta,
+ * M[j] += d k, o[j] = M[j].q / sqrt(state).  Then the gated norm:
+ * rmsnorm(o) * ssm_norm * silu(z), into att.
+ */
+static void
+llm_task_gdn(void *arg, uint32_t item, uint32_t ith)
+{
+    llm_ctx_t           *c = arg;
+    const llm_hparams_t *hp = &c->m->hp;
+    const llm_layer_t   *L = &c->m->layers[c->layer];
+    uint32_t             S = hp->ssm_state, H = hp->ssm_v_heads;
+    uint32_t             HK = hp->ssm_k_heads, cd = llm_ssm_conv_dim(hp);
+    uint32_t             k = item / H, h = item % H, kh = h % HK;
+    uint32_t             seq = c->rs_seq[k], i, j, t, r;
+    float                q[512], kk[512], o[512], *M, *row, *x, *y;
+    float                beta, decay, a, sk, d, scale;
+    const float         *v, *z;
+
+    (void) ith;
+    scale = 1.0f / sqrtf((float) S);
+    M = llm_kv_ssm_state(c->kv, c->b->seqs[seq].state, L->rslot)
+        + (size_t) h * S * S;
+    for (t = c->rs_off[k]; t < c->rs_off[k + 1]; t++) {
+        r = c->rs_tok[t];
+        x = c->ssm_x + (size_t) r * cd;
+        llm_l2norm(q, x + (size_t) kh * S, S, hp->rms_eps);
+        llm_l2norm(kk, x + (size_t) (HK + kh) * S, S, hp->rms_eps);
+        v = x + (size_t) 2 * HK * S + (size_t) h * S;
+        beta = 1.0f / (1.0f + expf(-c->ssm_ba[(size_t) r * 2 * H + h]));
+        a = c->ssm_ba[(size_t) r * 2 * H + H + h] + L->dt_bias[h];
+        a = a > 20.0f ? a : logf(1.0f + expf(a));
+        decay = expf(L->ssm_a[h] * a);
+
+        for (j = 0; j < S; j++) {
+            row = M + (size_t) j * S;
+            for (i = 0; i < S; i++) {
+                row[i] *= decay;
+            }
+            sk = llm_dot8(row, kk, S);
+            d = (v[j] - sk) * beta;
+            for (i = 0; i < S; i++) {
+                row[i] += kk[i] * d;
+            }
+            o[j] = llm_dot8(row, q, S) * scale;
+        }
+
+        y = c->att + (size_t) r * hp->ssm_inner + (size_t) h * S;
+        z = c->ssm_z + (size_t) r * hp->ssm_inner + (size_t) h * S;
+        llm_rmsnorm(y, o, L->ssm_norm, S, hp->rms_eps);
+        for (j = 0; j < S; j++) {
+            y[j] *= llm_silu1(z[j]);
+        }
+    }
+}
+
+/*
+ * A gated delta net layer's mixing, from the normed rows in xn to
+ * x += ssm_out(...): the projections, the convolution, the recurrence
+ * per (sequence, value head) and the output projection.
+ */
+static int
+llm_gdn(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    int64_t               E = hp->n_embd, cd = llm_ssm_conv_dim(hp);
+    int64_t               H = hp->ssm_v_heads, in = hp->ssm_inner;
+    int                   rc;
+
+    if ((rc = llm_items_mat(c, &L->wqkv, c->xn, E, T, c->ssm_x, cd, NULL,
+                            llm_chunk_rows(c, cd + in, cd))) < 0
+        || (rc = llm_items_mat(c, &L->wz, c->xn, E, T, c->ssm_z, in, NULL,
+                               llm_chunk_rows(c, cd + in, in))) < 0
+        || (rc = llm_items_mat(c, &L->wbeta, c->xn, E, T, c->ssm_ba, 2 * H,
+                               NULL, llm_chunk_rows(c, H, H))) < 0
+        || (rc = llm_items_mat(c, &L->walpha, c->xn, E, T, c->ssm_ba + H,
+                               2 * H, NULL, llm_chunk_rows(c, H, H))) < 0)
+    {
+        return rc;
+    }
+    llm_run_items(c);
+
+    llm_pool_for(c->pool, c->n_rs * (uint32_t) ((cd + LLM_CONV_CHUNK - 1)
+                                                / LLM_CONV_CHUNK),
+                 llm_task_conv, c);
+    llm_pool_for(c->pool, c->n_rs * (uint32_t) H, llm_task_gdn, c);
+
+    llm_run_act(c, T, c->att, in, llm_act_mask_of(L->wo.type), c->act);
+    rc = llm_items_mat(c, &L->wo, c->att, in, T, c->tmp, E, NULL,
+                       llm_chunk_rows(c, E, E));
+    if (rc < 0) {
+        return rc;
+    }
+    llm_run_items(c);
+    llm_run_rows(c, T, llm_task_add);
+    return 0;
+}
+
+/* att[r] *= sigmoid(the head's output gate), rows split by thread. */
+static void
+llm_task_attn_gate(void *arg, uint32_t item, uint32_t ith)
+{
+    llm_ctx_t           *c = arg;
+    const llm_hparams_t *hp = &c->m->hp;
+    uint32_t             hd = hp->head_dim, q_dim = hp->n_head * hd;
+    uint32_t             r0, r1, r, h, i;
+    const float         *g;
+    float               *o;
+
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
+    for (r = r0; r < r1; r++) {
+        for (h = 0; h < hp->n_head; h++) {
+            g = c->qg + (size_t) r * 2 * q_dim + (size_t) (2 * h + 1) * hd;
+            o = c->att + (size_t) r * q_dim + (size_t) h * hd;
+            for (i = 0; i < hd; i++) {
+                o[i] *= 1.0f / (1.0f + expf(-g[i]));
+            }
+        }
+    }
+}
+
+/* shg[r] = sigmoid(gate_inp_shexp . xn[r]), rows split by thread. */
+static void
+llm_task_shexp_gate(void *arg, uint32_t item, uint32_t ith)
+{
+    llm_ctx_t           *c = arg;
+    const llm_layer_t   *L = &c->m->layers[c->layer];
+    uint32_t             E = c->m->hp.n_embd, r0, r1, r;
+
+    (void) ith;
+    llm_rows(c, item, &r0, &r1);
+    for (r = r0; r < r1; r++) {
+        c->shg[r] = 1.0f / (1.0f + expf(-llm_dot8(L->gate_inp_shexp,
+                                                  c->xn + (size_t) r * E,
+                                                  E)));
     }
 }
 
@@ -1436,36 +1709,31 @@ llm_mla_values(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
     return 0;
 }
 
+/*
+ * A softmax attention layer's mixing, from the normed rows in xn to
+ * x += wo(attention) (MLA: in the latent space; attn_q_gate: each head's
+ * output times sigmoid of its gate).
+ */
 static int
-llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
+llm_attn_block(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
 {
     const llm_hparams_t  *hp = &c->m->hp;
-    const llm_layer_t    *L = &c->m->layers[l];
     int64_t               E = hp->n_embd;
     uint32_t              q_dim = hp->n_head * hp->head_dim;
     uint32_t              k_dim = hp->n_head_kv * hp->head_dim;
     uint32_t              v_dim = hp->n_head_kv * hp->head_dim_v;
     uint32_t              o_dim = hp->n_head * hp->head_dim_v;
+    uint32_t              qo = hp->attn_q_gate ? 2 * q_dim : q_dim;
     int64_t               ch;
-    uint32_t              mask;
     float                *att;
     int                   rc = 0;
-
-    c->layer = l;
-
-    /* attention norm, activations for q/k/v (MLA: q_a or q, kv_a) */
-    mask = hp->n_lora_kv > 0
-           ? llm_act_mask_of(L->wq_a.data ? L->wq_a.type : L->wq_b.type)
-             | llm_act_mask_of(L->wkv_a.type)
-           : llm_act_mask_of(L->wq.type) | llm_act_mask_of(L->wk.type)
-             | llm_act_mask_of(L->wv.type);
-    llm_run_norm(c, T, c->x, c->xn, L->attn_norm, mask);
 
     if (hp->n_lora_kv > 0) {
         rc = llm_mla_qkv(c, L, T);
     } else {
-        ch = llm_chunk_rows(c, q_dim + k_dim + v_dim, q_dim);
-        if ((rc = llm_items_mat(c, &L->wq, c->xn, E, T, c->q, q_dim, L->bq,
+        ch = llm_chunk_rows(c, qo + k_dim + v_dim, qo);
+        if ((rc = llm_items_mat(c, &L->wq, c->xn, E, T,
+                                hp->attn_q_gate ? c->qg : c->q, qo, L->bq,
                                 ch)) < 0
             || (rc = llm_items_mat(c, &L->wk, c->xn, E, T, c->k, k_dim,
                                    L->bk, ch)) < 0
@@ -1483,6 +1751,9 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     llm_run_rows(c, T, llm_task_rope);
 
     llm_pool_for(c->pool, T * hp->n_head_kv, llm_task_attn, c);
+    if (hp->attn_q_gate) {
+        llm_run_rows(c, T, llm_task_attn_gate);
+    }
 
     /* output projection (MLA: each head's latent through v_b first),
      * residual */
@@ -1502,6 +1773,37 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
     }
     llm_run_items(c);
     llm_run_rows(c, T, llm_task_add);
+    return 0;
+}
+
+static int
+llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    const llm_layer_t    *L = &c->m->layers[l];
+    uint32_t              mask;
+    int                   rc = 0;
+
+    c->layer = l;
+
+    /* attention norm, activations for the first projections (MLA: q_a
+     * or q, kv_a; a gated delta net: qkv, z, beta, alpha) */
+    if (L->recurrent) {
+        mask = llm_act_mask_of(L->wqkv.type) | llm_act_mask_of(L->wz.type)
+               | llm_act_mask_of(L->wbeta.type)
+               | llm_act_mask_of(L->walpha.type);
+    } else if (hp->n_lora_kv > 0) {
+        mask = llm_act_mask_of(L->wq_a.data ? L->wq_a.type : L->wq_b.type)
+               | llm_act_mask_of(L->wkv_a.type);
+    } else {
+        mask = llm_act_mask_of(L->wq.type) | llm_act_mask_of(L->wk.type)
+               | llm_act_mask_of(L->wv.type);
+    }
+    llm_run_norm(c, T, c->x, c->xn, L->attn_norm, mask);
+    rc = L->recurrent ? llm_gdn(c, L, T) : llm_attn_block(c, L, T);
+    if (rc < 0) {
+        return rc;
+    }
 
     /* the last layer's FFN only for the rows that want logits */
     if (l + 1 == hp->n_layer) {
@@ -1525,9 +1827,16 @@ llm_layer(llm_ctx_t *c, uint32_t l, uint32_t T)
         if (rc < 0 || L->gate_shexp.data == NULL) {
             return rc;
         }
-        /* the shared experts see every token: x += their output */
-        return llm_dense_ffn(c, &L->gate_shexp, &L->up_shexp,
-                             &L->down_shexp, T);
+        /* the shared experts see every token: x += their output (times
+         * its gate, qwen35moe) */
+        if (L->gate_inp_shexp != NULL) {
+            llm_run_rows(c, T, llm_task_shexp_gate);
+            c->add_scale = c->shg;
+        }
+        rc = llm_dense_ffn(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp,
+                           T);
+        c->add_scale = NULL;
+        return rc;
     }
     mask = llm_act_mask_of(L->ffn_gate.type) | llm_act_mask_of(L->ffn_up.type);
     llm_run_norm(c, T, c->x, c->xn, L->ffn_norm, mask);
@@ -1639,6 +1948,126 @@ llm_check_batch(const llm_ctx_t *c, const llm_batch_t *b, char *err,
 }
 
 /*
+ * Recurrent layers: group the batch's rows by sequence (c->rs_*, each
+ * sequence's rows in batch order) and check that each sequence's
+ * positions are consecutive, its state slot is its own and in range, and
+ * it starts at 0 or where the slot's last batch ended.
+ */
+static int
+llm_check_states(llm_ctx_t *c, const llm_batch_t *b, char *err,
+    size_t errlen)
+{
+    llm_kv_t  *kv = c->kv;
+    uint32_t   i, k, s, n = 0, slot;
+    uint32_t  *map;
+    int32_t    p0;
+
+    if (b->n_seqs > c->cap_map) {
+        map = realloc(c->rs_map, b->n_seqs * sizeof(uint32_t));
+        if (map == NULL) {
+            snprintf(err, errlen, "forward: out of memory");
+            return -ENOMEM;
+        }
+        c->rs_map = map;
+        c->cap_map = b->n_seqs;
+    }
+    map = c->rs_map;
+    for (s = 0; s < b->n_seqs; s++) {
+        map[s] = UINT32_MAX;
+    }
+    /* the sequences in order of their first row, and their row counts */
+    for (i = 0; i < b->n_tokens; i++) {
+        s = (uint32_t) b->seq[i];
+        if (map[s] == UINT32_MAX) {
+            map[s] = n;
+            c->rs_seq[n] = s;
+            c->rs_off[n + 1] = 0;
+            n++;
+        }
+        c->rs_off[map[s] + 1]++;
+    }
+    c->rs_off[0] = 0;
+    for (k = 0; k < n; k++) {
+        c->rs_off[k + 1] += c->rs_off[k];
+    }
+    for (i = 0; i < b->n_tokens; i++) {
+        k = map[b->seq[i]];
+        /* the next free row of k: rs_off[k] advances, restored below */
+        c->rs_tok[c->rs_off[k]++] = i;
+    }
+    for (k = n; k > 0; k--) {
+        c->rs_off[k] = c->rs_off[k - 1];
+    }
+    c->rs_off[0] = 0;
+    c->n_rs = n;
+
+    for (k = 0; k < n; k++) {
+        s = c->rs_seq[k];
+        slot = b->seqs[s].state;
+        p0 = b->pos[c->rs_tok[c->rs_off[k]]];
+        if (slot >= kv->n_states) {
+            snprintf(err, errlen, "forward: sequence %u has state slot %u, "
+                     "expected < %u", s, slot, kv->n_states);
+            return -EINVAL;
+        }
+        for (i = 0; i < k; i++) {
+            if (b->seqs[c->rs_seq[i]].state == slot) {
+                snprintf(err, errlen, "forward: sequences %u and %u share "
+                         "state slot %u", c->rs_seq[i], s, slot);
+                return -EINVAL;
+            }
+        }
+        for (i = c->rs_off[k] + 1; i < c->rs_off[k + 1]; i++) {
+            if (b->pos[c->rs_tok[i]] != b->pos[c->rs_tok[i - 1]] + 1) {
+                snprintf(err, errlen, "forward: sequence %u's positions "
+                         "%d then %d: the recurrent layers need them "
+                         "consecutive", s, b->pos[c->rs_tok[i - 1]],
+                         b->pos[c->rs_tok[i]]);
+                return -EINVAL;
+            }
+        }
+        if (p0 != 0 && kv->state_pos[slot] != (uint32_t) p0) {
+            snprintf(err, errlen, "forward: sequence %u continues at "
+                     "position %d, but its state slot %u holds %s %u", s,
+                     p0, slot, kv->state_pos[slot] == UINT32_MAX
+                     ? "no state" : "the state before position",
+                     kv->state_pos[slot] == UINT32_MAX
+                     ? 0 : kv->state_pos[slot]);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* Clear the slots of sequences that start at 0 and mark every slot in
+ * the batch as being written (usable again once the batch is done). */
+static void
+llm_states_begin(llm_ctx_t *c, const llm_batch_t *b)
+{
+    llm_kv_t  *kv = c->kv;
+    uint32_t   k, slot;
+
+    for (k = 0; k < c->n_rs; k++) {
+        slot = b->seqs[c->rs_seq[k]].state;
+        if (b->pos[c->rs_tok[c->rs_off[k]]] == 0) {
+            memset(llm_kv_conv_state(kv, slot, 0), 0, kv->state_bytes);
+        }
+        kv->state_pos[slot] = UINT32_MAX;
+    }
+}
+
+static void
+llm_states_end(llm_ctx_t *c, const llm_batch_t *b)
+{
+    uint32_t  k;
+
+    for (k = 0; k < c->n_rs; k++) {
+        c->kv->state_pos[b->seqs[c->rs_seq[k]].state] =
+            (uint32_t) b->pos[c->rs_tok[c->rs_off[k + 1] - 1]] + 1;
+    }
+}
+
+/*
  * YaRN's (cos, sin) of pair i at the unscaled angle th, as ggml's
  * rope_yarn: the interpolated angle below the correction range, the
  * original above it, a linear ramp between, both scaled by mscale.
@@ -1708,10 +2137,16 @@ llm_forward_layers(llm_ctx_t *c, const llm_batch_t *b, char *err,
     int                   rc;
 
     rc = llm_check_batch(c, b, err, errlen);
+    if (rc == 0 && hp->n_layer_rec > 0) {
+        rc = llm_check_states(c, b, err, errlen);
+    }
     if (rc < 0) {
         return rc;
     }
     c->b = b;
+    if (hp->n_layer_rec > 0) {
+        llm_states_begin(c, b);
+    }
     llm_run_rows(c, T, llm_task_embed);
 
     for (l = 0; l < hp->n_layer; l++) {
@@ -1722,6 +2157,9 @@ llm_forward_layers(llm_ctx_t *c, const llm_batch_t *b, char *err,
                      c->err[0] ? c->err : strerror(-rc));
             return rc;
         }
+    }
+    if (hp->n_layer_rec > 0) {
+        llm_states_end(c, b);
     }
     return 0;
 }
@@ -1811,7 +2249,9 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     }
     if (kv->n_layer != hp->n_layer
         || kv->k_dim != hp->n_head_kv * hp->head_dim
-        || kv->v_dim != hp->n_head_kv * hp->head_dim_v)
+        || kv->v_dim != hp->n_head_kv * hp->head_dim_v
+        || kv->state_bytes != llm_kv_state_bytes(m)
+        || (hp->n_layer_rec > 0 && kv->n_states == 0))
     {
         snprintf(err, errlen, "context: the KV cache was made for another "
                  "model shape");
@@ -1856,6 +2296,8 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     maxlen = hp->n_lora_kv > maxlen ? hp->n_lora_kv : maxlen;
     maxlen = (size_t) hp->n_head * hp->mla_v > maxlen
              ? (size_t) hp->n_head * hp->mla_v : maxlen;
+    maxlen = hp->ssm_inner > maxlen ? hp->ssm_inner : maxlen;
+    o_dim = hp->ssm_inner > o_dim ? hp->ssm_inner : o_dim;
 
     /* ga and up hold S rows of the experts' width, or T rows of a dense
      * layer's or the shared experts' */
@@ -1884,6 +2326,31 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
         a = hp->n_lora_q > hp->n_lora_kv ? hp->n_lora_q : hp->n_lora_kv;
         c->mla_in = llm_ctx_map(c, T * a * sizeof(float));
         if (c->mla_a == NULL || c->mla_in == NULL) {
+            goto nomem;
+        }
+    }
+    if (hp->attn_q_gate) {
+        c->qg = llm_ctx_map(c, T * 2 * q_dim * sizeof(float));
+        if (c->qg == NULL) {
+            goto nomem;
+        }
+    }
+    if (hp->n_ff_shexp > 0) {
+        c->shg = llm_ctx_map(c, T * sizeof(float));
+        if (c->shg == NULL) {
+            goto nomem;
+        }
+    }
+    if (hp->n_layer_rec > 0) {
+        c->ssm_x = llm_ctx_map(c, T * llm_ssm_conv_dim(hp) * sizeof(float));
+        c->ssm_z = llm_ctx_map(c, T * hp->ssm_inner * sizeof(float));
+        c->ssm_ba = llm_ctx_map(c, T * 2 * hp->ssm_v_heads * sizeof(float));
+        c->rs_seq = calloc(T, sizeof(uint32_t));
+        c->rs_off = calloc(T + 1, sizeof(uint32_t));
+        c->rs_tok = calloc(T, sizeof(uint32_t));
+        if (c->ssm_x == NULL || c->ssm_z == NULL || c->ssm_ba == NULL
+            || c->rs_seq == NULL || c->rs_off == NULL || c->rs_tok == NULL)
+        {
             goto nomem;
         }
     }
@@ -1958,6 +2425,10 @@ llm_ctx_free(llm_ctx_t *c)
         munmap(c->maps[i], c->map_len[i]);
     }
     free(c->out_rows);
+    free(c->rs_seq);
+    free(c->rs_off);
+    free(c->rs_tok);
+    free(c->rs_map);
     free(c->sel);
     free(c->selw);
     free(c->tok_slot);

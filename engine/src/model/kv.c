@@ -11,6 +11,10 @@
  * gives them a ring of blocks (llm_seq_view_t.swa_blocks) that its
  * positions go around: a window layer keeps what its window can see, not
  * the whole sequence (llm_kv_swa_ring sizes the ring).
+ *
+ * Recurrent layers (qwen35moe's gated delta net) have no K and V: their
+ * state per sequence has a fixed size, in n_states slots after the
+ * blocks; llm_forward clears a slot when its sequence starts at 0.
  */
 
 #include <errno.h>
@@ -40,9 +44,9 @@ llm_kv_block_bytes_of(const llm_model_t *m, uint32_t block_tokens,
     const llm_hparams_t  *hp = &m->hp;
     size_t                elem = type == LLM_TYPE_F16 ? 2 : 4;
     uint32_t              n = llm_kv_n_swa_layers(m);
+    uint32_t              att = hp->n_layer - hp->n_layer_rec;
 
-    n = group == LLM_KV_SWA ? n : group == LLM_KV_FULL ? hp->n_layer - n
-                                                       : hp->n_layer;
+    n = group == LLM_KV_SWA ? n : group == LLM_KV_FULL ? att - n : att;
     return (size_t) n * block_tokens * hp->n_head_kv
            * (hp->head_dim + hp->head_dim_v) * elem;
 }
@@ -67,19 +71,39 @@ llm_kv_swa_ring(const llm_model_t *m, uint32_t block_tokens,
     return (w + max_step + block_tokens - 1) / block_tokens + 1;
 }
 
+size_t
+llm_kv_state_bytes(const llm_model_t *m)
+{
+    const llm_hparams_t  *hp = &m->hp;
+
+    if (hp->n_layer_rec == 0) {
+        return 0;
+    }
+    return (size_t) hp->n_layer_rec * sizeof(float)
+           * ((size_t) (hp->ssm_d_conv - 1) * llm_ssm_conv_dim(hp)
+              + (size_t) hp->ssm_v_heads * hp->ssm_state * hp->ssm_state);
+}
+
+uint32_t
+llm_kv_n_states(const llm_kv_t *kv)
+{
+    return kv->n_states;
+}
+
 /*
  * Create a cache of n_blocks blocks of block_tokens positions for model m
  * (n_blocks_swa > 0: the sliding-window layers in a pool of their own of
- * that many blocks).  Only F32 and F16 are accepted.
+ * that many blocks; n_states state slots for a model with recurrent
+ * layers, ignored for others).  Only F32 and F16 are accepted.
  */
 int
-llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
-    uint32_t n_blocks_swa, uint32_t block_tokens, llm_type_t type, char *err,
-    size_t errlen)
+llm_kv_create_rs(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
+    uint32_t n_blocks_swa, uint32_t n_states, uint32_t block_tokens,
+    llm_type_t type, char *err, size_t errlen)
 {
     const llm_hparams_t  *hp = &m->hp;
     llm_kv_t             *kv;
-    size_t                full, swa, k_all, v_all;
+    size_t                full, swa, k_all, v_all, sb;
     uint32_t              l, nf = 0, ns = 0;
     void                 *p;
 
@@ -101,8 +125,17 @@ llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
                                  n_blocks_swa ? LLM_KV_FULL : LLM_KV_ALL);
     swa = n_blocks_swa ? llm_kv_block_bytes_of(m, block_tokens, type,
                                                LLM_KV_SWA) : 0;
+    sb = llm_kv_state_bytes(m);
+    n_states = sb > 0 ? n_states : 0;
+    if (sb > 0 && (n_states == 0 || n_states > 65536)) {
+        snprintf(err, errlen, "kv cache: %u recurrent state slots, "
+                 "expected 1..65536 for a model with recurrent layers",
+                 n_states);
+        return -EINVAL;
+    }
     if (full + swa == 0
-        || (size_t) n_blocks + n_blocks_swa > SIZE_MAX / 4 / (full + swa))
+        || (size_t) n_blocks + n_blocks_swa > SIZE_MAX / 4 / (full + swa)
+        || (sb > 0 && (size_t) n_states > SIZE_MAX / 4 / sb))
     {
         snprintf(err, errlen, "kv cache: %u blocks overflow", n_blocks);
         return -EINVAL;
@@ -124,6 +157,10 @@ llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     kv->k_block = (size_t) block_tokens * kv->k_dim * kv->elem;
     kv->v_block = (size_t) block_tokens * kv->v_dim * kv->elem;
     for (l = 0; l < hp->n_layer && l < LLM_KV_MAX_LAYERS; l++) {
+        if (m->layers[l].recurrent) {
+            kv->rec[l] = 1;         /* no K and V: a state slot part */
+            continue;
+        }
         kv->swa[l] = n_blocks_swa && m->layers[l].swa != 0;
         kv->slot[l] = kv->swa[l] ? ns++ : nf++;
     }
@@ -133,6 +170,21 @@ llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
         free(kv);
         return -EINVAL;
     }
+    kv->n_states = n_states;
+    kv->state_bytes = sb;
+    if (sb > 0) {
+        kv->conv_floats = (size_t) (hp->ssm_d_conv - 1)
+                          * llm_ssm_conv_dim(hp);
+        kv->ssm_floats = (size_t) hp->ssm_v_heads * hp->ssm_state
+                         * hp->ssm_state;
+        kv->state_pos = malloc(n_states * sizeof(uint32_t));
+        if (kv->state_pos == NULL) {
+            snprintf(err, errlen, "kv cache: out of memory");
+            free(kv);
+            return -ENOMEM;
+        }
+        memset(kv->state_pos, 0xff, n_states * sizeof(uint32_t));
+    }
     /* K of the full pool, K of the window pool, then V likewise */
     k_all = ((size_t) nf * n_blocks + (size_t) ns * n_blocks_swa)
             * kv->k_block;
@@ -141,19 +193,31 @@ llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     kv->k_swa = (size_t) nf * n_blocks * kv->k_block;
     kv->v_base = k_all;
     kv->v_swa = k_all + (size_t) nf * n_blocks * kv->v_block;
-    kv->bytes = k_all + v_all;
+    kv->s_base = k_all + v_all;
+    kv->bytes = kv->s_base + (size_t) n_states * sb;
 
     p = mmap(NULL, kv->bytes, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         snprintf(err, errlen, "kv cache: mmap of %zu bytes: %s", kv->bytes,
                  strerror(errno));
+        free(kv->state_pos);
         free(kv);
         return -ENOMEM;
     }
     kv->base = p;
     *out = kv;
     return 0;
+}
+
+int
+llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
+    uint32_t n_blocks_swa, uint32_t block_tokens, llm_type_t type, char *err,
+    size_t errlen)
+{
+    return llm_kv_create_rs(out, m, n_blocks, n_blocks_swa,
+                            n_blocks < 64 ? n_blocks : 64, block_tokens,
+                            type, err, errlen);
 }
 
 int
@@ -171,6 +235,7 @@ llm_kv_free(llm_kv_t *kv)
         return;
     }
     munmap(kv->base, kv->bytes);
+    free(kv->state_pos);
     free(kv);
 }
 
@@ -208,7 +273,7 @@ llm_kv_copy_block(llm_kv_t *kv, uint32_t dst, uint32_t src)
         return;
     }
     for (l = 0; l < kv->n_layer; l++) {
-        if (kv->swa[l]) {
+        if (kv->swa[l] || kv->rec[l]) {
             continue;
         }
         memcpy(llm_kv_k_block(kv, l, dst), llm_kv_k_block(kv, l, src),

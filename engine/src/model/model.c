@@ -41,6 +41,7 @@ static const llm_arch_desc_t llm_archs[] = {
     { LLM_ARCH_GLM4MOE,    "glm4moe",    1, 1, 1, 2, LLM_GATING_SIGMOID },
     { LLM_ARCH_GPT_OSS,    "gpt-oss",    1, 1, 0, 2, LLM_GATING_SOFTMAX },
     { LLM_ARCH_DEEPSEEK2,  "deepseek2",  0, 0, 0, 2, LLM_GATING_SOFTMAX },
+    { LLM_ARCH_QWEN35MOE,  "qwen35moe",  1, 0, 1, 2, LLM_GATING_SOFTMAX },
 };
 
 /* llama.cpp's general.file_type values (llama_ftype). */
@@ -203,6 +204,9 @@ llm_bind_moe_shape(llm_bind_t *b)
     {
         return rc;
     }
+    if (hp->arch == LLM_ARCH_QWEN35MOE && hp->n_expert_shared == 0) {
+        hp->n_expert_shared = 1;    /* one gated shared expert, no key */
+    }
     if (hp->n_layer_dense > hp->n_layer) {
         return llm_bind_fail(b, -EINVAL, "%s.leading_dense_block_count is "
                              "%u, expected <= %u layers", hp->arch_name,
@@ -287,6 +291,70 @@ llm_bind_mla_shape(llm_bind_t *b)
     hp->rope_off = hp->n_lora_kv;
     /* q.k over the per-head dims the model was trained with */
     hp->attn_scale = 1.0f / sqrtf((float) hp->mla_k);
+    return 0;
+}
+
+/*
+ * qwen35moe's gated delta net keys (ssm.*: conv_kernel, state_size = the
+ * key and value dims of a head, group_count = key heads, time_step_rank
+ * = value heads, inner_size = their values) and which layers are full
+ * attention (full_attention_interval, default 4: layers 3, 7, ...); the
+ * full attention layers' attn_q holds an output gate beside each query.
+ */
+static int
+llm_bind_ssm_shape(llm_bind_t *b)
+{
+    llm_hparams_t  *hp = &b->m->hp;
+    uint32_t        l;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "ssm.conv_kernel", &hp->ssm_d_conv, 0, 0)) < 0
+        || (rc = llm_hp_u32(b, "ssm.state_size", &hp->ssm_state, 0, 0)) < 0
+        || (rc = llm_hp_u32(b, "ssm.group_count", &hp->ssm_k_heads, 0, 0))
+           < 0
+        || (rc = llm_hp_u32(b, "ssm.time_step_rank", &hp->ssm_v_heads, 0,
+                            0)) < 0
+        || (rc = llm_hp_u32(b, "ssm.inner_size", &hp->ssm_inner, 0, 0)) < 0
+        || (rc = llm_hp_u32(b, "full_attention_interval",
+                            &hp->full_attn_interval, 1, 4)) < 0)
+    {
+        return rc;
+    }
+    if (hp->ssm_d_conv < 2 || hp->ssm_d_conv > 16 || hp->ssm_state == 0
+        || hp->ssm_state > 512 || hp->ssm_state % 4 != 0
+        || hp->ssm_k_heads == 0 || hp->ssm_v_heads == 0
+        || hp->ssm_v_heads > 1024 || hp->ssm_v_heads % hp->ssm_k_heads != 0
+        || hp->ssm_inner != hp->ssm_v_heads * hp->ssm_state
+        || hp->full_attn_interval == 0)
+    {
+        return llm_bind_fail(b, -EINVAL, "%s.ssm: conv_kernel %u, "
+                             "state_size %u, group_count %u, time_step_rank "
+                             "%u, inner_size %u, full_attention_interval %u: "
+                             "expected a kernel of 2..16, heads of a "
+                             "multiple of 4 up to 512 dims, value heads a "
+                             "multiple of the key heads and inner_size = "
+                             "value heads x state_size", hp->arch_name,
+                             hp->ssm_d_conv, hp->ssm_state, hp->ssm_k_heads,
+                             hp->ssm_v_heads, hp->ssm_inner,
+                             hp->full_attn_interval);
+    }
+    hp->n_layer_rec = 0;
+    for (l = 0; l < hp->n_layer; l++) {
+        hp->n_layer_rec += (l + 1) % hp->full_attn_interval != 0;
+    }
+    if (hp->n_layer_rec == hp->n_layer) {
+        return llm_bind_fail(b, -EINVAL, "%s.full_attention_interval %u "
+                             "leaves none of the %u layers full attention",
+                             hp->arch_name, hp->full_attn_interval,
+                             hp->n_layer);
+    }
+    if (hp->head_dim != hp->head_dim_v) {
+        return llm_bind_fail(b, -EINVAL, "%s.attention.key_length %u and "
+                             "value_length %u: expected equal (the output "
+                             "gate has one value per head dim)",
+                             hp->arch_name, hp->head_dim, hp->head_dim_v);
+    }
+    hp->attn_q_gate = 1;
     return 0;
 }
 
@@ -402,6 +470,9 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
         hp->swiglu_limit = 7.0f;
     }
     if (hp->arch == LLM_ARCH_DEEPSEEK2 && (rc = llm_bind_mla_shape(b)) < 0) {
+        return rc;
+    }
+    if (hp->arch == LLM_ARCH_QWEN35MOE && (rc = llm_bind_ssm_shape(b)) < 0) {
         return rc;
     }
 
@@ -795,6 +866,54 @@ llm_bind_mla(llm_bind_t *b, uint32_t il)
     return 0;
 }
 
+/*
+ * A gated delta net layer's tensors (qwen35moe): the q/k/v projection
+ * attn_qkv and the output gate attn_gate, the convolution ssm_conv1d
+ * [d_conv, conv_dim], the per value head ssm_beta, ssm_alpha, ssm_dt.bias
+ * and ssm_a, the gated norm ssm_norm over one head, and ssm_out (bound as
+ * the layer's wo).
+ */
+static int
+llm_bind_gdn(llm_bind_t *b, uint32_t il)
+{
+    llm_layer_t          *L = &b->m->layers[il];
+    const llm_hparams_t  *hp = &b->m->hp;
+    int64_t               E = hp->n_embd, H = hp->ssm_v_heads;
+    int64_t               cd = llm_ssm_conv_dim(hp);
+    char                  n[96];
+    int                   rc;
+
+#define LLM_NAME(fmt) (snprintf(n, sizeof(n), "blk.%u." fmt, il), n)
+
+    if ((rc = llm_bind_mat(b, &L->wqkv, LLM_NAME("attn_qkv.weight"), E, cd,
+                           "n_embd, 2*key heads*state + inner", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->wz, LLM_NAME("attn_gate.weight"), E,
+                              hp->ssm_inner, "n_embd, ssm inner", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->wbeta, LLM_NAME("ssm_beta.weight"), E,
+                              H, "n_embd, value heads", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->walpha, LLM_NAME("ssm_alpha.weight"), E,
+                              H, "n_embd, value heads", 0)) < 0
+        || (rc = llm_bind_floats(b, &L->conv1d,
+                                 LLM_NAME("ssm_conv1d.weight"),
+                                 hp->ssm_d_conv, cd, "conv kernel, channels",
+                                 0)) < 0
+        || (rc = llm_bind_vec(b, &L->dt_bias, LLM_NAME("ssm_dt.bias"), H,
+                              "value heads", 0)) < 0
+        || (rc = llm_bind_vec(b, &L->ssm_a, LLM_NAME("ssm_a"), H,
+                              "value heads", 0)) < 0
+        || (rc = llm_bind_vec(b, &L->ssm_norm, LLM_NAME("ssm_norm.weight"),
+                              hp->ssm_state, "state size", 0)) < 0
+        || (rc = llm_bind_mat(b, &L->wo, LLM_NAME("ssm_out.weight"),
+                              hp->ssm_inner, E, "ssm inner, n_embd", 0)) < 0)
+    {
+        return rc;
+    }
+
+#undef LLM_NAME
+
+    return 0;
+}
+
 static int
 llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 {
@@ -811,10 +930,20 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 
 #define LLM_NAME(fmt) (snprintf(n, sizeof(n), "blk.%u." fmt, il), n)
 
-    if (hp->n_lora_kv > 0) {
+    L->recurrent = hp->n_layer_rec > 0
+                   && (il + 1) % hp->full_attn_interval != 0;
+    if (L->recurrent) {
+        /* the recurrent layers before it: all but the full attention */
+        L->rslot = il - il / hp->full_attn_interval;
+        rc = llm_bind_gdn(b, il);
+    } else if (hp->n_lora_kv > 0) {
         rc = llm_bind_mla(b, il);
     } else if ((rc = llm_bind_mat(b, &L->wq, LLM_NAME("attn_q.weight"), E,
-                                  q_dim, "n_embd, n_head*head_dim", 0)) < 0
+                                  q_dim * (hp->attn_q_gate ? 2 : 1),
+                                  hp->attn_q_gate
+                                  ? "n_embd, 2*n_head*head_dim (query and "
+                                    "gate)"
+                                  : "n_embd, n_head*head_dim", 0)) < 0
                || (rc = llm_bind_mat(b, &L->wk, LLM_NAME("attn_k.weight"), E,
                                      k_dim, "n_embd, n_head_kv*head_dim", 0))
                   < 0
@@ -833,8 +962,10 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
 
     if ((rc = llm_bind_vec(b, &L->attn_norm, LLM_NAME("attn_norm.weight"), E,
                            "n_embd", 0)) < 0
-        || (rc = llm_bind_mat(b, &L->wo, LLM_NAME("attn_output.weight"),
-                              o_dim, E, "n_head*head_dim_v, n_embd", 0)) < 0
+        || (!L->recurrent
+            && (rc = llm_bind_mat(b, &L->wo, LLM_NAME("attn_output.weight"),
+                                  o_dim, E, "n_head*head_dim_v, n_embd", 0))
+               < 0)
         || (rc = llm_bind_vec(b, &L->ffn_norm, LLM_NAME("ffn_norm.weight"),
                               E, "n_embd", 1)) < 0)
     {
@@ -866,7 +997,7 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         }
     }
 
-    if (ad->qk_norm == 1) {
+    if (ad->qk_norm == 1 && !L->recurrent) {
         if ((rc = llm_bind_vec(b, &L->q_norm, LLM_NAME("attn_q_norm.weight"),
                                hp->head_dim, "head_dim", 0)) < 0
             || (rc = llm_bind_vec(b, &L->k_norm,
@@ -949,6 +1080,13 @@ llm_bind_layer(llm_bind_t *b, uint32_t il, const llm_arch_desc_t *ad)
         return rc;
     }
 
+    if (hp->arch == LLM_ARCH_QWEN35MOE && hp->n_ff_shexp > 0
+        && (rc = llm_bind_vec(b, &L->gate_inp_shexp,
+                              LLM_NAME("ffn_gate_inp_shexp.weight"), E,
+                              "n_embd", 0)) < 0)
+    {
+        return rc;
+    }
     if (hp->n_ff_shexp > 0
         && ((rc = llm_bind_mat(b, &L->gate_shexp,
                                LLM_NAME("ffn_gate_shexp.weight"), E,
@@ -1204,7 +1342,7 @@ llm_model_prefault(llm_model_t *m, const llm_model_opts_t *opts)
 /*
  * The matrices of the model that only ever meet llm_gemm (not the token
  * embeddings, which are read row by row, nor an output tied to them);
- * the experts only when they come from the mapping.  At most 10 per layer
+ * the experts only when they come from the mapping.  At most 22 per layer
  * and the output: fills out and returns the count.
  */
 static size_t
@@ -1234,6 +1372,10 @@ llm_gemm_weights(llm_model_t *m, int experts, llm_wt_t **out)
         out[n++] = &L->wkv_a;
         out[n++] = &L->wk_b;
         out[n++] = &L->wv_b;
+        out[n++] = &L->wqkv;
+        out[n++] = &L->wz;
+        out[n++] = &L->wbeta;
+        out[n++] = &L->walpha;
         if (experts) {
             out[n++] = &L->gate_exps;
             out[n++] = &L->up_exps;
@@ -1305,7 +1447,7 @@ llm_model_regroup_bytes(const llm_model_t *m, int experts)
     if (m->repack != NULL) {
         return 0;                   /* already regrouped */
     }
-    ws = malloc((1 + 18 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 22 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return 0;
     }
@@ -1336,7 +1478,7 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     if (m->repack != NULL) {
         return 0;                   /* prepared before */
     }
-    ws = malloc((1 + 18 * (size_t) m->hp.n_layer) * sizeof(*ws));
+    ws = malloc((1 + 22 * (size_t) m->hp.n_layer) * sizeof(*ws));
     if (ws == NULL) {
         return llm_bind_fail(b, -ENOMEM, "out of memory");
     }
@@ -1460,7 +1602,7 @@ llm_model_load(llm_model_t **out, const char *path,
         rc = llm_bind_fail(&b, -EINVAL, "unknown architecture '%.*s' "
                            "(general.architecture), expected llama, qwen2, "
                            "qwen3, qwen3moe, minimax-m2, glm4moe, "
-                           "gpt-oss or deepseek2",
+                           "gpt-oss, deepseek2 or qwen35moe",
                            (int) (s.len > 64 ? 64 : s.len), s.ptr);
         goto failed;
     }

@@ -31,6 +31,7 @@ typedef enum {
     LLM_ARCH_GLM4MOE,
     LLM_ARCH_GPT_OSS,
     LLM_ARCH_DEEPSEEK2,
+    LLM_ARCH_QWEN35MOE,
     LLM_ARCH_COUNT
 } llm_arch_t;
 
@@ -91,6 +92,19 @@ typedef struct {
     uint32_t     mla_v;            /* per-head value dims after v_b */
     uint32_t     n_expert_groups;  /* group-limited routing (1: none) */
     uint32_t     n_group_used;
+    /* qwen35moe: gated delta net (linear attention) layers, every layer
+     * but each full_attn_interval-th; their state per sequence is the
+     * last d_conv - 1 inputs of the convolution and one ssm_state x
+     * ssm_state matrix per value head, whatever the context length */
+    uint32_t     n_layer_rec;      /* recurrent layers (0: none) */
+    uint32_t     full_attn_interval;
+    uint32_t     ssm_d_conv;       /* convolution kernel */
+    uint32_t     ssm_state;        /* key = value dims per head */
+    uint32_t     ssm_k_heads;      /* key (and query) heads */
+    uint32_t     ssm_v_heads;      /* value heads (a multiple) */
+    uint32_t     ssm_inner;        /* ssm_v_heads * ssm_state */
+    int          attn_q_gate;      /* attn_q holds query and an output
+                                      gate per head (qwen35moe) */
     uint32_t     ftype;            /* general.file_type, if present */
     uint64_t     n_params;
 } llm_hparams_t;
@@ -131,6 +145,19 @@ const char *llm_arch_name(llm_arch_t a);
 
 /* Paged KV cache. */
 typedef struct llm_kv_s llm_kv_t;
+
+/*
+ * A model with recurrent layers (qwen35moe's gated delta net) keeps their
+ * state per sequence in n_states slots of the cache instead of K and V
+ * (llm_seq_view_t.state names a sequence's slot).  llm_kv_create and
+ * llm_kv_create_swa give such a model min(n_blocks, 64) slots.
+ */
+int llm_kv_create_rs(llm_kv_t **out, const llm_model_t *m,
+    uint32_t n_blocks, uint32_t n_blocks_swa, uint32_t n_states,
+    uint32_t block_tokens, llm_type_t type, char *err, size_t errlen);
+uint32_t llm_kv_n_states(const llm_kv_t *kv);
+/* Bytes of one sequence's recurrent state (0: no recurrent layers). */
+size_t llm_kv_state_bytes(const llm_model_t *m);
 
 int llm_kv_create(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     uint32_t block_tokens, llm_type_t type /* F32 or F16 */, char *err,
@@ -175,6 +202,11 @@ typedef struct {
     uint32_t        n_blocks;
     const uint32_t *swa_blocks;    /* ring of the window pool's blocks */
     uint32_t        n_swa_blocks;  /*   (when the cache has the pool) */
+    uint32_t        state;         /* recurrent layers: the state slot
+                                      (< llm_kv_n_states); a batch that
+                                      starts the sequence at position 0
+                                      clears it, any other must continue
+                                      where the slot's last batch ended */
 } llm_seq_view_t;
 
 typedef struct {
@@ -205,6 +237,9 @@ size_t llm_ctx_buffer_bytes(const llm_ctx_t *c);
  * or earlier in this batch.  Writes K/V of every token into its sequence's
  * blocks, and for each token with logits[i] set, one row of n_vocab floats
  * to out, in batch order.  Returns 0 or a negative errno with err set.
+ * With recurrent layers, a sequence's positions in the batch are
+ * consecutive and advance its state slot (see llm_seq_view_t.state); a
+ * failed call leaves the slots of its sequences usable only from 0.
  */
 int llm_forward(llm_ctx_t *c, const llm_batch_t *b, float *out, char *err,
     size_t errlen);

@@ -68,7 +68,27 @@ typedef struct {
     llm_wt_t         gate_shexp;   /* shared experts: [n_embd] -> */
     llm_wt_t         up_shexp;     /*   [n_ff_shexp], or absent */
     llm_wt_t         down_shexp;   /* [n_ff_shexp] -> [n_embd] */
+    const float     *gate_inp_shexp; /* [n_embd]: the shared experts'
+                                      output times sigmoid(this . x) */
+
+    /* qwen35moe's gated delta net (recurrent: no wq, wk, wv; wo is
+     * ssm_out [ssm_inner] -> [n_embd]) */
+    int              recurrent;
+    uint32_t         rslot;        /* its index among recurrent layers */
+    llm_wt_t         wqkv;         /* [n_embd] -> [conv_dim]: q, k, v */
+    llm_wt_t         wz;           /* [n_embd] -> [ssm_inner] out gate */
+    llm_wt_t         wbeta;        /* [n_embd] -> [ssm_v_heads] */
+    llm_wt_t         walpha;       /* [n_embd] -> [ssm_v_heads] */
+    const float     *conv1d;       /* [conv_dim][ssm_d_conv] */
+    const float     *dt_bias;      /* [ssm_v_heads] */
+    const float     *ssm_a;        /* [ssm_v_heads], -exp(A_log) */
+    const float     *ssm_norm;     /* [ssm_state] */
 } llm_layer_t;
+
+/* Channels of a gated delta net's convolution: q, k (ssm_k_heads heads
+ * each) and v (ssm_v_heads heads). */
+#define llm_ssm_conv_dim(hp) \
+    (2 * (hp)->ssm_k_heads * (hp)->ssm_state + (hp)->ssm_inner)
 
 /* A MoE layer (routed experts); else the layer's FFN is dense. */
 #define llm_layer_is_moe(L)  ((L)->gate_exps.data != NULL)
@@ -127,7 +147,34 @@ struct llm_kv_s {
     uint8_t         *base;         /* anonymous mapping */
     uint8_t          swa[LLM_KV_MAX_LAYERS];   /* layer in the window pool */
     uint32_t         slot[LLM_KV_MAX_LAYERS];  /* its index in its pool */
+    uint8_t          rec[LLM_KV_MAX_LAYERS];   /* recurrent: no K, V */
+
+    /* recurrent layers' states: after K and V, n_states slots of
+     * state_bytes, each [recurrent layer][conv | ssm] floats: the conv
+     * part the layer's last d_conv - 1 inputs [d_conv - 1][conv_dim],
+     * the ssm part per value head a matrix [value dim][key dim] */
+    uint32_t         n_states;
+    size_t           s_base;
+    size_t           state_bytes;  /* one slot */
+    size_t           conv_floats;  /* per layer */
+    size_t           ssm_floats;   /* per layer */
+    uint32_t        *state_pos;    /* [n_states] next position of the
+                                      slot's sequence; UINT32_MAX: none */
 };
+
+/* Layer rslot's conv state and ssm state in a state slot. */
+static inline float *
+llm_kv_conv_state(const llm_kv_t *kv, uint32_t slot, uint32_t rslot)
+{
+    return (float *) (kv->base + kv->s_base + slot * kv->state_bytes)
+           + (size_t) rslot * (kv->conv_floats + kv->ssm_floats);
+}
+
+static inline float *
+llm_kv_ssm_state(const llm_kv_t *kv, uint32_t slot, uint32_t rslot)
+{
+    return llm_kv_conv_state(kv, slot, rslot) + kv->conv_floats;
+}
 
 /*
  * Layout: [layer][block] of K for the full pool's layers, then for the

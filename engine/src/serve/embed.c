@@ -192,6 +192,9 @@ llm_embed_group(const llm_embed_conf_t *ec, llm_embed_buf_t *bf,
                 bf->views[ns].n_blocks = (uint32_t) ((in[s].n
                                           + ec->block_tokens - 1)
                                           / ec->block_tokens);
+                bf->views[ns].swa_blocks = NULL;
+                bf->views[ns].n_swa_blocks = 0;
+                bf->views[ns].state = ns;
                 ns++;
             }
             bf->tok[T] = in[s].ids[p];

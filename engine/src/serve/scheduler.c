@@ -46,7 +46,8 @@ struct llm_seq_s {
     uint32_t            n_done;        /* tokens in the KV cache */
     uint32_t           *blocks;        /* block table */
     uint32_t            n_blocks;
-    int32_t             ring;          /* its window pool ring, -1 */
+    int32_t             ring;          /* its seat: window pool ring and
+                                          recurrent state slot, -1 */
     uint32_t            cap_blocks;
     uint32_t            n_pub;         /* leading blocks published */
     uint64_t            last_hash;     /* chained hash of block n_pub-1 */
@@ -104,7 +105,7 @@ struct llm_sched_s {
     llm_sched_conf_t      c;
     llm_kvalloc_t        *kva;
     uint32_t             *rings;       /* window pool block ids, in order */
-    uint32_t             *ring_free;   /* free ring indexes, a stack */
+    uint32_t             *ring_free;   /* free seats, a stack */
     uint32_t              n_ring_free;
     llm_sampler_t        *sampler;
     llm_sreq_t           *reqs;
@@ -592,7 +593,7 @@ llm_run_remove(llm_sched_t *s, llm_seq_t *q)
     }
 }
 
-/* Give back every KV block of q, and its window ring. */
+/* Give back every KV block of q, and its seat (window ring, state). */
 static void
 llm_seq_release(llm_sched_t *s, llm_seq_t *q)
 {
@@ -753,8 +754,8 @@ llm_sched_create(llm_sched_t **out, const llm_sched_conf_t *conf, char *err,
     {
         goto nomem;
     }
-    if (conf->swa_ring > 0) {
-        s->rings = calloc((size_t) B * conf->swa_ring, sizeof(uint32_t));
+    if (conf->swa_ring > 0 || conf->recurrent) {
+        s->rings = calloc((size_t) B * conf->swa_ring + 1, sizeof(uint32_t));
         s->ring_free = calloc(B, sizeof(uint32_t));
         if (s->rings == NULL || s->ring_free == NULL) {
             goto nomem;
@@ -1391,7 +1392,7 @@ llm_sched_admit(llm_sched_t *s)
             return;
         }
         while (shared < max_shared && !(q->plp && q->n_gen == 0)
-               && s->c.swa_ring == 0)
+               && s->c.swa_ring == 0 && !s->c.recurrent)
         {
             const int32_t *t = q->toks.ids + (size_t) shared * bt;
 
@@ -1414,7 +1415,7 @@ llm_sched_admit(llm_sched_t *s)
         for (i = shared; i < need; i++) {
             q->blocks[i] = (uint32_t) llm_kvalloc_get(s->kva);
         }
-        if (s->c.swa_ring > 0) {
+        if (s->c.swa_ring > 0 || s->c.recurrent) {
             q->ring = (int32_t) s->ring_free[--s->n_ring_free];
         }
         q->n_blocks = need;
@@ -1446,8 +1447,9 @@ llm_seq_publish(llm_sched_t *s, llm_seq_t *q)
 {
     uint32_t bt = s->c.block_tokens;
 
-    if (s->c.swa_ring > 0) {
-        return;     /* a block without its window layers is no prefix */
+    if (s->c.swa_ring > 0 || s->c.recurrent) {
+        return;     /* a block without its window layers, or without the
+                       recurrent state after it, is no prefix */
     }
     while ((q->n_pub + 1) * bt <= q->n_done && q->n_pub < q->n_blocks) {
         const int32_t *t = q->toks.ids + (size_t) q->n_pub * bt;
@@ -1650,9 +1652,10 @@ llm_sched_step(llm_sched_t *s)
         }
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
-        s->b_views[ns].swa_blocks = q->ring >= 0
+        s->b_views[ns].swa_blocks = q->ring >= 0 && s->c.swa_ring > 0
             ? s->rings + (size_t) q->ring * s->c.swa_ring : NULL;
         s->b_views[ns].n_swa_blocks = q->ring >= 0 ? s->c.swa_ring : 0;
+        s->b_views[ns].state = q->ring >= 0 ? (uint32_t) q->ring : 0;
         s->b_seqs[ns] = q;
         llm_seq_batch(s, q, ns, &nt, &nl);
         ns++;

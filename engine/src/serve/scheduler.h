@@ -9,7 +9,10 @@
  * pass, sample, detokenize and emit events.  When a decoding sequence needs
  * a block and none is left, the most recently admitted sequence is
  * preempted: its blocks are freed and it is queued again at the front, to
- * be recomputed (prompt and output so far) when blocks come back.
+ * be recomputed (prompt and output so far) when blocks come back.  A
+ * running sequence holds a seat (0..max_batch-1): its window ring and its
+ * recurrent state slot, when the model has them; the seat goes back with
+ * its blocks.
  *
  * Events go to the request's owner through conf.emit, as the engine's own
  * types below (server.c has them written to the wire, serve/wire.c); after
@@ -164,6 +167,14 @@ typedef struct {
                                              pool.  No prefix reuse then:
                                              a ring holds the last window
                                              only */
+    int                     recurrent;    /* the model has recurrent
+                                             layers: each running sequence
+                                             has its own state slot
+                                             (llm_seq_view_t.state <
+                                             max_batch; the cache has
+                                             max_batch of them).  No
+                                             prefix reuse then: the state
+                                             at a prefix is not kept */
     llm_sched_forward_pt    forward;
     void                   *forward_ud;
     llm_sched_emit_pt       emit;

@@ -34,7 +34,8 @@
 typedef enum {
     MK_MATRIX = 0,      /* N(0, 1/ne0) */
     MK_NORM,            /* 1 + N(0, 0.01) */
-    MK_BIAS             /* N(0, 0.05^2) */
+    MK_BIAS,            /* N(0, 0.05^2) */
+    MK_DECAY            /* -(1 + N(0, 0.01)): qwen35moe's ssm_a */
 } mk_fill_t;
 
 typedef struct {
@@ -55,8 +56,8 @@ typedef struct {
 const char *const llm_mkmodel_presets[] = {
     "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
     "tiny-qwen3", "tiny-minimax", "tiny-embed", "tiny-glm4moe",
-    "tiny-gpt-oss", "tiny-deepseek2", "bench-gpt-oss", "bench-glm4moe",
-    NULL
+    "tiny-gpt-oss", "tiny-deepseek2", "tiny-qwen35moe", "bench-gpt-oss",
+    "bench-glm4moe", NULL
 };
 
 static int
@@ -64,7 +65,8 @@ mk_is_moe_arch(const char *arch)
 {
     return strcmp(arch, "qwen3moe") == 0 || strcmp(arch, "minimax-m2") == 0
            || strcmp(arch, "glm4moe") == 0 || strcmp(arch, "gpt-oss") == 0
-           || strcmp(arch, "deepseek2") == 0;
+           || strcmp(arch, "deepseek2") == 0
+           || strcmp(arch, "qwen35moe") == 0;
 }
 
 uint32_t
@@ -108,8 +110,13 @@ llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
         p->n_layer_dense = 0;
         p->n_expert_shared = 0;
     }
-    if (!glm) {
+    if (!glm && strcmp(p->arch, "qwen35moe") != 0) {
         p->n_nextn = 0;
+    }
+    if (strcmp(p->arch, "qwen35moe") != 0) {
+        p->ssm_state = p->ssm_k_heads = p->ssm_v_heads = 0;
+    } else {
+        p->n_expert_shared = 1;
     }
     if (strcmp(p->arch, "gpt-oss") != 0) {
         p->n_swa = 0;
@@ -139,6 +146,15 @@ llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
         p->rope_base = 1000000.0f;
         p->eps = 1e-5f;
         mk_set_pre(p, "gpt-2");
+    } else if (strcmp(p->arch, "qwen35moe") == 0) {
+        p->rope_base = 10000000.0f;
+        p->eps = 1e-6f;
+        mk_set_pre(p, "qwen2");
+        p->ssm_state = p->ssm_state ? p->ssm_state : p->head_dim / 2;
+        p->ssm_k_heads = p->ssm_k_heads ? p->ssm_k_heads : 2;
+        p->ssm_v_heads = p->ssm_v_heads ? p->ssm_v_heads : 4;
+        p->rope_dim = p->head_dim / 4;      /* Qwen3.5: 64 of 256 */
+        return 0;
     } else if (strcmp(p->arch, "deepseek2") == 0) {
         p->rope_base = 10000.0f;
         p->eps = 1e-6f;
@@ -158,8 +174,8 @@ llm_mkmodel_arch_defaults(llm_mkmodel_params_t *p, char *err, size_t errlen)
         p->yarn_orig_ctx = p->yarn_orig_ctx ? p->yarn_orig_ctx : 4096;
     } else {
         llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
-            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe, gpt-oss or "
-            "deepseek2)", p->arch);
+            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe, gpt-oss, "
+            "deepseek2 or qwen35moe)", p->arch);
         return -EINVAL;
     }
     /* partial rope: minimax-m2 and glm4moe rotate half the head */
@@ -257,6 +273,15 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
         p->n_expert_shared = 1;
         p->n_groups = 2;
         p->n_groups_used = 1;
+    } else if (strcmp(preset, "tiny-qwen35moe") == 0) {
+        /* Qwen3.5 MoE's layout: gated delta net layers (2 key and 4
+         * value heads of 32) with full attention every 4th layer (heads
+         * of 64 with an output gate), a gated shared expert in every
+         * layer, and the MTP block the engine must skip */
+        mk_shape(p, "qwen35moe", 128, 4, 4, 2, 64, 256, 8, 2, 128, 1000,
+            2048);
+        p->ssm_state = 32;
+        p->n_nextn = 1;
     } else if (strcmp(preset, "tiny-gpt-oss") == 0) {
         /* gpt-oss's: sinks, biases, a 64-token window on every other
          * layer, YaRN over a 512-token original context */
@@ -283,8 +308,8 @@ llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
         && strcmp(p->arch, "qwen3") != 0 && !moe_arch)
     {
         llm_err(err, errlen, "unknown architecture '%s' (expected llama, "
-            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe, gpt-oss or "
-            "deepseek2)", p->arch);
+            "qwen2, qwen3, qwen3moe, minimax-m2, glm4moe, gpt-oss, "
+            "deepseek2 or qwen35moe)", p->arch);
         return -EINVAL;
     }
     if (p->n_layer_dense >= p->n_layer && p->n_layer_dense > 0) {
@@ -323,6 +348,15 @@ llm_mkmodel_check(const llm_mkmodel_params_t *p, char *err, size_t errlen)
     {
         llm_err(err, errlen, "--split-experts is the old Mixtral layout: "
             "llama with --experts >= 2");
+        return -EINVAL;
+    }
+    if (strcmp(p->arch, "qwen35moe") == 0
+        && (p->n_layer < 4 || p->ssm_state == 0 || p->ssm_state % 4 != 0
+            || p->ssm_k_heads == 0
+            || p->ssm_v_heads % p->ssm_k_heads != 0))
+    {
+        llm_err(err, errlen, "qwen35moe needs >= 4 layers (every 4th full "
+            "attention) and value heads a multiple of the key heads");
         return -EINVAL;
     }
     if (moe_arch && p->n_expert < 2) {
@@ -452,6 +486,30 @@ mk_mla(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i)
     return rc;
 }
 
+/* qwen35moe's gated delta net (linear attention) layer, as the converter
+ * writes it; the convolution, ssm_a and the gates stay F32. */
+static int
+mk_gdn(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i)
+{
+    int64_t E = p->n_embd, S = p->ssm_state, HV = p->ssm_v_heads;
+    int64_t CD = 2 * p->ssm_k_heads * S + HV * S;
+    uint32_t ty = p->type;
+    int rc = 0;
+
+    rc |= mk_add(l, ty, MK_MATRIX, E, CD, 0, "blk.%u.attn_qkv.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, E, HV * S, 0, "blk.%u.attn_gate.weight",
+        i);
+    rc |= mk_add(l, LLM_TYPE_F32, MK_MATRIX, 4, CD, 0,
+        "blk.%u.ssm_conv1d.weight", i);
+    rc |= mk_add(l, ty, MK_BIAS, HV, 0, 0, "blk.%u.ssm_dt.bias", i);
+    rc |= mk_add(l, ty, MK_DECAY, HV, 0, 0, "blk.%u.ssm_a", i);
+    rc |= mk_add(l, ty, MK_MATRIX, E, HV, 0, "blk.%u.ssm_beta.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, E, HV, 0, "blk.%u.ssm_alpha.weight", i);
+    rc |= mk_add(l, ty, MK_NORM, S, 0, 0, "blk.%u.ssm_norm.weight", i);
+    rc |= mk_add(l, ty, MK_MATRIX, HV * S, E, 0, "blk.%u.ssm_out.weight", i);
+    return rc;
+}
+
 /*
  * One decoder layer's tensors, in the order the converter writes them;
  * dense: the dense FFN of a leading layer of a MoE model (glm4moe).
@@ -468,18 +526,24 @@ mk_layer(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i, int dense)
                    || strcmp(p->arch, "gpt-oss") == 0;
     int qk_head = strcmp(p->arch, "qwen3") == 0
                   || strcmp(p->arch, "qwen3moe") == 0
-                  || strcmp(p->arch, "glm4moe") == 0;
+                  || strcmp(p->arch, "glm4moe") == 0
+                  || strcmp(p->arch, "qwen35moe") == 0;
     int minimax = strcmp(p->arch, "minimax-m2") == 0;
     int glm = strcmp(p->arch, "glm4moe") == 0;
     int oss = strcmp(p->arch, "gpt-oss") == 0;
     int ds = strcmp(p->arch, "deepseek2") == 0;
+    int q35 = strcmp(p->arch, "qwen35moe") == 0;
     int rc = 0;
 
     rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "blk.%u.attn_norm.weight", i);
     if (ds) {
         rc |= mk_mla(p, l, i);
+    } else if (q35 && i < p->n_layer && (i + 1) % 4 != 0) {
+        rc |= mk_gdn(p, l, i);
     } else {
-    rc |= mk_add(l, ty, MK_MATRIX, E, Q, 0, "blk.%u.attn_q.weight", i);
+    /* qwen35moe: each head's query and output gate */
+    rc |= mk_add(l, ty, MK_MATRIX, E, q35 ? 2 * Q : Q, 0,
+        "blk.%u.attn_q.weight", i);
     if (oss) {
         rc |= mk_add(l, ty, MK_BIAS, Q, 0, 0, "blk.%u.attn_q.bias", i);
     }
@@ -516,7 +580,7 @@ mk_layer(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i, int dense)
         rc |= mk_add(l, ty, MK_NORM, p->n_head, 0, 0,
             "blk.%u.attn_sinks.weight", i);
     }
-    rc |= mk_add(l, ty, MK_NORM, E, 0, 0, glm || oss
+    rc |= mk_add(l, ty, MK_NORM, E, 0, 0, glm || oss || q35
         ? "blk.%u.post_attention_norm.weight" : "blk.%u.ffn_norm.weight", i);
     if (X == 0) {
         rc |= mk_add(l, ty, MK_MATRIX, E, F, 0, "blk.%u.ffn_gate.weight", i);
@@ -554,6 +618,12 @@ mk_layer(const llm_mkmodel_params_t *p, mk_list_t *l, uint32_t i, int dense)
     }
     if (p->n_expert_shared > 0) {
         int64_t FS = FX * p->n_expert_shared;
+
+        if (q35) {
+            /* the shared expert's gate: one F32 row, [n_embd, 1] */
+            rc |= mk_add(l, LLM_TYPE_F32, MK_MATRIX, E, 1, 0,
+                "blk.%u.ffn_gate_inp_shexp.weight", i);
+        }
 
         rc |= mk_add(l, ty, MK_MATRIX, E, FS, 0,
             "blk.%u.ffn_gate_shexp.weight", i);
@@ -668,6 +738,11 @@ mk_fill_row(const mk_tensor_t *t, uint64_t tseed, int64_t row, float *x)
     case MK_BIAS:
         for (int64_t i = 0; i < n; i++) {
             x[i] = 0.05f * mk_normal(&s);
+        }
+        break;
+    case MK_DECAY:
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = -1.0f - 0.1f * mk_normal(&s);
         }
         break;
     }
@@ -790,6 +865,28 @@ mk_write_meta_arch(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p)
         llm_gguf_w_u32(w, k, p->n_groups ? p->n_groups : 1);
         mk_key(k, sizeof(k), a, "expert_group_used_count");
         llm_gguf_w_u32(w, k, p->n_groups_used ? p->n_groups_used : 1);
+    }
+    if (strcmp(a, "qwen35moe") == 0) {
+        static const int32_t sect[4] = { 11, 11, 10, 0 };
+
+        mk_key(k, sizeof(k), a, "expert_shared_feed_forward_length");
+        llm_gguf_w_u32(w, k, p->n_ff_exp);
+        mk_key(k, sizeof(k), a, "rope.dimension_sections");
+        llm_gguf_w_arr(w, k, LLM_GGUF_INT32, sect, 4);
+        mk_key(k, sizeof(k), a, "nextn_predict_layers");
+        llm_gguf_w_u32(w, k, p->n_nextn);
+        mk_key(k, sizeof(k), a, "ssm.conv_kernel");
+        llm_gguf_w_u32(w, k, 4);
+        mk_key(k, sizeof(k), a, "ssm.state_size");
+        llm_gguf_w_u32(w, k, p->ssm_state);
+        mk_key(k, sizeof(k), a, "ssm.group_count");
+        llm_gguf_w_u32(w, k, p->ssm_k_heads);
+        mk_key(k, sizeof(k), a, "ssm.time_step_rank");
+        llm_gguf_w_u32(w, k, p->ssm_v_heads);
+        mk_key(k, sizeof(k), a, "ssm.inner_size");
+        llm_gguf_w_u32(w, k, p->ssm_v_heads * p->ssm_state);
+        mk_key(k, sizeof(k), a, "full_attention_interval");
+        llm_gguf_w_u32(w, k, 4);
     }
     if (strcmp(a, "gpt-oss") == 0) {
         mk_key(k, sizeof(k), a, "attention.sliding_window");

@@ -19,7 +19,8 @@
 
 typedef struct {
     char        arch[32];       /* llama, qwen2, qwen3, qwen3moe, minimax-m2,
-                                   glm4moe, gpt-oss */
+                                   glm4moe, gpt-oss, deepseek2,
+                                   qwen35moe */
     char        name[64];       /* general.name */
     char        pre[16];        /* tokenizer.ggml.pre: qwen2 or gpt-2 */
     uint32_t    n_vocab;
@@ -45,6 +46,11 @@ typedef struct {
     uint32_t    mla_v;          /*   the value head after v_b, */
     uint32_t    n_groups;       /*   expert groups and those used */
     uint32_t    n_groups_used;
+    uint32_t    ssm_state;      /* qwen35moe's gated delta net layers
+                                   (3 of every 4; head_dim is the full
+                                   attention's): dims of a head, */
+    uint32_t    ssm_k_heads;    /*   key heads, */
+    uint32_t    ssm_v_heads;    /*   value heads */
     uint32_t    rope_dim;
     float       rope_base;
     float       eps;

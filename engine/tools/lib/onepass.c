@@ -15,7 +15,7 @@ llm_onepass(llm_ctx_t *c, const int32_t *ids, uint32_t n,
 {
     int32_t         *pos, *seq;
     uint8_t         *want;
-    llm_seq_view_t   sv = { blocks, n_blocks, NULL, 0 };
+    llm_seq_view_t   sv = { blocks, n_blocks, NULL, 0, 0 };
     llm_batch_t      b;
     uint32_t         i;
     int              rc = -ENOMEM;
