@@ -185,7 +185,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     rfmt = data[0] % 3;
     inside = (data[0] >> 2) & 1;
-    tfmt = data[1] % (LLM_TOOLFMT_KIMI_K2 + 1);
+    tfmt = data[1] % (LLM_TOOLFMT_QWEN3_CODER + 1);
     fz_run(rfmt, inside, tfmt, data + 3, size - 3, 0, &whole);
     fz_run(rfmt, inside, tfmt, data + 3, size - 3, (uint8_t) (data[2] | 1),
            &split);

@@ -43,6 +43,8 @@ like($log, qr/\(qwen35moe, Q8_0\), 4 layers/,
 like($log, qr/recurrent layers: 3 of 4, a state of [\d.]+ MiB per sequence/,
      'the delta net layers: a state per sequence, whatever its length');
 like($log, qr/reasoning think/, "Qwen3.5's template: think reasoning");
+like($log, qr/tool calls qwen3-coder/,
+     "Qwen3.5's template: its XML tool-call family");
 
 $t->start_nginx(<<"EOF2");
     upstream q { server unix:%%SOCK_q%%; }

@@ -267,6 +267,7 @@ done:
 #define S LLM_TOOLFMT_MISTRAL
 #define D LLM_TOOLFMT_DEEPSEEK_V3
 #define G LLM_TOOLFMT_GLM45
+#define Q LLM_TOOLFMT_QWEN3_CODER
 #define K LLM_TOOLFMT_KIMI_K2
 
 #define KM_CALLS_BEGIN  "<|tool_calls_section_begin|>"
@@ -354,6 +355,28 @@ static const case_t cases[] = {
       "<minimax:tool_call>\n<invoke name=\"get_weather\">\n"
       "<parameter name=\"days\">2</parameter>\nthen text",
       "\nthen text", 1, { "get_weather" }, { "{\"days\": 2}" } },
+
+    { "qwen3-coder: text then calls", Q, mm_tools,
+      "Sure.\n<tool_call>\n<function=get_weather>\n"
+      "<parameter=city>\nNew \"York\"\nline 2\n</parameter>\n"
+      "<parameter=days>\n3\n</parameter>\n"
+      "<parameter=opts>\n{\"unit\": \"c\"}\n</parameter>\n"
+      "</function>\n</tool_call>\n<tool_call>\n<function=get_time>\n"
+      "</function>\n</tool_call>",
+      "Sure.\n", 2, { "get_weather", "get_time" },
+      { "{\"city\": \"New \\\"York\\\"\\nline 2\", \"days\": 3, "
+        "\"opts\": {\"unit\": \"c\"}}", "{}" } },
+    { "qwen3-coder: values by schema, no newlines", Q, mm_tools,
+      "<tool_call><function=get_weather><parameter=city>a<b</parameter>"
+      "<parameter=days>three</parameter><parameter=x>[1, 2]</parameter>"
+      "</function></tool_call>",
+      "", 1, { "get_weather" },
+      { "{\"city\": \"a<b\", \"days\": \"three\", \"x\": [1, 2]}" } },
+    { "qwen3-coder: broken block is content", Q, mm_tools,
+      "<tool_call>\nhello", "<tool_call>\nhello", 0, { 0 }, { 0 } },
+    { "qwen3-coder: cut off in a value", Q, mm_tools,
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar",
+      "", 1, { "get_weather" }, { "{\"city\": \"Par\"}" } },
 
     { "llama3-json: the answer is a call", L, NULL,
       "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
@@ -601,6 +624,15 @@ static const char *const mm_frags[] = {
     "</parameter>\n", "</invoke>\n",
 };
 
+static const char *const qc_frags[] = {
+    "<tool_call>", "</tool_call>", "<function=", "</function>",
+    "<parameter=", "</parameter>", ">", "get_weather", "city", "days",
+    "Paris", "3", "{\"unit\": \"c\"}", "[1", "\"", "\\", "\n", " ", "<",
+    "</", "日本",
+    "<tool_call>\n<function=get_weather>\n", "<parameter=city>\n",
+    "<parameter=days>\n", "\n</parameter>\n", "</function>\n</tool_call>",
+};
+
 /*
  * Round trip through the model's own template: an assistant turn with
  * two calls rendered by the real chat template (what a model trained on
@@ -744,6 +776,11 @@ main(void)
     test_roundtrip("GLM-4.7-Flash.jinja", G, "<tool_call>", NULL);
     test_roundtrip("MiniMax-M2.jinja", M, "<minimax:tool_call>", "[e~[");
     test_roundtrip("Qwen-Qwen3-0.6B.jinja", H, "<tool_call>", "<|im_end|>");
+    test_roundtrip("Qwen3.5-4B.jinja", Q, "<tool_call>", "<|im_end|>");
+    test_roundtrip("Qwen3-Coder.jinja", Q, "<tool_call>", "<|im_end|>");
+    test_soup("qwen3-coder: random fragments", Q, mm_tools, qc_frags,
+              sizeof(qc_frags) / sizeof(qc_frags[0]), "<tool_call>",
+              "<function=");
     test_soup("glm4.5: random fragments", G, mm_tools, glm_frags,
               sizeof(glm_frags) / sizeof(glm_frags[0]), "<tool_call>",
               "<tool_call>");

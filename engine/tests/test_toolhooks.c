@@ -583,6 +583,12 @@ static const raw_fmt_t raw_fmts[] = {
       "</arg_value>\n<arg_key>n</arg_key>\n<arg_value>42</arg_value>\n"
       "</tool_call>",
       "<tool_call>note\n<arg_key>text</arg_key>\n<arg_value>ab</arg_value>" },
+    /* as Qwen3.5's template renders it */
+    { "qwen3-coder",
+      "<tool_call>\n<function=note>\n<parameter=text>\na<b </x>\n"
+      "</parameter>\n<parameter=n>\n42\n</parameter>\n</function>\n"
+      "</tool_call>",
+      "<tool_call>\n<function=note>\n<parameter=text>\nab\n</parameter>" },
 };
 
 /* String values, token by token: '<' and even </x> inside a value are
@@ -933,6 +939,8 @@ main(void)
     test_forced(&e, "glm4.5", mm_tools, "set_level");
     tk_begin("forced calls, glm4.7");
     test_forced(&e, "glm4.7", mm_tools, "set_level");
+    tk_begin("forced calls, qwen3-coder");
+    test_forced(&e, "qwen3-coder", mm_tools, "set_level");
     tk_begin("glm4.7: the compact form");
     test_glm47(&e);
     for (size_t i = 0; i < sizeof(raw_fmts) / sizeof(raw_fmts[0]); i++) {
@@ -947,6 +955,8 @@ main(void)
     test_many_tools(&e, "mistral");
     tk_begin("glm4.5 with 24 tools");
     test_many_tools(&e, "glm4.5");
+    tk_begin("qwen3-coder with 24 tools");
+    test_many_tools(&e, "qwen3-coder");
     e.ctx.tool_call_format = "hermes";
     e.tools = NULL;
     tk_begin("hermes: none masks the opener, auto follows it");

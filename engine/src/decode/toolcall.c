@@ -110,6 +110,7 @@ static const struct {
     { LLM_TOOLFMT_DEEPSEEK_V3, "deepseek-v3" },
     { LLM_TOOLFMT_GLM45, "glm4.5" },
     { LLM_TOOLFMT_KIMI_K2, "kimi-k2" },
+    { LLM_TOOLFMT_QWEN3_CODER, "qwen3-coder" },
     { LLM_TOOLFMT_HARMONY, "harmony" },
     /* GLM-4.7's compact form: the glm4.5 parser reads it; the grammar
      * (toolhooks.c) writes it without newlines */
@@ -221,6 +222,26 @@ llm_tc_quoted_name(const char *p, size_t n, size_t *i, char *name,
     return r;
 }
 
+/* After an opener such as `<function=`: the name up to `>` (qwen3-coder),
+ * copied into name (LLM_TC_NAME_MAX + 1 bytes). */
+static int
+llm_tc_gt_name(const char *p, size_t n, size_t *i, char *name, size_t *len)
+{
+    size_t s0, s1;
+    int    r;
+
+    r = llm_tc_until(p, n, i, "\"\n<>", LLM_TC_NAME_MAX, &s0, &s1);
+    if (r == M_OK) {
+        r = p[*i] == '>' && s1 > s0 ? llm_tc_lit(p, n, i, ">") : M_BAD;
+    }
+    if (r == M_OK) {
+        memcpy(name, p + s0, s1 - s0);
+        name[s1 - s0] = '\0';
+        *len = s1 - s0;
+    }
+    return r;
+}
+
 /* A JSON string at p[*i] decoded into out (cap bytes). */
 static int
 llm_tc_jstr(const char *p, size_t n, size_t *i, char *out, size_t cap)
@@ -278,6 +299,8 @@ static const char *llm_tc_openers[][3] = {
     [LLM_TOOLFMT_DEEPSEEK_V3] = { DS_CALLS_BEGIN, DS_CALL_BEGIN, NULL },
     [LLM_TOOLFMT_GLM45] = { "<tool_call>", NULL },
     [LLM_TOOLFMT_KIMI_K2] = { KM_CALLS_BEGIN, KM_CALL_BEGIN, NULL },
+    [LLM_TOOLFMT_QWEN3_CODER] = { "<tool_call>", NULL },
+    [LLM_TOOLFMT_HARMONY] = { NULL },
 };
 
 static int
@@ -480,6 +503,7 @@ llm_tc_text(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
             tc->after_args = S_JTAIL;
             break;
         case LLM_TOOLFMT_MINIMAX_M2:
+        case LLM_TOOLFMT_QWEN3_CODER:
             tc->state = S_MM_BLOCK;
             break;
         case LLM_TOOLFMT_MISTRAL:
@@ -959,22 +983,25 @@ llm_tc_mm_key(llm_toolcall_t *tc, const llm_text_out_t *out,
     return 0;
 }
 
+/* minimax-m2 <invoke name="f"> or the block's end; qwen3-coder
+ * <function=f> or </tool_call> */
 static int
 llm_tc_mm_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
     const char *p = tc->b;
     size_t      n = tc->len, k, nl;
     char        name[LLM_TC_NAME_MAX + 1];
-    int         r1, r2;
+    int         r1, r2, qc = tc->fmt == LLM_TOOLFMT_QWEN3_CODER;
 
     k = tc->pos;
     llm_tc_ws(p, n, &k);
     if (k == n) {
         goto need;
     }
-    r1 = llm_tc_lit(p, n, &k, "<invoke name=\"");
+    r1 = llm_tc_lit(p, n, &k, qc ? "<function=" : "<invoke name=\"");
     if (r1 == M_OK) {
-        r1 = llm_tc_quoted_name(p, n, &k, name, &nl);
+        r1 = qc ? llm_tc_gt_name(p, n, &k, name, &nl)
+                : llm_tc_quoted_name(p, n, &k, name, &nl);
         if (r1 == M_NEED) {
             goto need;
         }
@@ -990,7 +1017,7 @@ llm_tc_mm_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     }
     k = tc->pos;
     llm_tc_ws(p, n, &k);
-    r2 = llm_tc_lit(p, n, &k, "</minimax:tool_call>");
+    r2 = llm_tc_lit(p, n, &k, qc ? "</tool_call>" : "</minimax:tool_call>");
     if (r2 == M_OK) {
         tc->pos = k;
         llm_tc_to_text(tc);
@@ -1017,22 +1044,33 @@ need:
     goto bad;
 }
 
+/* minimax-m2 <parameter name="k"> or </invoke>; qwen3-coder
+ * <parameter=k>\n or </function> */
 static int
 llm_tc_mm_phead(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
     const char *p = tc->b;
     size_t      n = tc->len, k, nl;
     char        key[LLM_TC_NAME_MAX + 1];
-    int         r1, r2, rc;
+    int         r1, r2, rc, qc = tc->fmt == LLM_TOOLFMT_QWEN3_CODER;
 
     k = tc->pos;
     llm_tc_ws(p, n, &k);
     if (k == n) {
         goto need;
     }
-    r1 = llm_tc_lit(p, n, &k, "<parameter name=\"");
+    r1 = llm_tc_lit(p, n, &k, qc ? "<parameter=" : "<parameter name=\"");
     if (r1 == M_OK) {
-        r1 = llm_tc_quoted_name(p, n, &k, key, &nl);
+        r1 = qc ? llm_tc_gt_name(p, n, &k, key, &nl)
+                : llm_tc_quoted_name(p, n, &k, key, &nl);
+        if (r1 == M_OK && qc) {
+            /* the value starts on the next line */
+            if (k == n) {
+                r1 = M_NEED;
+            } else if (p[k] == '\n') {
+                k++;
+            }
+        }
         if (r1 == M_NEED) {
             goto need;
         }
@@ -1049,7 +1087,7 @@ llm_tc_mm_phead(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     }
     k = tc->pos;
     llm_tc_ws(p, n, &k);
-    r2 = llm_tc_lit(p, n, &k, "</invoke>");
+    r2 = llm_tc_lit(p, n, &k, qc ? "</function>" : "</invoke>");
     if (r2 == M_OK) {
         llm_tc_mm_close_args(tc, out);
         tc->pos = k;
@@ -1099,6 +1137,20 @@ llm_tc_mm_json_value(llm_toolcall_t *tc, const llm_text_out_t *out,
         llm_tc_args(tc, out, s + a, z - a);
         return 0;
     }
+    /* Python's spelling, as templates that print values with |string
+     * write them (Qwen3-Coder, Qwen3.5) */
+    if (z - a == 4 && memcmp(s + a, "True", 4) == 0) {
+        llm_tc_args(tc, out, "true", 4);
+        return 0;
+    }
+    if (z - a == 5 && memcmp(s + a, "False", 5) == 0) {
+        llm_tc_args(tc, out, "false", 5);
+        return 0;
+    }
+    if (z - a == 4 && memcmp(s + a, "None", 4) == 0) {
+        llm_tc_args(tc, out, "null", 4);
+        return 0;
+    }
     llm_tc_args(tc, out, "\"", 1);
     rc = llm_tc_args_escaped(tc, out, s, n);
     llm_tc_args(tc, out, "\"", 1);
@@ -1112,21 +1164,26 @@ static int
 llm_tc_mm_value(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
 {
     int                glm = tc->fmt == LLM_TOOLFMT_GLM45;
+    int                qc = tc->fmt == LLM_TOOLFMT_QWEN3_CODER;
     const char        *closer = glm ? "</arg_value>" : "</parameter>";
     size_t             cl = strlen(closer);
     const char        *p = tc->b + tc->pos, *f;
-    size_t             n = tc->len - tc->pos, k;
+    size_t             n = tc->len - tc->pos, k, kv;
     int                rc;
 
     /* a string value is streamed from pos; any other waits at pos */
     f = n >= cl ? memmem(p, n, closer, cl) : NULL;
     if (f || final) {
         k = f ? (size_t) (f - p) : n;
+        kv = k;
+        if (qc && kv > 0 && p[kv - 1] == '\n') {
+            kv--;       /* qwen3-coder: the value ends its line */
+        }
         if (tc->vstring) {
-            rc = llm_tc_args_escaped(tc, out, p, k);
+            rc = llm_tc_args_escaped(tc, out, p, kv);
             llm_tc_args(tc, out, "\"", 1);
         } else {
-            rc = llm_tc_mm_json_value(tc, out, p, k);
+            rc = llm_tc_mm_json_value(tc, out, p, kv);
         }
         if (rc != 0) {
             return rc;
@@ -1149,6 +1206,9 @@ llm_tc_mm_value(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
         if (p[k] == '<' && memcmp(p + k, closer, n - k) == 0) {
             break;
         }
+    }
+    if (qc && k > 0 && p[k - 1] == '\n') {
+        k--;            /* perhaps the newline before the closer */
     }
     rc = llm_tc_args_escaped(tc, out, p, k);
     tc->pos += k;
@@ -1595,7 +1655,7 @@ llm_toolcall_create(llm_toolcall_t **out, int fmt, const json_t *tools,
     llm_toolcall_t *tc;
 
     *out = NULL;
-    if (fmt <= LLM_TOOLFMT_NONE || fmt > LLM_TOOLFMT_KIMI_K2) {
+    if (fmt <= LLM_TOOLFMT_NONE || fmt > LLM_TOOLFMT_QWEN3_CODER) {
         snprintf(err, errlen, "tool-call format %d: no parser", fmt);
         return -EINVAL;
     }

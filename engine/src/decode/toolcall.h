@@ -29,6 +29,9 @@
  *   glm4.5       <tool_call>f\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n
  *                </tool_call>  (GLM-4.5/4.6; GLM-4.7 writes no newlines;
  *                v converted by the tool's schema, as for minimax-m2)
+ *   qwen3-coder  <tool_call>\n<function=f>\n<parameter=k>\nv\n</parameter>\n
+ *                </function>\n</tool_call>  (Qwen3-Coder, Qwen3.5; v
+ *                converted by the tool's schema, as for minimax-m2)
  *   harmony      <|channel|>commentary to=functions.f <|constrain|>json
  *                <|message|>{...}<|call|>   (gpt-oss: read by the harmony
  *                reasoning split, reasoning.h; llm_toolcall_create has no
@@ -54,6 +57,7 @@ typedef enum {
     LLM_TOOLFMT_DEEPSEEK_V3,
     LLM_TOOLFMT_GLM45,
     LLM_TOOLFMT_KIMI_K2,
+    LLM_TOOLFMT_QWEN3_CODER,
     LLM_TOOLFMT_HARMONY     /* gpt-oss: calls are parsed by the reasoning
                                split (reasoning.h); only the tool grammar
                                (toolhooks.h) is the family's, no parser */
@@ -66,7 +70,7 @@ const char *llm_toolfmt_name(int fmt);
 const char *llm_toolfmt_names(void);
 
 /*
- * minimax-m2 and glm4.5 write a parameter raw (not as JSON) when its
+ * minimax-m2, glm4.5 and qwen3-coder write a parameter raw (not as JSON) when its
  * schema makes it a string: type "string", or a type list of "string"
  * and "null".
  * The parser and the tool grammar (toolhooks.c) share this rule.

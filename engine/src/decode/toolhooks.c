@@ -102,6 +102,9 @@ static const char *llm_th_markers[][LLM_TH_MARKERS] = {
                             NULL },
     [LLM_TOOLFMT_KIMI_K2] = { KM_CALLS_BEGIN, KM_CALLS_END, KM_CALL_BEGIN,
                               KM_CALL_END, KM_ARGS, NULL },
+    [LLM_TOOLFMT_QWEN3_CODER] = { "<tool_call>", "</tool_call>",
+                                  "<function=", "</function>",
+                                  "<parameter=", "</parameter>", NULL },
     [LLM_TOOLFMT_HARMONY] = { HM_OPENER, NULL },
 };
 
@@ -188,6 +191,8 @@ typedef struct {
 #define MM_CLOSER       "</parameter>\n"
 #define GLM_CLOSER      "</arg_value>\n"
 #define GLM47_CLOSER    "</arg_value>"
+#define QC_CLOSER       "\n</parameter>\n"     /* qwen3-coder */
+#define QC_JSON_CLOSER  "</parameter>\n"
 
 typedef struct {
     const llm_hooks_ctx_t  *ctx;
@@ -754,17 +759,19 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
                 t->required[t->n] = 1;
             }
         }
-        c->s = glm ? llm_th_cat3("<arg_key>", k, glm == 2
-                                 ? "</arg_key><arg_value>"
-                                 : "</arg_key>\n<arg_value>", &c->len)
-                   : llm_th_cat3("<parameter name=\"", k, "\">", &c->len);
+        c->s = glm == 3 ? llm_th_cat3("<parameter=", k, ">\n", &c->len)
+               : glm ? llm_th_cat3("<arg_key>", k, glm == 2
+                                   ? "</arg_key><arg_value>"
+                                   : "</arg_key>\n<arg_value>", &c->len)
+               : llm_th_cat3("<parameter name=\"", k, "\">", &c->len);
         if (c->s == NULL) {
             goto nomem;
         }
         c->next = NX_MM_VALUE;
         c->tool = (int) t->n;
         if (llm_toolcall_param_is_string(p)
-            && llm_th_mm_enum(t, p, glm == 2 ? GLM47_CLOSER
+            && llm_th_mm_enum(t, p, glm == 3 ? QC_CLOSER
+                                    : glm == 2 ? GLM47_CLOSER
                                     : glm ? GLM_CLOSER : MM_CLOSER) != 0)
         {
             goto nomem;
@@ -795,7 +802,8 @@ llm_th_mm_tool(llm_th_mmtool_t *t, json_t *params, int glm, size_t ti,
         t->n++;
     }
     i = t->n;
-    t->cands[i].s = strdup(glm ? "</tool_call>" : "</invoke>\n");
+    t->cands[i].s = strdup(glm == 3 ? "</function>\n</tool_call>"
+                           : glm ? "</tool_call>" : "</invoke>\n");
     if (t->cands[i].s == NULL) {
         goto nomem;
     }
@@ -867,7 +875,11 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
     size_t   i, n = json_array_size(tools), maxp = 0;
     json_t  *t;
     char     e2[256];
-    int      rc, glm = th->fmt != LLM_TOOLFMT_GLM45 ? 0 : th->glm47 ? 2 : 1;
+    int      rc, glm;
+
+    /* the style: 0 minimax-m2, 1 glm4.5, 2 glm4.7, 3 qwen3-coder */
+    glm = th->fmt == LLM_TOOLFMT_QWEN3_CODER ? 3
+          : th->fmt != LLM_TOOLFMT_GLM45 ? 0 : th->glm47 ? 2 : 1;
 
     th->names = calloc(n ? n : 1, sizeof(*th->names));
     th->mm = calloc(n ? n : 1, sizeof(*th->mm));
@@ -915,8 +927,9 @@ llm_th_grammar_minimax(llm_th_t *th, json_t *tools, const char *only,
             continue;
         }
         c = &th->names[th->n_names++];
-        c->s = glm ? llm_th_cat3("", name, "\n", &c->len)
-                   : llm_th_cat3("<invoke name=\"", name, "\">\n", &c->len);
+        c->s = glm == 3 ? llm_th_cat3("<function=", name, ">\n", &c->len)
+               : glm ? llm_th_cat3("", name, "\n", &c->len)
+               : llm_th_cat3("<invoke name=\"", name, "\">\n", &c->len);
         if (c->s == NULL) {
             snprintf(err, errlen, "tools: out of memory");
             return -ENOMEM;
@@ -1113,7 +1126,11 @@ llm_th_mm_value(llm_th_t *th, int k)
     }
     th->st = t->st[k];
     llm_gstate_reset(th->st);
-    th->json_union = th->raw_closer;
+
+    /* qwen3-coder: the newline before </parameter> is the JSON value's
+     * trailing whitespace (the grammar takes it) */
+    th->json_union = th->fmt == LLM_TOOLFMT_QWEN3_CODER ? QC_JSON_CLOSER
+                                                        : th->raw_closer;
     th->union_next = NX_MM_PARAMS;
     th->json_eog = 0;
     th->phase = TP_JSON;
@@ -2005,6 +2022,25 @@ llm_th_shape(llm_th_t *th, json_t *tools, const char *only, char *err,
         th->lits[th->n_lits++] = MM_CLOSER;
         th->lits[th->n_lits++] = "\n";
         th->lits[th->n_lits++] = "</minimax:tool_call>";
+        if (th->choice != LLM_TOOL_CHOICE_NONE) {
+            rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
+        }
+        break;
+    case LLM_TOOLFMT_QWEN3_CODER:
+        /* the opener and its newline, the names <function=f>\n, each
+         * parameter <parameter=k>\n, its value and \n</parameter>\n,
+         * then </function>\n</tool_call>; after it the end or
+         * (parallel) whitespace and the opener, as for hermes */
+        th->opener = "<tool_call>";
+        th->opener_next = NX_MM_START;
+        th->forced = "<tool_call>\n";
+        th->forced_next = NX_NAMES;
+        th->raw_closer = QC_CLOSER;
+        th->lits[th->n_lits++] = th->forced;
+        th->lits[th->n_lits++] = QC_CLOSER;
+        th->lits[th->n_lits++] = QC_JSON_CLOSER;
+        th->lits[th->n_lits++] = "\n";
+        th->lits[th->n_lits++] = "</function>\n</tool_call>";
         if (th->choice != LLM_TOOL_CHOICE_NONE) {
             rc = llm_th_grammar_minimax(th, tools, only, err, errlen);
         }

@@ -387,6 +387,15 @@ llm_prompt_tool_format(const char *src, size_t len)
         { "\"parameters\": ", "llama3-json" },
     };
 
+    /* Qwen3-Coder, Qwen3.5 (and the templates that copied them): XML
+     * calls in <tool_call> blocks; <function= alone is functionary's or
+     * Seed-OSS' (not this family) */
+    if (src && memmem(src, len, "<tool_call>", 11)
+        && memmem(src, len, "<function=", 10)
+        && memmem(src, len, "<parameter=", 11))
+    {
+        return "qwen3-coder";
+    }
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
         if (src && memmem(src, len, f[i].needle, strlen(f[i].needle))) {
             return f[i].name;
