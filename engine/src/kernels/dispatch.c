@@ -269,6 +269,10 @@ llm_repack_type(llm_type_t t, int64_t nr)
         return LLM_TYPE_MXFP4_R16;
     case LLM_TYPE_IQ4_XS:
         return LLM_TYPE_IQ4_XS_R16;
+    case LLM_TYPE_Q2_K:
+        return LLM_TYPE_Q2_K_R16;
+    case LLM_TYPE_Q3_K:
+        return LLM_TYPE_Q3_K_R16;
     default:
         return t;
     }
@@ -287,6 +291,10 @@ llm_repack_source(llm_type_t t)
         return LLM_TYPE_MXFP4;
     case LLM_TYPE_IQ4_XS_R16:
         return LLM_TYPE_IQ4_XS;
+    case LLM_TYPE_Q2_K_R16:
+        return LLM_TYPE_Q2_K;
+    case LLM_TYPE_Q3_K_R16:
+        return LLM_TYPE_Q3_K;
     default:
         return t;
     }
@@ -339,6 +347,64 @@ llm_repack_group_iq4_xs(int64_t nb, size_t rb, const char *src, char *dst)
 }
 
 
+/* The same for Q2_K super-blocks (llm_block_q2_Kx16). */
+static void
+llm_repack_group_q2_K(int64_t nb, size_t rb, const char *src, char *dst)
+{
+    llm_block_q2_Kx16  *o = (llm_block_q2_Kx16 *) (void *) dst;
+
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < 16; r++) {
+            const llm_block_q2_K  *q = (const llm_block_q2_K *)
+                                       (const void *) (src + r * rb) + b;
+
+            for (int j = 0; j < 4; j++) {
+                memcpy(&o->sc[j][4 * r], q->scales + 4 * j, 4);
+            }
+            for (int i = 0; i < 16; i++) {
+                memcpy(&o->qs[i][4 * r], q->qs + 4 * i, 4);
+            }
+            o->d[r] = q->d;
+            o->dmin[r] = q->dmin;
+        }
+    }
+}
+
+
+/* The same for Q3_K super-blocks (llm_block_q3_Kx16): the third bit of
+ * element 16 s + l is bit 4 h + k of hmask[16 u + l], s = 8 h + 2 k + u. */
+static void
+llm_repack_group_q3_K(int64_t nb, size_t rb, const char *src, char *dst)
+{
+    llm_block_q3_Kx16  *o = (llm_block_q3_Kx16 *) (void *) dst;
+
+    for (int64_t b = 0; b < nb; b++, o++) {
+        memset(o, 0, sizeof(*o));
+        for (int r = 0; r < 16; r++) {
+            const llm_block_q3_K  *q = (const llm_block_q3_K *)
+                                       (const void *) (src + r * rb) + b;
+
+            for (int s = 0; s < 16; s++) {
+                int  h = s >> 3, k = (s >> 1) & 3, u = s & 1;
+
+                for (int l = 0; l < 16; l++) {
+                    uint64_t  bit = q->hmask[16 * u + l] >> (4 * h + k) & 1;
+
+                    o->g[2 * h + u].hm[k][l >> 2] |= bit << (4 * r + (l & 3));
+                }
+            }
+            for (int i = 0; i < 16; i++) {
+                memcpy(&o->g[i >> 2].qs[i & 3][4 * r], q->qs + 4 * i, 4);
+            }
+            for (int i = 0; i < 3; i++) {
+                memcpy(&o->sc[i][4 * r], q->scales + 4 * i, 4);
+            }
+            o->d[r] = q->d;
+        }
+    }
+}
+
+
 void
 llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
     void *dst)
@@ -351,15 +417,24 @@ llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
         memcpy(dst, src, (size_t) nr * rb);
         return;
     }
-    for (int64_t g = 0; g < nr / 16 && t == LLM_TYPE_IQ4_XS; g++) {
-        llm_repack_group_iq4_xs(n / LLM_QK_K, rb,
-                                (const char *) src + g * 16 * rb,
-                                (char *) dst + g * 16 * rb);
-    }
-    for (int64_t g = 0; g < nr / 16 && t != LLM_TYPE_IQ4_XS; g++) {
-        llm_repack_group(n / LLM_QK, rb, bb, t == LLM_TYPE_MXFP4 ? 1 : 2,
-                         (const char *) src + g * 16 * rb,
-                         (char *) dst + g * 16 * rb);
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const char  *sg = (const char *) src + g * 16 * rb;
+        char        *dg = (char *) dst + g * 16 * rb;
+
+        switch (t) {
+        case LLM_TYPE_IQ4_XS:
+            llm_repack_group_iq4_xs(n / LLM_QK_K, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q2_K:
+            llm_repack_group_q2_K(n / LLM_QK_K, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q3_K:
+            llm_repack_group_q3_K(n / LLM_QK_K, rb, sg, dg);
+            break;
+        default:
+            llm_repack_group(n / LLM_QK, rb, bb,
+                             t == LLM_TYPE_MXFP4 ? 1 : 2, sg, dg);
+        }
     }
 }
 
