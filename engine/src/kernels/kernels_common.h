@@ -481,11 +481,17 @@ void llm_kernels_init_iq1_neon(llm_kernels_t *k);
 void llm_kernels_init_iq2_avx2(llm_kernels_t *k);
 void llm_kernels_init_iq2_avx512(llm_kernels_t *k);
 void llm_kernels_init_iq2_neon(llm_kernels_t *k);
+/* iq2x_avx512.c: IQ2_XXS vec_dot and gemm with AVX-512 VBMI, installed
+ * by llm_kernels_init_iq2_avx512 when the CPU has it. */
+void llm_kernels_init_iq2_vbmi(llm_kernels_t *k);
 /* iq3_avx2.c, iq3_avx512.c, iq3_neon.c: IQ3_XXS and IQ3_S vec_dot,
  * called at the end of the matching llm_kernels_init_<isa>. */
 void llm_kernels_init_iq3_avx2(llm_kernels_t *k);
 void llm_kernels_init_iq3_avx512(llm_kernels_t *k);
 void llm_kernels_init_iq3_neon(llm_kernels_t *k);
+/* iq3x_avx512.c: IQ3_XXS vec_dot and gemm with AVX-512 VBMI, installed
+ * by llm_kernels_init_iq3_avx512 when the CPU has it. */
+void llm_kernels_init_iq3_vbmi(llm_kernels_t *k);
 
 /* The scalar table (quant.c); each SIMD file then overwrites the entries
  * it implements and leaves the others. */
