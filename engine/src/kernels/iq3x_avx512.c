@@ -110,6 +110,7 @@ llm_iq3x_unpack(const llm_block_iq3_xxs *a, __m512i mags[4], uint64_t sg[8],
     /* 2 ls + 1 in both words of each lane */
     ls = _mm256_add_epi32(_mm256_add_epi32(ls, ls), _mm256_set1_epi32(1));
     ls = _mm256_or_si256(ls, _mm256_slli_epi32(ls, 16));
+#pragma GCC unroll 8
     for (int q = 0; q < 4; q++) {
         sc[q] = _mm512_permutexvar_epi32(
                     _mm512_inserti64x4(_mm512_set1_epi32(2 * q),
