@@ -387,10 +387,17 @@ llm_repack_group_q3_K(int64_t nb, size_t rb, const char *src, char *dst)
             for (int s = 0; s < 16; s++) {
                 int  h = s >> 3, k = (s >> 1) & 3, u = s & 1;
 
-                for (int l = 0; l < 16; l++) {
-                    uint64_t  bit = q->hmask[16 * u + l] >> (4 * h + k) & 1;
+                for (int m = 0; m < 4; m++) {
+                    uint32_t  x;
+                    uint64_t  t;
 
-                    o->g[2 * h + u].hm[k][l >> 2] |= bit << (4 * r + (l & 3));
+                    /* bit 4 h + k of hmask[16 u + 4 m + j] to bit j: the
+                     * four bits at 8 j, times 2^(28 - 7 j), meet at 28 + j
+                     * (the other products fall elsewhere, no carries) */
+                    memcpy(&x, q->hmask + 16 * u + 4 * m, 4);
+                    t = (uint64_t) (x >> (4 * h + k) & 0x01010101u)
+                        * 0x10204080u;
+                    o->g[2 * h + u].hm[k][m] |= (t >> 28 & 0xf) << 4 * r;
                 }
             }
             for (int i = 0; i < 16; i++) {
