@@ -104,7 +104,7 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
 
 
 static void
-check_type(llm_type_t t, llm_type_t rt)
+check_type(llm_type_t t, llm_type_t rt, llm_simd_t level)
 {
     static const int64_t  ns32[] = { 32, 768, 2048, 300 * 32 };
     static const int64_t  ns256[] = { 256, 768, 2048, 40 * 256 };
@@ -144,7 +144,7 @@ check_type(llm_type_t t, llm_type_t rt)
                 llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, y, nr);
                 llm_simd_force(LLM_SIMD_SCALAR);
                 llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, ys, nr);
-                llm_simd_force(LLM_SIMD_AVX512);
+                llm_simd_force(level);
                 diff = memcmp(y, ys, nr * nc * sizeof(float)) != 0;
                 /* the file layout's kernels (streamed experts) */
                 llm_gemm(t, n, nr, nc, wq, wrow, xq, xrow, ys, nr);
@@ -234,28 +234,40 @@ main(void)
     tk_begin("IQ4_NL_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of IQ4_NL");
-    check_type(LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_NL_R16);
+    check_type(LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_NL_R16, LLM_SIMD_AVX512);
     tk_end();
     tk_begin("MXFP4_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of MXFP4");
-    check_type(LLM_TYPE_MXFP4, LLM_TYPE_MXFP4_R16);
+    check_type(LLM_TYPE_MXFP4, LLM_TYPE_MXFP4_R16, LLM_SIMD_AVX512);
     tk_end();
     tk_begin("IQ4_XS_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of IQ4_XS");
-    check_type(LLM_TYPE_IQ4_XS, LLM_TYPE_IQ4_XS_R16);
+    check_type(LLM_TYPE_IQ4_XS, LLM_TYPE_IQ4_XS_R16, LLM_SIMD_AVX512);
     tk_end();
     tk_begin("Q2_K_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of Q2_K");
-    check_type(LLM_TYPE_Q2_K, LLM_TYPE_Q2_K_R16);
+    check_type(LLM_TYPE_Q2_K, LLM_TYPE_Q2_K_R16, LLM_SIMD_AVX512);
     tk_end();
     tk_begin("Q3_K_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of Q3_K");
-    check_type(LLM_TYPE_Q3_K, LLM_TYPE_Q3_K_R16);
+    check_type(LLM_TYPE_Q3_K, LLM_TYPE_Q3_K_R16, LLM_SIMD_AVX512);
     tk_end();
+    if (llm_simd_supported(LLM_SIMD_AVX2)) {
+        llm_simd_force(LLM_SIMD_AVX2);
+        tk_begin("Q2_K_R16: AVX2 (regroups Q2_K only) gemm bit-identical to"
+                 " its scalar reference, to AVX2's file layout and to each"
+                 " column alone, within 2e-5 of Q2_K");
+        CHECK(llm_repack_type(LLM_TYPE_Q2_K, 32) == LLM_TYPE_Q2_K_R16
+              && llm_repack_type(LLM_TYPE_Q3_K, 32) == LLM_TYPE_Q3_K
+              && llm_repack_type(LLM_TYPE_IQ4_XS, 32) == LLM_TYPE_IQ4_XS,
+              "AVX2 regroups Q2_K and nothing else");
+        check_type(LLM_TYPE_Q2_K, LLM_TYPE_Q2_K_R16, LLM_SIMD_AVX2);
+        tk_end();
+    }
     llm_simd_force(llm_simd_best());
     return tk_done();
 }

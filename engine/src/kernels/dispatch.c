@@ -255,9 +255,12 @@ llm_type_t
 llm_repack_type(llm_type_t t, int64_t nr)
 {
     llm_ensure();
-    /* only the AVX-512 kernel runs ahead of the file layout's kernels;
-     * the scalar one is the reference */
-    if (nr <= 0 || nr % 16 != 0 || llm_level != LLM_SIMD_AVX512) {
+    /* only the AVX-512 kernels (and AVX2's Q2_K_R16) run ahead of the
+     * file layout's kernels; the scalar one is the reference */
+    if (nr <= 0 || nr % 16 != 0
+        || (llm_level != LLM_SIMD_AVX512
+            && !(llm_level == LLM_SIMD_AVX2 && t == LLM_TYPE_Q2_K)))
+    {
         return t;
     }
     switch (t) {
