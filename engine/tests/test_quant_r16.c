@@ -1,6 +1,6 @@
 /*
- * IQ4_NL, MXFP4 and IQ4_XS regrouped into 16-row runs (IQ4_NL_R16,
- * MXFP4_R16, IQ4_XS_R16:
+ * IQ4_NL, MXFP4, IQ4_XS, Q2_K and Q3_K regrouped into 16-row runs
+ * (IQ4_NL_R16, MXFP4_R16, IQ4_XS_R16, Q2_K_R16, Q3_K_R16:
  * what the engine runs those matrices as with AVX-512, as Q4_0_R16 for
  * Q4_0; test_quant checks that one).
  *
@@ -12,8 +12,8 @@
  *    expert cache's logits must be the resident run's bit for bit), every
  *    column bit-identical alone and in any batch, and every result within 2e-5
  *    (of the sum of |w x|) of the file type's own dot product; rows 16 to
- *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS: 1 to 40
- *    super-blocks).
+ *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS, Q2_K, Q3_K:
+ *    1 to 40 super-blocks).
  */
 
 #include <math.h>
@@ -33,7 +33,16 @@ rng_uniform(void)
 }
 
 
-/* nr rows of n values of type t (IQ4_NL or MXFP4), random; the float
+/* A 256-value super-block type (else 32-value blocks). */
+static int
+at_k(llm_type_t t)
+{
+    return t == LLM_TYPE_IQ4_XS || t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K;
+}
+
+
+/* nr rows of n values of type t (IQ4_NL, MXFP4, IQ4_XS, Q2_K or Q3_K),
+ * random; the float
  * values of the same rows into wf (for the error bound). */
 static void
 make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
@@ -42,9 +51,14 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
     const size_t  bb = t == LLM_TYPE_MXFP4 ? 17 : 18;
     const size_t  sb = t == LLM_TYPE_MXFP4 ? 1 : 2;
 
-    if (t == LLM_TYPE_IQ4_XS) {
-        /* random bytes, then a sane fp16 d (6-bit scales make any
-         * scales_h / scales_l bytes valid) */
+    if (at_k(t)) {
+        /* random bytes, then a sane fp16 d (any scale bytes are valid):
+         * at byte 0 of an IQ4_XS block, 80 of Q2_K (and dmin at 82), 108
+         * of Q3_K */
+        const size_t  kb = llm_row_bytes(t, 256);
+        const size_t  doff = t == LLM_TYPE_Q2_K ? 80
+                             : t == LLM_TYPE_Q3_K ? 108 : 0;
+
         for (size_t i = 0; i < nr * rb; i++) {
             w[i] = (char) (tk_xorshift64(&rng_state) >> 56);
         }
@@ -52,8 +66,13 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
             for (int64_t b = 0; b < n / 256; b++) {
                 uint16_t  d = llm_fp32_to_fp16(0.0001f + 0.001f
                                                * rng_uniform());
+                uint16_t  dm = llm_fp32_to_fp16(0.0001f + 0.001f
+                                                * rng_uniform());
 
-                memcpy(w + r * rb + b * 136, &d, 2);
+                memcpy(w + r * rb + b * kb + doff, &d, 2);
+                if (t == LLM_TYPE_Q2_K) {
+                    memcpy(w + r * rb + b * kb + doff + 2, &dm, 2);
+                }
             }
             llm_dequantize_row(t, w + r * rb, wf + r * n, n);
         }
@@ -85,7 +104,7 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
 
 
 static void
-check_type(llm_type_t t, llm_type_t rt)
+check_type(llm_type_t t, llm_type_t rt, llm_simd_t level)
 {
     static const int64_t  ns32[] = { 32, 768, 2048, 300 * 32 };
     static const int64_t  ns256[] = { 256, 768, 2048, 40 * 256 };
@@ -125,7 +144,7 @@ check_type(llm_type_t t, llm_type_t rt)
                 llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, y, nr);
                 llm_simd_force(LLM_SIMD_SCALAR);
                 llm_gemm(rt, n, nr, nc, wr, wrow, xq, xrow, ys, nr);
-                llm_simd_force(LLM_SIMD_AVX512);
+                llm_simd_force(level);
                 diff = memcmp(y, ys, nr * nc * sizeof(float)) != 0;
                 /* the file layout's kernels (streamed experts) */
                 llm_gemm(t, n, nr, nc, wq, wrow, xq, xrow, ys, nr);
@@ -177,6 +196,8 @@ main(void)
           && llm_repack_source(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_IQ4_NL
           && llm_repack_source(LLM_TYPE_MXFP4_R16) == LLM_TYPE_MXFP4
           && llm_repack_source(LLM_TYPE_IQ4_XS_R16) == LLM_TYPE_IQ4_XS
+          && llm_repack_source(LLM_TYPE_Q2_K_R16) == LLM_TYPE_Q2_K
+          && llm_repack_source(LLM_TYPE_Q3_K_R16) == LLM_TYPE_Q3_K
           && llm_repack_source(LLM_TYPE_Q8_0) == LLM_TYPE_Q8_0);
     CHECK(llm_type_vec_dot_type(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_Q8_0
           && llm_type_vec_dot_type(LLM_TYPE_MXFP4_R16) == LLM_TYPE_Q8_0);
@@ -195,9 +216,12 @@ main(void)
               && llm_repack_type(LLM_TYPE_MXFP4, 16) == LLM_TYPE_MXFP4_R16
               && llm_repack_type(LLM_TYPE_MXFP4, 40) == LLM_TYPE_MXFP4
               && llm_repack_type(LLM_TYPE_IQ4_XS, 48) == LLM_TYPE_IQ4_XS_R16
+              && llm_repack_type(LLM_TYPE_Q2_K, 32) == LLM_TYPE_Q2_K_R16
+              && llm_repack_type(LLM_TYPE_Q3_K, 64) == LLM_TYPE_Q3_K_R16
+              && llm_repack_type(LLM_TYPE_Q3_K, 24) == LLM_TYPE_Q3_K
               && llm_repack_type(LLM_TYPE_Q4_K, 48) == LLM_TYPE_Q4_K,
-              "AVX-512: IQ4_NL, MXFP4 and IQ4_XS in runs of 16 rows"
-              " regroup");
+              "AVX-512: IQ4_NL, MXFP4, IQ4_XS, Q2_K and Q3_K in runs of"
+              " 16 rows regroup");
         llm_simd_force(llm_simd_best());
     }
     tk_end();
@@ -210,18 +234,40 @@ main(void)
     tk_begin("IQ4_NL_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of IQ4_NL");
-    check_type(LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_NL_R16);
+    check_type(LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_NL_R16, LLM_SIMD_AVX512);
     tk_end();
     tk_begin("MXFP4_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of MXFP4");
-    check_type(LLM_TYPE_MXFP4, LLM_TYPE_MXFP4_R16);
+    check_type(LLM_TYPE_MXFP4, LLM_TYPE_MXFP4_R16, LLM_SIMD_AVX512);
     tk_end();
     tk_begin("IQ4_XS_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of IQ4_XS");
-    check_type(LLM_TYPE_IQ4_XS, LLM_TYPE_IQ4_XS_R16);
+    check_type(LLM_TYPE_IQ4_XS, LLM_TYPE_IQ4_XS_R16, LLM_SIMD_AVX512);
     tk_end();
+    tk_begin("Q2_K_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of Q2_K");
+    check_type(LLM_TYPE_Q2_K, LLM_TYPE_Q2_K_R16, LLM_SIMD_AVX512);
+    tk_end();
+    tk_begin("Q3_K_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of Q3_K");
+    check_type(LLM_TYPE_Q3_K, LLM_TYPE_Q3_K_R16, LLM_SIMD_AVX512);
+    tk_end();
+    if (llm_simd_supported(LLM_SIMD_AVX2)) {
+        llm_simd_force(LLM_SIMD_AVX2);
+        tk_begin("Q2_K_R16: AVX2 (regroups Q2_K only) gemm bit-identical to"
+                 " its scalar reference, to AVX2's file layout and to each"
+                 " column alone, within 2e-5 of Q2_K");
+        CHECK(llm_repack_type(LLM_TYPE_Q2_K, 32) == LLM_TYPE_Q2_K_R16
+              && llm_repack_type(LLM_TYPE_Q3_K, 32) == LLM_TYPE_Q3_K
+              && llm_repack_type(LLM_TYPE_IQ4_XS, 32) == LLM_TYPE_IQ4_XS,
+              "AVX2 regroups Q2_K and nothing else");
+        check_type(LLM_TYPE_Q2_K, LLM_TYPE_Q2_K_R16, LLM_SIMD_AVX2);
+        tk_end();
+    }
     llm_simd_force(llm_simd_best());
     return tk_done();
 }

@@ -255,9 +255,12 @@ llm_type_t
 llm_repack_type(llm_type_t t, int64_t nr)
 {
     llm_ensure();
-    /* only the AVX-512 kernel runs ahead of the file layout's kernels;
-     * the scalar one is the reference */
-    if (nr <= 0 || nr % 16 != 0 || llm_level != LLM_SIMD_AVX512) {
+    /* only the AVX-512 kernels (and AVX2's Q2_K_R16) run ahead of the
+     * file layout's kernels; the scalar one is the reference */
+    if (nr <= 0 || nr % 16 != 0
+        || (llm_level != LLM_SIMD_AVX512
+            && !(llm_level == LLM_SIMD_AVX2 && t == LLM_TYPE_Q2_K)))
+    {
         return t;
     }
     switch (t) {
@@ -269,6 +272,10 @@ llm_repack_type(llm_type_t t, int64_t nr)
         return LLM_TYPE_MXFP4_R16;
     case LLM_TYPE_IQ4_XS:
         return LLM_TYPE_IQ4_XS_R16;
+    case LLM_TYPE_Q2_K:
+        return LLM_TYPE_Q2_K_R16;
+    case LLM_TYPE_Q3_K:
+        return LLM_TYPE_Q3_K_R16;
     default:
         return t;
     }
@@ -287,6 +294,10 @@ llm_repack_source(llm_type_t t)
         return LLM_TYPE_MXFP4;
     case LLM_TYPE_IQ4_XS_R16:
         return LLM_TYPE_IQ4_XS;
+    case LLM_TYPE_Q2_K_R16:
+        return LLM_TYPE_Q2_K;
+    case LLM_TYPE_Q3_K_R16:
+        return LLM_TYPE_Q3_K;
     default:
         return t;
     }
@@ -339,6 +350,71 @@ llm_repack_group_iq4_xs(int64_t nb, size_t rb, const char *src, char *dst)
 }
 
 
+/* The same for Q2_K super-blocks (llm_block_q2_Kx16). */
+static void
+llm_repack_group_q2_K(int64_t nb, size_t rb, const char *src, char *dst)
+{
+    llm_block_q2_Kx16  *o = (llm_block_q2_Kx16 *) (void *) dst;
+
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < 16; r++) {
+            const llm_block_q2_K  *q = (const llm_block_q2_K *)
+                                       (const void *) (src + r * rb) + b;
+
+            for (int j = 0; j < 4; j++) {
+                memcpy(&o->sc[j][4 * r], q->scales + 4 * j, 4);
+            }
+            for (int i = 0; i < 16; i++) {
+                memcpy(&o->qs[i][4 * r], q->qs + 4 * i, 4);
+            }
+            o->d[r] = q->d;
+            o->dmin[r] = q->dmin;
+        }
+    }
+}
+
+
+/* The same for Q3_K super-blocks (llm_block_q3_Kx16): the third bit of
+ * element 16 s + l is bit 4 h + k of hmask[16 u + l], s = 8 h + 2 k + u. */
+static void
+llm_repack_group_q3_K(int64_t nb, size_t rb, const char *src, char *dst)
+{
+    llm_block_q3_Kx16  *o = (llm_block_q3_Kx16 *) (void *) dst;
+
+    for (int64_t b = 0; b < nb; b++, o++) {
+        memset(o, 0, sizeof(*o));
+        for (int r = 0; r < 16; r++) {
+            const llm_block_q3_K  *q = (const llm_block_q3_K *)
+                                       (const void *) (src + r * rb) + b;
+
+            for (int s = 0; s < 16; s++) {
+                int  h = s >> 3, k = (s >> 1) & 3, u = s & 1;
+
+                for (int m = 0; m < 4; m++) {
+                    uint32_t  x;
+                    uint64_t  t;
+
+                    /* bit 4 h + k of hmask[16 u + 4 m + j] to bit j: the
+                     * four bits at 8 j, times 2^(28 - 7 j), meet at 28 + j
+                     * (the other products fall elsewhere, no carries) */
+                    memcpy(&x, q->hmask + 16 * u + 4 * m, 4);
+                    t = (uint64_t) (x >> (4 * h + k) & 0x01010101u)
+                        * 0x10204080u;
+                    o->g[2 * h + u].hm[k][m] |= (t >> 28 & 0xf) << 4 * r;
+                }
+            }
+            for (int i = 0; i < 16; i++) {
+                memcpy(&o->g[i >> 2].qs[i & 3][4 * r], q->qs + 4 * i, 4);
+            }
+            for (int i = 0; i < 3; i++) {
+                memcpy(&o->sc[i][4 * r], q->scales + 4 * i, 4);
+            }
+            o->d[r] = q->d;
+        }
+    }
+}
+
+
 void
 llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
     void *dst)
@@ -351,15 +427,24 @@ llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
         memcpy(dst, src, (size_t) nr * rb);
         return;
     }
-    for (int64_t g = 0; g < nr / 16 && t == LLM_TYPE_IQ4_XS; g++) {
-        llm_repack_group_iq4_xs(n / LLM_QK_K, rb,
-                                (const char *) src + g * 16 * rb,
-                                (char *) dst + g * 16 * rb);
-    }
-    for (int64_t g = 0; g < nr / 16 && t != LLM_TYPE_IQ4_XS; g++) {
-        llm_repack_group(n / LLM_QK, rb, bb, t == LLM_TYPE_MXFP4 ? 1 : 2,
-                         (const char *) src + g * 16 * rb,
-                         (char *) dst + g * 16 * rb);
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const char  *sg = (const char *) src + g * 16 * rb;
+        char        *dg = (char *) dst + g * 16 * rb;
+
+        switch (t) {
+        case LLM_TYPE_IQ4_XS:
+            llm_repack_group_iq4_xs(n / LLM_QK_K, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q2_K:
+            llm_repack_group_q2_K(n / LLM_QK_K, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q3_K:
+            llm_repack_group_q3_K(n / LLM_QK_K, rb, sg, dg);
+            break;
+        default:
+            llm_repack_group(n / LLM_QK, rb, bb,
+                             t == LLM_TYPE_MXFP4 ? 1 : 2, sg, dg);
+        }
     }
 }
 

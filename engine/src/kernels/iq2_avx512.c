@@ -226,4 +226,7 @@ llm_kernels_init_iq2_avx512(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_IQ2_XXS] = llm_dot_iq2_xxs_avx512;
     k->vec_dot[LLM_TYPE_IQ2_XS] = llm_dot_iq2_xs_avx512;
     k->vec_dot[LLM_TYPE_IQ2_S] = llm_dot_iq2_s_avx512;
+    if (__builtin_cpu_supports("avx512vbmi")) {
+        llm_kernels_init_iq2_vbmi(k);
+    }
 }

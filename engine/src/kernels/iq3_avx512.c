@@ -162,4 +162,7 @@ llm_kernels_init_iq3_avx512(llm_kernels_t *k)
 {
     k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_dot_iq3_xxs_avx512;
     k->vec_dot[LLM_TYPE_IQ3_S] = llm_dot_iq3_s_avx512;
+    if (__builtin_cpu_supports("avx512vbmi")) {
+        llm_kernels_init_iq3_vbmi(k);
+    }
 }

@@ -131,6 +131,40 @@ _Static_assert(sizeof(llm_block_q8_0) == 2 + 32, "q8_0 size");
 _Static_assert(sizeof(llm_block_q8_1) == 4 + 32, "q8_1 size");
 _Static_assert(sizeof(llm_block_q2_K) == 16 + 64 + 4, "q2_K size");
 _Static_assert(sizeof(llm_block_q3_K) == 32 + 64 + 12 + 2, "q3_K size");
+
+/*
+ * Super-block b of 16 Q2_K rows, interleaved (LLM_TYPE_Q2_K_R16): lane r
+ * of a 64-byte vector is row r.  sc[j][4r + i] = row r's scales[4j + i],
+ * qs[i][4r + j] = row r's qs[4i + j] (so bits 2k..2k+1 of vector 8h + 4u
+ * + m are elements 4m..4m+3 of sub-block 8h + 2k + u of every row).
+ */
+typedef struct {
+    uint8_t   sc[4][64];
+    uint8_t   qs[16][64];
+    uint16_t  d[16], dmin[16];      /* row r's */
+} llm_block_q2_Kx16;
+
+/*
+ * Super-block b of 16 Q3_K rows, interleaved (LLM_TYPE_Q3_K_R16), in the
+ * order the kernel reads it: the scales as Q2_K's (sc[i][4r + j] = row
+ * r's scales[4i + j]); per (h, u) the qs vectors 8h + 4u + m as Q2_K's,
+ * then the hmask bits of sub-blocks 8h + 2k + u regrouped as 64-bit
+ * masks, hm[k][m] bit 4r + j the third bit of element 4m + j of the
+ * sub-block of row r (one mask per unpacked qs vector); the d last.
+ */
+typedef struct {
+    uint8_t   sc[3][64];
+    struct {
+        uint8_t   qs[4][64];
+        uint64_t  hm[4][4];
+    } g[4];                         /* g[2h + u] */
+    uint16_t  d[16];                /* row r's */
+} llm_block_q3_Kx16;
+
+_Static_assert(sizeof(llm_block_q2_Kx16) == 16 * sizeof(llm_block_q2_K),
+               "q2_Kx16 size");
+_Static_assert(sizeof(llm_block_q3_Kx16) == 16 * sizeof(llm_block_q3_K),
+               "q3_Kx16 size");
 _Static_assert(sizeof(llm_block_q4_K) == 4 + 12 + 128, "q4_K size");
 _Static_assert(sizeof(llm_block_q5_K) == 4 + 12 + 32 + 128, "q5_K size");
 _Static_assert(sizeof(llm_block_q6_K) == 128 + 64 + 16 + 2, "q6_K size");
@@ -234,6 +268,16 @@ void llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 void llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+/* quant_r16.c: the same for Q2_K_R16 and Q3_K_R16: per row and
+ * super-block the exact integer sums (llm_q2_K_isum, llm_q3_K_isum), then
+ * acc = fma(isum, d_w d_x, acc) (Q2_K: and acc = fma(-msum, dmin_w d_x,
+ * acc)), super-block after super-block, one rounding each. */
+void llm_gemm_q2_K_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+void llm_gemm_q3_K_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 
@@ -437,11 +481,17 @@ void llm_kernels_init_iq1_neon(llm_kernels_t *k);
 void llm_kernels_init_iq2_avx2(llm_kernels_t *k);
 void llm_kernels_init_iq2_avx512(llm_kernels_t *k);
 void llm_kernels_init_iq2_neon(llm_kernels_t *k);
+/* iq2x_avx512.c: IQ2_XXS vec_dot and gemm with AVX-512 VBMI, installed
+ * by llm_kernels_init_iq2_avx512 when the CPU has it. */
+void llm_kernels_init_iq2_vbmi(llm_kernels_t *k);
 /* iq3_avx2.c, iq3_avx512.c, iq3_neon.c: IQ3_XXS and IQ3_S vec_dot,
  * called at the end of the matching llm_kernels_init_<isa>. */
 void llm_kernels_init_iq3_avx2(llm_kernels_t *k);
 void llm_kernels_init_iq3_avx512(llm_kernels_t *k);
 void llm_kernels_init_iq3_neon(llm_kernels_t *k);
+/* iq3x_avx512.c: IQ3_XXS vec_dot and gemm with AVX-512 VBMI, installed
+ * by llm_kernels_init_iq3_avx512 when the CPU has it. */
+void llm_kernels_init_iq3_vbmi(llm_kernels_t *k);
 
 /* The scalar table (quant.c); each SIMD file then overwrites the entries
  * it implements and leaves the others. */
@@ -471,6 +521,12 @@ void llm_dot_q5_0(int64_t n, float *s, const void *w, const void *x);
 void llm_dot_q5_1(int64_t n, float *s, const void *w, const void *x);
 void llm_dot_q2_K(int64_t n, float *s, const void *w, const void *x);
 void llm_dot_q3_K(int64_t n, float *s, const void *w, const void *x);
+/* One block's exact integer sums against a Q8_K block: Q2_K sum_s sc_s
+ * (q_s . x_s) and (*msum) sum_s m_s bsums_s; Q3_K sum_s (sc_s - 32)
+ * (q_s . x_s). */
+int llm_q2_K_isum(const llm_block_q2_K *a, const llm_block_q8_K *b,
+    int *msum);
+int llm_q3_K_isum(const llm_block_q3_K *a, const llm_block_q8_K *b);
 
 /* legacy_avx2.c, legacy_avx512.c, legacy_neon.c: the SIMD kernels of
  * Q4_1, Q5_0, Q5_1 (and the Q8_1 activations), called last by

@@ -56,6 +56,8 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
     [LLM_TYPE_MXFP4_R16] = { "MXFP4_R16", LLM_QK, sizeof(llm_block_mxfp4), 0 },
     [LLM_TYPE_IQ4_XS_R16] = { "IQ4_XS_R16", LLM_QK_K,
                               sizeof(llm_block_iq4_xs), 0 },
+    [LLM_TYPE_Q2_K_R16] = { "Q2_K_R16", LLM_QK_K, sizeof(llm_block_q2_K), 0 },
+    [LLM_TYPE_Q3_K_R16] = { "Q3_K_R16", LLM_QK_K, sizeof(llm_block_q3_K), 0 },
 };
 
 
@@ -175,6 +177,8 @@ llm_type_vec_dot_type(llm_type_t t)
         return LLM_TYPE_Q8_1;
     case LLM_TYPE_Q2_K:
     case LLM_TYPE_Q3_K:
+    case LLM_TYPE_Q2_K_R16:
+    case LLM_TYPE_Q3_K_R16:
     case LLM_TYPE_Q4_K:
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
@@ -1279,6 +1283,8 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16_ref;
     k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16_ref;
     k->gemm[LLM_TYPE_IQ4_XS_R16] = llm_gemm_iq4_xs_r16_ref;
+    k->gemm[LLM_TYPE_Q2_K_R16] = llm_gemm_q2_K_r16_ref;
+    k->gemm[LLM_TYPE_Q3_K_R16] = llm_gemm_q3_K_r16_ref;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;
     k->quantize_act[LLM_TYPE_Q8_K] = llm_act_q8_K;

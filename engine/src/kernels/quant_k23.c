@@ -85,6 +85,53 @@ llm_dequant_q3_K(const void *src, float *y, int64_t nb)
 }
 
 
+/* Q2_K . Q8_K over one block: sum_s sc_s (q_s . x_s), and into *msum
+ * sum_s m_s bsums_s; both exact. */
+int
+llm_q2_K_isum(const llm_block_q2_K *a, const llm_block_q8_K *b, int *msum)
+{
+    int  isum = 0, ms = 0;
+
+    for (int sb = 0; sb < LLM_QK_K / 16; sb++) {
+        const uint8_t  *q = a->qs + 32 * (sb >> 3) + 16 * (sb & 1);
+        const int8_t   *y = b->qs + 16 * sb;
+        int             shift = 2 * ((sb >> 1) & 3), dot = 0;
+
+        for (int l = 0; l < 16; l++) {
+            dot += ((q[l] >> shift) & 3) * y[l];
+        }
+        isum += (a->scales[sb] & 0xf) * dot;
+        ms += (a->scales[sb] >> 4) * b->bsums[sb];
+    }
+    *msum = ms;
+    return isum;
+}
+
+
+/* Q3_K . Q8_K over one block: sum_s (sc_s - 32) (q_s . x_s), exact. */
+int
+llm_q3_K_isum(const llm_block_q3_K *a, const llm_block_q8_K *b)
+{
+    int  isum = 0;
+
+    for (int sb = 0; sb < LLM_QK_K / 16; sb++) {
+        const uint8_t  *q = a->qs + 32 * (sb >> 3) + 16 * (sb & 1);
+        const uint8_t  *hm = a->hmask + 16 * (sb & 1);
+        const int8_t   *y = b->qs + 16 * sb;
+        int             k = (sb >> 1) & 3, shift = 2 * k, dot = 0;
+        uint8_t         bit = (uint8_t) (1u << (4 * (sb >> 3) + k));
+
+        for (int l = 0; l < 16; l++) {
+            int  v = ((q[l] >> shift) & 3) - (hm[l] & bit ? 0 : 4);
+
+            dot += v * y[l];
+        }
+        isum += llm_q3_K_scale(a->scales, sb) * dot;
+    }
+    return isum;
+}
+
+
 /*
  * Q2_K . Q8_K: per block d_x d * sum_s sc_s (q_s . x_s)
  * - d_x dmin * sum_s m_s bsums_s.
@@ -97,19 +144,8 @@ llm_dot_q2_K(int64_t n, float *s, const void *w, const void *x)
     float                  sum = 0;
 
     for (int64_t i = 0; i < n / LLM_QK_K; i++, a++, b++) {
-        int  isum = 0, msum = 0;
+        int  msum, isum = llm_q2_K_isum(a, b, &msum);
 
-        for (int sb = 0; sb < LLM_QK_K / 16; sb++) {
-            const uint8_t  *q = a->qs + 32 * (sb >> 3) + 16 * (sb & 1);
-            const int8_t   *y = b->qs + 16 * sb;
-            int             shift = 2 * ((sb >> 1) & 3), dot = 0;
-
-            for (int l = 0; l < 16; l++) {
-                dot += ((q[l] >> shift) & 3) * y[l];
-            }
-            isum += (a->scales[sb] & 0xf) * dot;
-            msum += (a->scales[sb] >> 4) * b->bsums[sb];
-        }
         sum += b->d * llm_h2f(a->d) * isum - b->d * llm_h2f(a->dmin) * msum;
     }
     *s = sum;
@@ -125,23 +161,7 @@ llm_dot_q3_K(int64_t n, float *s, const void *w, const void *x)
     float                  sum = 0;
 
     for (int64_t i = 0; i < n / LLM_QK_K; i++, a++, b++) {
-        int  isum = 0;
-
-        for (int sb = 0; sb < LLM_QK_K / 16; sb++) {
-            const uint8_t  *q = a->qs + 32 * (sb >> 3) + 16 * (sb & 1);
-            const uint8_t  *hm = a->hmask + 16 * (sb & 1);
-            const int8_t   *y = b->qs + 16 * sb;
-            int             k = (sb >> 1) & 3, shift = 2 * k, dot = 0;
-            uint8_t         bit = (uint8_t) (1u << (4 * (sb >> 3) + k));
-
-            for (int l = 0; l < 16; l++) {
-                int  v = ((q[l] >> shift) & 3) - (hm[l] & bit ? 0 : 4);
-
-                dot += v * y[l];
-            }
-            isum += llm_q3_K_scale(a->scales, sb) * dot;
-        }
-        sum += b->d * llm_h2f(a->d) * isum;
+        sum += b->d * llm_h2f(a->d) * llm_q3_K_isum(a, b);
     }
     *s = sum;
 }

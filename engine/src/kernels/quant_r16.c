@@ -1,7 +1,8 @@
 /*
- * IQ4_NL_R16 and MXFP4_R16 x Q8_0: the scalar references of the regrouped
- * layouts' gemm (kernels_avx512.c runs them; the tests hold it to these
- * bit for bit).  Per row the exact integer sum of a block, the level of
+ * IQ4_NL_R16 and MXFP4_R16 x Q8_0 (and IQ4_XS_R16, Q2_K_R16, Q3_K_R16 x
+ * Q8_K, below): the scalar references of the regrouped layouts' gemm
+ * (kernels_avx512.c and k23_avx512.c run them; the tests hold them to
+ * these bit for bit).  Per row the exact integer sum of a block, the level of
  * each 4-bit code times the activation, then acc = fma(sum, d_w * d_x,
  * acc) block after block (fmaf: one rounding, as vfmadd), whatever the
  * number of columns.  d_w is the row's fp16 scale (IQ4_NL) or half its
@@ -10,6 +11,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "quant.h"
 #include "kernels_common.h"
@@ -135,4 +137,107 @@ llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
             }
         }
     }
+}
+
+
+/* Row r of a Q2_K_R16 super-block back in the file's layout. */
+static void
+llm_q2_K_r16_row(const llm_block_q2_Kx16 *p, int r, llm_block_q2_K *o)
+{
+    for (int j = 0; j < 4; j++) {
+        memcpy(o->scales + 4 * j, &p->sc[j][4 * r], 4);
+    }
+    for (int i = 0; i < 16; i++) {
+        memcpy(o->qs + 4 * i, &p->qs[i][4 * r], 4);
+    }
+    o->d = p->d[r];
+    o->dmin = p->dmin[r];
+}
+
+
+/* Row r of a Q3_K_R16 super-block back in the file's layout: the third
+ * bit of element 16 s + l is bit 4 h + k of hmask[16 u + l] (s = 8 h + 2
+ * k + u, quant_k23.c). */
+static void
+llm_q3_K_r16_row(const llm_block_q3_Kx16 *p, int r, llm_block_q3_K *o)
+{
+    memset(o->hmask, 0, sizeof(o->hmask));
+    for (int s = 0; s < 16; s++) {
+        int  h = s >> 3, k = (s >> 1) & 3, u = s & 1;
+
+        for (int l = 0; l < 16; l++) {
+            unsigned  bit = p->g[2 * h + u].hm[k][l >> 2]
+                            >> (4 * r + (l & 3)) & 1;
+
+            o->hmask[16 * u + l] |= (uint8_t) (bit << (4 * h + k));
+        }
+    }
+    for (int i = 0; i < 16; i++) {
+        memcpy(o->qs + 4 * i, &p->g[i >> 2].qs[i & 3][4 * r], 4);
+    }
+    for (int i = 0; i < 3; i++) {
+        memcpy(o->scales + 4 * i, &p->sc[i][4 * r], 4);
+    }
+    o->d = p->d[r];
+}
+
+
+static void
+llm_gemm_k23_r16_ref(const int q3, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK_K;
+
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const char  *wg = (const char *) w + g * 16 * ws;
+
+        for (int64_t c = 0; c < nc; c++) {
+            const llm_block_q8_K  *q = (const void *) ((const char *) x
+                                                       + c * xs);
+
+            for (int r = 0; r < 16; r++) {
+                float  acc = 0;
+
+                for (int64_t b = 0; b < nb; b++) {
+                    float  dx = q[b].d;
+
+                    if (q3) {
+                        llm_block_q3_K  blk;
+
+                        llm_q3_K_r16_row((const llm_block_q3_Kx16 *)
+                                         (const void *) wg + b, r, &blk);
+                        acc = fmaf((float) llm_q3_K_isum(&blk, &q[b]),
+                                   llm_h2f(blk.d) * dx, acc);
+                    } else {
+                        llm_block_q2_K  blk;
+                        int             isum, msum;
+
+                        llm_q2_K_r16_row((const llm_block_q2_Kx16 *)
+                                         (const void *) wg + b, r, &blk);
+                        isum = llm_q2_K_isum(&blk, &q[b], &msum);
+                        acc = fmaf((float) isum, llm_h2f(blk.d) * dx, acc);
+                        acc = fmaf((float) -msum, llm_h2f(blk.dmin) * dx,
+                                   acc);
+                    }
+                }
+                y[c * ldy + g * 16 + r] = acc;
+            }
+        }
+    }
+}
+
+
+void
+llm_gemm_q2_K_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_k23_r16_ref(0, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+void
+llm_gemm_q3_K_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_k23_r16_ref(1, n, nr, nc, w, ws, x, xs, y, ldy);
 }
