@@ -19,6 +19,7 @@ use Test::More;
 use LlmTest;
 use LlmKeys;
 use FakeProvider;
+use FakeEngine;
 use Time::HiRes qw(time);
 
 system('openssl version >/dev/null 2>&1') == 0
@@ -66,6 +67,10 @@ my $d = $t->dir;
 my $fport = $t->free_port;
 my $fp = FakeProvider->start(port => $fport, log => "$d/fake.log",
                              delay => 3);
+# local engines that cannot serve: one overloaded, one slow to its first
+# token (3 s)
+my $fe_busy = FakeEngine->start("$d/busy.sock", mode => 'overloaded');
+my $fe_slow = FakeEngine->start("$d/slow.sock", mode => 'slow', delay => 3);
 
 open my $kf, '>', "$d/prov.key" or die;
 print $kf "$pkey\n";
@@ -100,6 +105,10 @@ my $conf = <<"EOF";
     llm_model bad-cert provider=wrongname remote_model=tiny;
     llm_model local upstream=eng;
     llm_model dead-local upstream=dead fallback=remote-tiny;
+    upstream busy { server unix:$d/busy.sock; }
+    upstream slow { server unix:$d/slow.sock; }
+    llm_model busy-local upstream=busy fallback=remote-tiny;
+    llm_model slow-local upstream=slow ttft=500ms fallback=remote-tiny;
     llm_model fake-ok provider=fake remote_model=ok price=2,0.5,8;
     llm_model fake-nousage provider=fake remote_model=nousage;
     llm_model fake-500 provider=fake remote_model=status-500 fallback=local;
@@ -134,6 +143,8 @@ sub stream {
 }
 
 # a chat through the TLS provider (a real engine behind it)
+
+my $t0;
 
 my $r = $t->post('/v1/chat/completions', chat('remote-tiny'), %auth);
 is($r->{status}, 200, 'provider: 200') or diag $r->{content};
@@ -197,13 +208,22 @@ is($r->{json}{model}, 'remote-tiny', 'dead local: provider answered');
 is($r->{headers}{'x-llm-fallback'}, 'remote-tiny', 'dead local: header');
 is($r->{headers}{'x-llm-model'}, 'remote-tiny', 'dead local: x-llm-model');
 
+$r = $t->post('/v1/chat/completions', chat('busy-local'), %auth);
+is($r->{json}{model}, 'remote-tiny', 'overloaded local engine: the '
+   . 'provider answered');
+$t0 = time;
+$r = $t->post('/v1/chat/completions', chat('slow-local'), %auth);
+is($r->{json}{model}, 'remote-tiny', 'local engine over ttft=: the '
+   . 'provider answered');
+ok(time - $t0 < 2.5, 'ttft: before the slow engine\'s first token');
+
 for my $m (qw(fake-500 fake-429 fake-garbage)) {
     $r = $t->post('/v1/chat/completions', chat($m), %auth);
     is($r->{status}, 200, "$m: falls back");
     is($r->{json}{model}, 'local', "$m: local answered");
 }
 
-my $t0 = time;
+$t0 = time;
 $r = $t->post('/v1/chat/completions', chat('fake-slow'), %auth);
 my $el = time - $t0;
 is($r->{json}{model}, 'local', 'ttft: slow provider left for local');
@@ -316,6 +336,8 @@ like($r->{content}, qr/^llm_key_cost_dollars_total\{key="bob"\} (?#
      )0\.000129000$/m, 'metrics: cost by key');
 
 $fp->stop;
+$fe_busy->stop;
+$fe_slow->stop;
 $p->stop_nginx;
 $p->stop_engine('r');
 $t->done;

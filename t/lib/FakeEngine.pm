@@ -147,11 +147,11 @@ sub start {
             if (defined $p && $p == 0) {
                 close $l;
                 $o{serve} ? $o{serve}->($c) : serve($c, %o);
-                exit 0;
+                POSIX::_exit(0);     # no destructors of the parent's objects
             }
             close $c;
         }
-        exit 0;
+        POSIX::_exit(0);     # no destructors of the parent's objects
     }
     close $l;
     return bless { pid => $pid, path => $path, %o }, $class;
