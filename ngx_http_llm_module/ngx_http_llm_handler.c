@@ -222,6 +222,10 @@ ngx_http_llm_record(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_memzero(&s, sizeof(ngx_http_llm_sample_t));
 
     s.model = ctx->model_name.len ? ctx->model_name : ctx->requested;
+
+    if (ctx->fallbacks && ctx->chain.nelts) {
+        s.asked = (*(ngx_http_llm_model_t **) ctx->chain.elts)->name;
+    }
     s.status = status;
     s.prompt_tokens = ctx->prompt_tokens;
     s.completion_tokens = ctx->completion_tokens;

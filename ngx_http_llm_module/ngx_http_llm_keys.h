@@ -60,6 +60,8 @@ typedef struct {
     uint64_t                    completion_tokens;
     uint64_t                    cached_tokens;
     uint64_t                    cost;      /* picodollars */
+    uint64_t                    fell_back; /* asked for this model, a
+                                              fallback answered */
 
     uint64_t                    ttft[NGX_HTTP_LLM_TTFT_BUCKETS];
     uint64_t                    ttft_inf;  /* the +Inf bucket: count */

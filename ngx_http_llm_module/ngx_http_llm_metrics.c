@@ -234,6 +234,11 @@ ngx_http_llm_metrics_record(ngx_http_request_t *r, ngx_http_llm_sample_t *s)
     m->duration_inf++;
     m->duration_sum += s->duration;
 
+    if (s->asked.len) {
+        /* the model asked for, as configured (a slot it may take) */
+        ngx_http_llm_metrics_model(zone->sh, &s->asked, 1)->fell_back++;
+    }
+
     zone->sh->rate_limited += limited;
     zone->sh->fallbacks += s->fallback;
     zone->sh->upstream_errors += s->upstream_error;
@@ -470,6 +475,22 @@ ngx_http_llm_metrics_counts(u_char *p, ngx_http_llm_shctx_t *sh)
         p = ngx_sprintf(p, "llm_tokens_total{");
         p = ngx_http_llm_metrics_label(p, m);
         p = ngx_sprintf(p, ",kind=\"cached\"} %uL\n", m->cached_tokens);
+    }
+
+    p = ngx_sprintf(p, "# HELP llm_fallbacks_from_total Requests for the "
+                    "model that its fallback chain answered.\n"
+                    "# TYPE llm_fallbacks_from_total counter\n");
+
+    for (i = 0; i <= NGX_HTTP_LLM_METRICS_MODELS; i++) {
+        m = &sh->models[i];
+
+        if (m->fell_back == 0) {
+            continue;
+        }
+
+        p = ngx_sprintf(p, "llm_fallbacks_from_total{");
+        p = ngx_http_llm_metrics_label(p, m);
+        p = ngx_sprintf(p, "} %uL\n", m->fell_back);
     }
 
     p = ngx_sprintf(p, "# HELP llm_cost_dollars_total Spend at the models' "

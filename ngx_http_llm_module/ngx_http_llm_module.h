@@ -213,6 +213,8 @@ ngx_int_t ngx_http_llm_send_denial(ngx_http_request_t *r,
 
 typedef struct {
     ngx_str_t                   model;     /* the model that answered */
+    ngx_str_t                   asked;     /* the model asked for, when a
+                                              fallback answered; else "" */
     ngx_uint_t                  status;    /* HTTP status sent */
     ngx_uint_t                  prompt_tokens;
     ngx_uint_t                  completion_tokens;

@@ -334,6 +334,10 @@ ok(defined $mc && abs($mc - (0.000043 * 5 + 0.000014)) < 1e-9,
    "metrics: cost by model, 5 chats + 7 embedding tokens (@{[ $mc // 'none' ]})");
 like($r->{content}, qr/^llm_key_cost_dollars_total\{key="bob"\} (?#
      )0\.000129000$/m, 'metrics: cost by key');
+like($r->{content}, qr/^llm_fallbacks_from_total\{model="flaky"\} 8$/m,
+     'metrics: the model asked for, answered by its fallback');
+like($r->{content}, qr/^llm_fallbacks_from_total\{model="dead-local"\} 1$/m,
+     'metrics: the dead local model asked for once');
 
 $fp->stop;
 $fe_busy->stop;
