@@ -1,0 +1,152 @@
+// DeepSeek-V3.1 (deepseek2, MLA) and Qwen3.5 MoE (qwen35moe) through the
+// gateway with the official openai client (t/arch_clients.t starts nginx
+// and engines on llm-mkmodel's tiny-deepseek2 and tiny-qwen35moe with the
+// models' own templates):
+//
+//  - forced tool calls (tool_choice "required" and named, streamed and
+//    not) on both random-weight models: finish_reason tool_calls, one
+//    call named as asked, arguments valid with ajv against the tool's
+//    parameters (deepseek-v3's JSON calls, qwen3-coder's XML calls under
+//    the tool grammar), no content beside it;
+//  - reasoning: both templates open <think> for the answer when thinking
+//    is on (Qwen3.5 by default, DeepSeek-V3.1 with chat_template_kwargs
+//    thinking), so what the model writes arrives as reasoning_content
+//    deltas, before any content, with no <think> markup in either.
+//
+//   LLM_URL=http://127.0.0.1:PORT/v1 node arch_clients.mjs
+//
+// Prints TAP; exits non-zero on any failure.
+
+import OpenAI from 'openai';
+import Ajv from 'ajv';
+
+const client = new OpenAI({ baseURL: process.env.LLM_URL, apiKey: 'none',
+                            maxRetries: 0, timeout: 120000 });
+const N = Number(process.env.LLM_N || 8);
+
+let n = 0, failed = 0;
+function ok(cond, name, why) {
+  n++;
+  if (!cond) failed++;
+  console.log(`${cond ? 'ok' : 'not ok'} ${n} - ${name}`);
+  if (!cond && why) console.log(`# ${String(why).slice(0, 600)}`);
+}
+
+const fn = (name, parameters) => ({ type: 'function', function: { name, description: name, parameters } });
+// a random model may write a free string until max_tokens (deepseek's
+// JSON strings, qwen3-coder's raw values): enums, booleans and integers
+const tools = {
+  qwen: [
+    fn('set_temp', {
+      type: 'object',
+      properties: { unit: { type: 'string', enum: ['c', 'f'] }, eco: { type: 'boolean' },
+                    level: { type: 'integer' } },
+      required: ['unit', 'eco'], additionalProperties: false,
+    }),
+    fn('ping', { type: 'object', properties: {}, additionalProperties: false }),
+  ],
+};
+tools.deepseek = tools.qwen;
+const ajv = new Ajv({ strict: false });
+const validate = {};
+for (const [m, set] of Object.entries(tools)) {
+  validate[m] = Object.fromEntries(set.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+}
+
+async function streamed(req) {
+  const s = await client.chat.completions.create({ ...req, stream: true });
+  const r = { content: '', reasoning: '', calls: [], finish: null, nReasoning: 0, contentFirst: -1,
+              reasoningLast: -1, chunks: 0 };
+  for await (const chunk of s) {
+    const c = chunk.choices?.[0];
+    if (!c) continue;
+    const d = c.delta ?? {};
+    r.chunks++;
+    if (d.reasoning_content) {
+      r.reasoning += d.reasoning_content;
+      r.nReasoning++;
+      r.reasoningLast = r.chunks;
+    }
+    if (d.content) {
+      r.content += d.content;
+      if (r.contentFirst < 0) r.contentFirst = r.chunks;
+    }
+    for (const t of d.tool_calls ?? []) {
+      const k = t.index;
+      r.calls[k] ??= { id: '', name: '', arguments: '' };
+      if (t.id) r.calls[k].id = t.id;
+      if (t.function?.name) r.calls[k].name += t.function.name;
+      if (t.function?.arguments) r.calls[k].arguments += t.function.arguments;
+    }
+    if (c.finish_reason) r.finish = c.finish_reason;
+  }
+  return r;
+}
+
+async function whole(req) {
+  const res = await client.chat.completions.create(req);
+  const c = res.choices[0];
+  return { content: c.message.content ?? '', reasoning: c.message.reasoning_content ?? '',
+           calls: (c.message.tool_calls ?? []).map((t) => ({ id: t.id, ...t.function })),
+           finish: c.finish_reason };
+}
+
+// (a) forced tool calls, thinking off (the answer is the call)
+const noThink = { deepseek: {}, qwen: { reasoning_effort: 'none' } };
+for (const model of ['deepseek', 'qwen']) {
+  let good = 0;
+  const bad = [];
+  for (let i = 0; i < N; i++) {
+    const named = i % 2 === 1 ? tools[model][(i >> 1) % 2].function.name : null;
+    const stream = i % 4 >= 2;
+    const req = {
+      model, tools: tools[model], max_tokens: 300, temperature: 0.8, seed: 200 + i,
+      messages: [{ role: 'user', content: `Request ${i}: use a tool.` }],
+      tool_choice: named ? { type: 'function', function: { name: named } } : 'required',
+      parallel_tool_calls: false, ...noThink[model],
+    };
+    let r;
+    try {
+      r = stream ? await streamed(req) : await whole(req);
+    } catch (e) {
+      bad.push(`#${i}: ${e.message}`);
+      continue;
+    }
+    const errs = [];
+    if (r.finish !== 'tool_calls') errs.push(`finish_reason ${r.finish}`);
+    if (r.calls.length !== 1) errs.push(`${r.calls.length} calls`);
+    if (r.content) errs.push(`content [${r.content}]`);
+    for (const c of r.calls) {
+      const v = validate[model][c.name];
+      if (!v) { errs.push(`unknown tool ${c.name}`); continue; }
+      if (named && c.name !== named) errs.push(`called ${c.name}, not ${named}`);
+      let args;
+      try { args = JSON.parse(c.arguments); } catch { errs.push(`arguments do not parse: ${c.arguments}`); continue; }
+      if (!v(args)) errs.push(`${c.name} ${c.arguments}: ${ajv.errorsText(v.errors)}`);
+    }
+    if (errs.length) bad.push(`#${i}${stream ? ' stream' : ''}${named ? ` named ${named}` : ''}: ${errs.join('; ')}`);
+    else good++;
+  }
+  ok(bad.length === 0, `${model}: ${good} of ${N} forced calls (required and named, streamed and not) `
+     + 'parse and validate against their schema', bad.join(' | '));
+}
+
+// (b) reasoning: the template opens <think>, the model's text is thinking
+const think = { deepseek: { chat_template_kwargs: { thinking: true } }, qwen: {} };
+for (const model of ['deepseek', 'qwen']) {
+  const req = { model, max_tokens: 24, temperature: 0, messages: [{ role: 'user', content: 'Why is the sky blue?' }],
+                ...think[model] };
+  const r = await streamed(req);
+  ok(r.nReasoning >= 2 && r.reasoning.length > 0,
+     `${model}: the thinking streams as reasoning_content (${r.nReasoning} deltas)`, JSON.stringify(r));
+  ok(r.contentFirst < 0 || r.reasoningLast < r.contentFirst,
+     `${model}: every reasoning delta comes before the content`, JSON.stringify(r));
+  ok(!/<\/?think>/.test(r.reasoning + r.content), `${model}: no <think> markup in the answer`,
+     JSON.stringify(r));
+  const w = await whole(req);
+  ok(w.reasoning === r.reasoning && w.content === r.content,
+     `${model}: the whole answer has the same reasoning and content`, JSON.stringify({ w, r }));
+}
+
+console.log(`1..${n}`);
+process.exit(failed ? 1 : 0);
