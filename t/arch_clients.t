@@ -4,7 +4,9 @@
 # nginx, on llm-mkmodel's tiny-deepseek2 and tiny-qwen35moe with the
 # models' own templates: forced tool calls that validate (deepseek-v3's
 # and qwen3-coder's families under the tool grammar), and the thinking
-# the templates open streamed as reasoning_content.
+# the templates open streamed as reasoning_content; deepseek2's latent
+# cache (MLA) through a prefix-cache hit and preemption, with the tokens
+# of an uninterrupted run.
 
 use strict;
 use warnings;
@@ -12,7 +14,9 @@ use lib 't/lib';
 use Test::More;
 use LlmTest;
 use LlmClient;
+use LlmEngine;
 use LlmNpm;
+use Time::HiRes ();
 
 LlmNpm::need('tests/client', 'openai', 'ajv');
 
@@ -52,5 +56,41 @@ my ($rc, $oks, $fails) = LlmClient::run_tap(
 is($rc, 0, 'arch_clients.mjs exits 0');
 is($fails, 0, 'every check of arch_clients.mjs passed');
 is($oks, 10, 'arch_clients.mjs ran its 10 checks');
+
+# deepseek2's latent cache (MLA): a prefix-cache hit and a preempted and
+# recomputed stream give the tokens of an uninterrupted run
+
+my $small = $t->start_engine('dssmall', model => "$dir/deepseek.gguf",
+                             args => ['--kv-mb', '1', '--ctx', '256',
+                                      '--max-batch', '12']);
+sub chat1 {
+    my ($q, %o) = @_;
+    return { messages => [{ role => 'user', content => $q }],
+             max_tokens => 16, temperature => 0,
+             ignore_eos => JSON::PP::true, %o };
+}
+my $long = 'a shared system prompt ' x 12;
+my $first = LlmEngine::gen($t, $small, chat1("$long one"));
+my $again = LlmEngine::gen($t, $small, chat1("$long one"));
+ok(($again->{cached_tokens} // $again->{started}{cached_tokens} // 0) > 0
+   || LlmEngine::info($t, $small)->{stats}{cached_tokens_total} > 0,
+   'deepseek2: the repeated prompt is served from the prefix cache');
+is_deeply($again->{tokens}, $first->{tokens},
+          'deepseek2: a prefix-cache hit gives the same tokens');
+
+my @long = map { chat1("long stream $_", max_tokens => 200) } 1 .. 12;
+my @want = map { LlmEngine::gen($t, $small, $_)->{tokens} } @long[0, 1];
+my $gate = sprintf '%.3f', Time::HiRes::time() + 2;
+my @limit = $ENV{LLM_ENGINE_WRAP} ? ('--timeout', 900) : ();
+my @h = map { LlmEngine::spawn($t, $small, $_, '--start-at', $gate, @limit) }
+        @long;
+my @res = LlmEngine::wait_clients($t, @h);
+is(scalar(grep { $_->{done} } @res), 12, 'deepseek2: all 12 streams finished');
+is_deeply([map { $_->{tokens} } @res[0, 1]], \@want,
+          'deepseek2: preempted streams recompute to the same tokens');
+my $st = LlmEngine::info($t, $small)->{stats};
+ok($st->{requests_preempted} > 0,
+   "deepseek2: preemption happened ($st->{requests_preempted})");
+is($st->{kv_blocks_free}, $st->{kv_blocks_total}, 'deepseek2: blocks all back');
 
 $t->done;
