@@ -226,8 +226,22 @@ main(void)
     }
     tk_end();
 
+    /* AVX2 regroups Q2_K alone (a machine without AVX-512 runs it) */
+    if (llm_simd_supported(LLM_SIMD_AVX2)) {
+        llm_simd_force(LLM_SIMD_AVX2);
+        tk_begin("Q2_K_R16: AVX2 (regroups Q2_K only) gemm bit-identical to"
+                 " its scalar reference, to AVX2's file layout and to each"
+                 " column alone, within 2e-5 of Q2_K");
+        CHECK(llm_repack_type(LLM_TYPE_Q2_K, 32) == LLM_TYPE_Q2_K_R16
+              && llm_repack_type(LLM_TYPE_Q3_K, 32) == LLM_TYPE_Q3_K
+              && llm_repack_type(LLM_TYPE_IQ4_XS, 32) == LLM_TYPE_IQ4_XS,
+              "AVX2 regroups Q2_K and nothing else");
+        check_type(LLM_TYPE_Q2_K, LLM_TYPE_Q2_K_R16, LLM_SIMD_AVX2);
+        tk_end();
+    }
     if (!llm_simd_supported(LLM_SIMD_AVX512)) {
         tk_skip("IQ4_NL_R16, MXFP4_R16", "no AVX-512 here");
+        llm_simd_force(llm_simd_best());
         return tk_done();
     }
     llm_simd_force(LLM_SIMD_AVX512);
@@ -256,18 +270,6 @@ main(void)
              " within 2e-5 of Q3_K");
     check_type(LLM_TYPE_Q3_K, LLM_TYPE_Q3_K_R16, LLM_SIMD_AVX512);
     tk_end();
-    if (llm_simd_supported(LLM_SIMD_AVX2)) {
-        llm_simd_force(LLM_SIMD_AVX2);
-        tk_begin("Q2_K_R16: AVX2 (regroups Q2_K only) gemm bit-identical to"
-                 " its scalar reference, to AVX2's file layout and to each"
-                 " column alone, within 2e-5 of Q2_K");
-        CHECK(llm_repack_type(LLM_TYPE_Q2_K, 32) == LLM_TYPE_Q2_K_R16
-              && llm_repack_type(LLM_TYPE_Q3_K, 32) == LLM_TYPE_Q3_K
-              && llm_repack_type(LLM_TYPE_IQ4_XS, 32) == LLM_TYPE_IQ4_XS,
-              "AVX2 regroups Q2_K and nothing else");
-        check_type(LLM_TYPE_Q2_K, LLM_TYPE_Q2_K_R16, LLM_SIMD_AVX2);
-        tk_end();
-    }
     llm_simd_force(llm_simd_best());
     return tk_done();
 }
