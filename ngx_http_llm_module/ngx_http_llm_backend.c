@@ -621,73 +621,22 @@ ngx_http_llm_engine_auth_file(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_llm_main_conf_t *mcf = conf;
 
-    u_char      *buf, *s, *e, *q;
-    ssize_t      n;
-    ngx_str_t   *value, file;
-    ngx_file_t   f;
+    ngx_str_t  *value, secret;
 
     if (mcf->engine_auth[0] != '\0') {
         return "is duplicate";
     }
 
     value = cf->args->elts;
-    file = value[1];
 
-    if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
+    if (ngx_http_llm_conf_secret(cf, &value[1], "llm_engine_auth_file",
+                                 NGX_HTTP_LLM_AUTH_MAX, &secret)
+        != NGX_OK)
+    {
         return NGX_CONF_ERROR;
     }
 
-    ngx_memzero(&f, sizeof(ngx_file_t));
-    f.name = file;
-    f.log = cf->log;
-    f.fd = ngx_open_file(file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-
-    if (f.fd == NGX_INVALID_FILE) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                           "llm_engine_auth_file: cannot open \"%V\"",
-                           &file);
-        return NGX_CONF_ERROR;
-    }
-
-    buf = ngx_pnalloc(cf->pool, 4096 + 1);
-    if (buf == NULL) {
-        (void) ngx_close_file(f.fd);
-        return NGX_CONF_ERROR;
-    }
-
-    n = ngx_read_file(&f, buf, 4096, 0);
-    (void) ngx_close_file(f.fd);
-
-    if (n == NGX_ERROR) {
-        return NGX_CONF_ERROR;
-    }
-
-    s = buf;
-    e = buf + n;
-
-    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')) {
-        s++;
-    }
-
-    for (q = s; q < e && *q != '\r' && *q != '\n'; q++) { /* void */ }
-
-    while (q > s && (q[-1] == ' ' || q[-1] == '\t')) {
-        q--;
-    }
-
-    *q = '\0';
-
-    for (e = s; e < q && *e > 0x20 && *e < 0x7f; e++) { /* void */ }
-
-    if (q == s || e < q || q - s > NGX_HTTP_LLM_AUTH_MAX) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "llm_engine_auth_file \"%V\": expected one line "
-                           "of 1 to %d visible ASCII characters", &file,
-                           NGX_HTTP_LLM_AUTH_MAX);
-        return NGX_CONF_ERROR;
-    }
-
-    mcf->engine_auth = (char *) s;
+    mcf->engine_auth = (char *) secret.data;
 
     (void) cmd;
 

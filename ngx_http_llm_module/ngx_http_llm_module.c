@@ -1115,3 +1115,81 @@ invalid:
                        "invalid parameter \"%V\" of llm_model", &value[i]);
     return NGX_CONF_ERROR;
 }
+
+
+/*
+ * A secret from a file named in the configuration (llm_provider key_file,
+ * llm_engine_auth_file, llm_limit_store password_file): its first line,
+ * surrounding blanks trimmed, 1 to max visible ASCII characters (so it
+ * can go into a header or a frame as is), NUL-terminated in cf->pool.
+ * NGX_OK, or NGX_ERROR with the reason logged, naming what for.
+ */
+
+ngx_int_t
+ngx_http_llm_conf_secret(ngx_conf_t *cf, ngx_str_t *name, const char *what,
+    size_t max, ngx_str_t *out)
+{
+    u_char      *buf, *s, *e, *q;
+    ssize_t      n;
+    ngx_str_t    file;
+    ngx_file_t   f;
+
+    file = *name;
+
+    if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&f, sizeof(ngx_file_t));
+    f.name = file;
+    f.log = cf->log;
+
+    f.fd = ngx_open_file(file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (f.fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "%s: cannot open \"%V\"", what, &file);
+        return NGX_ERROR;
+    }
+
+    buf = ngx_pnalloc(cf->pool, 4096 + 1);
+    if (buf == NULL) {
+        (void) ngx_close_file(f.fd);
+        return NGX_ERROR;
+    }
+
+    n = ngx_read_file(&f, buf, 4096, 0);
+    (void) ngx_close_file(f.fd);
+
+    if (n == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    s = buf;
+    e = buf + n;
+
+    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')) {
+        s++;
+    }
+
+    for (q = s; q < e && *q != '\r' && *q != '\n'; q++) { /* void */ }
+
+    while (q > s && (q[-1] == ' ' || q[-1] == '\t')) {
+        q--;
+    }
+
+    *q = '\0';
+
+    for (e = s; e < q && *e > 0x20 && *e < 0x7f; e++) { /* void */ }
+
+    if (q == s || e < q || (size_t) (q - s) > max) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%s \"%V\": expected one line of 1 to %uz "
+                           "visible ASCII characters", what, &file, max);
+        return NGX_ERROR;
+    }
+
+    out->data = s;
+    out->len = q - s;
+
+    return NGX_OK;
+}

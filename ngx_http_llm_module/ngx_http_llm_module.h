@@ -657,6 +657,10 @@ ngx_int_t ngx_http_llm_input_filter_init(void *data);
 void ngx_http_llm_arm_read(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx);
 void ngx_http_llm_arm_ttft(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx);
 
+/* ngx_http_llm_module.c: a secret's file (first line, visible ASCII) */
+ngx_int_t ngx_http_llm_conf_secret(ngx_conf_t *cf, ngx_str_t *name,
+    const char *what, size_t max, ngx_str_t *out);
+
 /* ngx_http_llm_backend.c: llm_engine_auth_file */
 char *ngx_http_llm_engine_auth_file(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);

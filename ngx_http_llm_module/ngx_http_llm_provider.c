@@ -369,97 +369,28 @@ ngx_http_llm_prov_url(ngx_conf_t *cf, ngx_http_llm_provider_t *p,
 }
 
 
-/*
- * Reads the provider's API key (the whole file, surrounding blanks
- * trimmed; one line of visible ASCII, so it cannot break the header).
- */
+/* The provider's API key from key_file=, as "Bearer KEY". */
 
 static ngx_int_t
 ngx_http_llm_prov_key(ngx_conf_t *cf, ngx_http_llm_provider_t *p,
     ngx_str_t *name)
 {
-    u_char           *buf, *s, *e, *q;
-    ssize_t           n;
-    ngx_str_t         file;
-    ngx_file_t        f;
-    ngx_file_info_t   fi;
+    ngx_str_t  key;
 
-    file = *name;
-
-    if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    ngx_memzero(&f, sizeof(ngx_file_t));
-    f.name = file;
-    f.log = cf->log;
-
-    f.fd = ngx_open_file(file.data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
-    if (f.fd == NGX_INVALID_FILE) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                           "llm_provider \"%V\": cannot open key_file "
-                           "\"%V\"", &p->name, &file);
-        return NGX_ERROR;
-    }
-
-    if (ngx_fd_info(f.fd, &fi) == NGX_FILE_ERROR
-        || ngx_file_size(&fi) > 16384)
+    if (ngx_http_llm_conf_secret(cf, name, "llm_provider key_file", 4096,
+                                 &key)
+        != NGX_OK)
     {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "llm_provider \"%V\": key_file \"%V\" is not a "
-                           "key (larger than 16 KB or unreadable)",
-                           &p->name, &file);
-        (void) ngx_close_file(f.fd);
         return NGX_ERROR;
     }
 
-    buf = ngx_pnalloc(cf->pool, ngx_file_size(&fi) + 1);
-    if (buf == NULL) {
-        (void) ngx_close_file(f.fd);
-        return NGX_ERROR;
-    }
-
-    n = ngx_read_file(&f, buf, ngx_file_size(&fi), 0);
-    (void) ngx_close_file(f.fd);
-
-    if (n == NGX_ERROR) {
-        return NGX_ERROR;
-    }
-
-    s = buf;
-    e = buf + n;
-
-    while (s < e && (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')) {
-        s++;
-    }
-
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r'
-                     || e[-1] == '\n'))
-    {
-        e--;
-    }
-
-    for (q = s; q < e; q++) {
-        if (*q <= 0x20 || *q >= 0x7f) {
-            break;
-        }
-    }
-
-    if (s == e || q < e) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "llm_provider \"%V\": key_file \"%V\" must hold "
-                           "one key of visible ASCII characters",
-                           &p->name, &file);
-        return NGX_ERROR;
-    }
-
-    p->auth.len = sizeof("Bearer ") - 1 + (e - s);
+    p->auth.len = sizeof("Bearer ") - 1 + key.len;
     p->auth.data = ngx_pnalloc(cf->pool, p->auth.len);
     if (p->auth.data == NULL) {
         return NGX_ERROR;
     }
 
-    ngx_memcpy(ngx_cpymem(p->auth.data, "Bearer ", 7), s, e - s);
+    ngx_memcpy(ngx_cpymem(p->auth.data, "Bearer ", 7), key.data, key.len);
 
     return NGX_OK;
 }

@@ -175,7 +175,6 @@ ngx_http_llm_limit_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_str_t                  *value, s, file;
     ngx_url_t                   u;
     ngx_uint_t                  i;
-    ngx_file_t                  f;
     ngx_http_llm_store_conf_t  *sc;
 
     if (kmcf->store) {
@@ -268,43 +267,14 @@ ngx_http_llm_limit_store(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             file.data = s.data + 14;
             file.len = s.len - 14;
 
-            if (ngx_conf_full_name(cf->cycle, &file, 1) != NGX_OK) {
-                return NGX_CONF_ERROR;
-            }
-
-            ngx_memzero(&f, sizeof(ngx_file_t));
-            f.name = file;
-            f.log = cf->log;
-            f.fd = ngx_open_file(file.data, NGX_FILE_RDONLY,
-                                 NGX_FILE_OPEN, 0);
-
-            if (f.fd == NGX_INVALID_FILE) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
-                                   "llm_limit_store: cannot open "
-                                   "password_file \"%V\"", &file);
-                return NGX_CONF_ERROR;
-            }
-
-            sc->password.data = ngx_pnalloc(cf->pool, 1024);
-            if (sc->password.data == NULL) {
-                (void) ngx_close_file(f.fd);
-                return NGX_CONF_ERROR;
-            }
-
-            n = ngx_read_file(&f, sc->password.data, 1024, 0);
-            (void) ngx_close_file(f.fd);
-
-            if (n == NGX_ERROR) {
-                return NGX_CONF_ERROR;
-            }
-
-            while (n > 0 && (sc->password.data[n - 1] == '\n'
-                             || sc->password.data[n - 1] == '\r'))
+            if (ngx_http_llm_conf_secret(cf, &file,
+                                         "llm_limit_store password_file",
+                                         1024, &sc->password)
+                != NGX_OK)
             {
-                n--;
+                return NGX_CONF_ERROR;
             }
 
-            sc->password.len = (size_t) n;
             continue;
         }
 

@@ -16,7 +16,6 @@ use LlmTest;
 use LlmClient;
 use LlmEngine;
 use LlmNpm;
-use Time::HiRes ();
 
 LlmNpm::need('tests/client', 'openai', 'ajv');
 
@@ -78,15 +77,9 @@ ok(($again->{cached_tokens} // $again->{started}{cached_tokens} // 0) > 0
 is_deeply($again->{tokens}, $first->{tokens},
           'deepseek2: a prefix-cache hit gives the same tokens');
 
-my @long = map { chat1("long stream $_", max_tokens => 200) } 1 .. 12;
-my @want = map { LlmEngine::gen($t, $small, $_)->{tokens} } @long[0, 1];
-my $gate = sprintf '%.3f', Time::HiRes::time() + 2;
-my @limit = $ENV{LLM_ENGINE_WRAP} ? ('--timeout', 900) : ();
-my @h = map { LlmEngine::spawn($t, $small, $_, '--start-at', $gate, @limit) }
-        @long;
-my @res = LlmEngine::wait_clients($t, @h);
-is(scalar(grep { $_->{done} } @res), 12, 'deepseek2: all 12 streams finished');
-is_deeply([map { $_->{tokens} } @res[0, 1]], \@want,
+my ($res, $want) = LlmEngine::preempt_run($t, $small, 12);
+is(scalar(grep { $_->{done} } @$res), 12, 'deepseek2: all 12 streams finished');
+is_deeply([map { $_->{tokens} } @$res[0, 1]], $want,
           'deepseek2: preempted streams recompute to the same tokens');
 my $st = LlmEngine::info($t, $small)->{stats};
 ok($st->{requests_preempted} > 0,

@@ -163,20 +163,9 @@ is($valid, $calls, "every call's arguments fit the schema ($valid of $calls)");
 my $small = $t->start_engine('small', model => $m,
                              args => ['--kv-mb', '1', '--ctx', '256',
                                       '--max-batch', '12']);
-sub chat1 {
-    my ($q, %o) = @_;
-    return { messages => [{ role => 'user', content => $q }],
-             max_tokens => 16, ignore_eos => JSON::PP::true, %o };
-}
-my @long = map { chat1("long stream $_", max_tokens => 200) } 1 .. 12;
-my @want = map { LlmEngine::gen($t, $small, $_)->{tokens} } @long[0, 1];
-my $gate = sprintf '%.3f', Time::HiRes::time() + 2;
-my @limit = $ENV{LLM_ENGINE_WRAP} ? ('--timeout', 900) : ();
-my @h = map { LlmEngine::spawn($t, $small, $_, '--start-at', $gate, @limit) }
-        @long;
-my @res = LlmEngine::wait_clients($t, @h);
-is(scalar(grep { $_->{done} } @res), 12, 'all 12 finished despite the KV');
-is_deeply([map { $_->{tokens} } @res[0, 1]], \@want,
+my ($res, $want) = LlmEngine::preempt_run($t, $small, 12);
+is(scalar(grep { $_->{done} } @$res), 12, 'all 12 finished despite the KV');
+is_deeply([map { $_->{tokens} } @$res[0, 1]], $want,
           'preempted streams recompute to the same tokens');
 my $st2 = LlmEngine::info($t, $small)->{stats};
 ok($st2->{requests_preempted} > 0,

@@ -161,4 +161,21 @@ sub completion_body {
 # Request{info: {}}
 sub info_body { pb_bytes(2, '') }
 
+# Preemption: n long greedy streams (max_tokens 200) started together on
+# an engine with a KV cache too small for them all, the first two also
+# run alone before.  Returns (the streams' results, the two alone's
+# tokens); preempted streams must recompute to the same tokens.
+sub preempt_run {
+    my ($t, $sock, $n) = @_;
+    my @long = map { { messages => [{ role => 'user',
+                                      content => "long stream $_" }],
+                       max_tokens => 200, ignore_eos => JSON::PP::true } }
+               1 .. $n;
+    my @want = map { gen($t, $sock, $_)->{tokens} } @long[0, 1];
+    my $gate = sprintf '%.3f', Time::HiRes::time() + 2;
+    my @limit = $ENV{LLM_ENGINE_WRAP} ? ('--timeout', 900) : ();
+    my @h = map { spawn($t, $sock, $_, '--start-at', $gate, @limit) } @long;
+    return ([ wait_clients($t, @h) ], \@want);
+}
+
 1;

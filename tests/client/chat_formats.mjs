@@ -24,23 +24,12 @@
 // Prints TAP; exits non-zero on any failure.
 
 import fs from 'node:fs';
-import OpenAI from 'openai';
 import Ajv from 'ajv';
+import { client, ok, done, fn, streamed, whole } from './chat_lib.mjs';
 
-const client = new OpenAI({ baseURL: process.env.LLM_URL, apiKey: 'none',
-                            maxRetries: 0, timeout: 120000 });
 const dump = process.env.LLM_DUMP;
 const N = Number(process.env.LLM_N || 16);
 
-let n = 0, failed = 0;
-function ok(cond, name, why) {
-  n++;
-  if (!cond) failed++;
-  console.log(`${cond ? 'ok' : 'not ok'} ${n} - ${name}`);
-  if (!cond && why) console.log(`# ${String(why).slice(0, 600)}`);
-}
-
-const fn = (name, parameters) => ({ type: 'function', function: { name, description: name, parameters } });
 // harmony arguments are JSON: strings, numbers, arrays are fine; GLM's
 // string values are raw text a random model never closes, so its tools
 // take enums and booleans (arch_models.t)
@@ -70,46 +59,6 @@ for (const [m, set] of Object.entries(tools)) {
   validate[m] = Object.fromEntries(set.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
 }
 
-// A streamed answer put together from its chunks, as a client does, with
-// the order of the reasoning and content deltas.
-async function streamed(req) {
-  const s = await client.chat.completions.create({ ...req, stream: true });
-  const r = { content: '', reasoning: '', calls: [], finish: null, nReasoning: 0, contentFirst: -1,
-              reasoningLast: -1, chunks: 0, both: 0 };
-  for await (const chunk of s) {
-    const c = chunk.choices?.[0];
-    if (!c) continue;
-    const d = c.delta ?? {};
-    r.chunks++;
-    if (d.reasoning_content) {
-      r.reasoning += d.reasoning_content;
-      r.nReasoning++;
-      r.reasoningLast = r.chunks;
-    }
-    if (d.content) {
-      r.content += d.content;
-      if (r.contentFirst < 0) r.contentFirst = r.chunks;
-    }
-    if (d.reasoning_content && d.content) r.both++;
-    for (const t of d.tool_calls ?? []) {
-      const k = t.index;
-      r.calls[k] ??= { id: '', name: '', arguments: '' };
-      if (t.id) r.calls[k].id = t.id;
-      if (t.function?.name) r.calls[k].name += t.function.name;
-      if (t.function?.arguments) r.calls[k].arguments += t.function.arguments;
-    }
-    if (c.finish_reason) r.finish = c.finish_reason;
-  }
-  return r;
-}
-
-async function whole(req) {
-  const res = await client.chat.completions.create(req);
-  const c = res.choices[0];
-  return { content: c.message.content ?? '', reasoning: c.message.reasoning_content ?? '',
-           calls: (c.message.tool_calls ?? []).map((t) => ({ id: t.id, ...t.function })),
-           finish: c.finish_reason, usage: res.usage };
-}
 
 // (a) forced tool calls
 for (const model of ['oss', 'glm', 'glm47']) {
@@ -193,5 +142,4 @@ for (const model of ['oss-script', 'glm-script']) {
   ok(!/<\||<\/?think>/.test(s.content + s.reasoning + w.content + w.reasoning), `${model}: no markup in the text`);
 }
 
-console.log(`1..${n}`);
-process.exit(failed ? 1 : 0);
+done();

@@ -1,0 +1,67 @@
+// What the chat-format suites (chat_formats.mjs, arch_clients.mjs) share:
+// TAP output, the OpenAI client, tool definitions, and an answer put
+// together from a stream or taken whole.
+
+import OpenAI from 'openai';
+
+export const client = new OpenAI({ baseURL: process.env.LLM_URL, apiKey: 'none',
+                                   maxRetries: 0, timeout: 120000 });
+
+let n = 0, failed = 0;
+
+// One TAP point; why is printed under a failure.
+export function ok(cond, name, why) {
+  n++;
+  if (!cond) failed++;
+  console.log(`${cond ? 'ok' : 'not ok'} ${n} - ${name}`);
+  if (!cond && why) console.log(`# ${String(why).slice(0, 600)}`);
+}
+
+// The plan, and the exit status: non-zero on any failure.
+export function done() {
+  console.log(`1..${n}`);
+  process.exit(failed ? 1 : 0);
+}
+
+export const fn = (name, parameters) => ({ type: 'function', function: { name, description: name, parameters } });
+
+// A streamed answer put together from its chunks, as a client does, with
+// the order of the reasoning and content deltas.
+export async function streamed(req) {
+  const s = await client.chat.completions.create({ ...req, stream: true });
+  const r = { content: '', reasoning: '', calls: [], finish: null, nReasoning: 0, contentFirst: -1,
+              reasoningLast: -1, chunks: 0, both: 0 };
+  for await (const chunk of s) {
+    const c = chunk.choices?.[0];
+    if (!c) continue;
+    const d = c.delta ?? {};
+    r.chunks++;
+    if (d.reasoning_content) {
+      r.reasoning += d.reasoning_content;
+      r.nReasoning++;
+      r.reasoningLast = r.chunks;
+    }
+    if (d.content) {
+      r.content += d.content;
+      if (r.contentFirst < 0) r.contentFirst = r.chunks;
+    }
+    if (d.reasoning_content && d.content) r.both++;
+    for (const t of d.tool_calls ?? []) {
+      const k = t.index;
+      r.calls[k] ??= { id: '', name: '', arguments: '' };
+      if (t.id) r.calls[k].id = t.id;
+      if (t.function?.name) r.calls[k].name += t.function.name;
+      if (t.function?.arguments) r.calls[k].arguments += t.function.arguments;
+    }
+    if (c.finish_reason) r.finish = c.finish_reason;
+  }
+  return r;
+}
+
+export async function whole(req) {
+  const res = await client.chat.completions.create(req);
+  const c = res.choices[0];
+  return { content: c.message.content ?? '', reasoning: c.message.reasoning_content ?? '',
+           calls: (c.message.tool_calls ?? []).map((t) => ({ id: t.id, ...t.function })),
+           finish: c.finish_reason, usage: res.usage };
+}
