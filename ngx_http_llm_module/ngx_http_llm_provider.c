@@ -96,6 +96,8 @@ static ngx_int_t ngx_http_llm_prov_choices(ngx_http_request_t *r,
 static ngx_int_t ngx_http_llm_prov_choice(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, ngx_http_llm_pstate_t *ps, json_t *c,
     ngx_uint_t index);
+static ngx_int_t ngx_http_llm_prov_logprobs(ngx_pool_t *pool, json_t *lp,
+    Llm__Delta *delta);
 static ngx_int_t ngx_http_llm_prov_calls(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, json_t *calls, ngx_uint_t index);
 static ngx_int_t ngx_http_llm_prov_embeddings(ngx_http_request_t *r,
@@ -1408,8 +1410,9 @@ static ngx_int_t
 ngx_http_llm_prov_choice(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ngx_http_llm_pstate_t *ps, json_t *c, ngx_uint_t index)
 {
-    json_t       *d, *text, *reasoning, *fr;
+    json_t       *d, *text, *reasoning, *fr, *lp;
     ngx_int_t     rc;
+    ngx_pool_t   *tmp;
     const char   *f;
     Llm__Event    ev = LLM__EVENT__INIT;
     Llm__Delta    delta = LLM__DELTA__INIT;
@@ -1438,7 +1441,26 @@ ngx_http_llm_prov_choice(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     delta.reasoning = json_is_string(reasoning)
                       ? (char *) json_string_value(reasoning) : "";
 
-    if (delta.text[0] || delta.reasoning[0]) {
+    /* the tokens' logprobs, when the client asked and the provider gave */
+
+    lp = json_object_get(c, "logprobs");
+    tmp = NULL;
+
+    if (json_is_object(lp)) {
+        tmp = ngx_create_pool(4096, r->connection->log);
+        if (tmp == NULL
+            || ngx_http_llm_prov_logprobs(tmp, lp, &delta) != NGX_OK)
+        {
+            if (tmp) {
+                ngx_destroy_pool(tmp);
+            }
+            return NGX_ERROR;
+        }
+    }
+
+    rc = NGX_OK;
+
+    if (delta.text[0] || delta.reasoning[0] || delta.n_logprobs) {
         ev.kind_case = LLM__EVENT__KIND_DELTA;
         ev.delta = &delta;
 
@@ -1446,9 +1468,14 @@ ngx_http_llm_prov_choice(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         ctx->streamed_tokens++;
 
         rc = ngx_http_llm_prov_emit(r, ctx, &ev);
-        if (rc != NGX_OK) {
-            return rc;
-        }
+    }
+
+    if (tmp) {
+        ngx_destroy_pool(tmp);
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     if (json_is_object(d) && json_is_array(json_object_get(d, "tool_calls")))
@@ -1474,6 +1501,118 @@ ngx_http_llm_prov_choice(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
               ? LLM__FINISH_REASON__FINISH_CONTENT_FILTER
             : LLM__FINISH_REASON__FINISH_STOP;
     }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A choice's logprobs as the engine's TokenLogprob list, in pool: chat's
+ * {"content": [{token, logprob, top_logprobs: [{token, logprob}]}]} or
+ * legacy completions' {tokens, token_logprobs, top_logprobs: [{tok: lp}]}.
+ */
+
+static ngx_int_t
+ngx_http_llm_prov_logprobs(ngx_pool_t *pool, json_t *lp, Llm__Delta *delta)
+{
+    size_t              i, k, n;
+    json_t             *content, *tokens, *lps, *tops, *it, *top, *t;
+    const char         *key;
+    Llm__TopLogprob    *tp;
+    Llm__TokenLogprob  *tl, **all;
+
+    content = json_object_get(lp, "content");
+    tokens = json_object_get(lp, "tokens");
+    lps = json_object_get(lp, "token_logprobs");
+    tops = json_object_get(lp, "top_logprobs");
+
+    n = json_is_array(content) ? json_array_size(content)
+        : json_is_array(tokens) ? json_array_size(tokens) : 0;
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    all = ngx_pcalloc(pool, n * sizeof(Llm__TokenLogprob *));
+    if (all == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < n; i++) {
+        tl = ngx_pcalloc(pool, sizeof(Llm__TokenLogprob));
+        if (tl == NULL) {
+            return NGX_ERROR;
+        }
+
+        llm__token_logprob__init(tl);
+        all[i] = tl;
+
+        if (json_is_array(content)) {
+            it = json_array_get(content, i);
+            t = json_object_get(it, "token");
+            tl->logprob = (float) json_number_value(
+                                          json_object_get(it, "logprob"));
+            top = json_object_get(it, "top_logprobs");
+
+        } else {
+            t = json_array_get(tokens, i);
+            tl->logprob = (float) json_number_value(json_array_get(lps, i));
+            top = json_array_get(tops, i);
+        }
+
+        if (json_is_string(t)) {
+            tl->text.data = (uint8_t *) json_string_value(t);
+            tl->text.len = json_string_length(t);
+        }
+
+        k = json_is_array(top) ? json_array_size(top)
+            : json_is_object(top) ? json_object_size(top) : 0;
+
+        if (k == 0) {
+            continue;
+        }
+
+        tl->top = ngx_pcalloc(pool, k * sizeof(Llm__TopLogprob *));
+        if (tl->top == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (json_is_array(top)) {
+            json_array_foreach(top, k, it) {
+                t = json_object_get(it, "token");
+                tp = ngx_pcalloc(pool, sizeof(Llm__TopLogprob));
+                if (tp == NULL) {
+                    return NGX_ERROR;
+                }
+
+                llm__top_logprob__init(tp);
+                if (json_is_string(t)) {
+                    tp->text.data = (uint8_t *) json_string_value(t);
+                    tp->text.len = json_string_length(t);
+                }
+                tp->logprob = (float) json_number_value(
+                                          json_object_get(it, "logprob"));
+                tl->top[tl->n_top++] = tp;
+            }
+
+        } else {
+            json_object_foreach(top, key, it) {
+                tp = ngx_pcalloc(pool, sizeof(Llm__TopLogprob));
+                if (tp == NULL) {
+                    return NGX_ERROR;
+                }
+
+                llm__top_logprob__init(tp);
+                tp->text.data = (uint8_t *) key;
+                tp->text.len = ngx_strlen(key);
+                tp->logprob = (float) json_number_value(it);
+                tl->top[tl->n_top++] = tp;
+            }
+        }
+    }
+
+    delta->logprobs = all;
+    delta->n_logprobs = n;
 
     return NGX_OK;
 }

@@ -158,6 +158,31 @@ my $plog = $p->slurp("$pd/prov.log");
 like($plog, qr/auth="Bearer \Q$pkey\E"/, 'the provider key went upstream');
 unlike($plog, qr/\Q$key\E/, "the client's key never went upstream");
 
+# logprobs pass through: chat (content items with top_logprobs) and
+# legacy completions (tokens, token_logprobs, top_logprobs)
+
+$r = $t->post('/v1/chat/completions', chat('remote-tiny', logprobs =>
+              JSON::PP::true, top_logprobs => 2), %auth);
+my $lpc = $r->{json}{choices}[0]{logprobs}{content} // [];
+is(scalar @$lpc, $r->{json}{usage}{completion_tokens},
+   'provider logprobs: one item per token');
+ok(@$lpc && !(grep { @{ $_->{top_logprobs} // [] } != 2 } @$lpc)
+   && !(grep { !defined $_->{logprob} || $_->{logprob} > 0 } @$lpc),
+   'provider logprobs: each with its 2 top logprobs');
+$r = $t->post('/v1/completions', { model => 'remote-tiny', prompt => 'Hi',
+                                   max_tokens => 3, logprobs => 2 }, %auth);
+my $lpt = $r->{json}{choices}[0]{logprobs} // {};
+is(scalar @{ $lpt->{tokens} // [] }, 3, 'completions logprobs: 3 tokens');
+is(scalar keys %{ $lpt->{top_logprobs}[0] // {} }, 2,
+   'completions logprobs: 2 alternatives a token');
+my ($lst, $lhd, $lev) = stream(chat('remote-tiny', stream => JSON::PP::true,
+                                    logprobs => JSON::PP::true,
+                                    top_logprobs => 1));
+my $nlp = 0;
+$nlp += scalar @{ $_->{choices}[0]{logprobs}{content} // [] }
+    for grep { ref $_ && $_->{choices} && @{ $_->{choices} } } @$lev;
+is($nlp, 4, 'streamed provider logprobs: one per token');
+
 # stream: usage forced upstream, stripped for a client that did not ask
 
 my ($st, $hd, $ev) = stream(chat('remote-tiny', stream => JSON::PP::true));
