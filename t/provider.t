@@ -121,6 +121,11 @@ my $conf = <<"EOF";
               fallback=local;
     llm_model fake-cut provider=fake remote_model=cut fallback=local;
     llm_model fake-garbage provider=fake remote_model=garbage fallback=local;
+    llm_model fake-badchunk provider=fake remote_model=badchunk;
+    llm_model fake-nostatus provider=fake remote_model=nostatus;
+    llm_model fake-miderror provider=fake remote_model=miderror;
+    llm_model fake-badutf8 provider=fake remote_model=badutf8;
+    llm_model fake-close10 provider=fake remote_model=close10;
     server {
         listen 127.0.0.1:%%PORT%%;
         location /v1/ { llm_api on; }
@@ -154,6 +159,7 @@ ok(defined $r->{json}{choices}[0]{message}{content}, 'provider: content');
 ok($r->{json}{usage}{prompt_tokens} > 0, 'provider: usage from provider');
 my $remote_usage = $r->{json}{usage};
 
+select(undef, undef, undef, 0.3);   # its access log line follows the answer
 my $plog = $p->slurp("$pd/prov.log");
 like($plog, qr/auth="Bearer \Q$pkey\E"/, 'the provider key went upstream');
 unlike($plog, qr/\Q$key\E/, "the client's key never went upstream");
@@ -288,6 +294,26 @@ my @err = grep { ref $_ && $_->{error} } @$ev;
 is(scalar @err, 1, 'cut: an error event ends the stream');
 my $after = () = $fp->requests;
 is($after - $before, 1, 'cut: one upstream request');
+
+# broken providers: an OpenAI error, or a stream ended by an error event;
+# every event valid JSON
+
+$r = $t->post('/v1/chat/completions', chat('fake-nostatus'), %auth);
+is($r->{status}, 502, 'not HTTP: 502');
+ok($r->{json}{error}{message}, 'not HTTP: an OpenAI error');
+$r = $t->post('/v1/chat/completions', chat('fake-close10'), %auth);
+is($r->{status}, 502, 'a JSON answer without a length (to the close): 502');
+ok($r->{json}{error}{message}, 'without a length: an OpenAI error');
+for my $m (qw(fake-badchunk fake-miderror fake-badutf8)) {
+    ($st, $hd, $ev, $raw) = stream(chat($m, stream => JSON::PP::true));
+    is($st, 200, "$m: the stream had started");
+    my @bad = grep { !ref $_ && $_ ne '[DONE]' } @$ev;
+    is(scalar @bad, 0, "$m: every event is JSON") or diag $raw;
+    my @e = grep { ref $_ && $_->{error} } @$ev;
+    is(scalar @e, 1, "$m: one error event ends it");
+}
+like(join(' ', map { ref $_ && $_->{error} ? $_->{error}{message} : '' }
+          @$ev), qr/invalid answer/, 'invalid UTF-8: an invalid answer');
 
 # TLS: a certificate for another name is refused (then no model is left)
 

@@ -14,6 +14,11 @@ package FakeProvider;
 #   slow      as ok after `delay` seconds of silence
 #   cut       a stream: two chunks, then the connection closes
 #   garbage   200 with a body that is not JSON
+#   badchunk  a stream whose chunked encoding breaks after one chunk
+#   nostatus  bytes that are not an HTTP answer
+#   miderror  a stream: one chunk, then an OpenAI error object
+#   badutf8   a stream: one chunk, then a chunk with invalid UTF-8
+#   close10   an HTTP/1.0 JSON answer without a length, to the close
 #
 #   my $fp = FakeProvider->start(port => $port, log => "$dir/fake.log");
 #   ...
@@ -116,6 +121,20 @@ sub _answer {
                   . "Content-Length: " . length($b) . "\r\n\r\n$b");
         return 1;
     }
+    if ($model eq 'nostatus') {
+        _send($c, "SSH-2.0-OpenSSH_9.2\r\n\r\n");
+        return 0;
+    }
+    if ($model eq 'close10') {
+        my $b = JSON::PP->new->canonical->utf8->encode({ id => 'x',
+            object => 'chat.completion', model => $model,
+            choices => [ { index => 0, finish_reason => 'stop',
+                message => { role => 'assistant', content => 'old' } } ],
+            usage => $usage });
+        _send($c, "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n"
+                  . "\r\n$b");
+        return 0;
+    }
     if ($model eq 'garbage') {
         _send($c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                   . "Content-Length: 9\r\n\r\nnot json!");
@@ -159,6 +178,23 @@ sub _answer {
                            delta => { content => $w } } ] }) . "\n\n");
         if ($model eq 'cut' && ++$i == 2) {
             return 0;
+        }
+        if ($model eq 'badchunk') {
+            _send($c, "zz\r\nnot a chunk\r\n");
+            return 0;
+        }
+        if ($model eq 'miderror') {
+            _chunk($c, "data: " . $enc->encode({ error => {
+                message => 'upstream overloaded mid-stream',
+                type => 'server_error', code => 'overloaded' } }) . "\n\n");
+            _send($c, "0\r\n\r\n");
+            return 1;
+        }
+        if ($model eq 'badutf8') {
+            _chunk($c, "data: {\"choices\":[{\"index\":0,\"delta\":"
+                       . "{\"content\":\"\xff\xfe\"}}]}\n\n");
+            _send($c, "0\r\n\r\n");
+            return 1;
         }
         sleep 0.05;
     }
