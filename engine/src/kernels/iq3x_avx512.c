@@ -17,7 +17,7 @@
  * block is unpacked once for up to 4 columns.
  */
 
-#pragma GCC target("avx512vbmi")
+/* built with -mavx512vbmi (engine/Makefile) */
 
 #include <immintrin.h>
 

@@ -336,16 +336,6 @@ llm_k23r_dpwssd(__m512i acc, __m512i a, const int16_t *pair)
 }
 
 
-/* Prefetch the super-block two ahead (bytes of it, 64 at a time). */
-LLM_INLINE void
-llm_k23r_prefetch(const void *p, size_t bytes)
-{
-    for (size_t o = 0; o < bytes; o += 64) {
-        _mm_prefetch((const char *) p + o, _MM_HINT_T0);
-    }
-}
-
-
 LLM_INLINE void
 llm_q2_K_r16_tile(const int C, int64_t nb, const llm_block_q2_Kx16 *w,
     const char *x, size_t xs, float *y, size_t ldy)
@@ -394,7 +384,9 @@ llm_q2_K_r16_tile(const int C, int64_t nb, const llm_block_q2_Kx16 *w,
                 }
             }
         }
-#pragma GCC unroll 2
+#ifndef __clang__
+#pragma GCC unroll 2        /* clang cannot unroll it around the inner ones */
+#endif
         for (h = 0; h < 2; h++) {
 #pragma GCC unroll 2
             for (u = 0; u < 2; u++) {
@@ -530,7 +522,9 @@ llm_q3_K_r16_tile(const int C, int64_t nb, const llm_block_q3_Kx16 *w,
                 }
             }
         }
-#pragma GCC unroll 2
+#ifndef __clang__
+#pragma GCC unroll 2        /* clang cannot unroll it around the inner ones */
+#endif
         for (h = 0; h < 2; h++) {
 #pragma GCC unroll 2
             for (u = 0; u < 2; u++) {
