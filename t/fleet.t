@@ -36,6 +36,7 @@ my $fleet = $t->repo . '/examples/fleet/fleet.sh';
 local $ENV{FLEET_NET} = $net;
 local $ENV{BUILD} = $t->build;
 local $ENV{QUOTA} = 600;
+local $ENV{NGINX_PRELOAD} = $ENV{LLM_NGINX_PRELOAD} // '';
 $t->model;
 
 my $up = `$fleet up $dir 2>&1`;
@@ -107,7 +108,10 @@ ok((grep { $_ > 0 } map { -s "$dir/$_.access.log" // 0 } qw(gw1 gw2)) == 2,
 
 # kill gateway 1: new requests go to gateway 2
 
-kill 'TERM', `cat $dir/gw1.pid` + 0;
+# a crash: the master and its workers killed at once
+my $gw1 = `cat $dir/gw1.pid` + 0;
+my @workers = split ' ', `pgrep -P $gw1`;
+kill 'KILL', $gw1, @workers;
 sleep 0.5;
 # a new key's worth of quota is not needed: these are refused or served,
 # never a connection error
@@ -144,8 +148,12 @@ ok(!(grep { $_ != 1 } values %{ $u->{ids} }), 'no request id twice');
 ok(!(grep { !$u->{ids}{$_} } grep { length } keys %ids),
    'every answered id is in a gateway log');
 
+my $fdir = $dir;
 my $down = `FLEET_NET=$net $fleet down $dir 2>&1`;
 undef $dir;
+my @san = grep { $t->slurp($_) =~ /AddressSanitizer|runtime error:|LeakSanitizer|\[alert\]|\[emerg\]/ }
+          glob "$fdir/*.log";
+is("@san", '', 'no sanitizer report, alert or emerg in the fleet\'s logs');
 unlike(`ip netns list`, qr/llm$net-/, 'fleet.sh down removes the namespaces');
 
 done_testing();

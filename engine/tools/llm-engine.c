@@ -932,5 +932,6 @@ done:
     llm_kv_free(kv);
     llm_vocab_free(v);
     llm_model_free(m);
+    free(auth);
     return rc;
 }

@@ -19,7 +19,8 @@
 #
 # Env: BUILD (the build directory, ./build), MODEL (a GGUF file; default
 # the tiny test model, made with llm-mkmodel), FLEET_NET (N above, 77),
-# QUOTA (the client key's token quota, 0: none).
+# QUOTA (the client key's token quota, 0: none), NGINX_PRELOAD (LD_PRELOAD
+# for the gateways' nginx: a sanitizer build's runtime).
 
 set -euo pipefail
 
@@ -39,11 +40,23 @@ STREAM_SO=/usr/lib/nginx/modules/ngx_stream_module.so
 ns() { echo "$NS_PREFIX-$1"; }
 
 down() {
+    # nginx (the gateways, the balancer) ends gracefully on QUIT, the
+    # engines and Redis on TERM
     for f in "$DIR"/*.pid; do
         [ -f "$f" ] || continue
-        kill "$(cat "$f")" 2>/dev/null || true
+        case $f in
+        */gw?.pid|*/lb.pid) kill -QUIT "$(cat "$f")" 2>/dev/null || true ;;
+        *) kill "$(cat "$f")" 2>/dev/null || true ;;
+        esac
     done
-    sleep 0.5
+    for i in $(seq 1 50); do
+        alive=0
+        for f in "$DIR"/*.pid; do
+            [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && alive=1
+        done
+        [ $alive = 0 ] && break
+        sleep 0.1
+    done
     for f in "$DIR"/*.pid; do
         [ -f "$f" ] || continue
         kill -9 "$(cat "$f")" 2>/dev/null || true
@@ -78,7 +91,7 @@ run_in() {
 
 wait_port() {
     local name=$1 addr=$2 port=$3 i
-    for i in $(seq 1 200); do
+    for i in $(seq 1 600); do
         if ip netns exec "$(ns "$name")" bash -c \
                "exec 3<>/dev/tcp/$addr/$port" 2>/dev/null; then
             return 0
@@ -190,8 +203,9 @@ up() {
 
     for i in 1 2; do
         gateway_conf "gw$i" "$NET.2$i" >"$DIR/gw$i.conf"
-        run_in "gw$i" "gw$i" "$NGINX" -p "$DIR" -c "$DIR/gw$i.conf" \
-            -e "$DIR/gw$i.error.log"
+        # NGINX_PRELOAD: a sanitizer runtime the module was built with
+        run_in "gw$i" "gw$i" env ${NGINX_PRELOAD:+"LD_PRELOAD=$NGINX_PRELOAD"} \
+            "$NGINX" -p "$DIR" -c "$DIR/gw$i.conf" -e "$DIR/gw$i.error.log"
     done
     wait_port gw1 "$NET.21" 8080
     wait_port gw2 "$NET.22" 8080
