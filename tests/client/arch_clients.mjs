@@ -18,7 +18,7 @@
 // Prints TAP; exits non-zero on any failure.
 
 import Ajv from 'ajv';
-import { client, ok, done, fn, streamed, whole } from './chat_lib.mjs';
+import { ok, done, fn, streamed, whole, forcedCalls } from './chat_lib.mjs';
 
 const N = Number(process.env.LLM_N || 8);
 
@@ -46,41 +46,7 @@ for (const [m, set] of Object.entries(tools)) {
 // (a) forced tool calls, thinking off (the answer is the call)
 const noThink = { deepseek: {}, qwen: { reasoning_effort: 'none' } };
 for (const model of ['deepseek', 'qwen']) {
-  let good = 0;
-  const bad = [];
-  for (let i = 0; i < N; i++) {
-    const named = i % 2 === 1 ? tools[model][(i >> 1) % 2].function.name : null;
-    const stream = i % 4 >= 2;
-    const req = {
-      model, tools: tools[model], max_tokens: 300, temperature: 0.8, seed: 200 + i,
-      messages: [{ role: 'user', content: `Request ${i}: use a tool.` }],
-      tool_choice: named ? { type: 'function', function: { name: named } } : 'required',
-      parallel_tool_calls: false, ...noThink[model],
-    };
-    let r;
-    try {
-      r = stream ? await streamed(req) : await whole(req);
-    } catch (e) {
-      bad.push(`#${i}: ${e.message}`);
-      continue;
-    }
-    const errs = [];
-    if (r.finish !== 'tool_calls') errs.push(`finish_reason ${r.finish}`);
-    if (r.calls.length !== 1) errs.push(`${r.calls.length} calls`);
-    if (r.content) errs.push(`content [${r.content}]`);
-    for (const c of r.calls) {
-      const v = validate[model][c.name];
-      if (!v) { errs.push(`unknown tool ${c.name}`); continue; }
-      if (named && c.name !== named) errs.push(`called ${c.name}, not ${named}`);
-      let args;
-      try { args = JSON.parse(c.arguments); } catch { errs.push(`arguments do not parse: ${c.arguments}`); continue; }
-      if (!v(args)) errs.push(`${c.name} ${c.arguments}: ${ajv.errorsText(v.errors)}`);
-    }
-    if (errs.length) bad.push(`#${i}${stream ? ' stream' : ''}${named ? ` named ${named}` : ''}: ${errs.join('; ')}`);
-    else good++;
-  }
-  ok(bad.length === 0, `${model}: ${good} of ${N} forced calls (required and named, streamed and not) `
-     + 'parse and validate against their schema', bad.join(' | '));
+  await forcedCalls(model, tools[model], validate[model], ajv, N, 200, noThink[model]);
 }
 
 // (b) reasoning: the template opens <think>, the model's text is thinking

@@ -25,7 +25,7 @@
 
 import fs from 'node:fs';
 import Ajv from 'ajv';
-import { client, ok, done, fn, streamed, whole } from './chat_lib.mjs';
+import { client, ok, done, fn, streamed, whole, forcedCalls } from './chat_lib.mjs';
 
 const dump = process.env.LLM_DUMP;
 const N = Number(process.env.LLM_N || 16);
@@ -60,48 +60,12 @@ for (const [m, set] of Object.entries(tools)) {
 }
 
 
-// (a) forced tool calls
+// (a) forced tool calls; GLM-4.7's template opens <think> for the
+// answer, and a thinking block is not constrained (a random model never
+// closes it): none renders it closed, so the answer is the call
 for (const model of ['oss', 'glm', 'glm47']) {
-  let good = 0;
-  const bad = [];
-  for (let i = 0; i < N; i++) {
-    const named = i % 2 === 1 ? tools[model][(i >> 1) % 2].function.name : null;
-    const stream = i % 4 >= 2;
-    const req = {
-      model, tools: tools[model], max_tokens: 400, temperature: 0.8, seed: 100 + i,
-      messages: [{ role: 'user', content: `Request ${i}: use a tool.` }],
-      tool_choice: named ? { type: 'function', function: { name: named } } : 'required',
-      parallel_tool_calls: false,
-      // GLM-4.7's template opens <think> for the answer, and a thinking
-      // block is not constrained (a random model never closes it); none
-      // renders it closed, so the answer is the call
-      ...(model === 'glm47' ? { reasoning_effort: 'none' } : {}),
-    };
-    let r;
-    try {
-      r = stream ? await streamed(req) : await whole(req);
-    } catch (e) {
-      bad.push(`#${i}: ${e.message}`);
-      continue;
-    }
-    const errs = [];
-    if (r.finish !== 'tool_calls') errs.push(`finish_reason ${r.finish}`);
-    if (r.calls.length !== 1) errs.push(`${r.calls.length} calls`);
-    if (r.content || r.reasoning) errs.push(`content [${r.content}] reasoning [${r.reasoning}]`);
-    for (const c of r.calls) {
-      const v = validate[model][c.name];
-      if (!/^call_[A-Za-z0-9]{24}$/.test(c.id)) errs.push(`id ${c.id}`);
-      if (!v) { errs.push(`unknown tool ${c.name}`); continue; }
-      if (named && c.name !== named) errs.push(`called ${c.name}, not ${named}`);
-      let args;
-      try { args = JSON.parse(c.arguments); } catch { errs.push(`arguments do not parse: ${c.arguments}`); continue; }
-      if (!v(args)) errs.push(`${c.name} ${c.arguments}: ${ajv.errorsText(v.errors)}`);
-    }
-    if (errs.length) bad.push(`#${i}${stream ? ' stream' : ''}${named ? ` named ${named}` : ''}: ${errs.join('; ')}`);
-    else good++;
-  }
-  ok(bad.length === 0, `${model}: ${good} of ${N} forced calls (required and named, streamed and not) `
-     + 'parse and validate against their schema', bad.join(' | '));
+  await forcedCalls(model, tools[model], validate[model], ajv, N, 100,
+                    model === 'glm47' ? { reasoning_effort: 'none' } : {});
 }
 
 // (b) reasoning_effort: the prompt as each effort renders it

@@ -65,3 +65,48 @@ export async function whole(req) {
            calls: (c.message.tool_calls ?? []).map((t) => ({ id: t.id, ...t.function })),
            finish: c.finish_reason, usage: res.usage };
 }
+
+// N forced tool calls on model (tool_choice "required" and named in
+// turn, streamed and not; extra joins each request): each must end with
+// finish_reason tool_calls, one call of a tool of set (named as asked),
+// an OpenAI call id, arguments valid with the ajv validators of
+// validate (by name), and no content or reasoning beside it.  One TAP
+// point.
+export async function forcedCalls(model, set, validate, ajv, N, seed, extra = {}) {
+  let good = 0;
+  const bad = [];
+  for (let i = 0; i < N; i++) {
+    const named = i % 2 === 1 ? set[(i >> 1) % 2].function.name : null;
+    const stream = i % 4 >= 2;
+    const req = {
+      model, tools: set, max_tokens: 400, temperature: 0.8, seed: seed + i,
+      messages: [{ role: 'user', content: `Request ${i}: use a tool.` }],
+      tool_choice: named ? { type: 'function', function: { name: named } } : 'required',
+      parallel_tool_calls: false, ...extra,
+    };
+    let r;
+    try {
+      r = stream ? await streamed(req) : await whole(req);
+    } catch (e) {
+      bad.push(`#${i}: ${e.message}`);
+      continue;
+    }
+    const errs = [];
+    if (r.finish !== 'tool_calls') errs.push(`finish_reason ${r.finish}`);
+    if (r.calls.length !== 1) errs.push(`${r.calls.length} calls`);
+    if (r.content || r.reasoning) errs.push(`content [${r.content}] reasoning [${r.reasoning}]`);
+    for (const c of r.calls) {
+      const v = validate[c.name];
+      if (!/^call_[A-Za-z0-9]{24}$/.test(c.id)) errs.push(`id ${c.id}`);
+      if (!v) { errs.push(`unknown tool ${c.name}`); continue; }
+      if (named && c.name !== named) errs.push(`called ${c.name}, not ${named}`);
+      let args;
+      try { args = JSON.parse(c.arguments); } catch { errs.push(`arguments do not parse: ${c.arguments}`); continue; }
+      if (!v(args)) errs.push(`${c.name} ${c.arguments}: ${ajv.errorsText(v.errors)}`);
+    }
+    if (errs.length) bad.push(`#${i}${stream ? ' stream' : ''}${named ? ` named ${named}` : ''}: ${errs.join('; ')}`);
+    else good++;
+  }
+  ok(bad.length === 0, `${model}: ${good} of ${N} forced calls (required and named, streamed and not) `
+     + 'parse and validate against their schema', bad.join(' | '));
+}

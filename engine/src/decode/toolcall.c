@@ -201,38 +201,19 @@ llm_tc_until(const char *p, size_t n, size_t *i, const char *stop,
     return M_OK;
 }
 
-/* After an opener such as `<invoke name="`: the name up to `"`, then
- * `">`; the name is copied into name (LLM_TC_NAME_MAX + 1 bytes). */
-static int
-llm_tc_quoted_name(const char *p, size_t n, size_t *i, char *name,
-    size_t *len)
-{
-    size_t s0, s1;
-    int    r;
-
-    r = llm_tc_until(p, n, i, "\"\n<>", LLM_TC_NAME_MAX, &s0, &s1);
-    if (r == M_OK) {
-        r = p[*i] == '"' && s1 > s0 ? llm_tc_lit(p, n, i, "\">") : M_BAD;
-    }
-    if (r == M_OK) {
-        memcpy(name, p + s0, s1 - s0);
-        name[s1 - s0] = '\0';
-        *len = s1 - s0;
-    }
-    return r;
-}
-
-/* After an opener such as `<function=`: the name up to `>` (qwen3-coder),
+/* After an opener such as `<invoke name="` (end: `">`) or `<function=`
+ * (end: `>`): the name up to end's first byte, then end; the name is
  * copied into name (LLM_TC_NAME_MAX + 1 bytes). */
 static int
-llm_tc_gt_name(const char *p, size_t n, size_t *i, char *name, size_t *len)
+llm_tc_name_to(const char *p, size_t n, size_t *i, const char *end,
+    char *name, size_t *len)
 {
     size_t s0, s1;
     int    r;
 
     r = llm_tc_until(p, n, i, "\"\n<>", LLM_TC_NAME_MAX, &s0, &s1);
     if (r == M_OK) {
-        r = p[*i] == '>' && s1 > s0 ? llm_tc_lit(p, n, i, ">") : M_BAD;
+        r = p[*i] == end[0] && s1 > s0 ? llm_tc_lit(p, n, i, end) : M_BAD;
     }
     if (r == M_OK) {
         memcpy(name, p + s0, s1 - s0);
@@ -1000,8 +981,7 @@ llm_tc_mm_block(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     }
     r1 = llm_tc_lit(p, n, &k, qc ? "<function=" : "<invoke name=\"");
     if (r1 == M_OK) {
-        r1 = qc ? llm_tc_gt_name(p, n, &k, name, &nl)
-                : llm_tc_quoted_name(p, n, &k, name, &nl);
+        r1 = llm_tc_name_to(p, n, &k, qc ? ">" : "\">", name, &nl);
         if (r1 == M_NEED) {
             goto need;
         }
@@ -1061,8 +1041,7 @@ llm_tc_mm_phead(llm_toolcall_t *tc, int final, const llm_text_out_t *out)
     }
     r1 = llm_tc_lit(p, n, &k, qc ? "<parameter=" : "<parameter name=\"");
     if (r1 == M_OK) {
-        r1 = qc ? llm_tc_gt_name(p, n, &k, key, &nl)
-                : llm_tc_quoted_name(p, n, &k, key, &nl);
+        r1 = llm_tc_name_to(p, n, &k, qc ? ">" : "\">", key, &nl);
         if (r1 == M_OK && qc) {
             /* the value starts on the next line */
             if (k == n) {
