@@ -32,6 +32,7 @@ typedef struct {
     uint64_t        rng;
     double         *step_ms;        /* [reps * n_gen] decode step times */
     uint32_t        n_steps;
+    uint32_t        depth;          /* positions in the cache before */
 } bench_t;
 
 static void
@@ -39,11 +40,15 @@ usage(FILE *f)
 {
     fprintf(f,
         "usage: llm-bench -m FILE [-t THREADS] [-p N_PROMPT] [-n N_GEN]\n"
-        "                 [-r REPS] [-b BATCH] [--kv-type f32|f16] [--no-prefault]\n"
+        "                 [-r REPS] [-b BATCH] [-d DEPTH] [--kv-type f32|f16]\n"
+        "                 [--no-prefault]\n"
         "                 [--json] [--expert-cache-mb M] [--no-regroup]\n"
         "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
         "  -n  decode steps (128)         -r  repetitions (default 3)\n"
         "  -b  sequences decoded together, one token each per step (1)\n"
+        "  -d  context depth: DEPTH tokens are in the cache (filled once,\n"
+        "      not timed) before the timed prefill and decode (-b 1 only),\n"
+        "      as llama-bench's -d\n"
         "  --no-prefault  let weight pages fault in on first use\n"
         "  --no-regroup   keep the weights in the file's layout (no\n"
         "                 anonymous copy: pure mmap, as llama.cpp runs)\n"
@@ -53,7 +58,8 @@ usage(FILE *f)
         "cache, each one token of each of -b sequences; tg t/s counts all\n"
         "the batch's tokens.  Reports tokens/s, mean +- stddev.\n"
         "JSON fields: pp_tps, pp_tps_std, tg_tps, tg_tps_std, threads,\n"
-        "batch, model_bytes, peak_rss_bytes, kv_bytes, n_prompt, n_gen, reps,\n"
+        "batch, model_bytes, peak_rss_bytes, kv_bytes, n_prompt, depth, n_gen,\n"
+        "reps,\n"
         "active_bytes_per_token (weights one decode step reads), and\n"
         "pp_tps_cpu, tg_tps_cpu: tokens per CPU-second of each thread, a\n"
         "figure less hurt by a shared, oversubscribed machine; tg_p50_ms,\n"
@@ -140,7 +146,7 @@ run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
 
     for (i = 0; i < n; i++) {
         t = now_s();
-        rc = B->n_seqs == 1 ? run_batch(B, 1, i, err, errlen)
+        rc = B->n_seqs == 1 ? run_batch(B, 1, B->depth + i, err, errlen)
                             : run_step(B, i, err, errlen);
         if (rc < 0) {
             return rc;
@@ -267,6 +273,7 @@ main(int argc, char **argv)
         { "n-gen", required_argument, NULL, 'n' },
         { "repetitions", required_argument, NULL, 'r' },
         { "batch", required_argument, NULL, 'b' },
+        { "depth", required_argument, NULL, 'd' },
         { "kv-type", required_argument, NULL, 'k' },
         { "json", no_argument, NULL, 'J' },
         { "no-prefault", no_argument, NULL, 'F' },
@@ -277,7 +284,7 @@ main(int argc, char **argv)
     };
     const char      *model = NULL;
     int              threads = 2, np = 512, ng = 128, reps = 3, json = 0;
-    int              nb = 1;
+    int              nb = 1, depth = 0;
     int              ch, i, rc = 1;
     llm_type_t       kvt = LLM_TYPE_F32;
     llm_model_t     *m = NULL;
@@ -301,7 +308,7 @@ main(int argc, char **argv)
 
     memset(&B, 0, sizeof(B));
     memset(&mopts, 0, sizeof(mopts));
-    while ((ch = getopt_long(argc, argv, "m:t:p:n:r:b:h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "m:t:p:n:r:b:d:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'm': model = optarg; break;
         case 't': threads = atoi(optarg); break;
@@ -309,6 +316,7 @@ main(int argc, char **argv)
         case 'n': ng = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         case 'b': nb = atoi(optarg); break;
+        case 'd': depth = atoi(optarg); break;
         case 'J': json = 1; break;
         case 'F': mopts.no_prefault = 1; break;
         case 'G': mopts.no_regroup = 1; break;
@@ -326,7 +334,8 @@ main(int argc, char **argv)
         }
     }
     if (model == NULL || threads < 1 || np < 0 || ng < 0 || reps < 1
-        || nb < 1 || nb > 4096 || (np == 0 && ng == 0))
+        || nb < 1 || nb > 4096 || (np == 0 && ng == 0) || depth < 0
+        || (depth > 0 && nb > 1))
     {
         usage(stderr);
         return 2;
@@ -342,8 +351,11 @@ main(int argc, char **argv)
     }
     B.hp = llm_model_hparams(m);
     model_bytes = llm_gguf_file_size(llm_model_gguf(m));
-    maxb = ((uint32_t) (np > ng ? np : ng) + 1 + bt - 1) / bt;
+    maxb = ((uint32_t) depth + (uint32_t) (np > ng ? np : ng) + 1 + bt - 1)
+           / bt;
     rows = (uint32_t) (np > nb ? np : nb);
+    rows = depth > 0 && rows < 512 ? 512 : rows;
+    B.depth = (uint32_t) depth;
     B.n_seqs = (uint32_t) nb;
     if (llm_kv_create(&kv, m, maxb * B.n_seqs, bt, kvt, err, sizeof(err)) < 0
         || llm_ctx_create(&B.c, m, kv, (uint32_t) threads, rows, err,
@@ -392,9 +404,21 @@ main(int argc, char **argv)
     }
     B.rng = 0x9e3779b97f4a7c15ull;
 
+    /* the context (not timed), in batches of up to `rows` */
+    for (j = 0; j < (uint32_t) depth; j += rows) {
+        if (run_batch(&B, (uint32_t) depth - j < rows ? (uint32_t) depth - j
+                                                      : rows, j, err,
+                      sizeof(err)) < 0)
+        {
+            fprintf(stderr, "llm-bench: %s\n", err);
+            goto done;
+        }
+    }
+
     /* warm-up: fault the weights in, size the buffers (not timed) */
     B.n_steps = 0;
-    if ((np > 0 && run_batch(&B, (uint32_t) np, 0, err, sizeof(err)) < 0)
+    if ((np > 0 && run_batch(&B, (uint32_t) np, B.depth, err,
+                             sizeof(err)) < 0)
         || (ng > 0 && run_tg(&B, ng < 4 ? (uint32_t) ng : 4, err,
                              sizeof(err)) < 0))
     {
@@ -412,7 +436,9 @@ main(int argc, char **argv)
         if (np > 0) {
             t0 = now_s();
             c0 = cpu_s();
-            if (run_batch(&B, (uint32_t) np, 0, err, sizeof(err)) < 0) {
+            if (run_batch(&B, (uint32_t) np, B.depth, err, sizeof(err))
+                < 0)
+            {
                 fprintf(stderr, "llm-bench: %s\n", err);
                 goto done;
             }
@@ -465,7 +491,7 @@ main(int argc, char **argv)
     if (json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"quant\": \"%s\", "
                "\"simd\": \"%s\", \"threads\": %d, \"batch\": %d, "
-               "\"n_prompt\": %d, "
+               "\"n_prompt\": %d, \"depth\": %d, "
                "\"n_gen\": %d, \"reps\": %d, \"pp_tps\": %.3f, "
                "\"pp_tps_std\": %.3f, \"tg_tps\": %.3f, \"tg_tps_std\": "
                "%.3f, \"pp_tps_cpu\": %.3f, \"tg_tps_cpu\": %.3f, "
@@ -483,7 +509,8 @@ main(int argc, char **argv)
                "\"xc_slot_bytes\": %llu, \"xc_experts_bytes\": %llu}\n",
                model,
                B.hp->arch_name, llm_model_quant_name(m),
-               llm_simd_name(llm_simd_level()), threads, nb, np, ng, reps,
+               llm_simd_name(llm_simd_level()), threads, nb, np, depth, ng,
+               reps,
                ppm,
                pps, tgm, tgs, ppcm, tgcm, (unsigned long long) model_bytes,
                (unsigned long long) active_bytes(m), kv_bytes,
@@ -527,6 +554,10 @@ main(int argc, char **argv)
                    llm_model_quant_name(m), model_bytes / 1073741824.0,
                    B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
                    threads, ng, nb, tgm, tgs);
+        }
+        if (depth > 0) {
+            printf("\nat depth %d: %d tokens in the cache before each "
+                   "prefill and decode", depth, depth);
         }
         printf("\nreps %d, KV %s %.1f MiB, peak RSS %.2f GiB (file %.2f "
                "GiB), %.1f MB of weights per decode step\n", reps,

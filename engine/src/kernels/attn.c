@@ -68,6 +68,31 @@ llm_attn_softmax_ref(float *s, uint32_t n)
     }
 }
 
+float
+llm_attn_max_ref(const float *s, uint32_t n)
+{
+    float     mx = -INFINITY;
+    uint32_t  t;
+
+    for (t = 0; t < n; t++) {
+        mx = s[t] > mx ? s[t] : mx;
+    }
+    return mx;
+}
+
+float
+llm_attn_exps_ref(float *s, uint32_t n, float m)
+{
+    float     sum = 0.0f;
+    uint32_t  t;
+
+    for (t = 0; t < n; t++) {
+        s[t] = s[t] == -INFINITY ? 0.0f : expf(s[t] - m);
+        sum += s[t];
+    }
+    return sum;
+}
+
 void
 llm_swiglu_ref(float *g, const float *u, size_t n)
 {
@@ -123,6 +148,32 @@ llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
         *qk = llm_attn_qk_ref;
         *pv = llm_attn_pv_ref;
         *sm = llm_attn_softmax_ref;
+        break;
+    }
+}
+
+void
+llm_attn_online_kernels(llm_attn_max_fn *mx, llm_attn_exps_fn *ex)
+{
+    switch (llm_simd_level()) {
+#if defined(__x86_64__)
+    case LLM_SIMD_AVX512:
+        *mx = llm_attn_max_avx512;
+        *ex = llm_attn_exps_avx512;
+        break;
+    case LLM_SIMD_AVX2:
+        *mx = llm_attn_max_avx2;
+        *ex = llm_attn_exps_avx2;
+        break;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        *mx = llm_attn_max_neon;
+        *ex = llm_attn_exps_neon;
+        break;
+#endif
+    default:
+        *mx = llm_attn_max_ref;
+        *ex = llm_attn_exps_ref;
         break;
     }
 }

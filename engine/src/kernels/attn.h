@@ -59,6 +59,29 @@ void llm_attn_softmax_avx2(float *s, uint32_t n);
 void llm_attn_softmax_avx512(float *s, uint32_t n);
 void llm_attn_softmax_neon(float *s, uint32_t n);
 
+/*
+ * Online softmax over one score tile (tiled attention), n a multiple of 16
+ * (the caller pads a row with -INFINITY).  max: the largest of s[0..n).
+ * exps: s[t] = exp(s[t] - m), exactly 0 where s[t] is -INFINITY, and the
+ * sum of the results, added lane by lane in position order and reduced in
+ * a fixed order: a row's sum does not change when -INFINITY positions are
+ * appended, so it does not depend on the tile's other rows.
+ */
+typedef float (*llm_attn_max_fn)(const float *s, uint32_t n);
+typedef float (*llm_attn_exps_fn)(float *s, uint32_t n, float m);
+
+float llm_attn_max_ref(const float *s, uint32_t n);
+float llm_attn_exps_ref(float *s, uint32_t n, float m);
+float llm_attn_max_avx2(const float *s, uint32_t n);
+float llm_attn_exps_avx2(float *s, uint32_t n, float m);
+float llm_attn_max_avx512(const float *s, uint32_t n);
+float llm_attn_exps_avx512(float *s, uint32_t n, float m);
+float llm_attn_max_neon(const float *s, uint32_t n);
+float llm_attn_exps_neon(float *s, uint32_t n, float m);
+
+/* The online-softmax kernels for the SIMD level in use. */
+void llm_attn_online_kernels(llm_attn_max_fn *mx, llm_attn_exps_fn *ex);
+
 /* The kernels for the SIMD level in use. */
 void llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
     llm_attn_softmax_fn *sm);

@@ -229,6 +229,50 @@ llm_attn_softmax_avx2(float *s, uint32_t n)
     }
 }
 
+/* The 8 lanes of v reduced in a fixed order. */
+static inline float
+llm_hsum8(__m256 v)
+{
+    __m128  a = _mm_add_ps(_mm256_castps256_ps128(v),
+                           _mm256_extractf128_ps(v, 1));
+
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+float
+llm_attn_max_avx2(const float *s, uint32_t n)
+{
+    __m256    mx = _mm256_set1_ps(-INFINITY);
+    __m128    a;
+    uint32_t  t;
+
+    for (t = 0; t < n; t += 8) {
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + t));
+    }
+    a = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_max_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+float
+llm_attn_exps_avx2(float *s, uint32_t n, float m)
+{
+    const __m256  vm = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY);
+    __m256        sum = _mm256_setzero_ps(), v, e;
+    uint32_t      t;
+
+    for (t = 0; t < n; t += 8) {
+        v = _mm256_loadu_ps(s + t);
+        e = _mm256_and_ps(_mm256_cmp_ps(v, ninf, _CMP_NEQ_OQ),
+                          llm_exp8(_mm256_sub_ps(v, vm)));
+        _mm256_storeu_ps(s + t, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    return llm_hsum8(sum);
+}
 
 void
 llm_swiglu_avx2(float *g, const float *u, size_t n)

@@ -188,6 +188,35 @@ llm_attn_softmax_avx512(float *s, uint32_t n)
     }
 }
 
+float
+llm_attn_max_avx512(const float *s, uint32_t n)
+{
+    __m512    mx = _mm512_set1_ps(-INFINITY);
+    uint32_t  t;
+
+    for (t = 0; t < n; t += 16) {
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + t));
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
+float
+llm_attn_exps_avx512(float *s, uint32_t n, float m)
+{
+    const __m512  vm = _mm512_set1_ps(m), ninf = _mm512_set1_ps(-INFINITY);
+    __m512        sum = _mm512_setzero_ps(), v, e;
+    __mmask16     k;
+    uint32_t      t;
+
+    for (t = 0; t < n; t += 16) {
+        v = _mm512_loadu_ps(s + t);
+        k = _mm512_cmp_ps_mask(v, ninf, _CMP_NEQ_OQ);
+        e = _mm512_maskz_mov_ps(k, llm_exp16(_mm512_sub_ps(v, vm)));
+        _mm512_storeu_ps(s + t, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
 
 void
 llm_swiglu_avx512(float *g, const float *u, size_t n)

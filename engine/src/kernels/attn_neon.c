@@ -228,6 +228,37 @@ llm_attn_softmax_neon(float *s, uint32_t n)
     }
 }
 
+float
+llm_attn_max_neon(const float *s, uint32_t n)
+{
+    float32x4_t  mx = vdupq_n_f32(-INFINITY);
+    uint32_t     t;
+
+    for (t = 0; t < n; t += 4) {
+        mx = vmaxq_f32(mx, vld1q_f32(s + t));
+    }
+    return vmaxvq_f32(mx);
+}
+
+float
+llm_attn_exps_neon(float *s, uint32_t n, float m)
+{
+    const float32x4_t  vm = vdupq_n_f32(m), ninf = vdupq_n_f32(-INFINITY);
+    float32x4_t        sum = vdupq_n_f32(0.0f), v, e;
+    uint32x4_t         live;
+    uint32_t           t;
+
+    for (t = 0; t < n; t += 4) {
+        v = vld1q_f32(s + t);
+        live = vmvnq_u32(vceqq_f32(v, ninf));
+        e = vreinterpretq_f32_u32(vandq_u32(live, vreinterpretq_u32_f32(
+                llm_exp4(vsubq_f32(v, vm)))));
+        vst1q_f32(s + t, e);
+        sum = vaddq_f32(sum, e);
+    }
+    return vaddvq_f32(sum);
+}
+
 void
 llm_swiglu_neon(float *g, const float *u, size_t n)
 {

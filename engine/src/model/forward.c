@@ -81,7 +81,17 @@ struct llm_ctx_s {
     float              *up;         /* [S][ff] */
     float              *eo;         /* [S][n_embd] expert outputs */
     float              *router;     /* [T][n_expert] */
-    float              *scores;     /* [nth][n_group][max_pos] */
+    /* tiled attention (llm_attention) */
+    float              *att_scr;    /* [nth][llm_att_scratch_floats] */
+    float              *att_part;   /* split parts' results (malloc) */
+    size_t              att_part_cap;  /* bytes */
+    uint32_t            att_tile;   /* positions per score tile */
+    uint32_t            att_lds;    /* a score row: att_tile padded to 16 */
+    uint32_t            att_tq;     /* tokens per query tile */
+    uint32_t            att_np;     /* parts per item in the split phase */
+    uint32_t           *qt_r0;      /* [T] query tiles: first row, */
+    uint32_t           *qt_n;       /*   rows */
+    uint32_t            n_qt;
     float              *rope_cs;    /* [T][rope_dims] cos, sin pairs */
     float              *mla_a;      /* MLA: q before absorption, then the
                                        heads' values after v_b */
@@ -695,107 +705,392 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 /* ---- attention ---------------------------------------------------------- */
 
 /*
- * Softmax of one head's scores s[0..n) with an attention sink: an extra
- * logit in the denominator that weighs no value (gpt-oss).  The kernel's
- * softmax gives p = e / Z with e = exp(s - max), and 1 / Z is p at the
- * maximum; with the sink the weights are e / (Z + exp(sink - max)).
+ * Tiled attention with an online softmax (flash-attention style), so no
+ * step holds a score per cached position and K and V are read once per
+ * tile of queries instead of once per query.
+ *
+ * Work item: a query tile (up to c->att_tq consecutive tokens of one
+ * sequence) x one KV head: R = tokens x G rows of q.  Positions are cut at
+ * absolute boundaries into score tiles of c->att_tile positions and parts
+ * of LLM_ATT_TILES tiles.  Within a part the rows keep a running max m,
+ * sum l and unnormalized output o (rescaled when m grows); parts are then
+ * merged in order.  Every step of a row's arithmetic depends only on its
+ * own positions and these absolute boundaries, not on the rest of its
+ * tile, its batch, or whether the parts ran on one thread or several: a
+ * row's result is the same in one batch, in chunks or token by token.
+ *
+ * When there are fewer items than twice the threads (a decode step of few
+ * sequences), the parts of an item run as items of their own and write
+ * their (m, l, o) to c->att_part; a second phase merges them.  Otherwise
+ * each item runs its parts in turn.
  */
-static void
-llm_softmax_sink(llm_attn_softmax_fn sm, float *s, uint32_t n, float sink)
-{
-    uint32_t  t, top = 0;
-    float     mx, f;
 
-    for (t = 1; t < n; t++) {
-        top = s[t] > s[top] ? t : top;
+#define LLM_ATT_TILES  8            /* score tiles per part */
+
+/* Per-thread scratch of the tiled attention, floats. */
+static size_t
+llm_att_scratch_floats(const llm_ctx_t *c)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
+
+    /* q, scores, part o, total o, and m, l of both */
+    return R * (hp->head_dim + c->att_lds + 2 * hp->head_dim_v + 4);
+}
+
+/* Query tiles of the batch: runs of consecutive positions of a sequence. */
+static void
+llm_att_tiles(llm_ctx_t *c, uint32_t T)
+{
+    const llm_batch_t  *b = c->b;
+    uint32_t            r, n = 0;
+
+    for (r = 0; r < T; r++) {
+        if (n > 0 && c->qt_n[n - 1] < c->att_tq
+            && b->seq[r] == b->seq[r - 1] && b->pos[r] == b->pos[r - 1] + 1)
+        {
+            c->qt_n[n - 1]++;
+            continue;
+        }
+        c->qt_r0[n] = r;
+        c->qt_n[n] = 1;
+        n++;
     }
-    mx = s[top];
-    sm(s, n);
-    f = 1.0f / (1.0f + expf(sink - mx) * s[top]);
-    for (t = 0; t < n; t++) {
-        s[t] *= f;
-    }
+    c->n_qt = n;
+}
+
+/* The positions [lo, hi) token r sees (a window layer: its last swa). */
+static void
+llm_att_span(const llm_ctx_t *c, const llm_layer_t *L, uint32_t r,
+    uint32_t *lo, uint32_t *hi)
+{
+    *hi = (uint32_t) c->b->pos[r] + 1;
+    *lo = L->swa != 0 && *hi > L->swa ? *hi - L->swa : 0;
+}
+
+/* Parts of query tile qt: the part index range [p0, p1). */
+static void
+llm_att_parts(const llm_ctx_t *c, const llm_layer_t *L, uint32_t qt,
+    uint32_t *p0, uint32_t *p1)
+{
+    uint32_t  part = c->att_tile * LLM_ATT_TILES, lo, hi, x;
+
+    llm_att_span(c, L, c->qt_r0[qt], &lo, &x);
+    llm_att_span(c, L, c->qt_r0[qt] + c->qt_n[qt] - 1, &x, &hi);
+    *p0 = lo / part;
+    *p1 = (hi + part - 1) / part;
 }
 
 /*
- * Item (token r, kv head g): for the G query heads of the group, scores
- * over the positions the token sees (0..pos, or the last `swa` of them on
- * a sliding-window layer) read block by block from the cache, softmax
- * (with the layer's sinks), weighted sum of V rows into att.  Blocks
- * wholly before the window are not read.
+ * One part of one item: the rows' (m, l, o) over positions of part p, from
+ * q rows qs [R][hd]; sc the score scratch [R][lds].  A row that sees no
+ * position of the part keeps m = -INFINITY.
  */
 static void
-llm_attn_one(llm_ctx_t *c, uint32_t r, uint32_t g, float *sc)
+llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
+    const float *qs, float *sc, float *pm, float *pl, float *po)
 {
     const llm_hparams_t  *hp = &c->m->hp;
     const llm_layer_t    *L = &c->m->layers[c->layer];
-    const llm_batch_t    *b = c->b;
+    const llm_seq_view_t *sv = &c->b->seqs[c->b->seq[c->qt_r0[qt]]];
     llm_kv_t             *kv = c->kv;
-    const llm_seq_view_t *sv = &b->seqs[b->seq[r]];
     uint32_t              G = hp->n_head / hp->n_head_kv;
     uint32_t              hd = hp->head_dim, hv = hp->head_dim_v;
-    uint32_t              n_pos = (uint32_t) b->pos[r] + 1;
-    uint32_t              bt = kv->block_tokens;
-    uint32_t              lo, b0, np;
+    uint32_t              nq = c->qt_n[qt], R = nq * G, R0 = c->qt_r0[qt];
+    uint32_t              bt = kv->block_tokens, TS = c->att_tile;
+    uint32_t              lds = c->att_lds, lo0, hi1, k0, k1, p0, p1;
+    uint32_t              i, j, t, a, e, lo, hi, pos, n, nb, s0;
     int                   f16 = kv->type == LLM_TYPE_F16;
     float                 scale = hp->attn_scale != 0.0f ? hp->attn_scale
                                   : 1.0f / sqrtf((float) hd);
-    uint32_t              h, i, n, t;
-    float                 *q, *o, *s;
+    float                 mk, mn, al, *s;
     llm_attn_qk_fn        qk;
     llm_attn_pv_fn        pv;
     llm_attn_softmax_fn   sm;
+    llm_attn_max_fn       mx;
+    llm_attn_exps_fn      ex;
 
     llm_attn_kernels(&qk, &pv, &sm);
-    q = c->q + (size_t) r * hp->n_head * hd + (size_t) g * G * hd;
-    o = c->att + (size_t) r * hp->n_head * hv + (size_t) g * G * hv;
-
-    /* positions [lo, n_pos) are seen; scores start at block b0's first */
-    lo = L->swa != 0 && n_pos > L->swa ? n_pos - L->swa : 0;
-    b0 = lo / bt;
-    np = n_pos - b0 * bt;
-
-    for (i = b0; i * bt < n_pos; i++) {
-        n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
-        qk(q, G, hd,
-           llm_kv_k_block(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
-                                                         i * bt))
-           + (size_t) g * hd * bt * kv->elem,
-           bt, n, f16, scale, sc + (size_t) (i - b0) * bt, np);
+    llm_attn_online_kernels(&mx, &ex);
+    for (i = 0; i < R; i++) {
+        pm[i] = -INFINITY;
+        pl[i] = 0.0f;
     }
+    memset(po, 0, (size_t) R * hv * sizeof(float));
 
-    for (h = 0; h < G; h++) {
-        s = sc + (size_t) h * np;
-        for (t = 0; t < lo - b0 * bt; t++) {
-            s[t] = -INFINITY;
+    llm_att_span(c, L, R0, &lo0, &hi1);
+    llm_att_span(c, L, R0 + nq - 1, &i, &hi1);
+    p0 = p * TS * LLM_ATT_TILES;
+    p1 = p0 + TS * LLM_ATT_TILES < hi1 ? p0 + TS * LLM_ATT_TILES : hi1;
+
+    for (k0 = p0 + (lo0 > p0 ? (lo0 - p0) / TS * TS : 0); k0 < p1; k0 += TS) {
+        k1 = k0 + TS < p1 ? k0 + TS : p1;
+        /* blocks from the first any row sees: s0 its first position */
+        s0 = (lo0 > k0 ? lo0 : k0) / bt * bt;
+        s0 = s0 > k0 ? s0 : k0;
+        for (pos = s0; pos < k1; pos += nb) {
+            nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
+            qk(qs, R, hd,
+               llm_kv_k_block(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
+                                                             pos))
+               + ((size_t) g * hd * bt + pos % bt) * kv->elem,
+               bt, nb, f16, scale, sc + (pos - k0), lds);
         }
-        if (L->sinks != NULL) {
-            llm_softmax_sink(sm, s, np, L->sinks[g * G + h]);
-        } else {
-            sm(s, np);
+        n = (k1 - k0 + 15) & ~15u;
+        for (i = 0; i < R; i++) {
+            s = sc + (size_t) i * lds;
+            llm_att_span(c, L, R0 + i / G, &lo, &hi);
+            a = lo > k0 ? lo - k0 : 0;
+            e = hi < k1 ? (hi > k0 ? hi - k0 : 0) : k1 - k0;
+            if (a >= e) {
+                memset(s, 0, n * sizeof(float));
+                continue;
+            }
+            for (t = 0; t < a; t++) {
+                s[t] = -INFINITY;
+            }
+            for (t = e; t < n; t++) {
+                s[t] = -INFINITY;
+            }
+            mk = mx(s, n);
+            mn = mk > pm[i] ? mk : pm[i];
+            if (mn > pm[i] && pm[i] != -INFINITY) {
+                al = expf(pm[i] - mn);
+                pl[i] *= al;
+                for (j = 0; j < hv; j++) {
+                    po[(size_t) i * hv + j] *= al;
+                }
+            }
+            pm[i] = mn;
+            pl[i] += ex(s, n, mn);
         }
-        memset(o + h * hv, 0, hv * sizeof(float));
+        for (pos = s0; pos < k1; pos += nb) {
+            nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
+            pv(po, R, hv,
+               llm_kv_v_row(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
+                                                           pos), pos % bt)
+               + (size_t) g * hv * kv->elem,
+               kv->v_dim, nb, f16, sc + (pos - k0), lds);
+        }
     }
+    (void) sm;
+}
 
-    for (i = b0; i * bt < n_pos; i++) {
-        n = n_pos - i * bt < bt ? n_pos - i * bt : bt;
-        pv(o, G, hv,
-           llm_kv_v_row(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
-                                                       i * bt), 0)
-           + (size_t) g * hv * kv->elem,
-           kv->v_dim, n, f16, sc + (size_t) (i - b0) * bt, np);
+/* Merges a part's (pm, pl, po) into the running (tm, tl, to), R rows. */
+static void
+llm_att_merge(uint32_t R, uint32_t hv, float *tm, float *tl, float *to,
+    const float *pm, const float *pl, const float *po)
+{
+    uint32_t  i, j;
+    float     mn, a, b;
+
+    for (i = 0; i < R; i++) {
+        if (pm[i] == -INFINITY) {
+            continue;
+        }
+        if (tm[i] == -INFINITY) {
+            tm[i] = pm[i];
+            tl[i] = pl[i];
+            memcpy(to + (size_t) i * hv, po + (size_t) i * hv,
+                   hv * sizeof(float));
+            continue;
+        }
+        mn = pm[i] > tm[i] ? pm[i] : tm[i];
+        a = expf(tm[i] - mn);
+        b = expf(pm[i] - mn);
+        tl[i] = tl[i] * a + pl[i] * b;
+        for (j = 0; j < hv; j++) {
+            to[(size_t) i * hv + j] = to[(size_t) i * hv + j] * a
+                                      + po[(size_t) i * hv + j] * b;
+        }
+        tm[i] = mn;
     }
 }
 
+/* The item's q rows, [token][head of group g][hd], into qs. */
 static void
-llm_task_attn(void *arg, uint32_t i, uint32_t ith)
+llm_att_gather_q(const llm_ctx_t *c, uint32_t qt, uint32_t g, float *qs)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    uint32_t              G = hp->n_head / hp->n_head_kv, j;
+    size_t                hd = hp->head_dim;
+
+    for (j = 0; j < c->qt_n[qt]; j++) {
+        memcpy(qs + j * G * hd,
+               c->q + (size_t) (c->qt_r0[qt] + j) * hp->n_head * hd
+               + g * G * hd, G * hd * sizeof(float));
+    }
+}
+
+/* Normalizes the merged rows (with the layer's sinks) into att. */
+static void
+llm_att_finish(llm_ctx_t *c, uint32_t qt, uint32_t g, const float *tm,
+    const float *tl, const float *to)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    const llm_layer_t    *L = &c->m->layers[c->layer];
+    uint32_t              G = hp->n_head / hp->n_head_kv;
+    uint32_t              hv = hp->head_dim_v, i, j, h;
+    float                *o, l;
+
+    for (i = 0; i < c->qt_n[qt] * G; i++) {
+        h = g * G + i % G;
+        o = c->att + (size_t) (c->qt_r0[qt] + i / G) * hp->n_head * hv
+            + (size_t) h * hv;
+        /* a sink: one more logit in the denominator, weighing no value */
+        l = tl[i] + (L->sinks != NULL ? expf(L->sinks[h] - tm[i]) : 0.0f);
+        l = 1.0f / l;
+        for (j = 0; j < hv; j++) {
+            o[j] = to[(size_t) i * hv + j] * l;
+        }
+    }
+}
+
+/* Scratch pointers of thread ith. */
+static void
+llm_att_scr(llm_ctx_t *c, uint32_t ith, float **qs, float **sc, float **po,
+    float **to, float **pm)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
+    float                *base = c->att_scr + ith * llm_att_scratch_floats(c);
+
+    *qs = base;
+    *sc = *qs + R * hp->head_dim;
+    *po = *sc + R * c->att_lds;
+    *to = *po + R * hp->head_dim_v;
+    *pm = *to + R * hp->head_dim_v;     /* pm, pl, tm, tl: R each */
+}
+
+/* Item (query tile, KV head), all its parts in turn. */
+static void
+llm_task_attn(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t           *c = arg;
     const llm_hparams_t *hp = &c->m->hp;
-    uint32_t             G = hp->n_head / hp->n_head_kv;
-    float               *sc = c->scores + (size_t) ith * G * c->max_pos;
+    const llm_layer_t   *L = &c->m->layers[c->layer];
+    uint32_t             qt = item / hp->n_head_kv, g = item % hp->n_head_kv;
+    uint32_t             R = c->qt_n[qt] * (hp->n_head / hp->n_head_kv);
+    uint32_t             p, p0, p1, i;
+    float               *qs, *sc, *po, *to, *pm;
 
-    llm_attn_one(c, i / hp->n_head_kv, i % hp->n_head_kv, sc);
+    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm);
+    llm_att_gather_q(c, qt, g, qs);
+    for (i = 0; i < R; i++) {
+        pm[2 * R + i] = -INFINITY;
+        pm[3 * R + i] = 0.0f;
+    }
+    llm_att_parts(c, L, qt, &p0, &p1);
+    for (p = p0; p < p1; p++) {
+        llm_att_part(c, qt, g, p, qs, sc, pm, pm + R, po);
+        llm_att_merge(R, hp->head_dim_v, pm + 2 * R, pm + 3 * R, to, pm,
+                      pm + R, po);
+    }
+    llm_att_finish(c, qt, g, pm + 2 * R, pm + 3 * R, to);
+}
+
+/* Floats of one part's result in c->att_part: m, l, o of R rows. */
+static size_t
+llm_att_part_floats(const llm_ctx_t *c)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+
+    return (size_t) c->att_tq * (hp->n_head / hp->n_head_kv)
+           * (hp->head_dim_v + 2);
+}
+
+/* Split phase: item (query tile, KV head, part p0 + j) into att_part. */
+static void
+llm_task_attn_part(void *arg, uint32_t item, uint32_t ith)
+{
+    llm_ctx_t           *c = arg;
+    const llm_hparams_t *hp = &c->m->hp;
+    const llm_layer_t   *L = &c->m->layers[c->layer];
+    uint32_t             np = c->att_np, j = item % np;
+    uint32_t             qg = item / np;
+    uint32_t             qt = qg / hp->n_head_kv, g = qg % hp->n_head_kv;
+    uint32_t             R = c->qt_n[qt] * (hp->n_head / hp->n_head_kv);
+    uint32_t             p0, p1;
+    float               *qs, *sc, *po, *to, *pm, *dst;
+
+    llm_att_parts(c, L, qt, &p0, &p1);
+    if (p0 + j >= p1) {
+        return;
+    }
+    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm);
+    dst = c->att_part + (size_t) item * llm_att_part_floats(c);
+    llm_att_gather_q(c, qt, g, qs);
+    llm_att_part(c, qt, g, p0 + j, qs, sc, dst, dst + R, dst + 2 * R);
+}
+
+/* Merge phase: item (query tile, KV head), its parts' results in order. */
+static void
+llm_task_attn_merge(void *arg, uint32_t item, uint32_t ith)
+{
+    llm_ctx_t           *c = arg;
+    const llm_hparams_t *hp = &c->m->hp;
+    const llm_layer_t   *L = &c->m->layers[c->layer];
+    uint32_t             qt = item / hp->n_head_kv, g = item % hp->n_head_kv;
+    uint32_t             R = c->qt_n[qt] * (hp->n_head / hp->n_head_kv);
+    uint32_t             p0, p1, j, i;
+    float               *qs, *sc, *po, *to, *pm, *src;
+
+    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm);
+    for (i = 0; i < R; i++) {
+        pm[2 * R + i] = -INFINITY;
+        pm[3 * R + i] = 0.0f;
+    }
+    llm_att_parts(c, L, qt, &p0, &p1);
+    for (j = 0; p0 + j < p1; j++) {
+        src = c->att_part + ((size_t) item * c->att_np + j)
+                            * llm_att_part_floats(c);
+        llm_att_merge(R, hp->head_dim_v, pm + 2 * R, pm + 3 * R, to, src,
+                      src + R, src + 2 * R);
+    }
+    llm_att_finish(c, qt, g, pm + 2 * R, pm + 3 * R, to);
+}
+
+/*
+ * Attention of the batch's T rows for the current layer: the item phases
+ * above.  Splitting parts across threads needs c->att_part of items x
+ * parts results; past LLM_ATT_PART_MAX bytes the items run whole instead
+ * (the same arithmetic).
+ */
+#define LLM_ATT_PART_MAX  ((size_t) 256 << 20)
+
+static int
+llm_attention(llm_ctx_t *c, uint32_t T)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    const llm_layer_t    *L = &c->m->layers[c->layer];
+    uint32_t              n_items, qt, p0, p1, np = 1;
+    size_t                need;
+    float                *nb;
+
+    llm_att_tiles(c, T);
+    n_items = c->n_qt * hp->n_head_kv;
+    if (n_items < 2 * c->nth) {
+        for (qt = 0; qt < c->n_qt; qt++) {
+            llm_att_parts(c, L, qt, &p0, &p1);
+            np = p1 - p0 > np ? p1 - p0 : np;
+        }
+    }
+    need = (size_t) n_items * np * llm_att_part_floats(c) * sizeof(float);
+    if (np > 1 && need <= LLM_ATT_PART_MAX && need > c->att_part_cap) {
+        nb = realloc(c->att_part, need);
+        if (nb != NULL) {
+            c->att_part = nb;
+            c->att_part_cap = need;
+        }
+    }
+    if (np <= 1 || need > c->att_part_cap) {
+        llm_pool_for(c->pool, n_items, llm_task_attn, c);
+        return 0;
+    }
+    c->att_np = np;
+    llm_pool_for(c->pool, n_items * np, llm_task_attn_part, c);
+    llm_pool_for(c->pool, n_items, llm_task_attn_merge, c);
+    return 0;
 }
 
 /* ---- MoE routing -------------------------------------------------------- */
@@ -1750,7 +2045,7 @@ llm_attn_block(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
 
     llm_run_rows(c, T, llm_task_rope);
 
-    llm_pool_for(c->pool, T * hp->n_head_kv, llm_task_attn, c);
+    llm_attention(c, T);
     if (hp->attn_q_gate) {
         llm_run_rows(c, T, llm_task_attn_gate);
     }
@@ -2314,8 +2609,18 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     c->tmp = llm_ctx_map(c, T * E * sizeof(float));
     c->ga = llm_ctx_map(c, ff * sizeof(float));
     c->up = llm_ctx_map(c, ff * sizeof(float));
-    c->scores = llm_ctx_map(c, (size_t) n_threads * G * c->max_pos
+    /* score tiles of about 256 positions, whole blocks; query tiles of
+     * about 128 rows (at least one token) */
+    c->att_tile = kv->block_tokens >= 256 ? kv->block_tokens
+                  : 256 / kv->block_tokens * kv->block_tokens;
+    c->att_lds = (c->att_tile + 15) & ~15u;
+    c->att_tq = G >= 128 ? 1 : 128 / (uint32_t) G;
+    c->att_tq = c->att_tq > 16 ? 16 : c->att_tq;
+    c->att_tq = c->att_tq > max_tokens ? max_tokens : c->att_tq;
+    c->att_scr = llm_ctx_map(c, n_threads * llm_att_scratch_floats(c)
                                 * sizeof(float));
+    c->qt_r0 = calloc(T, sizeof(uint32_t));
+    c->qt_n = calloc(T, sizeof(uint32_t));
     c->rope_cs = llm_ctx_map(c, T * (hp->rope_dims + 2) * sizeof(float));
     if (hp->n_lora_kv > 0) {
         size_t  a = hp->n_lora_q, h = (size_t) hp->n_head;
@@ -2357,8 +2662,8 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
     c->out_rows = calloc(T, sizeof(uint32_t));
     if (c->x == NULL || c->xn == NULL || c->q == NULL || c->k == NULL
         || c->v == NULL || c->att == NULL || c->tmp == NULL || c->ga == NULL
-        || c->up == NULL || c->scores == NULL || c->rope_cs == NULL
-        || c->out_rows == NULL)
+        || c->up == NULL || c->att_scr == NULL || c->rope_cs == NULL
+        || c->out_rows == NULL || c->qt_r0 == NULL || c->qt_n == NULL)
     {
         goto nomem;
     }
@@ -2412,6 +2717,24 @@ nomem:
     return -ENOMEM;
 }
 
+int
+llm_ctx_set_attn_tile(llm_ctx_t *c, uint32_t tile)
+{
+    float  *scr;
+
+    if (tile == 0 || tile % c->kv->block_tokens != 0 || tile > (1u << 20)) {
+        return -EINVAL;
+    }
+    c->att_tile = tile;
+    c->att_lds = (tile + 15) & ~15u;
+    scr = llm_ctx_map(c, c->nth * llm_att_scratch_floats(c) * sizeof(float));
+    if (scr == NULL) {
+        return -ENOMEM;
+    }
+    c->att_scr = scr;               /* the old one unmapped with the rest */
+    return 0;
+}
+
 void
 llm_ctx_free(llm_ctx_t *c)
 {
@@ -2425,6 +2748,9 @@ llm_ctx_free(llm_ctx_t *c)
         munmap(c->maps[i], c->map_len[i]);
     }
     free(c->out_rows);
+    free(c->qt_r0);
+    free(c->qt_n);
+    free(c->att_part);
     free(c->rs_seq);
     free(c->rs_off);
     free(c->rs_tok);

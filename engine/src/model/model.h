@@ -230,6 +230,12 @@ int llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
 void llm_ctx_free(llm_ctx_t *c);
 /* The bytes of the context's buffers (lazily backed: at most resident). */
 size_t llm_ctx_buffer_bytes(const llm_ctx_t *c);
+/*
+ * For tests and benchmarks: the attention's score tile, in positions (a
+ * multiple of the cache's block tokens; the default is about 256).  Parts
+ * are 8 tiles.  Results change by rounding only.  0 or -EINVAL/-ENOMEM.
+ */
+int llm_ctx_set_attn_tile(llm_ctx_t *c, uint32_t tile);
 
 /*
  * Evaluate a batch.  Within one sequence, tokens must come in increasing
