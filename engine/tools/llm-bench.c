@@ -40,7 +40,7 @@ usage(FILE *f)
 {
     fprintf(f,
         "usage: llm-bench -m FILE [-t THREADS] [-p N_PROMPT] [-n N_GEN]\n"
-        "                 [-r REPS] [-b BATCH] [-d DEPTH] [--kv-type f32|f16]\n"
+        "                 [-r REPS] [-b BATCH] [-d DEPTH] [--kv-type f32|f16|q8_0|q4_0]\n"
         "                 [--no-prefault]\n"
         "                 [--json] [--expert-cache-mb M] [--no-regroup]\n"
         "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
@@ -324,8 +324,13 @@ main(int argc, char **argv)
         case 'k':
             if (strcmp(optarg, "f16") == 0) {
                 kvt = LLM_TYPE_F16;
+            } else if (strcmp(optarg, "q8_0") == 0) {
+                kvt = LLM_TYPE_Q8_0;
+            } else if (strcmp(optarg, "q4_0") == 0) {
+                kvt = LLM_TYPE_Q4_0;
             } else if (strcmp(optarg, "f32") != 0) {
-                fprintf(stderr, "llm-bench: --kv-type is f32 or f16\n");
+                fprintf(stderr, "llm-bench: --kv-type is f32, f16, q8_0 or "
+                        "q4_0\n");
                 return 2;
             }
             break;
@@ -496,7 +501,8 @@ main(int argc, char **argv)
                "\"pp_tps_std\": %.3f, \"tg_tps\": %.3f, \"tg_tps_std\": "
                "%.3f, \"pp_tps_cpu\": %.3f, \"tg_tps_cpu\": %.3f, "
                "\"model_bytes\": %llu, \"active_bytes_per_token\": %llu, "
-               "\"kv_bytes\": %zu, \"peak_rss_bytes\": %llu, "
+               "\"kv_type\": \"%s\", \"kv_bytes\": %zu, "
+               "\"peak_rss_bytes\": %llu, "
                "\"page_faults\": %ld, \"tg_p50_ms\": %.3f, "
                "\"tg_p95_ms\": %.3f, \"tg_mean_ms\": %.3f, "
                "\"rss_bytes\": %llu, "
@@ -513,7 +519,8 @@ main(int argc, char **argv)
                reps,
                ppm,
                pps, tgm, tgs, ppcm, tgcm, (unsigned long long) model_bytes,
-               (unsigned long long) active_bytes(m), kv_bytes,
+               (unsigned long long) active_bytes(m), llm_type_name(kvt),
+               kv_bytes,
                (unsigned long long) ru.ru_maxrss * 1024ull, faults, p50,
                p95, mean, (unsigned long long) rss_now(),
                (unsigned long long) xmb,
@@ -561,7 +568,7 @@ main(int argc, char **argv)
         }
         printf("\nreps %d, KV %s %.1f MiB, peak RSS %.2f GiB (file %.2f "
                "GiB), %.1f MB of weights per decode step\n", reps,
-               kvt == LLM_TYPE_F16 ? "f16" : "f32", kv_bytes / 1048576.0,
+               llm_type_name(kvt), kv_bytes / 1048576.0,
                ru.ru_maxrss / 1048576.0, model_bytes / 1073741824.0,
                active_bytes(m) / 1e6);
         printf("page faults in the timed runs: %ld\n", faults);

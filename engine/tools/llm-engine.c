@@ -58,7 +58,10 @@ usage(FILE *f)
 "                        model's training context, at most 8192)\n"
 "  --kv-mb M             KV cache budget in MiB (default: room for\n"
 "                        max(ctx, 16384) tokens)\n"
-"  --kv-type T           f16 (default) or f32\n"
+"  --kv-type T           f16 (default), q8_0 (half the memory), q4_0\n"
+"                        (a quarter) or f32: the cache's element type\n"
+"                        (q8_0/q4_0: ggml's blocks of 32 values per head,\n"
+"                        read by the attention kernels directly)\n"
 "  --block-tokens N      tokens per KV block (default 16)\n"
 "  --swa-full            sliding-window layers (gpt-oss) keep the whole\n"
 "                        sequence's KV like the others, so prefixes can\n"
@@ -111,6 +114,42 @@ usage(FILE *f)
 "Exit codes: 0 drained after SIGTERM/SIGINT, 1 an error (logged), 2 bad\n"
 "usage, 3 the model file was truncated or overwritten in place while\n"
 "mapped (deploy by rename: docs/DEPLOY.md).\n");
+}
+
+/* --kv-type's names. */
+static const struct {
+    const char  *name;
+    llm_type_t   type;
+} kv_types[] = {
+    { "f16", LLM_TYPE_F16 }, { "q8_0", LLM_TYPE_Q8_0 },
+    { "q4_0", LLM_TYPE_Q4_0 }, { "f32", LLM_TYPE_F32 },
+};
+
+static int
+parse_kv_type(const char *s, llm_type_t *t)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(kv_types) / sizeof(kv_types[0]); i++) {
+        if (strcmp(s, kv_types[i].name) == 0) {
+            *t = kv_types[i].type;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char *
+kv_type_name(llm_type_t t)
+{
+    size_t  i;
+
+    for (i = 0; i < sizeof(kv_types) / sizeof(kv_types[0]); i++) {
+        if (kv_types[i].type == t) {
+            return kv_types[i].name;
+        }
+    }
+    return "?";
 }
 
 /* Exit code when the model file changed under the mapping (DEPLOY.md). */
@@ -514,13 +553,9 @@ main(int argc, char **argv)
             if (parse_u32("--kv-mb", optarg, 1, &kv_mb)) return 2;
             break;
         case O_KVTYPE:
-            if (strcmp(optarg, "f16") == 0) {
-                kv_type = LLM_TYPE_F16;
-            } else if (strcmp(optarg, "f32") == 0) {
-                kv_type = LLM_TYPE_F32;
-            } else {
-                fprintf(stderr, "llm-engine: --kv-type: f16 or f32, got "
-                        "'%s'\n", optarg);
+            if (parse_kv_type(optarg, &kv_type) < 0) {
+                fprintf(stderr, "llm-engine: --kv-type: f16, q8_0, q4_0 or "
+                        "f32, got '%s'\n", optarg);
                 return 2;
             }
             break;
@@ -672,6 +707,11 @@ main(int argc, char **argv)
             n_ctx = 8192;
         }
     }
+    if (llm_kv_type_check(m, kv_type, block_tokens, err, sizeof(err)) < 0) {
+        llm_log(LLM_LOG_ERROR, "--kv-type %s: %s", kv_type_name(kv_type),
+                err);
+        goto done;
+    }
     /* sliding-window layers: a ring per running sequence (llm_kv_swa_ring),
      * unless --swa-full or embeddings (their forward gives no rings) */
     swa_ring = swa_full || embeddings
@@ -818,7 +858,7 @@ main(int argc, char **argv)
             "context %u, step budget %u tokens, max queue %u, kernels %s "
             "(this CPU's best %s)", n_blocks,
             block_tokens, (double) n_blocks * block_bytes / 1048576.0,
-            kv_type == LLM_TYPE_F16 ? "f16" : "f32", n_ctx, step_tokens,
+            kv_type_name(kv_type), n_ctx, step_tokens,
             max_queue, llm_simd_name(llm_simd_level()),
             llm_simd_name(llm_simd_best()));
     if (swa_ring > 0) {

@@ -3,8 +3,151 @@
  */
 
 #include <math.h>
+#include <string.h>
 
 #include "attn.h"
+
+/* ---- quantized cache ---------------------------------------------------- */
+
+/* ggml's blocks, for the quantizer's output */
+typedef struct { uint16_t d; int8_t qs[32]; } llm_kq8_t;
+typedef struct { uint16_t d; uint8_t qs[16]; } llm_kq4_t;
+
+size_t
+llm_attn_k_head_bytes(llm_type_t t, uint32_t hd, uint32_t bt)
+{
+    return (size_t) bt * llm_row_bytes(t, hd);
+}
+
+size_t
+llm_attn_v_row_bytes(llm_type_t t, uint32_t hv)
+{
+    return llm_row_bytes(t, hv);
+}
+
+void
+llm_attn_store_k(llm_type_t t, uint8_t *kh, uint32_t bt, uint32_t tok,
+    const float *k, uint32_t hd)
+{
+    llm_kq8_t  b8[64];
+    llm_kq4_t  b4[64];
+    uint16_t  *sc;
+    uint32_t   d, nb = hd / 32, i;
+
+    if (t == LLM_TYPE_F32 || t == LLM_TYPE_F16) {
+        for (d = 0; d < hd; d++) {
+            if (t == LLM_TYPE_F32) {
+                ((float *) kh)[(size_t) d * bt + tok] = k[d];
+            } else {
+                ((uint16_t *) kh)[(size_t) d * bt + tok]
+                    = llm_fp32_to_fp16(k[d]);
+            }
+        }
+        return;
+    }
+    for (i = 0; i < nb; i += 64) {
+        uint32_t  n = nb - i < 64 ? nb - i : 64;
+
+        if (t == LLM_TYPE_Q8_0) {
+            llm_quantize_row(t, k + i * 32, b8, (int64_t) n * 32);
+            sc = (uint16_t *) (kh + (size_t) hd * bt);
+            for (d = 0; d < n * 32; d++) {
+                ((int8_t *) kh)[(size_t) (i * 32 + d) * bt + tok]
+                    = b8[d / 32].qs[d % 32];
+            }
+            for (d = 0; d < n; d++) {
+                sc[(size_t) (i + d) * bt + tok] = b8[d].d;
+            }
+            continue;
+        }
+        llm_quantize_row(t, k + i * 32, b4, (int64_t) n * 32);
+        sc = (uint16_t *) (kh + (size_t) hd * bt / 2);
+        for (d = 0; d < n * 16; d++) {
+            kh[(size_t) (i * 16 + d) * bt + tok] = b4[d / 16].qs[d % 16];
+        }
+        for (d = 0; d < n; d++) {
+            sc[(size_t) (i + d) * bt + tok] = b4[d].d;
+        }
+    }
+}
+
+void
+llm_attn_store_v(llm_type_t t, uint8_t *vrow, const float *v, uint32_t hv)
+{
+    uint32_t  i;
+
+    if (t == LLM_TYPE_F16) {
+        for (i = 0; i < hv; i++) {
+            ((uint16_t *) vrow)[i] = llm_fp32_to_fp16(v[i]);
+        }
+        return;
+    }
+    if (t == LLM_TYPE_F32) {
+        memcpy(vrow, v, hv * sizeof(float));
+        return;
+    }
+    llm_quantize_row(t, v, vrow, hv);
+}
+
+/* Value of dim d, position tt of a quantized K head region. */
+static float
+llm_kq_at(const uint8_t *k, uint32_t hd, uint32_t bt, llm_type_t t,
+    uint32_t d, uint32_t tt)
+{
+    const uint16_t  *sc;
+    int              v;
+
+    if (t == LLM_TYPE_Q8_0) {
+        sc = (const uint16_t *) (k + (size_t) hd * bt);
+        v = ((const int8_t *) k)[(size_t) d * bt + tt];
+    } else {
+        sc = (const uint16_t *) (k + (size_t) hd * bt / 2);
+        v = k[(size_t) ((d / 32) * 16 + d % 16) * bt + tt];
+        v = (d % 32 < 16 ? v & 15 : v >> 4) - 8;
+    }
+    return (float) v * llm_fp16_to_fp32(sc[(size_t) (d / 32) * bt + tt]);
+}
+
+void
+llm_attn_qkq_ref(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
+    uint32_t bt, uint32_t n, llm_type_t t, float scale, float *s,
+    size_t lds)
+{
+    uint32_t  h, tt, d;
+    float     acc;
+
+    for (h = 0; h < G; h++) {
+        for (tt = 0; tt < n; tt++) {
+            acc = 0.0f;
+            for (d = 0; d < hd; d++) {
+                acc += q[h * hd + d] * llm_kq_at(k, hd, bt, t, d, tt);
+            }
+            s[h * lds + tt] = acc * scale;
+        }
+    }
+}
+
+void
+llm_attn_pvq_ref(float *o, uint32_t G, uint32_t hv, const uint8_t *v,
+    size_t v_row, uint32_t n, llm_type_t t, const float *s, size_t lds)
+{
+    float     row[4096];
+    uint32_t  h, tt, d, c;
+
+    for (tt = 0; tt < n; tt++) {
+        for (c = 0; c < hv; c += 4096) {
+            uint32_t  w = hv - c < 4096 ? hv - c : 4096;
+
+            llm_dequantize_row(t, v + tt * v_row + llm_row_bytes(t, c), row,
+                               w);
+            for (h = 0; h < G; h++) {
+                for (d = 0; d < w; d++) {
+                    o[h * hv + c + d] += s[h * lds + tt] * row[d];
+                }
+            }
+        }
+    }
+}
 
 void
 llm_attn_qk_ref(const float *q, uint32_t G, uint32_t hd, const void *kt,
@@ -148,6 +291,32 @@ llm_attn_kernels(llm_attn_qk_fn *qk, llm_attn_pv_fn *pv,
         *qk = llm_attn_qk_ref;
         *pv = llm_attn_pv_ref;
         *sm = llm_attn_softmax_ref;
+        break;
+    }
+}
+
+void
+llm_attn_q_kernels(llm_attn_qkq_fn *qk, llm_attn_pvq_fn *pv)
+{
+    switch (llm_simd_level()) {
+#if defined(__x86_64__)
+    case LLM_SIMD_AVX512:
+        *qk = llm_attn_qkq_avx512;
+        *pv = llm_attn_pvq_avx512;
+        break;
+    case LLM_SIMD_AVX2:
+        *qk = llm_attn_qkq_avx2;
+        *pv = llm_attn_pvq_avx2;
+        break;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        *qk = llm_attn_qkq_neon;
+        *pv = llm_attn_pvq_neon;
+        break;
+#endif
+    default:
+        *qk = llm_attn_qkq_ref;
+        *pv = llm_attn_pvq_ref;
         break;
     }
 }

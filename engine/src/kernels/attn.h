@@ -60,6 +60,55 @@ void llm_attn_softmax_avx512(float *s, uint32_t n);
 void llm_attn_softmax_neon(float *s, uint32_t n);
 
 /*
+ * A quantized cache (Q8_0 or Q4_0: ggml's quantization, blocks of 32
+ * values along a head's dims with one f16 scale each, the same values
+ * and scales llama.cpp's cache holds).  K of one KV head in one block of
+ * bt positions (bt a multiple of 16) is interleaved by position so that
+ * a load gives 16 positions of one dim, as the F16 cache's transposed K:
+ *   Q8_0: qs[d * bt + t] (int8), then the scales f16 sc[(d / 32) * bt + t];
+ *   Q4_0: qs[(b * 16 + j) * bt + t] is byte j of position t's block b as
+ *         ggml has it (dim 32 b + j + 8 in the low nibble, dim
+ *         32 b + j + 16 + 8 in the high one); then the scales.  A byte
+ *         belongs to one position, so positions are stored independently.
+ * V rows keep ggml's block layout: row t at v + t * v_row, the head's
+ * hv / 32 blocks.  Same contracts as llm_attn_qk_fn / llm_attn_pv_fn.
+ */
+typedef void (*llm_attn_qkq_fn)(const float *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, llm_type_t t, float scale,
+    float *s, size_t lds);
+typedef void (*llm_attn_pvq_fn)(float *o, uint32_t G, uint32_t hv,
+    const uint8_t *v, size_t v_row, uint32_t n, llm_type_t t,
+    const float *s, size_t lds);
+
+#define LLM_ATTN_Q_DECL(isa)                                               \
+    void llm_attn_qkq_##isa(const float *q, uint32_t G, uint32_t hd,       \
+        const uint8_t *k, uint32_t bt, uint32_t n, llm_type_t t,           \
+        float scale, float *s, size_t lds);                                \
+    void llm_attn_pvq_##isa(float *o, uint32_t G, uint32_t hv,             \
+        const uint8_t *v, size_t v_row, uint32_t n, llm_type_t t,          \
+        const float *s, size_t lds);
+
+LLM_ATTN_Q_DECL(ref)
+LLM_ATTN_Q_DECL(avx2)
+LLM_ATTN_Q_DECL(avx512)
+LLM_ATTN_Q_DECL(neon)
+
+/* The quantized-cache kernels for the SIMD level in use. */
+void llm_attn_q_kernels(llm_attn_qkq_fn *qk, llm_attn_pvq_fn *pv);
+
+/* Bytes of one KV head's K in a block of bt positions of a cache of type
+ * t (F32, F16, Q8_0, Q4_0), and of one V row of hv dims. */
+size_t llm_attn_k_head_bytes(llm_type_t t, uint32_t hd, uint32_t bt);
+size_t llm_attn_v_row_bytes(llm_type_t t, uint32_t hv);
+
+/* Stores K vector k[hd] as position tok of a head's K region kh (layout
+ * above, or transposed F32/F16), V vector v[hv] as a V row. */
+void llm_attn_store_k(llm_type_t t, uint8_t *kh, uint32_t bt, uint32_t tok,
+    const float *k, uint32_t hd);
+void llm_attn_store_v(llm_type_t t, uint8_t *vrow, const float *v,
+    uint32_t hv);
+
+/*
  * Online softmax over one score tile (tiled attention), n a multiple of 16
  * (the caller pads a row with -INFINITY).  max: the largest of s[0..n).
  * exps: s[t] = exp(s[t] - m), exactly 0 where s[t] is -INFINITY, and the

@@ -164,6 +164,180 @@ llm_attn_pv_avx2(float *o, uint32_t G, uint32_t hv, const void *v,
     }
 }
 
+/* ---- quantized cache (layout in attn.h) -------------------------------- */
+
+static inline __m256
+llm_i8x8(__m128i b)
+{
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+static inline __attribute__((always_inline)) void
+llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
+    uint32_t bt, uint32_t n, int q4, float scale, float *s, size_t lds)
+{
+    const uint16_t  *sc = (const uint16_t *) (k + (q4 ? (size_t) hd * bt / 2
+                                                     : (size_t) hd * bt));
+    const __m128i    m4 = _mm_set1_epi8(15), o8 = _mm_set1_epi8(8);
+    uint32_t         t, d, b;
+    int              j;
+    __m256           acc[4], accb[4], k0, k1, dk;
+    __m128i          x;
+
+    for (t = 0; t < n; t += 8) {
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            acc[j] = _mm256_setzero_ps();
+        }
+        for (b = 0; b < hd / 32; b++) {
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                accb[j] = _mm256_setzero_ps();
+            }
+            if (!q4) {
+                for (d = b * 32; d < b * 32 + 32; d++) {
+                    k0 = llm_i8x8(_mm_loadl_epi64(
+                             (const __m128i *) (k + (size_t) d * bt + t)));
+#pragma GCC unroll 8
+                    for (j = 0; j < NG; j++) {
+                        accb[j] = _mm256_fmadd_ps(
+                                      _mm256_set1_ps(q[j * hd + d]), k0,
+                                      accb[j]);
+                    }
+                }
+            } else {
+                for (d = b * 32; d < b * 32 + 16; d++) {
+                    x = _mm_loadl_epi64((const __m128i *)
+                            (k + (size_t) (b * 16 + d % 32) * bt + t));
+                    k0 = llm_i8x8(_mm_sub_epi8(_mm_and_si128(x, m4), o8));
+                    k1 = llm_i8x8(_mm_sub_epi8(_mm_and_si128(
+                             _mm_srli_epi16(x, 4), m4), o8));
+#pragma GCC unroll 8
+                    for (j = 0; j < NG; j++) {
+                        accb[j] = _mm256_fmadd_ps(
+                                      _mm256_set1_ps(q[j * hd + d]), k0,
+                                      accb[j]);
+                        accb[j] = _mm256_fmadd_ps(
+                                      _mm256_set1_ps(q[j * hd + d + 16]), k1,
+                                      accb[j]);
+                    }
+                }
+            }
+            dk = _mm256_cvtph_ps(_mm_loadu_si128(
+                     (const __m128i *) (sc + (size_t) b * bt + t)));
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                acc[j] = _mm256_fmadd_ps(accb[j], dk, acc[j]);
+            }
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            llm_st8(s + j * lds + t, _mm256_mul_ps(acc[j],
+                                                   _mm256_set1_ps(scale)),
+                    n - t);
+        }
+    }
+}
+
+void
+llm_attn_qkq_avx2(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
+    uint32_t bt, uint32_t n, llm_type_t t, float scale, float *s,
+    size_t lds)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    uint32_t  h = 0;
+
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qkq_heads(4, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qkq_heads(1, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+}
+
+/* One ggml block (32 values) of a V row, times its scale: four registers. */
+static inline void
+llm_vq32(const uint8_t *blk, int q4, __m256 *v)
+{
+    __m256   dv = _mm256_set1_ps(_cvtsh_ss(*(const uint16_t *) blk));
+    __m128i  b, lo, hi;
+
+    if (!q4) {
+        lo = _mm_loadu_si128((const __m128i *) (blk + 2));
+        hi = _mm_loadu_si128((const __m128i *) (blk + 18));
+    } else {
+        b = _mm_loadu_si128((const __m128i *) (blk + 2));
+        lo = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)),
+                          _mm_set1_epi8(8));
+        hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4),
+                                        _mm_set1_epi8(15)),
+                          _mm_set1_epi8(8));
+    }
+    v[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), dv);
+    v[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+               _mm_srli_si128(lo, 8))), dv);
+    v[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), dv);
+    v[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+               _mm_srli_si128(hi, 8))), dv);
+}
+
+/* NG heads x one block (32 dims) from dim d0 over n rows. */
+static inline __attribute__((always_inline)) void
+llm_pvq_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
+    const uint8_t *v, size_t v_row, uint32_t n, int q4, const float *s,
+    size_t lds)
+{
+    size_t    bs = q4 ? 18 : 34;
+    __m256    acc[3][4], vv[4], a;
+    uint32_t  t, c;
+    int       j;
+
+#pragma GCC unroll 8
+    for (j = 0; j < NG; j++) {
+        for (c = 0; c < 4; c++) {
+            acc[j][c] = _mm256_loadu_ps(o + j * hv + d0 + c * 8);
+        }
+    }
+    for (t = 0; t < n; t++) {
+        llm_vq32(v + t * v_row + (d0 / 32) * bs, q4, vv);
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            a = _mm256_set1_ps(s[j * lds + t]);
+            for (c = 0; c < 4; c++) {
+                acc[j][c] = _mm256_fmadd_ps(a, vv[c], acc[j][c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (j = 0; j < NG; j++) {
+        for (c = 0; c < 4; c++) {
+            _mm256_storeu_ps(o + j * hv + d0 + c * 8, acc[j][c]);
+        }
+    }
+}
+
+void
+llm_attn_pvq_avx2(float *o, uint32_t G, uint32_t hv, const uint8_t *v,
+    size_t v_row, uint32_t n, llm_type_t t, const float *s, size_t lds)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    uint32_t  h, d0;
+
+    for (d0 = 0; d0 < hv; d0 += 32) {
+        h = 0;
+        for ( ; h + 3 <= G; h += 3) {
+            llm_pvq_heads(3, o + h * hv, hv, d0, v, v_row, n, q4,
+                          s + h * lds, lds);
+        }
+        for ( ; h < G; h++) {
+            llm_pvq_heads(1, o + h * hv, hv, d0, v, v_row, n, q4,
+                          s + h * lds, lds);
+        }
+    }
+}
+
 /* exp(x) for x in [-87, 0]: Cephes reduction and polynomial, 2^n built in
  * the exponent bits. */
 static inline __m256

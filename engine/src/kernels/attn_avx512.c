@@ -134,6 +134,189 @@ llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
     }
 }
 
+/* ---- quantized cache (layout in attn.h) -------------------------------- */
+
+static inline __m512
+llm_i8x16(__m128i b)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
+
+static inline __attribute__((always_inline)) void
+llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
+    uint32_t bt, uint32_t n, int q4, float scale, float *s, size_t lds)
+{
+    const uint16_t  *sc = (const uint16_t *) (k + (q4 ? (size_t) hd * bt / 2
+                                                     : (size_t) hd * bt));
+    const __m128i    m4 = _mm_set1_epi8(15), o8 = _mm_set1_epi8(8);
+    uint32_t         t, d, b;
+    int              j;
+    __m512           acc[8], accb[8], k0, k1, dk;
+    __m128i          x;
+    __mmask16        m;
+
+    for (t = 0; t < n; t += 16) {
+        m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            acc[j] = _mm512_setzero_ps();
+        }
+        for (b = 0; b < hd / 32; b++) {
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                accb[j] = _mm512_setzero_ps();
+            }
+            if (!q4) {
+                for (d = b * 32; d < b * 32 + 32; d++) {
+                    k0 = llm_i8x16(_mm_loadu_si128(
+                             (const __m128i *) (k + (size_t) d * bt + t)));
+#pragma GCC unroll 8
+                    for (j = 0; j < NG; j++) {
+                        accb[j] = _mm512_fmadd_ps(
+                                      _mm512_set1_ps(q[j * hd + d]), k0,
+                                      accb[j]);
+                    }
+                }
+            } else {
+                /* byte j: dims 32 b + j (low nibble) and + 16 (high) */
+                for (d = b * 32; d < b * 32 + 16; d++) {
+                    x = _mm_loadu_si128((const __m128i *)
+                            (k + (size_t) (b * 16 + d % 32) * bt + t));
+                    k0 = llm_i8x16(_mm_sub_epi8(_mm_and_si128(x, m4), o8));
+                    k1 = llm_i8x16(_mm_sub_epi8(_mm_and_si128(
+                             _mm_srli_epi16(x, 4), m4), o8));
+#pragma GCC unroll 8
+                    for (j = 0; j < NG; j++) {
+                        accb[j] = _mm512_fmadd_ps(
+                                      _mm512_set1_ps(q[j * hd + d]), k0,
+                                      accb[j]);
+                        accb[j] = _mm512_fmadd_ps(
+                                      _mm512_set1_ps(q[j * hd + d + 16]), k1,
+                                      accb[j]);
+                    }
+                }
+            }
+            dk = _mm512_cvtph_ps(_mm256_loadu_si256(
+                     (const __m256i *) (sc + (size_t) b * bt + t)));
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                acc[j] = _mm512_fmadd_ps(accb[j], dk, acc[j]);
+            }
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            _mm512_mask_storeu_ps(s + j * lds + t, m,
+                                  _mm512_mul_ps(acc[j],
+                                                _mm512_set1_ps(scale)));
+        }
+    }
+}
+
+void
+llm_attn_qkq_avx512(const float *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, llm_type_t t, float scale,
+    float *s, size_t lds)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    uint32_t  h = 0;
+
+    for ( ; h + 8 <= G; h += 8) {
+        llm_qkq_heads(8, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qkq_heads(4, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qkq_heads(1, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+}
+
+/* One ggml block (32 values) of a V row, times its scale: two registers. */
+static inline void
+llm_vq32(const uint8_t *blk, int q4, __m512 *v0, __m512 *v1)
+{
+    __m512   dv = _mm512_set1_ps(_cvtsh_ss(*(const uint16_t *) blk));
+    __m128i  b, lo, hi;
+
+    if (!q4) {
+        *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                  _mm_loadu_si128((const __m128i *) (blk + 2)))), dv);
+        *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                  _mm_loadu_si128((const __m128i *) (blk + 18)))), dv);
+        return;
+    }
+    b = _mm_loadu_si128((const __m128i *) (blk + 2));
+    lo = _mm_sub_epi8(_mm_and_si128(b, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15)),
+                      _mm_set1_epi8(8));
+    *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), dv);
+    *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), dv);
+}
+
+/* NG heads x one or two blocks (32 or 64 dims) from dim d0 over n rows. */
+static inline __attribute__((always_inline)) void
+llm_pvq_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
+    uint32_t nblk, const uint8_t *v, size_t v_row, uint32_t n, int q4,
+    const float *s, size_t lds)
+{
+    size_t    bs = q4 ? 18 : 34;
+    __m512    acc[4][4], vv[4], a;
+    uint32_t  t, c, nc = 2 * nblk;
+    int       j;
+
+#pragma GCC unroll 8
+    for (j = 0; j < NG; j++) {
+        for (c = 0; c < nc; c++) {
+            acc[j][c] = _mm512_loadu_ps(o + j * hv + d0 + c * 16);
+        }
+    }
+    for (t = 0; t < n; t++) {
+        const uint8_t *row = v + t * v_row + (d0 / 32) * bs;
+
+        llm_vq32(row, q4, &vv[0], &vv[1]);
+        if (nblk == 2) {
+            llm_vq32(row + bs, q4, &vv[2], &vv[3]);
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            a = _mm512_set1_ps(s[j * lds + t]);
+            for (c = 0; c < nc; c++) {
+                acc[j][c] = _mm512_fmadd_ps(a, vv[c], acc[j][c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (j = 0; j < NG; j++) {
+        for (c = 0; c < nc; c++) {
+            _mm512_storeu_ps(o + j * hv + d0 + c * 16, acc[j][c]);
+        }
+    }
+}
+
+void
+llm_attn_pvq_avx512(float *o, uint32_t G, uint32_t hv, const uint8_t *v,
+    size_t v_row, uint32_t n, llm_type_t t, const float *s, size_t lds)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    uint32_t  h, d0, nblk;
+
+    for (d0 = 0; d0 < hv; d0 += 64) {
+        nblk = hv - d0 >= 64 ? 2 : 1;
+        h = 0;
+        for ( ; h + 4 <= G; h += 4) {
+            llm_pvq_heads(4, o + h * hv, hv, d0, nblk, v, v_row, n, q4,
+                          s + h * lds, lds);
+        }
+        for ( ; h < G; h++) {
+            llm_pvq_heads(1, o + h * hv, hv, d0, nblk, v, v_row, n, q4,
+                          s + h * lds, lds);
+        }
+    }
+}
+
 /* exp(x) for x in [-87, 0] (softmax after subtracting the max): Cephes
  * range reduction and polynomial, about 1 ulp; 2^n by vscalefps. */
 static inline __m512

@@ -174,6 +174,170 @@ llm_attn_pv_neon(float *o, uint32_t G, uint32_t hv, const void *v,
     }
 }
 
+/* ---- quantized cache (layout in attn.h) -------------------------------- */
+
+/* 8 int8 values to two float registers. */
+static inline void
+llm_i8x8(int8x8_t b, float32x4_t *k0, float32x4_t *k1)
+{
+    int16x8_t  w = vmovl_s8(b);
+
+    *k0 = vcvtq_f32_s32(vmovl_s16(vget_low_s16(w)));
+    *k1 = vcvtq_f32_s32(vmovl_s16(vget_high_s16(w)));
+}
+
+static inline __attribute__((always_inline)) void
+llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
+    uint32_t bt, uint32_t n, int q4, float scale, float *s, size_t lds)
+{
+    const uint16_t  *sc = (const uint16_t *) (k + (q4 ? (size_t) hd * bt / 2
+                                                     : (size_t) hd * bt));
+    uint32_t         t, d, b, cnt, nd;
+    int              j;
+    float32x4_t      acc[4][2], accb[4][2], k0, k1, k2, k3, d0, d1, qv;
+    uint8x8_t        x;
+
+    for (t = 0; t < n; t += 8) {
+        cnt = n - t;
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            acc[j][0] = acc[j][1] = vdupq_n_f32(0.0f);
+        }
+        for (b = 0; b < hd / 32; b++) {
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                accb[j][0] = accb[j][1] = vdupq_n_f32(0.0f);
+            }
+            nd = q4 ? 16 : 32;
+            for (d = b * 32; d < b * 32 + nd; d++) {
+                if (!q4) {
+                    llm_i8x8(vld1_s8((const int8_t *) k + (size_t) d * bt + t),
+                             &k0, &k1);
+                    k2 = k3 = vdupq_n_f32(0.0f);
+                } else {
+                    x = vld1_u8(k + (size_t) (b * 16 + d % 32) * bt + t);
+                    llm_i8x8(vsub_s8(vreinterpret_s8_u8(vand_u8(x,
+                                 vdup_n_u8(15))), vdup_n_s8(8)), &k0, &k1);
+                    llm_i8x8(vsub_s8(vreinterpret_s8_u8(vshr_n_u8(x, 4)),
+                                     vdup_n_s8(8)), &k2, &k3);
+                }
+#pragma GCC unroll 8
+                for (j = 0; j < NG; j++) {
+                    qv = vdupq_n_f32(q[j * hd + d]);
+                    accb[j][0] = vfmaq_f32(accb[j][0], qv, k0);
+                    accb[j][1] = vfmaq_f32(accb[j][1], qv, k1);
+                    if (q4) {
+                        qv = vdupq_n_f32(q[j * hd + d + 16]);
+                        accb[j][0] = vfmaq_f32(accb[j][0], qv, k2);
+                        accb[j][1] = vfmaq_f32(accb[j][1], qv, k3);
+                    }
+                }
+            }
+            d0 = vcvt_f32_f16(vreinterpret_f16_u16(
+                     vld1_u16(sc + (size_t) b * bt + t)));
+            d1 = vcvt_f32_f16(vreinterpret_f16_u16(
+                     vld1_u16(sc + (size_t) b * bt + t + 4)));
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                acc[j][0] = vfmaq_f32(acc[j][0], accb[j][0], d0);
+                acc[j][1] = vfmaq_f32(acc[j][1], accb[j][1], d1);
+            }
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            llm_st4(s + j * lds + t, vmulq_n_f32(acc[j][0], scale), cnt);
+            if (cnt > 4) {
+                llm_st4(s + j * lds + t + 4, vmulq_n_f32(acc[j][1], scale),
+                        cnt - 4);
+            }
+        }
+    }
+}
+
+void
+llm_attn_qkq_neon(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
+    uint32_t bt, uint32_t n, llm_type_t t, float scale, float *s,
+    size_t lds)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    uint32_t  h = 0;
+
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qkq_heads(4, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qkq_heads(1, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+}
+
+/* One ggml block (32 values) of a V row, times its scale: eight registers. */
+static inline void
+llm_vq32(const uint8_t *blk, int q4, float32x4_t *v)
+{
+    uint16_t     h;
+    float        dv;
+    int8x16_t    lo, hi;
+    uint8x16_t   b;
+    int16x8_t    w;
+    int          i;
+
+    memcpy(&h, blk, 2);
+    dv = vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+    if (!q4) {
+        lo = vld1q_s8((const int8_t *) blk + 2);
+        hi = vld1q_s8((const int8_t *) blk + 18);
+    } else {
+        b = vld1q_u8(blk + 2);
+        lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b, vdupq_n_u8(15))),
+                      vdupq_n_s8(8));
+        hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b, 4)), vdupq_n_s8(8));
+    }
+    for (i = 0; i < 2; i++) {
+        int8x16_t  x = i == 0 ? lo : hi;
+
+        w = vmovl_s8(vget_low_s8(x));
+        v[4 * i + 0] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))),
+                                   dv);
+        v[4 * i + 1] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(
+                                       vget_high_s16(w))), dv);
+        w = vmovl_s8(vget_high_s8(x));
+        v[4 * i + 2] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))),
+                                   dv);
+        v[4 * i + 3] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(
+                                       vget_high_s16(w))), dv);
+    }
+}
+
+void
+llm_attn_pvq_neon(float *o, uint32_t G, uint32_t hv, const uint8_t *v,
+    size_t v_row, uint32_t n, llm_type_t t, const float *s, size_t lds)
+{
+    int          q4 = t == LLM_TYPE_Q4_0;
+    size_t       bs = q4 ? 18 : 34;
+    uint32_t     h, d0, tt, c;
+    float32x4_t  vv[8], acc[8], a;
+
+    for (d0 = 0; d0 < hv; d0 += 32) {
+        for (h = 0; h < G; h++) {
+            for (c = 0; c < 8; c++) {
+                acc[c] = vld1q_f32(o + h * hv + d0 + c * 4);
+            }
+            for (tt = 0; tt < n; tt++) {
+                llm_vq32(v + tt * v_row + (d0 / 32) * bs, q4, vv);
+                a = vdupq_n_f32(s[h * lds + tt]);
+                for (c = 0; c < 8; c++) {
+                    acc[c] = vfmaq_f32(acc[c], a, vv[c]);
+                }
+            }
+            for (c = 0; c < 8; c++) {
+                vst1q_f32(o + h * hv + d0 + c * 4, acc[c]);
+            }
+        }
+    }
+}
+
 /* exp(x) for x in [-87, 0] (and up to 87 for SwiGLU): the AVX2 kernel's
  * Cephes reduction and polynomial, 2^n built in the exponent bits. */
 static inline float32x4_t

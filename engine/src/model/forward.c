@@ -598,41 +598,6 @@ llm_rope_head(float *x, const float *cs, uint32_t n_rot, int neox)
 }
 
 static void
-llm_store_row(llm_type_t t, uint8_t *dst, const float *src, uint32_t n)
-{
-    uint16_t  *h = (uint16_t *) dst;
-    uint32_t   i;
-
-    if (t == LLM_TYPE_F32) {
-        memcpy(dst, src, (size_t) n * sizeof(float));
-        return;
-    }
-    for (i = 0; i < n; i++) {
-        h[i] = llm_fp32_to_fp16(src[i]);
-    }
-}
-
-/* Store a K vector as column `t` of a transposed block [n][bt]. */
-static void
-llm_store_col(llm_type_t t, uint8_t *dst, uint32_t col, uint32_t bt,
-    const float *src, uint32_t n)
-{
-    float     *f = (float *) dst;
-    uint16_t  *h = (uint16_t *) dst;
-    uint32_t   i;
-
-    if (t == LLM_TYPE_F32) {
-        for (i = 0; i < n; i++) {
-            f[(size_t) i * bt + col] = src[i];
-        }
-        return;
-    }
-    for (i = 0; i < n; i++) {
-        h[(size_t) i * bt + col] = llm_fp32_to_fp16(src[i]);
-    }
-}
-
-static void
 llm_task_rope(void *arg, uint32_t item, uint32_t ith)
 {
     llm_ctx_t           *c = arg;
@@ -694,11 +659,19 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
         pos = (uint32_t) b->pos[r];
         sv = &b->seqs[b->seq[r]];
         blk = llm_kv_block_of(kv, c->layer, sv, pos);
-        llm_store_col(kv->type, llm_kv_k_block(kv, c->layer, blk),
-                      pos % kv->block_tokens, kv->block_tokens, k, k_dim);
-        llm_store_row(kv->type,
-                      llm_kv_v_row(kv, c->layer, blk, pos % kv->block_tokens),
-                      c->v + (size_t) r * v_dim, v_dim);
+        for (h = 0; h < hp->n_head_kv; h++) {
+            llm_attn_store_k(kv->type,
+                             llm_kv_k_block(kv, c->layer, blk)
+                             + h * kv->k_head, kv->block_tokens,
+                             pos % kv->block_tokens, k + h * hp->head_dim,
+                             hp->head_dim);
+            llm_attn_store_v(kv->type,
+                             llm_kv_v_row(kv, c->layer, blk,
+                                          pos % kv->block_tokens)
+                             + h * kv->v_head,
+                             c->v + (size_t) r * v_dim + h * hp->head_dim_v,
+                             hp->head_dim_v);
+        }
     }
 }
 
@@ -801,16 +774,22 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
     uint32_t              lds = c->att_lds, lo0, hi1, k0, k1, p0, p1;
     uint32_t              i, j, t, a, e, lo, hi, pos, n, nb, s0;
     int                   f16 = kv->type == LLM_TYPE_F16;
+    int                   quant = kv->type == LLM_TYPE_Q8_0
+                                  || kv->type == LLM_TYPE_Q4_0;
     float                 scale = hp->attn_scale != 0.0f ? hp->attn_scale
                                   : 1.0f / sqrtf((float) hd);
     float                 mk, mn, al, *s;
+    const uint8_t        *kb, *vb;
     llm_attn_qk_fn        qk;
     llm_attn_pv_fn        pv;
     llm_attn_softmax_fn   sm;
+    llm_attn_qkq_fn       qkq;
+    llm_attn_pvq_fn       pvq;
     llm_attn_max_fn       mx;
     llm_attn_exps_fn      ex;
 
     llm_attn_kernels(&qk, &pv, &sm);
+    llm_attn_q_kernels(&qkq, &pvq);
     llm_attn_online_kernels(&mx, &ex);
     for (i = 0; i < R; i++) {
         pm[i] = -INFINITY;
@@ -830,11 +809,15 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
         s0 = s0 > k0 ? s0 : k0;
         for (pos = s0; pos < k1; pos += nb) {
             nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
-            qk(qs, R, hd,
-               llm_kv_k_block(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
-                                                             pos))
-               + ((size_t) g * hd * bt + pos % bt) * kv->elem,
-               bt, nb, f16, scale, sc + (pos - k0), lds);
+            kb = llm_kv_k_block(kv, c->layer,
+                                llm_kv_block_of(kv, c->layer, sv, pos))
+                 + g * kv->k_head;
+            if (quant) {
+                qkq(qs, R, hd, kb, bt, nb, kv->type, scale, sc + (pos - k0),
+                    lds);
+            } else {
+                qk(qs, R, hd, kb, bt, nb, f16, scale, sc + (pos - k0), lds);
+            }
         }
         n = (k1 - k0 + 15) & ~15u;
         for (i = 0; i < R; i++) {
@@ -866,11 +849,16 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
         }
         for (pos = s0; pos < k1; pos += nb) {
             nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
-            pv(po, R, hv,
-               llm_kv_v_row(kv, c->layer, llm_kv_block_of(kv, c->layer, sv,
-                                                           pos), pos % bt)
-               + (size_t) g * hv * kv->elem,
-               kv->v_dim, nb, f16, sc + (pos - k0), lds);
+            vb = llm_kv_v_row(kv, c->layer,
+                              llm_kv_block_of(kv, c->layer, sv, pos),
+                              pos % bt)
+                 + g * kv->v_head;
+            if (quant) {
+                pvq(po, R, hv, vb, kv->v_tok, nb, kv->type, sc + (pos - k0),
+                    lds);
+            } else {
+                pv(po, R, hv, vb, kv->v_dim, nb, f16, sc + (pos - k0), lds);
+            }
         }
     }
     (void) sm;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "kernels/attn.h"
 #include "model_impl.h"
 
 /* Layers of the window group (pooled apart), given the pool is used. */
@@ -42,13 +43,13 @@ llm_kv_block_bytes_of(const llm_model_t *m, uint32_t block_tokens,
     llm_type_t type, int group)
 {
     const llm_hparams_t  *hp = &m->hp;
-    size_t                elem = type == LLM_TYPE_F16 ? 2 : 4;
     uint32_t              n = llm_kv_n_swa_layers(m);
     uint32_t              att = hp->n_layer - hp->n_layer_rec;
 
     n = group == LLM_KV_SWA ? n : group == LLM_KV_FULL ? att - n : att;
     return (size_t) n * block_tokens * hp->n_head_kv
-           * (hp->head_dim + hp->head_dim_v) * elem;
+           * (llm_row_bytes(type, hp->head_dim)
+              + llm_row_bytes(type, hp->head_dim_v));
 }
 
 size_t
@@ -90,11 +91,42 @@ llm_kv_n_states(const llm_kv_t *kv)
     return kv->n_states;
 }
 
+int
+llm_kv_type_check(const llm_model_t *m, llm_type_t type,
+    uint32_t block_tokens, char *err, size_t errlen)
+{
+    const llm_hparams_t  *hp = &m->hp;
+
+    if (type == LLM_TYPE_F32 || type == LLM_TYPE_F16) {
+        return 0;
+    }
+    if (type != LLM_TYPE_Q8_0 && type != LLM_TYPE_Q4_0) {
+        snprintf(err, errlen, "kv cache: type %s, expected f32, f16, q8_0 "
+                 "or q4_0", llm_type_name(type));
+        return -EINVAL;
+    }
+    if (hp->head_dim % 32 != 0 || hp->head_dim_v % 32 != 0) {
+        snprintf(err, errlen, "kv cache: a %s cache holds blocks of 32 "
+                 "values of a head; this model's heads have %u (keys) and "
+                 "%u (values) dims: use f16", llm_type_name(type),
+                 hp->head_dim, hp->head_dim_v);
+        return -EINVAL;
+    }
+    if (block_tokens % 16 != 0) {
+        snprintf(err, errlen, "kv cache: a %s cache needs blocks of a "
+                 "multiple of 16 tokens, got %u", llm_type_name(type),
+                 block_tokens);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 /*
  * Create a cache of n_blocks blocks of block_tokens positions for model m
  * (n_blocks_swa > 0: the sliding-window layers in a pool of their own of
  * that many blocks; n_states state slots for a model with recurrent
- * layers, ignored for others).  Only F32 and F16 are accepted.
+ * layers, ignored for others).  F32, F16, Q8_0 or Q4_0
+ * (llm_kv_type_check).
  */
 int
 llm_kv_create_rs(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
@@ -108,9 +140,7 @@ llm_kv_create_rs(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     void                 *p;
 
     *out = NULL;
-    if (type != LLM_TYPE_F32 && type != LLM_TYPE_F16) {
-        snprintf(err, errlen, "kv cache: type %s, expected F32 or F16",
-                 llm_type_name(type));
+    if (llm_kv_type_check(m, type, block_tokens, err, errlen) < 0) {
         return -EINVAL;
     }
     if (n_blocks == 0 || block_tokens == 0 || block_tokens > 65536) {
@@ -154,8 +184,11 @@ llm_kv_create_rs(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     kv->v_dim = hp->n_head_kv * hp->head_dim_v;
     kv->type = type;
     kv->elem = type == LLM_TYPE_F16 ? 2 : 4;
-    kv->k_block = (size_t) block_tokens * kv->k_dim * kv->elem;
-    kv->v_block = (size_t) block_tokens * kv->v_dim * kv->elem;
+    kv->k_head = llm_attn_k_head_bytes(type, hp->head_dim, block_tokens);
+    kv->v_head = llm_attn_v_row_bytes(type, hp->head_dim_v);
+    kv->v_tok = (size_t) hp->n_head_kv * kv->v_head;
+    kv->k_block = (size_t) hp->n_head_kv * kv->k_head;
+    kv->v_block = (size_t) block_tokens * kv->v_tok;
     for (l = 0; l < hp->n_layer && l < LLM_KV_MAX_LAYERS; l++) {
         if (m->layers[l].recurrent) {
             kv->rec[l] = 1;         /* no K and V: a state slot part */

@@ -173,6 +173,10 @@ int llm_kv_create_swa(llm_kv_t **out, const llm_model_t *m,
     uint32_t n_blocks, uint32_t n_blocks_swa, uint32_t block_tokens,
     llm_type_t type, char *err, size_t errlen);
 void llm_kv_free(llm_kv_t *kv);
+/* 0 if a cache of this type (F32, F16, Q8_0, Q4_0) and block size can
+ * hold this model's heads, else -EINVAL with err saying why. */
+int llm_kv_type_check(const llm_model_t *m, llm_type_t type,
+    uint32_t block_tokens, char *err, size_t errlen);
 uint32_t llm_kv_n_blocks(const llm_kv_t *kv);
 uint32_t llm_kv_n_blocks_swa(const llm_kv_t *kv);
 uint32_t llm_kv_block_tokens(const llm_kv_t *kv);

@@ -136,8 +136,12 @@ struct llm_kv_s {
     uint32_t         n_layer;
     uint32_t         k_dim;        /* n_head_kv * head_dim */
     uint32_t         v_dim;        /* n_head_kv * head_dim_v */
-    llm_type_t       type;         /* F32 or F16 */
-    size_t           elem;         /* 4 or 2 */
+    llm_type_t       type;         /* F32, F16, Q8_0 or Q4_0 */
+    size_t           elem;         /* F32, F16: 4 or 2 */
+    size_t           k_head;       /* bytes of one KV head's K in a block
+                                      (kernels/attn.h: the layouts) */
+    size_t           v_head;       /* bytes of one head's part of a V row */
+    size_t           v_tok;        /* bytes of a V row (all heads) */
     size_t           k_block;      /* bytes of one block of K of one layer */
     size_t           v_block;
     size_t           bytes;        /* whole mapping */
@@ -178,10 +182,12 @@ llm_kv_ssm_state(const llm_kv_t *kv, uint32_t slot, uint32_t rslot)
 
 /*
  * Layout: [layer][block] of K for the full pool's layers, then for the
- * window pool's, then V the same way.  K blocks are transposed,
- * [k_dim][block_tokens] (dim-major, so attention loads many positions of
- * one dim at once); V blocks are [block_tokens][v_dim].  blk is a block
- * of the layer's pool.
+ * window pool's, then V the same way.  K blocks are per KV head
+ * (k_head bytes each) and transposed, [head_dim][block_tokens] (dim-major,
+ * so attention loads many positions of one dim at once; a quantized cache
+ * interleaves its blocks the same way, kernels/attn.h); V blocks are
+ * [block_tokens] rows of v_tok bytes.  blk is a block of the layer's
+ * pool.
  */
 static inline uint8_t *
 llm_kv_k_block(const llm_kv_t *kv, uint32_t l, uint32_t blk)
@@ -204,7 +210,7 @@ llm_kv_v_row(const llm_kv_t *kv, uint32_t l, uint32_t blk, uint32_t tok)
                  : kv->v_base + ((size_t) kv->slot[l] * kv->n_blocks + blk)
                                 * kv->v_block;
 
-    return kv->base + at + (size_t) tok * kv->v_dim * kv->elem;
+    return kv->base + at + (size_t) tok * kv->v_tok;
 }
 
 /*
