@@ -71,19 +71,19 @@ llm_attn_qk_avx512(const float *q, uint32_t G, uint32_t hd, const void *kt,
     }
 }
 
-/* NG heads x 64 dims (4 registers each) over all n positions. */
+/* NG heads x NC registers of 16 dims from d0 over all n positions. */
 static inline __attribute__((always_inline)) void
-llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
+llm_pv_heads(const int NG, const int NC, float *o, uint32_t hv, uint32_t d0,
     const void *v, size_t v_stride, uint32_t n, int f16, const float *s,
     size_t lds)
 {
-    __m512    acc[4][4], vv[4], a;
+    __m512    acc[8][4], vv[4], a;
     __mmask16 m[4];
-    uint32_t  t, c;
-    int       j;
+    uint32_t  t;
+    int       j, c;
 
 #pragma GCC unroll 8
-    for (c = 0; c < 4; c++) {
+    for (c = 0; c < NC; c++) {
         uint32_t left = hv > d0 + c * 16 ? hv - d0 - c * 16 : 0;
 
         m[c] = left >= 16 ? 0xffff : (__mmask16) ((1u << left) - 1);
@@ -94,20 +94,20 @@ llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
     }
     for (t = 0; t < n; t++) {
 #pragma GCC unroll 8
-        for (c = 0; c < 4; c++) {
+        for (c = 0; c < NC; c++) {
             vv[c] = llm_ld16(v, t * v_stride + d0 + c * 16, m[c], f16);
         }
 #pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             a = _mm512_set1_ps(s[j * lds + t]);
 #pragma GCC unroll 8
-            for (c = 0; c < 4; c++) {
+            for (c = 0; c < NC; c++) {
                 acc[j][c] = _mm512_fmadd_ps(a, vv[c], acc[j][c]);
             }
         }
     }
 #pragma GCC unroll 8
-    for (c = 0; c < 4; c++) {
+    for (c = 0; c < NC; c++) {
 #pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             _mm512_mask_storeu_ps(o + j * hv + d0 + c * 16, m[c], acc[j][c]);
@@ -115,21 +115,32 @@ llm_pv_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
     }
 }
 
+/*
+ * Heads in eights over 32 dims at a time (a V load feeds 8 FMAs, 16
+ * accumulators), the rest in fours over 64 dims, then one by one.
+ */
 void
 llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
     size_t v_stride, uint32_t n, int f16, const float *s, size_t lds)
 {
-    uint32_t  h, d0;
+    uint32_t  h = 0, d0;
 
-    for (d0 = 0; d0 < hv; d0 += 64) {
-        h = 0;
-        for ( ; h + 4 <= G; h += 4) {
-            llm_pv_heads(4, o + h * hv, hv, d0, v, v_stride, n, f16,
+    for ( ; h + 8 <= G; h += 8) {
+        for (d0 = 0; d0 < hv; d0 += 32) {
+            llm_pv_heads(8, 2, o + h * hv, hv, d0, v, v_stride, n, f16,
                          s + h * lds, lds);
         }
-        for ( ; h < G; h++) {
-            llm_pv_heads(1, o + h * hv, hv, d0, v, v_stride, n, f16,
-                         s + h * lds, lds);
+    }
+    for (d0 = 0; d0 < hv; d0 += 64) {
+        uint32_t  k = h;
+
+        for ( ; k + 4 <= G; k += 4) {
+            llm_pv_heads(4, 4, o + k * hv, hv, d0, v, v_stride, n, f16,
+                         s + k * lds, lds);
+        }
+        for ( ; k < G; k++) {
+            llm_pv_heads(1, 4, o + k * hv, hv, d0, v, v_stride, n, f16,
+                         s + k * lds, lds);
         }
     }
 }
@@ -256,62 +267,59 @@ llm_vq32(const uint8_t *blk, int q4, __m512 *v0, __m512 *v1)
     *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), dv);
 }
 
-/* NG heads x one or two blocks (32 or 64 dims) from dim d0 over n rows. */
+/* NG heads x one block (32 dims: two registers) at d0 over n rows. */
 static inline __attribute__((always_inline)) void
 llm_pvq_heads(const int NG, float *o, uint32_t hv, uint32_t d0,
-    uint32_t nblk, const uint8_t *v, size_t v_row, uint32_t n, int q4,
-    const float *s, size_t lds)
+    const uint8_t *v, size_t v_row, uint32_t n, int q4, const float *s,
+    size_t lds)
 {
     size_t    bs = q4 ? 18 : 34;
-    __m512    acc[4][4], vv[4], a;
-    uint32_t  t, c, nc = 2 * nblk;
+    __m512    acc[8][2], vv[2], a;
+    uint32_t  t;
     int       j;
 
 #pragma GCC unroll 8
     for (j = 0; j < NG; j++) {
-        for (c = 0; c < nc; c++) {
-            acc[j][c] = _mm512_loadu_ps(o + j * hv + d0 + c * 16);
-        }
+        acc[j][0] = _mm512_loadu_ps(o + j * hv + d0);
+        acc[j][1] = _mm512_loadu_ps(o + j * hv + d0 + 16);
     }
     for (t = 0; t < n; t++) {
-        const uint8_t *row = v + t * v_row + (d0 / 32) * bs;
-
-        llm_vq32(row, q4, &vv[0], &vv[1]);
-        if (nblk == 2) {
-            llm_vq32(row + bs, q4, &vv[2], &vv[3]);
-        }
+        llm_vq32(v + t * v_row + (d0 / 32) * bs, q4, &vv[0], &vv[1]);
 #pragma GCC unroll 8
         for (j = 0; j < NG; j++) {
             a = _mm512_set1_ps(s[j * lds + t]);
-            for (c = 0; c < nc; c++) {
-                acc[j][c] = _mm512_fmadd_ps(a, vv[c], acc[j][c]);
-            }
+            acc[j][0] = _mm512_fmadd_ps(a, vv[0], acc[j][0]);
+            acc[j][1] = _mm512_fmadd_ps(a, vv[1], acc[j][1]);
         }
     }
 #pragma GCC unroll 8
     for (j = 0; j < NG; j++) {
-        for (c = 0; c < nc; c++) {
-            _mm512_storeu_ps(o + j * hv + d0 + c * 16, acc[j][c]);
-        }
+        _mm512_storeu_ps(o + j * hv + d0, acc[j][0]);
+        _mm512_storeu_ps(o + j * hv + d0 + 16, acc[j][1]);
     }
 }
 
+/* Heads in eights (a block's dequantization feeds 16 FMAs), then fours,
+ * then one by one; a block (32 dims) at a time. */
 void
 llm_attn_pvq_avx512(float *o, uint32_t G, uint32_t hv, const uint8_t *v,
     size_t v_row, uint32_t n, llm_type_t t, const float *s, size_t lds)
 {
     int       q4 = t == LLM_TYPE_Q4_0;
-    uint32_t  h, d0, nblk;
+    uint32_t  h, d0;
 
-    for (d0 = 0; d0 < hv; d0 += 64) {
-        nblk = hv - d0 >= 64 ? 2 : 1;
+    for (d0 = 0; d0 < hv; d0 += 32) {
         h = 0;
+        for ( ; h + 8 <= G; h += 8) {
+            llm_pvq_heads(8, o + h * hv, hv, d0, v, v_row, n, q4,
+                          s + h * lds, lds);
+        }
         for ( ; h + 4 <= G; h += 4) {
-            llm_pvq_heads(4, o + h * hv, hv, d0, nblk, v, v_row, n, q4,
+            llm_pvq_heads(4, o + h * hv, hv, d0, v, v_row, n, q4,
                           s + h * lds, lds);
         }
         for ( ; h < G; h++) {
-            llm_pvq_heads(1, o + h * hv, hv, d0, nblk, v, v_row, n, q4,
+            llm_pvq_heads(1, o + h * hv, hv, d0, v, v_row, n, q4,
                           s + h * lds, lds);
         }
     }
