@@ -118,6 +118,68 @@ test_kernels(void)
     llm_simd_force(keep);
 }
 
+/* ---- p.v from transposed K (MLA) --------------------------------------- */
+
+static void
+test_pvt(void)
+{
+    static const llm_simd_t  lv[] = { LLM_SIMD_AVX2, LLM_SIMD_AVX512,
+                                      LLM_SIMD_NEON };
+    enum { BTK = 16, NB = 5, HDK = 80, GM = 9, LDS = NB * BTK };
+    llm_simd_t        keep = llm_simd_level();
+    uint64_t          rng = 9;
+    static float      kf[NB][HDK * BTK], p[GM * LDS];
+    static uint16_t   kh[NB][HDK * BTK];
+    static float      oref[GM * HDK], o[GM * HDK];
+    const void       *bf[NB], *bh[NB];
+    llm_attn_pvt_fn   pvt;
+    uint32_t          i, j, G, hv, nb, f16;
+
+    for (i = 0; i < NB; i++) {
+        for (j = 0; j < HDK * BTK; j++) {
+            kf[i][j] = (float) (tk_xorshift64(&rng) % 2001) / 1000.0f - 1.0f;
+            kh[i][j] = llm_fp32_to_fp16(kf[i][j]);
+        }
+        bf[i] = kf[NB - 1 - i];     /* blocks in any order */
+        bh[i] = kh[NB - 1 - i];
+    }
+    for (i = 0; i < GM * LDS; i++) {
+        p[i] = (float) (tk_xorshift64(&rng) % 1000) / 1000.0f;
+    }
+    for (i = 0; i < sizeof(lv) / sizeof(lv[0]); i++) {
+        if (!llm_simd_supported(lv[i])) {
+            continue;
+        }
+        tk_begin("p.v from transposed K (MLA) %s", llm_simd_name(lv[i]));
+        llm_simd_force(lv[i]);
+        pvt = llm_attn_pvt_kernel();
+        for (f16 = 0; f16 < 2; f16++) {
+            for (G = 1; G <= GM; G += 4) {
+                for (hv = 61; hv <= HDK; hv += 19) {
+                    for (nb = 1; nb <= NB; nb += 2) {
+                        for (j = 0; j < G * HDK; j++) {
+                            oref[j] = o[j] = (float) j / 64.0f;
+                        }
+                        llm_attn_pvt_ref(oref, G, hv, f16 ? bh : bf, nb, BTK,
+                                         7, (int) f16, p, LDS);
+                        pvt(o, G, hv, f16 ? bh : bf, nb, BTK, 7, (int) f16,
+                            p, LDS);
+                        for (j = 0; j < G * hv; j++) {
+                            CHECK(fabsf(o[j] - oref[j])
+                                  <= 1e-5f * (fabsf(oref[j]) + 1.0f),
+                                  "f16 %u G %u hv %u nb %u: %u %.7g, "
+                                  "reference %.7g", f16, G, hv, nb, j, o[j],
+                                  oref[j]);
+                        }
+                    }
+                }
+            }
+        }
+        tk_end();
+    }
+    llm_simd_force(keep);
+}
+
 /* ---- quantized cache kernels ------------------------------------------ */
 
 /*
@@ -613,6 +675,7 @@ main(void)
 
     llm_simd_init();
     test_kernels();
+    test_pvt();
     test_qkernels(LLM_TYPE_Q8_0);
     test_qkernels(LLM_TYPE_Q4_0);
     test_model("engine/tests/data/reference", "ref-qwen3moe-q4_0.gguf", 0);

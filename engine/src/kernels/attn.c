@@ -7,6 +7,49 @@
 
 #include "attn.h"
 
+void
+llm_attn_pvt_ref(float *o, uint32_t G, uint32_t hv, const void *const *kb,
+    uint32_t nb, uint32_t bt, uint32_t n_last, int f16, const float *s,
+    size_t lds)
+{
+    uint32_t  h, d, i, t, n;
+    float     acc, k;
+
+    for (h = 0; h < G; h++) {
+        for (d = 0; d < hv; d++) {
+            acc = 0.0f;
+            for (i = 0; i < nb; i++) {
+                n = i + 1 == nb ? n_last : bt;
+                for (t = 0; t < n; t++) {
+                    k = f16 ? llm_fp16_to_fp32(((const uint16_t *) kb[i])
+                                               [(size_t) d * bt + t])
+                            : ((const float *) kb[i])[(size_t) d * bt + t];
+                    acc += s[h * lds + i * bt + t] * k;
+                }
+            }
+            o[h * hv + d] += acc;
+        }
+    }
+}
+
+llm_attn_pvt_fn
+llm_attn_pvt_kernel(void)
+{
+    switch (llm_simd_level()) {
+#if defined(__x86_64__)
+    case LLM_SIMD_AVX512:
+        return llm_attn_pvt_avx512;
+    case LLM_SIMD_AVX2:
+        return llm_attn_pvt_avx2;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        return llm_attn_pvt_neon;
+#endif
+    default:
+        return llm_attn_pvt_ref;
+    }
+}
+
 /* ---- quantized cache ---------------------------------------------------- */
 
 /* ggml's blocks, for the quantizer's output */

@@ -60,6 +60,34 @@ void llm_attn_softmax_avx512(float *s, uint32_t n);
 void llm_attn_softmax_neon(float *s, uint32_t n);
 
 /*
+ * p.v with V read from the first hv dims of the transposed K blocks (MLA:
+ * the compressed latent is both the key, with its rope part after it, and
+ * the value, so the cache keeps it once).  o[h * hv + d] += sum over the
+ * positions of s[h * lds + t] * K[d][t], for nb blocks kb[i] of bt
+ * positions (the last holding n_last) whose scores are s[.. + i * bt]:
+ * each output is reduced once per call, so a call should cover a tile.
+ */
+typedef void (*llm_attn_pvt_fn)(float *o, uint32_t G, uint32_t hv,
+    const void *const *kb, uint32_t nb, uint32_t bt, uint32_t n_last,
+    int f16, const float *s, size_t lds);
+
+void llm_attn_pvt_ref(float *o, uint32_t G, uint32_t hv,
+    const void *const *kb, uint32_t nb, uint32_t bt, uint32_t n_last,
+    int f16, const float *s, size_t lds);
+void llm_attn_pvt_avx2(float *o, uint32_t G, uint32_t hv,
+    const void *const *kb, uint32_t nb, uint32_t bt, uint32_t n_last,
+    int f16, const float *s, size_t lds);
+void llm_attn_pvt_avx512(float *o, uint32_t G, uint32_t hv,
+    const void *const *kb, uint32_t nb, uint32_t bt, uint32_t n_last,
+    int f16, const float *s, size_t lds);
+void llm_attn_pvt_neon(float *o, uint32_t G, uint32_t hv,
+    const void *const *kb, uint32_t nb, uint32_t bt, uint32_t n_last,
+    int f16, const float *s, size_t lds);
+
+/* The kernel for the SIMD level in use. */
+llm_attn_pvt_fn llm_attn_pvt_kernel(void);
+
+/*
  * A quantized cache (Q8_0 or Q4_0: ggml's quantization, blocks of 32
  * values along a head's dims with one f16 scale each, the same values
  * and scales llama.cpp's cache holds).  K of one KV head in one block of

@@ -145,6 +145,80 @@ llm_attn_pv_avx512(float *o, uint32_t G, uint32_t hv, const void *v,
     }
 }
 
+/* NH heads x ND dims of p.v from transposed K over all blocks, lanes
+ * holding positions, reduced once at the end. */
+static inline __attribute__((always_inline)) void
+llm_pvt_tile(const int NH, const int ND, float *o, uint32_t hv, uint32_t d0,
+    const void *const *kb, uint32_t nb, uint32_t bt, uint32_t n_last,
+    int f16, const float *s, size_t lds)
+{
+    __m512     acc[4][4], pv[4], kv[4];
+    __mmask16  m;
+    uint32_t   i, t, n;
+    int        h, d;
+
+#pragma GCC unroll 4
+    for (h = 0; h < NH; h++) {
+#pragma GCC unroll 4
+        for (d = 0; d < ND; d++) {
+            acc[h][d] = _mm512_setzero_ps();
+        }
+    }
+    for (i = 0; i < nb; i++) {
+        n = i + 1 == nb ? n_last : bt;
+        for (t = 0; t < n; t += 16) {
+            m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+#pragma GCC unroll 4
+            for (h = 0; h < NH; h++) {
+                pv[h] = _mm512_maskz_loadu_ps(m, s + h * lds + i * bt + t);
+            }
+#pragma GCC unroll 4
+            for (d = 0; d < ND; d++) {
+                kv[d] = llm_ld16(kb[i], (size_t) (d0 + d) * bt + t, m, f16);
+            }
+#pragma GCC unroll 4
+            for (h = 0; h < NH; h++) {
+#pragma GCC unroll 4
+                for (d = 0; d < ND; d++) {
+                    acc[h][d] = _mm512_fmadd_ps(pv[h], kv[d], acc[h][d]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (h = 0; h < NH; h++) {
+#pragma GCC unroll 4
+        for (d = 0; d < ND; d++) {
+            o[h * hv + d0 + d] += _mm512_reduce_add_ps(acc[h][d]);
+        }
+    }
+}
+
+void
+llm_attn_pvt_avx512(float *o, uint32_t G, uint32_t hv, const void *const *kb,
+    uint32_t nb, uint32_t bt, uint32_t n_last, int f16, const float *s,
+    size_t lds)
+{
+    uint32_t  h, d0;
+
+    for (d0 = 0; d0 + 4 <= hv; d0 += 4) {
+        for (h = 0; h + 4 <= G; h += 4) {
+            llm_pvt_tile(4, 4, o + h * hv, hv, d0, kb, nb, bt, n_last, f16,
+                         s + h * lds, lds);
+        }
+        for ( ; h < G; h++) {
+            llm_pvt_tile(1, 4, o + h * hv, hv, d0, kb, nb, bt, n_last, f16,
+                         s + h * lds, lds);
+        }
+    }
+    for ( ; d0 < hv; d0++) {
+        for (h = 0; h < G; h++) {
+            llm_pvt_tile(1, 1, o + h * hv, hv, d0, kb, nb, bt, n_last, f16,
+                         s + h * lds, lds);
+        }
+    }
+}
+
 /* ---- quantized cache (layout in attn.h) -------------------------------- */
 
 static inline __m512

@@ -174,6 +174,78 @@ llm_attn_pv_neon(float *o, uint32_t G, uint32_t hv, const void *v,
     }
 }
 
+/* NH heads x ND dims of p.v from transposed K, lanes holding positions. */
+static inline __attribute__((always_inline)) void
+llm_pvt_tile(const int NH, const int ND, float *o, uint32_t hv, uint32_t d0,
+    const void *const *kb, uint32_t nb, uint32_t bt, uint32_t n_last,
+    int f16, const float *s, size_t lds)
+{
+    float32x4_t  acc[4][4], pv[4], kv[4];
+    uint32_t     i, t, n;
+    int          h, d;
+
+#pragma GCC unroll 4
+    for (h = 0; h < NH; h++) {
+#pragma GCC unroll 4
+        for (d = 0; d < ND; d++) {
+            acc[h][d] = vdupq_n_f32(0.0f);
+        }
+    }
+    for (i = 0; i < nb; i++) {
+        n = i + 1 == nb ? n_last : bt;
+        for (t = 0; t < n; t += 4) {
+#pragma GCC unroll 4
+            for (h = 0; h < NH; h++) {
+                pv[h] = llm_ld4(s + h * lds + i * bt, t, n - t, 0);
+            }
+#pragma GCC unroll 4
+            for (d = 0; d < ND; d++) {
+                kv[d] = llm_ld4(kb[i], (size_t) (d0 + d) * bt + t, n - t,
+                                f16);
+            }
+#pragma GCC unroll 4
+            for (h = 0; h < NH; h++) {
+#pragma GCC unroll 4
+                for (d = 0; d < ND; d++) {
+                    acc[h][d] = vfmaq_f32(acc[h][d], pv[h], kv[d]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (h = 0; h < NH; h++) {
+#pragma GCC unroll 4
+        for (d = 0; d < ND; d++) {
+            o[h * hv + d0 + d] += vaddvq_f32(acc[h][d]);
+        }
+    }
+}
+
+void
+llm_attn_pvt_neon(float *o, uint32_t G, uint32_t hv, const void *const *kb,
+    uint32_t nb, uint32_t bt, uint32_t n_last, int f16, const float *s,
+    size_t lds)
+{
+    uint32_t  h, d0;
+
+    for (d0 = 0; d0 + 4 <= hv; d0 += 4) {
+        for (h = 0; h + 4 <= G; h += 4) {
+            llm_pvt_tile(4, 4, o + h * hv, hv, d0, kb, nb, bt, n_last, f16,
+                         s + h * lds, lds);
+        }
+        for ( ; h < G; h++) {
+            llm_pvt_tile(1, 4, o + h * hv, hv, d0, kb, nb, bt, n_last, f16,
+                         s + h * lds, lds);
+        }
+    }
+    for ( ; d0 < hv; d0++) {
+        for (h = 0; h < G; h++) {
+            llm_pvt_tile(1, 1, o + h * hv, hv, d0, kb, nb, bt, n_last, f16,
+                         s + h * lds, lds);
+        }
+    }
+}
+
 /* ---- quantized cache (layout in attn.h) -------------------------------- */
 
 /* 8 int8 values to two float registers. */

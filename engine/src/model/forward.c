@@ -665,6 +665,9 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
                              + h * kv->k_head, kv->block_tokens,
                              pos % kv->block_tokens, k + h * hp->head_dim,
                              hp->head_dim);
+            if (kv->v_in_k) {
+                continue;           /* MLA: the latent, in K already */
+            }
             llm_attn_store_v(kv->type,
                              llm_kv_v_row(kv, c->layer, blk,
                                           pos % kv->block_tokens)
@@ -699,6 +702,7 @@ llm_task_rope(void *arg, uint32_t item, uint32_t ith)
  */
 
 #define LLM_ATT_TILES  8            /* score tiles per part */
+#define LLM_ATT_MAX_BLOCKS  256     /* cache blocks in a score tile */
 
 /* Per-thread scratch of the tiled attention, floats. */
 static size_t
@@ -787,6 +791,8 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
     llm_attn_pvq_fn       pvq;
     llm_attn_max_fn       mx;
     llm_attn_exps_fn      ex;
+    llm_attn_pvt_fn       pvt = llm_attn_pvt_kernel();
+    const void           *kbs[LLM_ATT_MAX_BLOCKS];
 
     llm_attn_kernels(&qk, &pv, &sm);
     llm_attn_q_kernels(&qkq, &pvq);
@@ -846,6 +852,19 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
             }
             pm[i] = mn;
             pl[i] += ex(s, n, mn);
+        }
+        if (kv->v_in_k) {
+            /* MLA: p.v over the tile's K blocks, V their first hv dims */
+            nb = 0;
+            for (pos = s0, i = 0; pos < k1; pos += nb, i++) {
+                nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
+                kbs[i] = llm_kv_k_block(kv, c->layer,
+                                        llm_kv_block_of(kv, c->layer, sv,
+                                                        pos))
+                         + g * kv->k_head;
+            }
+            pvt(po, R, hv, kbs, i, bt, nb, f16, sc + (s0 - k0), lds);
+            continue;
         }
         for (pos = s0; pos < k1; pos += nb) {
             nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
@@ -2710,7 +2729,9 @@ llm_ctx_set_attn_tile(llm_ctx_t *c, uint32_t tile)
 {
     float  *scr;
 
-    if (tile == 0 || tile % c->kv->block_tokens != 0 || tile > (1u << 20)) {
+    if (tile == 0 || tile % c->kv->block_tokens != 0 || tile > (1u << 20)
+        || tile / c->kv->block_tokens > LLM_ATT_MAX_BLOCKS)
+    {
         return -EINVAL;
     }
     c->att_tile = tile;

@@ -47,9 +47,10 @@ llm_kv_block_bytes_of(const llm_model_t *m, uint32_t block_tokens,
     uint32_t              att = hp->n_layer - hp->n_layer_rec;
 
     n = group == LLM_KV_SWA ? n : group == LLM_KV_FULL ? att - n : att;
+    /* MLA: the value is the latent the key starts with, kept once */
     return (size_t) n * block_tokens * hp->n_head_kv
            * (llm_row_bytes(type, hp->head_dim)
-              + llm_row_bytes(type, hp->head_dim_v));
+              + (hp->n_lora_kv > 0 ? 0 : llm_row_bytes(type, hp->head_dim_v)));
 }
 
 size_t
@@ -103,6 +104,13 @@ llm_kv_type_check(const llm_model_t *m, llm_type_t type,
     if (type != LLM_TYPE_Q8_0 && type != LLM_TYPE_Q4_0) {
         snprintf(err, errlen, "kv cache: type %s, expected f32, f16, q8_0 "
                  "or q4_0", llm_type_name(type));
+        return -EINVAL;
+    }
+    if (hp->n_lora_kv > 0) {
+        snprintf(err, errlen, "kv cache: a %s cache of an MLA model (%s) "
+                 "is not supported yet: its f16 cache keeps one %u-value "
+                 "latent per token and layer; use f16",
+                 llm_type_name(type), hp->arch_name, hp->head_dim);
         return -EINVAL;
     }
     if (hp->head_dim % 32 != 0 || hp->head_dim_v % 32 != 0) {
@@ -185,7 +193,8 @@ llm_kv_create_rs(llm_kv_t **out, const llm_model_t *m, uint32_t n_blocks,
     kv->type = type;
     kv->elem = type == LLM_TYPE_F16 ? 2 : 4;
     kv->k_head = llm_attn_k_head_bytes(type, hp->head_dim, block_tokens);
-    kv->v_head = llm_attn_v_row_bytes(type, hp->head_dim_v);
+    kv->v_in_k = hp->n_lora_kv > 0;
+    kv->v_head = kv->v_in_k ? 0 : llm_attn_v_row_bytes(type, hp->head_dim_v);
     kv->v_tok = (size_t) hp->n_head_kv * kv->v_head;
     kv->k_block = (size_t) hp->n_head_kv * kv->k_head;
     kv->v_block = (size_t) block_tokens * kv->v_tok;

@@ -141,6 +141,8 @@ struct llm_kv_s {
     size_t           k_head;       /* bytes of one KV head's K in a block
                                       (kernels/attn.h: the layouts) */
     size_t           v_head;       /* bytes of one head's part of a V row */
+    int              v_in_k;       /* MLA: V is K's first head_dim_v dims
+                                      (the latent), no V rows (0 bytes) */
     size_t           v_tok;        /* bytes of a V row (all heads) */
     size_t           k_block;      /* bytes of one block of K of one layer */
     size_t           v_block;
