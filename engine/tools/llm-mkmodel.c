@@ -56,6 +56,9 @@ usage(FILE *f)
 "  --rope-dim N --rope-base F --eps F\n"
 "                    override one hyperparameter (--experts 0 = dense;\n"
 "                    llama with experts is the Mixtral layout)\n"
+"  --lora-q N --lora-kv N --mla-v N\n"
+"                    deepseek2: the q LoRA rank, the latent's rank\n"
+"                    (kv_lora_rank), a value head's dims after v_b\n"
 "  --split-experts   llama with experts in the old Mixtral layout: one\n"
 "                    tensor per expert, blk.N.ffn_gate.E.weight etc. (same\n"
 "                    values as the merged blk.N.ffn_gate_exps.weight file)\n"
@@ -230,6 +233,12 @@ main(int argc, char **argv)
             rc = parse_u32(f_, v, &p.n_ff_exp);
         } else if (strcmp(f_, "--rope-dim") == 0) {
             rc = parse_u32(f_, v, &p.rope_dim);
+        } else if (strcmp(f_, "--lora-q") == 0) {
+            rc = parse_u32(f_, v, &p.n_lora_q);
+        } else if (strcmp(f_, "--lora-kv") == 0) {
+            rc = parse_u32(f_, v, &p.n_lora_kv);
+        } else if (strcmp(f_, "--mla-v") == 0) {
+            rc = parse_u32(f_, v, &p.mla_v);
         } else if (strcmp(f_, "--rope-base") == 0) {
             rc = parse_f32(f_, v, &p.rope_base);
         } else if (strcmp(f_, "--eps") == 0) {
