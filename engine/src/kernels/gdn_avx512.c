@@ -1,0 +1,7 @@
+/*
+ * The chunked gated delta rule with AVX-512 (vectors of 16 floats).
+ */
+
+#define GDN_VL  16
+#define GDN_FN  llm_gdn_chunk_avx512
+#include "gdn_impl.h"
