@@ -5,6 +5,7 @@
 
 #define GDN_VL  4
 #define GDN_FN  llm_gdn_chunk_base
+#define GDN_STEP_FN llm_gdn_step_base
 #include "gdn_impl.h"
 
 #include "quant.h"
@@ -28,5 +29,20 @@ llm_gdn_chunk_kernel(void)
 #endif
     default:
         return llm_gdn_chunk_base;
+    }
+}
+
+llm_gdn_step_fn
+llm_gdn_step_kernel(void)
+{
+    switch (llm_simd_level()) {
+#if defined(__x86_64__)
+    case LLM_SIMD_AVX512:
+        return llm_gdn_step_avx512;
+    case LLM_SIMD_AVX2:
+        return llm_gdn_step_avx2;
+#endif
+    default:
+        return llm_gdn_step_base;
     }
 }

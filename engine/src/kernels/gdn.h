@@ -21,9 +21,9 @@
  * which is the recurrence exactly, up to f32 rounding: the work becomes
  * matrix products of the chunk's keys and queries with the state (read
  * once per chunk instead of once per token) and with each other.
- * Generic vector code (gdn_impl.h) built at the baseline (gdn.c: SSE2 or
- * NEON), AVX2 and AVX-512 (gdn_avx2.c, gdn_avx512.c), picked from
- * llm_simd_level().
+ * The decode step keeps the recurrence (llm_gdn_step_fn).  Generic vector
+ * code (gdn_impl.h) built at the baseline (gdn.c: SSE2 or NEON), AVX2 and
+ * AVX-512 (gdn_avx2.c, gdn_avx512.c), picked from llm_simd_level().
  */
 
 #ifndef LLM_GDN_H
@@ -55,6 +55,28 @@ void llm_gdn_chunk_avx2(float *M, uint32_t S, uint32_t n, const float *kq,
 void llm_gdn_chunk_avx512(float *M, uint32_t S, uint32_t n,
     const float *kq, const float *v, const float *beta, const float *g,
     float scale, float *o, float *w);
+
+/*
+ * One token of the recurrence (the decode step, tokens outside whole
+ * chunks) on the state M [S][S] (value rows): q, k L2-normed, v, beta,
+ * decay a; o [S] the output.
+ */
+typedef void (*llm_gdn_step_fn)(float *M, uint32_t S, const float *q,
+    const float *k, const float *v, float beta, float decay, float scale,
+    float *o);
+
+void llm_gdn_step_base(float *M, uint32_t S, const float *q,
+    const float *k, const float *v, float beta, float decay, float scale,
+    float *o);
+void llm_gdn_step_avx2(float *M, uint32_t S, const float *q,
+    const float *k, const float *v, float beta, float decay, float scale,
+    float *o);
+void llm_gdn_step_avx512(float *M, uint32_t S, const float *q,
+    const float *k, const float *v, float beta, float decay, float scale,
+    float *o);
+
+/* The step kernel for the SIMD level in use. */
+llm_gdn_step_fn llm_gdn_step_kernel(void);
 
 /* Scratch floats llm_gdn_chunk needs for state dims S and n tokens. */
 size_t llm_gdn_chunk_floats(uint32_t S, uint32_t n);

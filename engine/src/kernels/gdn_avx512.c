@@ -4,4 +4,5 @@
 
 #define GDN_VL  16
 #define GDN_FN  llm_gdn_chunk_avx512
+#define GDN_STEP_FN llm_gdn_step_avx512
 #include "gdn_impl.h"

@@ -135,16 +135,96 @@ gdn_axpy(float *y, const float *x, float a, uint32_t n)
     }
 }
 
-/* dst[c][r] = src[r][c] for r < R, c < C. */
+/* dst[c][r] = src[r][c] for r < R, c < C, in 16 x 16 tiles. */
 static void
 gdn_transpose(float *dst, const float *src, uint32_t R, uint32_t C)
 {
-    uint32_t  r, c;
+    uint32_t  r0, c0, r, c, r1, c1;
 
-    for (r = 0; r < R; r++) {
-        for (c = 0; c < C; c++) {
-            dst[(size_t) c * R + r] = src[(size_t) r * C + c];
+    for (r0 = 0; r0 < R; r0 += 16) {
+        r1 = r0 + 16 < R ? r0 + 16 : R;
+        for (c0 = 0; c0 < C; c0 += 16) {
+            c1 = c0 + 16 < C ? c0 + 16 : C;
+            for (c = c0; c < c1; c++) {
+                for (r = r0; r < r1; r++) {
+                    dst[(size_t) c * R + r] = src[(size_t) r * C + c];
+                }
+            }
         }
+    }
+}
+
+/* The sum of v's lanes, halving. */
+static inline float
+gdn_hsum(gdn_vf v)
+{
+    float     t[GDN_VL];
+    uint32_t  w, l;
+
+    memcpy(t, &v, sizeof(t));
+    for (w = GDN_VL / 2; w >= 1; w /= 2) {
+        for (l = 0; l < w; l++) {
+            t[l] += t[l + w];
+        }
+    }
+    return t[0];
+}
+
+/*
+ * sum a[i] b[i], i < n, and a[i] *= m first when m is not 1: two
+ * accumulators of vectors, then the tail; the order depends on n only.
+ */
+static inline float
+gdn_dot(float *a, const float *b, uint32_t n, float m)
+{
+    gdn_vf    acc0 = { 0 }, acc1 = { 0 }, x0, x1;
+    uint32_t  i = 0;
+    float     s;
+
+    for (; i + 2 * GDN_VL <= n; i += 2 * GDN_VL) {
+        x0 = gdn_ld(a + i);
+        x1 = gdn_ld(a + i + GDN_VL);
+        if (m != 1.0f) {
+            x0 *= m;
+            x1 *= m;
+            gdn_st(a + i, x0);
+            gdn_st(a + i + GDN_VL, x1);
+        }
+        acc0 += x0 * gdn_ld(b + i);
+        acc1 += x1 * gdn_ld(b + i + GDN_VL);
+    }
+    for (; i + GDN_VL <= n; i += GDN_VL) {
+        x0 = gdn_ld(a + i);
+        if (m != 1.0f) {
+            x0 *= m;
+            gdn_st(a + i, x0);
+        }
+        acc0 += x0 * gdn_ld(b + i);
+    }
+    s = gdn_hsum(acc0 + acc1);
+    for (; i < n; i++) {
+        a[i] = m != 1.0f ? a[i] * m : a[i];
+        s += a[i] * b[i];
+    }
+    return s;
+}
+
+/*
+ * gdn.h's step: one token of the recurrence, row by row of M (each row
+ * decayed, dotted with k, updated and dotted with q while in L1).
+ */
+void
+GDN_STEP_FN(float *M, uint32_t S, const float *q, const float *k,
+    const float *v, float beta, float decay, float scale, float *o)
+{
+    uint32_t  j;
+    float    *row, d;
+
+    for (j = 0; j < S; j++) {
+        row = M + (size_t) j * S;
+        d = (v[j] - gdn_dot(row, k, S, decay)) * beta;
+        gdn_axpy(row, k, d, S);
+        o[j] = gdn_dot(row, q, S, 1.0f) * scale;
     }
 }
 
@@ -160,7 +240,8 @@ GDN_FN(float *M, uint32_t S, uint32_t n, const float *kq, const float *v,
 {
     float     *ST = w, *KT = ST + (size_t) S * S, *P = KT + (size_t) S * n;
     float     *G2 = P + (size_t) 2 * n * S, *D = G2 + (size_t) 2 * n * n;
-    float      gl = g[n - 1], e;
+    float      gl = g[n - 1], e, x[LLM_GDN_CHUNK_MAX];
+    gdn_vf     ve;
     uint32_t   t, s, j;
 
     gdn_transpose(ST, M, S, S);
@@ -168,30 +249,36 @@ GDN_FN(float *M, uint32_t S, uint32_t n, const float *kq, const float *v,
     gdn_gemm(kq, S, ST, S, P, S, 2 * n, S, S, 0);
     gdn_gemm(kq, S, KT, n, G2, n, 2 * n, n, S, 0);
 
-    /* d_t, by forward substitution over the chunk */
+    /* d_t, by forward substitution over the chunk; the keys' rows of G2
+     * become e^(G_t-G_s) (k_t.k_s), the queries' ones scale e^(G_t-G_s)
+     * (q_t.k_s) for s <= t, 0 after */
     for (t = 0; t < n; t++) {
-        float  *d = D + (size_t) t * S;
+        float  *d = D + (size_t) t * S, *kk = G2 + (size_t) t * n;
+        float  *qk = G2 + (size_t) (n + t) * n;
         const float *p = P + (size_t) t * S, *vt = v + (size_t) t * S;
 
+        for (s = 0; s <= t; s++) {
+            x[s] = expf(g[t] - g[s]);
+            kk[s] *= x[s];
+            qk[s] *= scale * x[s];
+        }
+        for (; s < n; s++) {
+            qk[s] = 0.0f;
+        }
         e = expf(g[t]);
         for (j = 0; j < S; j++) {
             d[j] = beta[t] * (vt[j] - e * p[j]);
         }
         for (s = 0; s < t; s++) {
-            gdn_axpy(d, D + (size_t) s * S,
-                     -beta[t] * expf(g[t] - g[s]) * G2[(size_t) t * n + s],
-                     S);
+            gdn_axpy(d, D + (size_t) s * S, -beta[t] * kk[s], S);
         }
     }
 
     /* o_t = scale (e^G_t M0 q_t + sum_{s<=t} e^(G_t-G_s) (q_t.k_s) d_s) */
     for (t = 0; t < n; t++) {
-        float  *a = G2 + (size_t) (n + t) * n, *ot = o + (size_t) t * S;
+        float  *ot = o + (size_t) t * S;
         const float *p = P + (size_t) (n + t) * S;
 
-        for (s = 0; s < n; s++) {
-            a[s] = s <= t ? scale * expf(g[t] - g[s]) * a[s] : 0.0f;
-        }
         e = scale * expf(g[t]);
         for (j = 0; j < S; j++) {
             ot[j] = e * p[j];
@@ -201,14 +288,19 @@ GDN_FN(float *M, uint32_t S, uint32_t n, const float *kq, const float *v,
 
     /* M = e^G_n M0 + sum_s e^(G_n-G_s) d_s k_s^T, by key rows */
     for (s = 0; s < n; s++) {
-        e = expf(gl - g[s]);
-        for (j = 0; j < S; j++) {
-            KT[(size_t) j * n + s] *= e;
+        x[s] = expf(gl - g[s]);
+    }
+    for (j = 0; j < S; j++) {
+        for (s = 0; s < n; s++) {
+            KT[(size_t) j * n + s] *= x[s];
         }
     }
-    e = expf(gl);
-    for (j = 0; j < S * S; j++) {
-        ST[j] *= e;
+    ve = (gdn_vf) { 0 } + expf(gl);
+    for (j = 0; j + GDN_VL <= S * S; j += GDN_VL) {
+        gdn_st(ST + j, gdn_ld(ST + j) * ve);
+    }
+    for (; j < S * S; j++) {
+        ST[j] *= ve[0];
     }
     gdn_gemm(KT, n, D, S, ST, S, S, S, n, 1);
     gdn_transpose(M, ST, S, S);

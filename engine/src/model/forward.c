@@ -1209,35 +1209,22 @@ llm_gdn_out(llm_ctx_t *c, const llm_layer_t *L, uint32_t r, uint32_t h,
 }
 
 /*
- * One token of head h's delta rule on its state M, the recurrence: with
- * the state as rows M[j] (value dim j, key dims along the row): M[j] *=
- * decay, d = (v[j] - M[j].k) beta, M[j] += d k, o[j] = M[j].q /
- * sqrt(state).
+ * One token of head h's delta rule on its state M, the recurrence
+ * (gdn.h's step: with the state as rows M[j], value dim j, key dims along
+ * the row, M[j] *= decay, d = (v[j] - M[j].k) beta, M[j] += d k, o[j] =
+ * M[j].q / sqrt(state)).
  */
 static void
 llm_gdn_step(llm_ctx_t *c, const llm_layer_t *L, uint32_t r, uint32_t h,
     float *M)
 {
-    uint32_t             S = c->m->hp.ssm_state, i, j;
-    float                q[512], kk[512], o[512], *row;
-    float                beta, lg, decay, sk, d, scale;
+    uint32_t             S = c->m->hp.ssm_state;
+    float                q[512], kk[512], o[512], beta, lg;
     const float         *v;
 
-    scale = 1.0f / sqrtf((float) S);
     v = llm_gdn_inputs(c, L, r, h, q, kk, &beta, &lg);
-    decay = expf(lg);
-    for (j = 0; j < S; j++) {
-        row = M + (size_t) j * S;
-        for (i = 0; i < S; i++) {
-            row[i] *= decay;
-        }
-        sk = llm_dot8(row, kk, S);
-        d = (v[j] - sk) * beta;
-        for (i = 0; i < S; i++) {
-            row[i] += kk[i] * d;
-        }
-        o[j] = llm_dot8(row, q, S) * scale;
-    }
+    llm_gdn_step_kernel()(M, S, q, kk, v, beta, expf(lg),
+                          1.0f / sqrtf((float) S), o);
     llm_gdn_out(c, L, r, h, o);
 }
 
