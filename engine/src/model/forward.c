@@ -1095,27 +1095,18 @@ llm_dot8(const float *a, const float *b, uint32_t n)
     return s;
 }
 
-/* y = x / max(|x|, eps) over n values (ggml's l2_norm). */
+/* y = x / max(|x|, eps) over n values (ggml's l2_norm; the sum of
+ * squares in float lanes, llm_dot8). */
 static void
 llm_l2norm(float *y, const float *x, uint32_t n, float eps)
 {
-    double    ss = 0.0;
     uint32_t  i;
     float     scale;
 
-    for (i = 0; i < n; i++) {
-        ss += (double) (x[i] * x[i]);
-    }
-    scale = 1.0f / fmaxf(sqrtf((float) ss), eps);
+    scale = 1.0f / fmaxf(sqrtf(llm_dot8(x, x, n)), eps);
     for (i = 0; i < n; i++) {
         y[i] = x[i] * scale;
     }
-}
-
-static float
-llm_silu1(float x)
-{
-    return x / (1.0f + expf(-x));
 }
 
 /* Channels per convolution item. */
@@ -1126,41 +1117,62 @@ llm_silu1(float x)
  * sequence's tokens in order over the chunk's channels, each output
  * sum_j w[j] in[t - K + 1 + j] (oldest first) with the conv state holding
  * the inputs before the batch, then silu, in place in ssm_x; the state
- * keeps the last K - 1 inputs.
+ * keeps the last K - 1 inputs.  In vectors across the chunk's channels
+ * (the weights transposed to taps by channel), silu as SwiGLU by ones.
  */
 static void
 llm_task_conv(void *arg, uint32_t item, uint32_t ith)
 {
+    typedef float        v8sf __attribute__((vector_size(32)));
     llm_ctx_t           *c = arg;
     const llm_hparams_t *hp = &c->m->hp;
     const llm_layer_t   *L = &c->m->layers[c->layer];
     uint32_t             cd = llm_ssm_conv_dim(hp), K = hp->ssm_d_conv;
     uint32_t             nch = (cd + LLM_CONV_CHUNK - 1) / LLM_CONV_CHUNK;
     uint32_t             k = item / nch, c0 = item % nch * LLM_CONV_CHUNK;
-    uint32_t             c1 = c0 + LLM_CONV_CHUNK < cd
-                              ? c0 + LLM_CONV_CHUNK : cd;
+    uint32_t             n = c0 + LLM_CONV_CHUNK < cd
+                             ? LLM_CONV_CHUNK : cd - c0;
     uint32_t             seq = c->rs_seq[k], i, j, ch;
-    float               *st, *x, in, acc;
-    const float         *w;
+    float                wt[16][LLM_CONV_CHUNK], acc[LLM_CONV_CHUNK];
+    float                one[LLM_CONV_CHUNK], *st, *x;
+    v8sf                 va, vs, vw;
 
     (void) ith;
-    st = llm_kv_conv_state(c->kv, c->b->seqs[seq].state, L->rslot);
-    for (i = c->rs_off[k]; i < c->rs_off[k + 1]; i++) {
-        x = c->ssm_x + (size_t) c->rs_tok[i] * cd;
-        for (ch = c0; ch < c1; ch++) {
-            w = L->conv1d + (size_t) ch * K;
-            in = x[ch];
-            acc = 0.0f;
-            for (j = 0; j + 1 < K; j++) {
-                acc += st[(size_t) j * cd + ch] * w[j];
-            }
-            acc += in * w[K - 1];
-            for (j = 0; j + 2 < K; j++) {
-                st[(size_t) j * cd + ch] = st[(size_t) (j + 1) * cd + ch];
-            }
-            st[(size_t) (K - 2) * cd + ch] = in;
-            x[ch] = llm_silu1(acc);
+    for (ch = 0; ch < n; ch++) {
+        for (j = 0; j < K; j++) {
+            wt[j][ch] = L->conv1d[(size_t) (c0 + ch) * K + j];
         }
+        one[ch] = 1.0f;
+    }
+    st = llm_kv_conv_state(c->kv, c->b->seqs[seq].state, L->rslot) + c0;
+    for (i = c->rs_off[k]; i < c->rs_off[k + 1]; i++) {
+        x = c->ssm_x + (size_t) c->rs_tok[i] * cd + c0;
+        for (ch = 0; ch + 8 <= n; ch += 8) {
+            va = (v8sf) { 0 };
+            for (j = 0; j + 1 < K; j++) {
+                memcpy(&vs, st + (size_t) j * cd + ch, sizeof(vs));
+                memcpy(&vw, &wt[j][ch], sizeof(vw));
+                va += vs * vw;
+            }
+            memcpy(&vs, x + ch, sizeof(vs));
+            memcpy(&vw, &wt[K - 1][ch], sizeof(vw));
+            va += vs * vw;
+            memcpy(acc + ch, &va, sizeof(va));
+        }
+        for (; ch < n; ch++) {
+            acc[ch] = 0.0f;
+            for (j = 0; j + 1 < K; j++) {
+                acc[ch] += st[(size_t) j * cd + ch] * wt[j][ch];
+            }
+            acc[ch] += x[ch] * wt[K - 1][ch];
+        }
+        for (j = 0; j + 2 < K; j++) {
+            memcpy(st + (size_t) j * cd, st + (size_t) (j + 1) * cd,
+                   n * sizeof(float));
+        }
+        memcpy(st + (size_t) (K - 2) * cd, x, n * sizeof(float));
+        memcpy(x, acc, n * sizeof(float));
+        llm_swiglu_kernel()(x, one, n);
     }
 }
 
@@ -1196,16 +1208,15 @@ llm_gdn_out(llm_ctx_t *c, const llm_layer_t *L, uint32_t r, uint32_t h,
     const float *o)
 {
     const llm_hparams_t *hp = &c->m->hp;
-    uint32_t             S = hp->ssm_state, j;
-    float               *y;
-    const float         *z;
+    uint32_t             S = hp->ssm_state;
+    float               *y, g[512];
 
     y = c->att + (size_t) r * hp->ssm_inner + (size_t) h * S;
-    z = c->ssm_z + (size_t) r * hp->ssm_inner + (size_t) h * S;
+    memcpy(g, c->ssm_z + (size_t) r * hp->ssm_inner + (size_t) h * S,
+           S * sizeof(float));
     llm_rmsnorm(y, o, L->ssm_norm, S, hp->rms_eps);
-    for (j = 0; j < S; j++) {
-        y[j] *= llm_silu1(z[j]);
-    }
+    llm_swiglu_kernel()(g, y, S);
+    memcpy(y, g, S * sizeof(float));
 }
 
 /*
