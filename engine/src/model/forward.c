@@ -1147,6 +1147,12 @@ llm_task_conv(void *arg, uint32_t item, uint32_t ith)
     st = llm_kv_conv_state(c->kv, c->b->seqs[seq].state, L->rslot) + c0;
     for (i = c->rs_off[k]; i < c->rs_off[k + 1]; i++) {
         x = c->ssm_x + (size_t) c->rs_tok[i] * cd + c0;
+        if (i + 4 < c->rs_off[k + 1]) {     /* rows 4 x cd bytes apart */
+            for (ch = 0; ch < n; ch += 16) {
+                __builtin_prefetch(c->ssm_x + (size_t) c->rs_tok[i + 4] * cd
+                                   + c0 + ch);
+            }
+        }
         for (ch = 0; ch + 8 <= n; ch += 8) {
             va = (v8sf) { 0 };
             for (j = 0; j + 1 < K; j++) {
@@ -1248,15 +1254,28 @@ static void
 llm_gdn_chunk(llm_ctx_t *c, const llm_layer_t *L, uint32_t t0, uint32_t n,
     uint32_t h, float *M, uint32_t ith)
 {
-    uint32_t             S = c->m->hp.ssm_state, C = c->gdn_chunk, t;
+    const llm_hparams_t *hp = &c->m->hp;
+    uint32_t             S = hp->ssm_state, C = c->gdn_chunk, t, i;
+    uint32_t             HK = hp->ssm_k_heads, cd = llm_ssm_conv_dim(hp);
     float               *kq = c->gdn_w + ith * c->gdn_w_floats;
     float               *v = kq + (size_t) 2 * C * S, *o = v + (size_t) C * S;
     float               *beta = o + (size_t) C * S, *g = beta + C;
     float               *w = g + C, lg;
+    const float         *x;
 
     for (t = 0; t < n; t++) {
         uint32_t  r = c->rs_tok[t0 + t];
 
+        /* the rows are 4 x conv_dim bytes apart, too far for the
+         * hardware's prefetch: a later token's q, k and v ahead */
+        if (t + 4 < n) {
+            x = c->ssm_x + (size_t) c->rs_tok[t0 + t + 4] * cd;
+            for (i = 0; i < S; i += 16) {
+                __builtin_prefetch(x + (size_t) (h % HK) * S + i);
+                __builtin_prefetch(x + (size_t) (HK + h % HK) * S + i);
+                __builtin_prefetch(x + (size_t) (2 * HK + h) * S + i);
+            }
+        }
         memcpy(v + (size_t) t * S,
                llm_gdn_inputs(c, L, r, h, kq + (size_t) (n + t) * S,
                               kq + (size_t) t * S, &beta[t], &lg),
@@ -1266,6 +1285,13 @@ llm_gdn_chunk(llm_ctx_t *c, const llm_layer_t *L, uint32_t t0, uint32_t n,
     llm_gdn_chunk_kernel()(M, S, n, kq, v, beta, g, 1.0f / sqrtf((float) S),
                            o, w);
     for (t = 0; t < n; t++) {
+        if (t + 4 < n) {
+            x = c->ssm_z + (size_t) c->rs_tok[t0 + t + 4] * hp->ssm_inner
+                + (size_t) h * S;
+            for (i = 0; i < S; i += 16) {
+                __builtin_prefetch(x + i);
+            }
+        }
         llm_gdn_out(c, L, c->rs_tok[t0 + t], h, o + (size_t) t * S);
     }
 }
