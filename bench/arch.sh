@@ -4,11 +4,16 @@
 # layers, MXFP4 experts; bench-glm4moe: ANCHORS.md's bench shape laid out
 # as GLM-4.5, Q4_K_M) beside the same shapes without what each
 # architecture adds (the same presets written as qwen3moe: no sinks,
-# biases or window; no dense layer or shared expert), at 2 threads,
-# against the memory bandwidth bound measured in the same run.
+# biases or window; no dense layer or shared expert), and of deepseek2
+# (bench-deepseek2: the bench shape as DeepSeek-V3 with MLA) and
+# qwen35moe (bench-qwen35moe: Qwen3.5-35B-A3B's widths at 16 layers), both
+# Q4_K_M without a twin, at 2 threads, against the memory bandwidth bound
+# measured in the same run.
 #
 #   ./build.sh bench arch        (env BUILD, REPO; P=512 N=64 R=2 MB=1024,
-#                                 MODELS=dir of the cached files)
+#                                 MODELS=dir of the cached files,
+#                                 ARCHS="gpt-oss glm4moe deepseek2
+#                                 qwen35moe": the ones to run)
 #
 # Each F16 file (~10 GB) is made, quantized and removed (KEEP_F16=1 keeps
 # it); the quantized files stay cached in $MODELS.  Columns as in
@@ -52,10 +57,31 @@ make_model() {
     fi
 }
 
-make_model bench-gpt-oss-mxfp4_moe bench-gpt-oss "" MXFP4_MOE
-make_model bench-gpt-oss-plain-mxfp4_moe bench-gpt-oss qwen3moe MXFP4_MOE
-make_model bench-glm4moe-q4_k_m bench-glm4moe "" Q4_K_M
-make_model bench-glm4moe-plain-q4_k_m bench-glm4moe qwen3moe Q4_K_M
+ARCHS=${ARCHS:-gpt-oss glm4moe deepseek2 qwen35moe}
+NAMES=
+for a in $ARCHS; do
+    case $a in
+    gpt-oss)
+        make_model bench-gpt-oss-mxfp4_moe bench-gpt-oss "" MXFP4_MOE
+        make_model bench-gpt-oss-plain-mxfp4_moe bench-gpt-oss qwen3moe \
+            MXFP4_MOE
+        NAMES="$NAMES bench-gpt-oss-mxfp4_moe bench-gpt-oss-plain-mxfp4_moe"
+        ;;
+    glm4moe)
+        make_model bench-glm4moe-q4_k_m bench-glm4moe "" Q4_K_M
+        make_model bench-glm4moe-plain-q4_k_m bench-glm4moe qwen3moe Q4_K_M
+        NAMES="$NAMES bench-glm4moe-q4_k_m bench-glm4moe-plain-q4_k_m"
+        ;;
+    deepseek2|qwen35moe)
+        make_model "bench-$a-q4_k_m" "bench-$a" "" Q4_K_M
+        NAMES="$NAMES bench-$a-q4_k_m"
+        ;;
+    *)
+        echo "bench/arch: unknown architecture $a" >&2
+        exit 1
+        ;;
+    esac
+done
 
 OUT=$(mktemp)
 BW=$(mktemp)
@@ -64,8 +90,7 @@ echo "# architectures benchmark, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# llm-bench -t 2 -p $P -n $N -r $R; llm-kbench -b -m $MB;" \
      "$(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BIN/llm-kbench" -t Q4_0 -j 2 -c 1 -m "$MB" -p 5 -b > "$BW"
-for n in bench-gpt-oss-mxfp4_moe bench-gpt-oss-plain-mxfp4_moe \
-         bench-glm4moe-q4_k_m bench-glm4moe-plain-q4_k_m; do
+for n in $NAMES; do
     "$BIN/llm-bench" -m "$M/$n.gguf" -t 2 -p "$P" -n "$N" -r "$R" --json |
         sed "s/^{/{\"name\": \"$n\", /" >> "$OUT"
 done
@@ -94,11 +119,13 @@ print('| --- |' + ' ---: |' * 8)
 for n, r in rows.items():
     plain = rows.get(n.replace('-mxfp4', '-plain-mxfp4')
                       .replace('-q4_k_m', '-plain-q4_k_m'))
+    if plain is r:
+        plain = None
     step = r['active_bytes_per_token']
     bound = read / step
     vs = ('%.0f%% | %.0f%%' % (100 * r['tg_tps'] / plain['tg_tps'],
                                100 * r['pp_tps'] / plain['pp_tps'])
-          if plain is not None and plain is not r else '- | -')
+          if plain is not None else '- | -')
     print('| %s | %.2f | %.0f | %.1f (%.1f) | %.0f | %.0f%% (%.0f%%) | '
           '%.1f (%.1f) | %s |'
           % (n, r['model_bytes'] / gib, step / 1e6, r['tg_tps'],

@@ -19,8 +19,9 @@
  * writes (gpt-oss, glm4moe, deepseek2, qwen35moe), where the truth is
  * llama.cpp's logits on the F32 file (its README): every file of an
  * architecture is held to those, by the same bars with INDEX.tsv's
- * llama.cpp error against them.  An architecture the engine does not run
- * yet is listed as skipped, by the loader's named refusal.
+ * llama.cpp error against them; a model with recurrent layers also with
+ * the chunked delta rule (check_chunked).  An architecture the engine
+ * does not run yet is listed as skipped, by the loader's named refusal.
  */
 
 #include <errno.h>
@@ -532,6 +533,94 @@ load_index(const char *path, ref_entry_t **out, int *n)
     return 0;
 }
 
+/*
+ * The chunked delta rule, for a model with recurrent layers (qwen35moe):
+ * with 16-token chunks ($LLM_GDN_CHUNK; the engine's 64 leave the 48-token
+ * prompt to the token-by-token recurrence, so the checks above hold bit
+ * for bit) the prompt in one batch runs as three chunks at every SIMD
+ * level (each has its kernel), and in the split run the sequences' steps
+ * mix whole chunks with single tokens.  Held to the file's bar against
+ * the truth and, for F32 files, to f32 rounding (relL2 1e-5) against the
+ * recurrence, and their greedy continuation to llama.cpp's.  (Quantized
+ * files are held to the bar only: their activations are requantized per
+ * layer, so a last-bit change moves them like the F16 cache above.)
+ */
+static void
+check_chunked(llm_model_t *m, const ref_entry_t *e, int cls,
+    const int32_t *ids, const int32_t *greedy, const float *truth, size_t nv)
+{
+    const llm_hparams_t *hp = llm_model_hparams(m);
+    float          *rec, *got, *split;
+    int32_t         gen[2][N_GREEDY];
+    char            err[512];
+    double          l2, t1, d;
+    int             lvl, s, match;
+
+    rec = malloc(nv * sizeof(float));
+    got = malloc(nv * sizeof(float));
+    split = malloc(2 * nv * sizeof(float));
+    if (rec == NULL || got == NULL || split == NULL) {
+        tk_begin("%s chunked", e->name);
+        tk_fail("out of memory");
+        goto done;
+    }
+    for (lvl = LLM_SIMD_SCALAR; lvl < LLM_SIMD_COUNT; lvl++) {
+        if (!level_wanted((llm_simd_t) lvl)
+            || llm_simd_force((llm_simd_t) lvl) != 0)
+        {
+            continue;
+        }
+        tk_begin("%s %s chunked 1 batch", e->name,
+                 llm_simd_name((llm_simd_t) lvl));
+        setenv("LLM_GDN_CHUNK", "1", 1);
+        if (run_one_batch(m, ids, rec, err, sizeof(err)) < 0
+            || setenv("LLM_GDN_CHUNK", "16", 1) != 0
+            || run_one_batch(m, ids, got, err, sizeof(err)) < 0)
+        {
+            tk_fail("forward: %s", err);
+            continue;
+        }
+        d = rel_l2(got, rec, nv);
+        l2 = rel_l2(got, truth, nv);
+        t1 = top1_agree(got, truth, N_PROMPT, hp->n_vocab);
+        CHECK(pass_bar(cls, l2, t1, e) && (cls != 0 || d <= 1e-5),
+              "over the bar");
+        tk_end_as("%s %s chunked 1 batch: relL2 %.5f top1 %.3f (llama.cpp "
+                  "%.5f %.3f), vs token by token %.1e", e->name,
+                  llm_simd_name((llm_simd_t) lvl), l2, t1, e->cpp_l2,
+                  e->cpp_top1, d);
+    }
+
+    llm_simd_force(llm_simd_best());
+    tk_begin("%s %s chunked split", e->name, llm_simd_name(llm_simd_best()));
+    setenv("LLM_GDN_CHUNK", "16", 1);
+    if (run_one_batch(m, ids, got, err, sizeof(err)) < 0
+        || run_split(m, LLM_TYPE_F32, 0, ids, split, gen, err,
+                     sizeof(err)) < 0)
+    {
+        tk_fail("forward: %s", err);
+        goto done;
+    }
+    d = fmax(rel_l2(split, got, nv), rel_l2(split + nv, got, nv));
+    l2 = rel_l2(split, truth, nv);
+    t1 = top1_agree(split, truth, N_PROMPT, hp->n_vocab);
+    match = 0;
+    for (s = 0; s < 2; s++) {
+        match += memcmp(gen[s], greedy, sizeof(gen[s])) == 0;
+    }
+    CHECK(pass_bar(cls, l2, t1, e)
+          && (cls != 0 || (d <= 1e-5 && match == 2)), "over the bar");
+    tk_end_as("%s %s chunked split: relL2 %.5f top1 %.3f, vs 1 batch %.1e, "
+              "greedy as llama.cpp's %d/2", e->name,
+              llm_simd_name(llm_simd_best()), l2, t1, d, match);
+
+done:
+    unsetenv("LLM_GDN_CHUNK");
+    free(rec);
+    free(got);
+    free(split);
+}
+
 static void
 check_model(const char *dir, const ref_entry_t *e, const char *f64)
 {
@@ -684,6 +773,10 @@ check_model(const char *dir, const ref_entry_t *e, const char *f64)
                   "other sequences (chunked prefill, other blocks and "
                   "state slots) bitwise equal", e->name,
                   llm_simd_name(llm_simd_best()), N_MATES);
+    }
+
+    if (hp->n_layer_rec > 0) {
+        check_chunked(m, e, cls, ids, greedy, truth, nv);
     }
 
 done:

@@ -31,6 +31,7 @@
 #include <sys/mman.h>
 
 #include "kernels/attn.h"
+#include "kernels/gdn.h"
 #include "model_impl.h"
 
 #define LLM_ACT_KINDS     4         /* F32, Q8_0, Q8_K, Q8_1 */
@@ -114,6 +115,10 @@ struct llm_ctx_s {
     uint32_t            n_rs;       /* sequences in rs_seq */
     uint32_t           *rs_map;     /* [cap_map] scratch: per batch seq */
     uint32_t            cap_map;
+    uint32_t            gdn_chunk;  /* tokens per chunk of the chunked
+                                       delta rule (<= 1: token by token) */
+    float              *gdn_w;      /* [nth][gdn_w_floats] its scratch */
+    size_t              gdn_w_floats;
 
     /* quantized activations: one buffer per activation type */
     llm_act_buf_t       act[LLM_ACT_KINDS];
@@ -1392,27 +1397,18 @@ llm_dot8(const float *a, const float *b, uint32_t n)
     return s;
 }
 
-/* y = x / max(|x|, eps) over n values (ggml's l2_norm). */
+/* y = x / max(|x|, eps) over n values (ggml's l2_norm; the sum of
+ * squares in float lanes, llm_dot8). */
 static void
 llm_l2norm(float *y, const float *x, uint32_t n, float eps)
 {
-    double    ss = 0.0;
     uint32_t  i;
     float     scale;
 
-    for (i = 0; i < n; i++) {
-        ss += (double) (x[i] * x[i]);
-    }
-    scale = 1.0f / fmaxf(sqrtf((float) ss), eps);
+    scale = 1.0f / fmaxf(sqrtf(llm_dot8(x, x, n)), eps);
     for (i = 0; i < n; i++) {
         y[i] = x[i] * scale;
     }
-}
-
-static float
-llm_silu1(float x)
-{
-    return x / (1.0f + expf(-x));
 }
 
 /* Channels per convolution item. */
@@ -1423,52 +1419,192 @@ llm_silu1(float x)
  * sequence's tokens in order over the chunk's channels, each output
  * sum_j w[j] in[t - K + 1 + j] (oldest first) with the conv state holding
  * the inputs before the batch, then silu, in place in ssm_x; the state
- * keeps the last K - 1 inputs.
+ * keeps the last K - 1 inputs.  In vectors across the chunk's channels
+ * (the weights transposed to taps by channel), silu as SwiGLU by ones.
  */
 static void
 llm_task_conv(void *arg, uint32_t item, uint32_t ith)
 {
+    typedef float        v8sf __attribute__((vector_size(32)));
     llm_ctx_t           *c = arg;
     const llm_hparams_t *hp = &c->m->hp;
     const llm_layer_t   *L = &c->m->layers[c->layer];
     uint32_t             cd = llm_ssm_conv_dim(hp), K = hp->ssm_d_conv;
     uint32_t             nch = (cd + LLM_CONV_CHUNK - 1) / LLM_CONV_CHUNK;
     uint32_t             k = item / nch, c0 = item % nch * LLM_CONV_CHUNK;
-    uint32_t             c1 = c0 + LLM_CONV_CHUNK < cd
-                              ? c0 + LLM_CONV_CHUNK : cd;
+    uint32_t             n = c0 + LLM_CONV_CHUNK < cd
+                             ? LLM_CONV_CHUNK : cd - c0;
     uint32_t             seq = c->rs_seq[k], i, j, ch;
-    float               *st, *x, in, acc;
-    const float         *w;
+    float                wt[16][LLM_CONV_CHUNK], acc[LLM_CONV_CHUNK];
+    float                one[LLM_CONV_CHUNK], *st, *x;
+    v8sf                 va, vs, vw;
 
     (void) ith;
-    st = llm_kv_conv_state(c->kv, c->b->seqs[seq].state, L->rslot);
-    for (i = c->rs_off[k]; i < c->rs_off[k + 1]; i++) {
-        x = c->ssm_x + (size_t) c->rs_tok[i] * cd;
-        for (ch = c0; ch < c1; ch++) {
-            w = L->conv1d + (size_t) ch * K;
-            in = x[ch];
-            acc = 0.0f;
-            for (j = 0; j + 1 < K; j++) {
-                acc += st[(size_t) j * cd + ch] * w[j];
-            }
-            acc += in * w[K - 1];
-            for (j = 0; j + 2 < K; j++) {
-                st[(size_t) j * cd + ch] = st[(size_t) (j + 1) * cd + ch];
-            }
-            st[(size_t) (K - 2) * cd + ch] = in;
-            x[ch] = llm_silu1(acc);
+    for (ch = 0; ch < n; ch++) {
+        for (j = 0; j < K; j++) {
+            wt[j][ch] = L->conv1d[(size_t) (c0 + ch) * K + j];
         }
+        one[ch] = 1.0f;
+    }
+    st = llm_kv_conv_state(c->kv, c->b->seqs[seq].state, L->rslot) + c0;
+    for (i = c->rs_off[k]; i < c->rs_off[k + 1]; i++) {
+        x = c->ssm_x + (size_t) c->rs_tok[i] * cd + c0;
+        if (i + 4 < c->rs_off[k + 1]) {     /* rows 4 x cd bytes apart */
+            for (ch = 0; ch < n; ch += 16) {
+                __builtin_prefetch(c->ssm_x + (size_t) c->rs_tok[i + 4] * cd
+                                   + c0 + ch);
+            }
+        }
+        for (ch = 0; ch + 8 <= n; ch += 8) {
+            va = (v8sf) { 0 };
+            for (j = 0; j + 1 < K; j++) {
+                memcpy(&vs, st + (size_t) j * cd + ch, sizeof(vs));
+                memcpy(&vw, &wt[j][ch], sizeof(vw));
+                va += vs * vw;
+            }
+            memcpy(&vs, x + ch, sizeof(vs));
+            memcpy(&vw, &wt[K - 1][ch], sizeof(vw));
+            va += vs * vw;
+            memcpy(acc + ch, &va, sizeof(va));
+        }
+        for (; ch < n; ch++) {
+            acc[ch] = 0.0f;
+            for (j = 0; j + 1 < K; j++) {
+                acc[ch] += st[(size_t) j * cd + ch] * wt[j][ch];
+            }
+            acc[ch] += x[ch] * wt[K - 1][ch];
+        }
+        for (j = 0; j + 2 < K; j++) {
+            memcpy(st + (size_t) j * cd, st + (size_t) (j + 1) * cd,
+                   n * sizeof(float));
+        }
+        memcpy(st + (size_t) (K - 2) * cd, x, n * sizeof(float));
+        memcpy(x, acc, n * sizeof(float));
+        llm_swiglu_kernel()(x, one, n);
+    }
+}
+
+/*
+ * Token row r's inputs to value head h's delta rule, as llama.cpp's
+ * gated_delta_net: q and k of key head h mod k_heads L2-normed into q and
+ * kk, beta = sigmoid(b), the decay's log ssm_a * softplus(alpha +
+ * dt_bias) into *lg; returns v's row.
+ */
+static const float *
+llm_gdn_inputs(llm_ctx_t *c, const llm_layer_t *L, uint32_t r, uint32_t h,
+    float *q, float *kk, float *beta, float *lg)
+{
+    const llm_hparams_t *hp = &c->m->hp;
+    uint32_t             S = hp->ssm_state, H = hp->ssm_v_heads;
+    uint32_t             HK = hp->ssm_k_heads, kh = h % HK;
+    const float         *x = c->ssm_x + (size_t) r * llm_ssm_conv_dim(hp);
+    float                a;
+
+    llm_l2norm(q, x + (size_t) kh * S, S, hp->rms_eps);
+    llm_l2norm(kk, x + (size_t) (HK + kh) * S, S, hp->rms_eps);
+    *beta = 1.0f / (1.0f + expf(-c->ssm_ba[(size_t) r * 2 * H + h]));
+    a = c->ssm_ba[(size_t) r * 2 * H + H + h] + L->dt_bias[h];
+    a = a > 20.0f ? a : logf(1.0f + expf(a));
+    *lg = L->ssm_a[h] * a;
+    return x + (size_t) 2 * HK * S + (size_t) h * S;
+}
+
+/* The gated norm of head h's output o at row r: rmsnorm(o) * ssm_norm *
+ * silu(z), into att. */
+static void
+llm_gdn_out(llm_ctx_t *c, const llm_layer_t *L, uint32_t r, uint32_t h,
+    const float *o)
+{
+    const llm_hparams_t *hp = &c->m->hp;
+    uint32_t             S = hp->ssm_state;
+    float               *y, g[512];
+
+    y = c->att + (size_t) r * hp->ssm_inner + (size_t) h * S;
+    memcpy(g, c->ssm_z + (size_t) r * hp->ssm_inner + (size_t) h * S,
+           S * sizeof(float));
+    llm_rmsnorm(y, o, L->ssm_norm, S, hp->rms_eps);
+    llm_swiglu_kernel()(g, y, S);
+    memcpy(y, g, S * sizeof(float));
+}
+
+/*
+ * One token of head h's delta rule on its state M, the recurrence
+ * (gdn.h's step: with the state as rows M[j], value dim j, key dims along
+ * the row, M[j] *= decay, d = (v[j] - M[j].k) beta, M[j] += d k, o[j] =
+ * M[j].q / sqrt(state)).
+ */
+static void
+llm_gdn_step(llm_ctx_t *c, const llm_layer_t *L, uint32_t r, uint32_t h,
+    float *M)
+{
+    uint32_t             S = c->m->hp.ssm_state;
+    float                q[512], kk[512], o[512], beta, lg;
+    const float         *v;
+
+    v = llm_gdn_inputs(c, L, r, h, q, kk, &beta, &lg);
+    llm_gdn_step_kernel()(M, S, q, kk, v, beta, expf(lg),
+                          1.0f / sqrtf((float) S), o);
+    llm_gdn_out(c, L, r, h, o);
+}
+
+/*
+ * n tokens of head h's delta rule at once, rows rs_tok[t0 ..]: their
+ * inputs gathered into the thread's scratch, gdn.h's chunk kernel, the
+ * outputs normed into att.
+ */
+static void
+llm_gdn_chunk(llm_ctx_t *c, const llm_layer_t *L, uint32_t t0, uint32_t n,
+    uint32_t h, float *M, uint32_t ith)
+{
+    const llm_hparams_t *hp = &c->m->hp;
+    uint32_t             S = hp->ssm_state, C = c->gdn_chunk, t, i;
+    uint32_t             HK = hp->ssm_k_heads, cd = llm_ssm_conv_dim(hp);
+    float               *kq = c->gdn_w + ith * c->gdn_w_floats;
+    float               *v = kq + (size_t) 2 * C * S, *o = v + (size_t) C * S;
+    float               *beta = o + (size_t) C * S, *g = beta + C;
+    float               *w = g + C, lg;
+    const float         *x;
+
+    for (t = 0; t < n; t++) {
+        uint32_t  r = c->rs_tok[t0 + t];
+
+        /* the rows are 4 x conv_dim bytes apart, too far for the
+         * hardware's prefetch: a later token's q, k and v ahead */
+        if (t + 4 < n) {
+            x = c->ssm_x + (size_t) c->rs_tok[t0 + t + 4] * cd;
+            for (i = 0; i < S; i += 16) {
+                __builtin_prefetch(x + (size_t) (h % HK) * S + i);
+                __builtin_prefetch(x + (size_t) (HK + h % HK) * S + i);
+                __builtin_prefetch(x + (size_t) (2 * HK + h) * S + i);
+            }
+        }
+        memcpy(v + (size_t) t * S,
+               llm_gdn_inputs(c, L, r, h, kq + (size_t) (n + t) * S,
+                              kq + (size_t) t * S, &beta[t], &lg),
+               S * sizeof(float));
+        g[t] = t == 0 ? lg : g[t - 1] + lg;
+    }
+    llm_gdn_chunk_kernel()(M, S, n, kq, v, beta, g, 1.0f / sqrtf((float) S),
+                           o, w);
+    for (t = 0; t < n; t++) {
+        if (t + 4 < n) {
+            x = c->ssm_z + (size_t) c->rs_tok[t0 + t + 4] * hp->ssm_inner
+                + (size_t) h * S;
+            for (i = 0; i < S; i += 16) {
+                __builtin_prefetch(x + i);
+            }
+        }
+        llm_gdn_out(c, L, c->rs_tok[t0 + t], h, o + (size_t) t * S);
     }
 }
 
 /*
  * Item (sequence k, value head h): the delta rule over the sequence's
- * tokens in order, as llama.cpp's gated_delta_net.  With q and k of key
- * head h mod k_heads L2-normed, beta = sigmoid(b), decay = exp(ssm_a *
- * softplus(alpha + dt_bias)) and the state as rows M[j] (value dim j,
- * key dims along the row): M[j] *= decay, d = (v[j] - M[j].k) beta,
- * M[j] += d k, o[j] = M[j].q / sqrt(state).  Then the gated norm:
- * rmsnorm(o) * ssm_norm * silu(z), into att.
+ * tokens in order.  Every whole chunk of gdn_chunk positions, aligned to
+ * multiples of gdn_chunk, goes through the chunked form (gdn.h); the
+ * tokens around them (a prompt's tail, a decode step) one by one through
+ * the recurrence.  Aligned, a prompt's numbers do not depend on how it is
+ * split over steps at multiples of the chunk.
  */
 static void
 llm_task_gdn(void *arg, uint32_t item, uint32_t ith)
@@ -1477,46 +1613,23 @@ llm_task_gdn(void *arg, uint32_t item, uint32_t ith)
     const llm_hparams_t *hp = &c->m->hp;
     const llm_layer_t   *L = &c->m->layers[c->layer];
     uint32_t             S = hp->ssm_state, H = hp->ssm_v_heads;
-    uint32_t             HK = hp->ssm_k_heads, cd = llm_ssm_conv_dim(hp);
-    uint32_t             k = item / H, h = item % H, kh = h % HK;
-    uint32_t             seq = c->rs_seq[k], i, j, t, r;
-    float                q[512], kk[512], o[512], *M, *row, *x, *y;
-    float                beta, decay, a, sk, d, scale;
-    const float         *v, *z;
+    uint32_t             k = item / H, h = item % H, C = c->gdn_chunk;
+    uint32_t             t, end = c->rs_off[k + 1];
+    const int32_t       *pos = c->b->pos;
+    float               *M;
 
-    (void) ith;
-    scale = 1.0f / sqrtf((float) S);
-    M = llm_kv_ssm_state(c->kv, c->b->seqs[seq].state, L->rslot)
+    M = llm_kv_ssm_state(c->kv, c->b->seqs[c->rs_seq[k]].state, L->rslot)
         + (size_t) h * S * S;
-    for (t = c->rs_off[k]; t < c->rs_off[k + 1]; t++) {
-        r = c->rs_tok[t];
-        x = c->ssm_x + (size_t) r * cd;
-        llm_l2norm(q, x + (size_t) kh * S, S, hp->rms_eps);
-        llm_l2norm(kk, x + (size_t) (HK + kh) * S, S, hp->rms_eps);
-        v = x + (size_t) 2 * HK * S + (size_t) h * S;
-        beta = 1.0f / (1.0f + expf(-c->ssm_ba[(size_t) r * 2 * H + h]));
-        a = c->ssm_ba[(size_t) r * 2 * H + H + h] + L->dt_bias[h];
-        a = a > 20.0f ? a : logf(1.0f + expf(a));
-        decay = expf(L->ssm_a[h] * a);
-
-        for (j = 0; j < S; j++) {
-            row = M + (size_t) j * S;
-            for (i = 0; i < S; i++) {
-                row[i] *= decay;
-            }
-            sk = llm_dot8(row, kk, S);
-            d = (v[j] - sk) * beta;
-            for (i = 0; i < S; i++) {
-                row[i] += kk[i] * d;
-            }
-            o[j] = llm_dot8(row, q, S) * scale;
-        }
-
-        y = c->att + (size_t) r * hp->ssm_inner + (size_t) h * S;
-        z = c->ssm_z + (size_t) r * hp->ssm_inner + (size_t) h * S;
-        llm_rmsnorm(y, o, L->ssm_norm, S, hp->rms_eps);
-        for (j = 0; j < S; j++) {
-            y[j] *= llm_silu1(z[j]);
+    for (t = c->rs_off[k]; t < end; ) {
+        if (C > 1 && pos[c->rs_tok[t]] % C == 0 && t + C <= end
+            && pos[c->rs_tok[t + C - 1]] == pos[c->rs_tok[t]]
+                                           + (int32_t) C - 1)
+        {
+            llm_gdn_chunk(c, L, t, C, h, M, ith);
+            t += C;
+        } else {
+            llm_gdn_step(c, L, c->rs_tok[t], h, M);
+            t++;
         }
     }
 }
@@ -2654,6 +2767,23 @@ llm_ctx_create(llm_ctx_t **out, const llm_model_t *m, llm_kv_t *kv,
         }
     }
     if (hp->n_layer_rec > 0) {
+        const char  *ch = getenv("LLM_GDN_CHUNK");
+
+        /* the chunked delta rule's chunk ($LLM_GDN_CHUNK: another, for
+         * tests and benchmarks; 0 or 1: token by token) and per thread
+         * its inputs, outputs and scratch (llm_gdn_chunk) */
+        c->gdn_chunk = ch != NULL ? (uint32_t) atoi(ch) : LLM_GDN_CHUNK_MAX;
+        c->gdn_chunk = c->gdn_chunk > LLM_GDN_CHUNK_MAX ? LLM_GDN_CHUNK_MAX
+                                                        : c->gdn_chunk;
+        c->gdn_w_floats = (size_t) 4 * LLM_GDN_CHUNK_MAX * hp->ssm_state
+                          + 2 * LLM_GDN_CHUNK_MAX
+                          + llm_gdn_chunk_floats(hp->ssm_state,
+                                                 LLM_GDN_CHUNK_MAX);
+        c->gdn_w = llm_ctx_map(c, n_threads * c->gdn_w_floats
+                                  * sizeof(float));
+        if (c->gdn_w == NULL) {
+            goto nomem;
+        }
         c->ssm_x = llm_ctx_map(c, T * llm_ssm_conv_dim(hp) * sizeof(float));
         c->ssm_z = llm_ctx_map(c, T * hp->ssm_inner * sizeof(float));
         c->ssm_ba = llm_ctx_map(c, T * 2 * hp->ssm_v_heads * sizeof(float));

@@ -57,7 +57,7 @@ const char *const llm_mkmodel_presets[] = {
     "tiny", "bench-moe", "tiny-llama", "tiny-mixtral", "tiny-qwen2",
     "tiny-qwen3", "tiny-minimax", "tiny-embed", "tiny-glm4moe",
     "tiny-gpt-oss", "tiny-deepseek2", "tiny-qwen35moe", "bench-gpt-oss",
-    "bench-glm4moe", NULL
+    "bench-glm4moe", "bench-deepseek2", "bench-qwen35moe", NULL
 };
 
 static int
@@ -260,6 +260,33 @@ llm_mkmodel_preset(llm_mkmodel_params_t *p, const char *preset, char *err,
             8192);
         p->n_layer_dense = 1;
         p->n_expert_shared = 1;
+    } else if (strcmp(preset, "bench-deepseek2") == 0) {
+        /* bench-moe's width and depth laid out as DeepSeek-V3: MLA with
+         * V3's own dims (q LoRA 1536, a latent of 512 + 64 rope, heads of
+         * 128 + 64, values of 128) at 16 heads, layer 0 dense, a shared
+         * expert beside 8 of 32 routed in 8 groups of which 4 are used:
+         * the active bytes per token of bench-moe (~0.5 GB in Q4_K_M),
+         * half its experts to keep the F16 file under 7 GB */
+        mk_shape(p, "deepseek2", 2048, 16, 16, 1, 192, 6144, 32, 8, 768,
+            4096, 8192);
+        p->n_lora_q = 1536;
+        p->n_lora_kv = 512;
+        p->mla_v = 128;
+        p->n_layer_dense = 1;
+        p->n_expert_shared = 1;
+        p->n_groups = 8;
+        p->n_groups_used = 4;
+    } else if (strcmp(preset, "bench-qwen35moe") == 0) {
+        /* Qwen3.5-35B-A3B's widths (2048 embd; delta net layers of 16 key
+         * and 32 value heads of 128; full attention every 4th layer, 16/2
+         * heads of 256; experts of 512 with 8 used and a shared one) at
+         * 16 of its 40 layers and 32 of its 256 experts: bench-moe's
+         * active bytes per token (~0.6 GB in Q4_K_M); no MTP block */
+        mk_shape(p, "qwen35moe", 2048, 16, 16, 2, 256, 512, 32, 8, 512,
+            4096, 8192);
+        p->ssm_state = 128;
+        p->ssm_k_heads = 16;
+        p->ssm_v_heads = 32;
     } else if (strcmp(preset, "tiny-deepseek2") == 0) {
         /* DeepSeek-V3's layout: MLA (q LoRA, a 64-dim latent, heads of
          * 32 + 16 rope), a dense layer, MoE with a shared expert and
