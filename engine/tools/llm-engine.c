@@ -55,7 +55,9 @@ usage(FILE *f)
 "  --threads N           forward-pass threads (default: online CPUs)\n"
 "  --max-batch B         sequences decoded together (default 64)\n"
 "  --ctx C               context window per request (default: the\n"
-"                        model's training context, at most 8192)\n"
+"                        model's training context, at most 8192); up\n"
+"                        to the training context, or past it to the\n"
+"                        window the file's RoPE scaling gives\n"
 "  --kv-mb M             KV cache budget in MiB (default: room for\n"
 "                        max(ctx, 16384) tokens)\n"
 "  --kv-type T           f16 (default) or f32\n"
@@ -251,6 +253,33 @@ now_s(void)
 }
 
 #define LLM_MEM_MARGIN  (64ull << 20)   /* vocabulary, server, libc */
+
+/*
+ * --ctx against what the file's positions were trained for: up to its
+ * context_length, and past it only as far as its RoPE scaling stretches
+ * (hp->n_ctx_max).  0, or -1 with the error logged naming both.
+ */
+static int
+check_ctx(const llm_hparams_t *hp, uint32_t n_ctx)
+{
+    uint32_t  train = hp->n_ctx_train ? hp->n_ctx_train : 4096;
+    uint32_t  max = hp->n_ctx_max > train ? hp->n_ctx_max : train;
+
+    if (n_ctx <= max) {
+        return 0;
+    }
+    if (max == train) {
+        llm_log(LLM_LOG_ERROR, "--ctx %u: the model was trained on %u "
+                "tokens and the file gives no RoPE scaling (%s.rope."
+                "scaling.type linear or yarn) to go past it; use --ctx %u "
+                "or less", n_ctx, train, hp->arch_name, train);
+    } else {
+        llm_log(LLM_LOG_ERROR, "--ctx %u: the model was trained on %u "
+                "tokens and the file's RoPE scaling stretches that to %u; "
+                "use --ctx %u or less", n_ctx, train, max, max);
+    }
+    return -1;
+}
 
 /*
  * Choose how to hold the model (memplan.h) and set mo's expert cache,
@@ -667,10 +696,14 @@ main(int argc, char **argv)
     }
 
     if (n_ctx == 0) {
+        /* the KV cache holds max(ctx, 16384) tokens by default: 8192
+         * leaves room for two full windows, or many short requests */
         n_ctx = hp->n_ctx_train ? hp->n_ctx_train : 4096;
         if (n_ctx > 8192) {
             n_ctx = 8192;
         }
+    } else if (check_ctx(hp, n_ctx) != 0) {
+        goto done;
     }
     /* sliding-window layers: a ring per running sequence (llm_kv_swa_ring),
      * unless --swa-full or embeddings (their forward gives no rings) */
