@@ -114,6 +114,33 @@ fake_recurrent(const llm_batch_t *b, float *out, char *err, size_t errlen)
     return 0;
 }
 
+/* Prompt tokens in the largest step that also decoded some sequence,
+ * and in the largest that did not (steps with a sequence of 1 token and
+ * one of more; a 1-token prefill tail counts as decoding). */
+static uint32_t  pf_with_decode, pf_alone;
+
+static void
+note_prefill(const llm_batch_t *b)
+{
+    uint32_t  per[64] = { 0 }, i, dec = 0, pf = 0;
+
+    for (i = 0; i < b->n_tokens && b->seq[i] < 64; i++) {
+        per[b->seq[i]]++;
+    }
+    for (i = 0; i < b->n_seqs && i < 64; i++) {
+        if (per[i] == 1) {
+            dec++;
+        } else {
+            pf += per[i];
+        }
+    }
+    if (dec > 0 && pf > pf_with_decode) {
+        pf_with_decode = pf;
+    } else if (dec == 0 && pf > pf_alone) {
+        pf_alone = pf;
+    }
+}
+
 static int
 fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
     size_t errlen)
@@ -121,6 +148,7 @@ fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
     uint32_t row = 0;
 
     (void) ud;
+    note_prefill(b);
     /* writes first: the batch may hold a sequence's earlier positions */
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         const llm_seq_view_t *sv = &b->seqs[b->seq[i]];
@@ -248,6 +276,8 @@ emit(void *o, const llm_sched_event_t *ev)
 
 static llm_vocab_t *vocab;
 
+static uint32_t  prefill_budget;    /* the conf's prefill_tokens */
+
 static llm_sched_t *
 make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     uint32_t ctx)
@@ -262,6 +292,7 @@ make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     c.n_ctx = ctx;
     c.max_batch = max_batch;
     c.step_tokens = step;
+    c.prefill_tokens = prefill_budget;
     c.max_queue = queue;
     c.n_blocks = n_blocks;
     c.block_tokens = BT;
@@ -426,6 +457,76 @@ test_prefix_and_n(void)
     }
     llm_sched_free(s);
     tk_end_as("prefix and n");
+}
+
+/*
+ * A long prompt while 4 streams decode: with a prefill budget of 8 no
+ * step carries more than 8 of its tokens beside theirs, the streams get
+ * a token every step, and alone it takes the whole step budget; every
+ * answer still follows the oracle.
+ */
+static void
+test_prefill_budget(void)
+{
+    static owner_t    w[5];
+    static int32_t    longp[400];
+    llm_sched_t      *s;
+    uint32_t          i, steps = 0, min_gain = 1000, before[4];
+
+    prefill_budget = 8;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_budget = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 400; i++) {
+        longp[i] = (int32_t) (20 + (i * 31) % 900);
+    }
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    while (w[0].n[0] < 2 || w[3].n[0] < 2) {       /* all four decoding */
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    while (w[4].n[0] == 0 && steps < 1000) {
+        for (i = 0; i < 4; i++) {
+            before[i] = w[i].n[0];
+        }
+        REQUIRE(llm_sched_step(s) > 0);
+        steps++;
+        for (i = 0; i < 4; i++) {
+            uint32_t g = w[i].n[0] - before[i];
+
+            min_gain = g < min_gain ? g : min_gain;
+        }
+    }
+    CHECK(pf_with_decode == 8, "%u prompt tokens in a step with decodes",
+          pf_with_decode);
+    CHECK(min_gain == 1, "a stream went a step without a token");
+    CHECK(steps >= 400 / 8, "the prompt took %u steps", steps);
+    REQUIRE(run(s) > 0);
+    for (i = 0; i < 5; i++) {
+        REQUIRE(w[i].done && !w[i].error);
+        REQUIRE(follows(&w[i], 0, i < 4 ? prompts[i] : longp,
+                        i < 4 ? plen[i] : 400));
+    }
+    llm_sched_free(s);
+
+    /* alone, the same prompt goes in chunks of the whole budget */
+    prefill_budget = 8;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_budget = 0;
+    REQUIRE(s != NULL);
+    memset(&w[4], 0, sizeof(w[4]));
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    REQUIRE(run(s) > 0);
+    CHECK(pf_alone == 64 && pf_with_decode == 0, "alone: %u, %u",
+          pf_alone, pf_with_decode);
+    llm_sched_free(s);
+    tk_end_as("prefill budget: 400 prompt tokens in %u steps of <= 8 "
+              "beside 4 streams, each a token every step", steps);
 }
 
 /*
@@ -747,6 +848,8 @@ main(void)
     test_preemption();
     tk_begin("prefix and n");
     test_prefix_and_n();
+    tk_begin("prefill budget");
+    test_prefill_budget();
     tk_begin("recurrent");
     test_recurrent();
     rec_mode = 0;

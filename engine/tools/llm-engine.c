@@ -70,6 +70,10 @@ usage(FILE *f)
 "                        chunks (default: 16 per expert's share of\n"
 "                        the routing, 16 x experts / used, in\n"
 "                        [128, 512]; 128 for a dense model)\n"
+"  --prefill-tokens N    of those, prompt tokens per step while other\n"
+"                        sequences decode: a long prompt is prefilled in\n"
+"                        chunks of N between their tokens (default 64;\n"
+"                        0: the whole step budget)\n"
 "  --max-queue Q         queued requests before `overloaded` (default 256)\n"
 "  --name NAME           the served model name (default: general.name)\n"
 "  --alias NAME          another name this engine answers to (repeat)\n"
@@ -452,7 +456,7 @@ main(int argc, char **argv)
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
         O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
         O_RSNFMT, O_SWAFULL, O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC,
-        O_AUTH, O_INSECURE, O_HELP
+        O_AUTH, O_INSECURE, O_PREFILL, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -460,6 +464,7 @@ main(int argc, char **argv)
         { "max-batch", 1, 0, O_MAXBATCH }, { "ctx", 1, 0, O_CTX },
         { "kv-mb", 1, 0, O_KVMB }, { "kv-type", 1, 0, O_KVTYPE },
         { "block-tokens", 1, 0, O_BLOCK }, { "step-tokens", 1, 0, O_STEP },
+        { "prefill-tokens", 1, 0, O_PREFILL },
         { "max-queue", 1, 0, O_QUEUE }, { "name", 1, 0, O_NAME },
         { "alias", 1, 0, O_ALIAS }, { "drain-timeout", 1, 0, O_DRAIN },
         { "max-frame", 1, 0, O_FRAME }, { "expert-cache-mb", 1, 0, O_EXPERT },
@@ -482,6 +487,7 @@ main(int argc, char **argv)
     const char         *name = NULL, *aliases[LLM_MAX_ALIASES];
     uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
     uint32_t            block_tokens = 16, step_tokens = 0;
+    uint32_t            prefill_tokens = 64;
     uint32_t            max_queue = 256, max_frame = 16u << 20;
     uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
     uint32_t            limit_mb = 0;
@@ -560,6 +566,11 @@ main(int argc, char **argv)
             break;
         case O_STEP:
             if (parse_u32("--step-tokens", optarg, 1, &step_tokens)) {
+                return 2;
+            }
+            break;
+        case O_PREFILL:
+            if (parse_u32("--prefill-tokens", optarg, 0, &prefill_tokens)) {
                 return 2;
             }
             break;
@@ -848,11 +859,12 @@ main(int argc, char **argv)
     llm_gguf_type_mix(llm_model_gguf(m), mix, sizeof(mix));
     llm_log(LLM_LOG_INFO, "types: %s", mix);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
-            "context %u, step budget %u tokens, max queue %u, kernels %s "
-            "(this CPU's best %s)", n_blocks,
-            block_tokens, (double) n_blocks * block_bytes / 1048576.0,
+            "context %u, step budget %u tokens (prefill %u while others "
+            "decode), max queue %u, kernels %s (this CPU's best %s)",
+            n_blocks, block_tokens,
+            (double) n_blocks * block_bytes / 1048576.0,
             kv_type == LLM_TYPE_F16 ? "f16" : "f32", n_ctx, step_tokens,
-            max_queue, llm_simd_name(llm_simd_level()),
+            prefill_tokens ? prefill_tokens : step_tokens, max_queue, llm_simd_name(llm_simd_level()),
             llm_simd_name(llm_simd_best()));
     if (swa_ring > 0) {
         llm_log(LLM_LOG_INFO, "sliding-window layers: a ring of %u blocks "
@@ -889,6 +901,7 @@ main(int argc, char **argv)
     sc.sched.n_ctx = n_ctx;
     sc.sched.max_batch = max_batch;
     sc.sched.step_tokens = step_tokens;
+    sc.sched.prefill_tokens = prefill_tokens;
     sc.sched.max_queue = max_queue;
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;

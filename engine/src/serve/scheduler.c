@@ -1589,7 +1589,8 @@ llm_sched_step(llm_sched_t *s)
     }
 
     /* 1: tokens per sequence: every decode first, then prefill chunks in
-     * admission order from what is left of the budget */
+     * admission order from what is left of the budget, at most
+     * prefill_tokens of it while some sequence decodes */
     for (i = 0; i < s->n_run; i++) {
         llm_seq_t *q = s->run[i];
 
@@ -1604,6 +1605,11 @@ llm_sched_step(llm_sched_t *s)
         }
     }
     budget = s->c.step_tokens - n_dec;
+    if (n_dec > 0 && s->c.prefill_tokens > 0
+        && budget > s->c.prefill_tokens)
+    {
+        budget = s->c.prefill_tokens;   /* the streams' latency first */
+    }
     rows = s->c.max_batch - s->n_run;  /* logits rows beyond one each */
     for (i = 0; i < s->n_run && budget > 0; i++) {
         llm_seq_t *q = s->run[i];
