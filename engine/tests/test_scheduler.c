@@ -460,6 +460,51 @@ test_prefix_and_n(void)
 }
 
 /*
+ * The prefix cache under a KV budget: a long prompt A is cached, a longer
+ * prompt B then needs some of its blocks back; the tail of A goes first,
+ * so A again finds the head of its prompt cached, and gives the same
+ * answer.
+ */
+static void
+test_prefix_lru(void)
+{
+    static owner_t    w[3];
+    static int32_t    a[120], b[160];
+    llm_sched_t      *s = make(64, 4, 64, 0, 256);
+    llm_sched_stats_t st;
+    uint32_t          i;
+
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 160; i++) {
+        if (i < 120) {
+            a[i] = (int32_t) (30 + (i * 7) % 500);
+        }
+        b[i] = (int32_t) (600 + (i * 11) % 300);
+    }
+    REQUIRE(submit(s, &w[0], a, 120, 4, 1));
+    run(s);
+    llm_sched_get_stats(s, &st);
+    CHECK(st.kv_blocks_cached == 30, "%u cached after A",
+          st.kv_blocks_cached);
+    REQUIRE(submit(s, &w[1], b, 160, 4, 1));
+    run(s);
+    REQUIRE(submit(s, &w[2], a, 120, 4, 1));
+    run(s);
+    REQUIRE(w[0].done && w[1].done && w[2].done);
+    CHECK(w[1].cached == 0, "B: %d cached", w[1].cached);
+    /* 123 tokens computed: 30 full blocks cached; B (41 blocks) takes the
+     * 34 free ones and 7 of A's: A keeps its 23 leading ones */
+    CHECK(w[2].cached == 23 * BT, "A again: %d tokens cached, expected %d",
+          w[2].cached, 23 * BT);
+    CHECK(memcmp(w[0].toks[0], w[2].toks[0], 4 * sizeof(int32_t)) == 0
+          && follows(&w[2], 0, a, 120), "A again: another answer");
+    llm_sched_free(s);
+    tk_end_as("prefix cache LRU: a prompt's tail is evicted before its "
+              "head (%d of 120 tokens reused)", w[2].cached);
+}
+
+/*
  * A long prompt while 4 streams decode: with a prefill budget of 8 no
  * step carries more than 8 of its tokens beside theirs, the streams get
  * a token every step, and alone it takes the whole step budget; every
@@ -848,6 +893,8 @@ main(void)
     test_preemption();
     tk_begin("prefix and n");
     test_prefix_and_n();
+    tk_begin("prefix LRU");
+    test_prefix_lru();
     tk_begin("prefill budget");
     test_prefill_budget();
     tk_begin("recurrent");

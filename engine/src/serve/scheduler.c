@@ -593,11 +593,17 @@ llm_run_remove(llm_sched_t *s, llm_seq_t *q)
     }
 }
 
-/* Give back every KV block of q, and its seat (window ring, state). */
+/*
+ * Give back every KV block of q, and its seat (window ring, state).  Last
+ * block first: cached blocks join the LRU in that order, so eviction
+ * takes a prefix's tail before its head, and what is left of it is still
+ * a prefix a later request can reuse (the head first would leave blocks
+ * no lookup can reach, their chain broken).
+ */
 static void
 llm_seq_release(llm_sched_t *s, llm_seq_t *q)
 {
-    for (uint32_t i = 0; i < q->n_blocks; i++) {
+    for (uint32_t i = q->n_blocks; i-- > 0; ) {
         llm_kvalloc_put(s->kva, q->blocks[i]);
     }
     if (q->ring >= 0 && s->ring_free != NULL) {
