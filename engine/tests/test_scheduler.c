@@ -119,7 +119,7 @@ fake_recurrent(const llm_batch_t *b, float *out, char *err, size_t errlen)
  * one of more; a 1-token prefill tail counts as decoding). */
 static uint32_t  pf_with_decode, pf_alone;
 
-static void
+static uint32_t
 note_prefill(const llm_batch_t *b)
 {
     uint32_t  per[64] = { 0 }, i, dec = 0, pf = 0;
@@ -139,6 +139,17 @@ note_prefill(const llm_batch_t *b)
     } else if (dec == 0 && pf > pf_alone) {
         pf_alone = pf;
     }
+    return pf;
+}
+
+/* A clock the fake forward pass advances: 8 ms a step plus 0.25 ms a
+ * prompt token (of a sequence with more than one in the step). */
+static double  fake_ms;
+
+static double
+fake_clock(void)
+{
+    return fake_ms;
 }
 
 static int
@@ -148,7 +159,7 @@ fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
     uint32_t row = 0;
 
     (void) ud;
-    note_prefill(b);
+    fake_ms += 8.0 + 0.25 * note_prefill(b);
     /* writes first: the batch may hold a sequence's earlier positions */
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         const llm_seq_view_t *sv = &b->seqs[b->seq[i]];
@@ -277,6 +288,7 @@ emit(void *o, const llm_sched_event_t *ev)
 static llm_vocab_t *vocab;
 
 static uint32_t  prefill_budget;    /* the conf's prefill_tokens */
+static int       prefill_timed;     /* and prefill_timed */
 
 static llm_sched_t *
 make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
@@ -293,6 +305,8 @@ make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     c.max_batch = max_batch;
     c.step_tokens = step;
     c.prefill_tokens = prefill_budget;
+    c.prefill_timed = prefill_timed;
+    c.clock_ms = fake_clock;
     c.max_queue = queue;
     c.n_blocks = n_blocks;
     c.block_tokens = BT;
@@ -569,6 +583,30 @@ test_prefill_budget(void)
     REQUIRE(run(s) > 0);
     CHECK(pf_alone == 64 && pf_with_decode == 0, "alone: %u, %u",
           pf_alone, pf_with_decode);
+    llm_sched_free(s);
+
+    /* timed: chunks that cost one decode step, 8 / 0.25 = 32 tokens */
+    prefill_timed = 1;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    while (w[0].n[0] < 4 || w[3].n[0] < 4) {
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    for (i = 0; i < 6; i++) {           /* 8 to learn, then converging */
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(llm_sched_step(s) > 0);
+    CHECK(pf_with_decode == 32, "timed: %u prompt tokens beside the "
+          "streams, expected 32", pf_with_decode);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
     llm_sched_free(s);
     tk_end_as("prefill budget: 400 prompt tokens in %u steps of <= 8 "
               "beside 4 streams, each a token every step", steps);

@@ -70,10 +70,14 @@ usage(FILE *f)
 "                        chunks (default: 16 per expert's share of\n"
 "                        the routing, 16 x experts / used, in\n"
 "                        [128, 512]; 128 for a dense model)\n"
-"  --prefill-tokens N    of those, prompt tokens per step while other\n"
+"  --prefill-tokens N|auto\n"
+"                        of those, prompt tokens per step while other\n"
 "                        sequences decode: a long prompt is prefilled in\n"
-"                        chunks of N between their tokens (default 64;\n"
-"                        0: the whole step budget)\n"
+"                        chunks between their tokens.  auto (default):\n"
+"                        as many as cost about one decode-only step\n"
+"                        (measured as it runs; at least 8), so their\n"
+"                        inter-token latency stays near 2x; N: chunks of\n"
+"                        N; 0: the whole step budget\n"
 "  --max-queue Q         queued requests before `overloaded` (default 256)\n"
 "  --name NAME           the served model name (default: general.name)\n"
 "  --alias NAME          another name this engine answers to (repeat)\n"
@@ -487,7 +491,8 @@ main(int argc, char **argv)
     const char         *name = NULL, *aliases[LLM_MAX_ALIASES];
     uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
     uint32_t            block_tokens = 16, step_tokens = 0;
-    uint32_t            prefill_tokens = 64;
+    uint32_t            prefill_tokens = 0;
+    int                 prefill_timed = 1;
     uint32_t            max_queue = 256, max_frame = 16u << 20;
     uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
     uint32_t            limit_mb = 0;
@@ -570,7 +575,10 @@ main(int argc, char **argv)
             }
             break;
         case O_PREFILL:
-            if (parse_u32("--prefill-tokens", optarg, 0, &prefill_tokens)) {
+            prefill_timed = strcmp(optarg, "auto") == 0;
+            if (!prefill_timed
+                && parse_u32("--prefill-tokens", optarg, 0, &prefill_tokens))
+            {
                 return 2;
             }
             break;
@@ -859,11 +867,12 @@ main(int argc, char **argv)
     llm_gguf_type_mix(llm_model_gguf(m), mix, sizeof(mix));
     llm_log(LLM_LOG_INFO, "types: %s", mix);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
-            "context %u, step budget %u tokens (prefill %u while others "
+            "context %u, step budget %u tokens (prefill %s%u while others "
             "decode), max queue %u, kernels %s (this CPU's best %s)",
             n_blocks, block_tokens,
             (double) n_blocks * block_bytes / 1048576.0,
             kv_type == LLM_TYPE_F16 ? "f16" : "f32", n_ctx, step_tokens,
+            prefill_timed ? "timed, at most " : "",
             prefill_tokens ? prefill_tokens : step_tokens, max_queue, llm_simd_name(llm_simd_level()),
             llm_simd_name(llm_simd_best()));
     if (swa_ring > 0) {
@@ -902,6 +911,7 @@ main(int argc, char **argv)
     sc.sched.max_batch = max_batch;
     sc.sched.step_tokens = step_tokens;
     sc.sched.prefill_tokens = prefill_tokens;
+    sc.sched.prefill_timed = prefill_timed;
     sc.sched.max_queue = max_queue;
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;

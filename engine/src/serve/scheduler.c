@@ -124,6 +124,12 @@ struct llm_sched_s {
     llm_seq_t           **b_seqs;
     float                *out;         /* [max_batch * n_vocab] */
 
+    /* the timed prefill budget (conf.prefill_timed): running means of a
+     * decode-only step's forward call and of one prompt token's share of
+     * a step that also decoded, in ms; 0 until measured */
+    double                dec_ms;
+    double                pf_tok_ms;
+
     llm_sched_stats_t     st;
 };
 
@@ -1570,6 +1576,59 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
 
 /* The step. */
 
+#define LLM_SCHED_PF_MIN  8     /* prompt tokens a timed step still takes */
+
+/*
+ * The prompt tokens a step may take beside n_dec decoding sequences, of
+ * budget (what the step budget leaves): at most conf.prefill_tokens; with
+ * conf.prefill_timed, also about as many as cost one decode-only step
+ * (so the streams' inter-token latency stays near twice the decode
+ * step's, whatever the prompt's depth and the machine's load), at least
+ * LLM_SCHED_PF_MIN, and that minimum until a step has measured the cost.
+ */
+static uint32_t
+llm_sched_prefill_budget(const llm_sched_t *s, uint32_t budget,
+    uint32_t n_dec)
+{
+    uint32_t  cap = s->c.prefill_tokens ? s->c.prefill_tokens : budget;
+    double    n;
+
+    if (n_dec == 0) {
+        return budget;
+    }
+    if (s->c.prefill_timed) {
+        if (s->dec_ms <= 0.0 || s->pf_tok_ms <= 0.0) {
+            n = LLM_SCHED_PF_MIN;
+        } else {
+            n = s->dec_ms / s->pf_tok_ms;
+            n = n < LLM_SCHED_PF_MIN ? LLM_SCHED_PF_MIN : n;
+        }
+        cap = n < (double) cap ? (uint32_t) n : cap;
+    }
+    return cap < budget ? cap : budget;
+}
+
+/*
+ * Learn from a forward call of ms with n_dec decoding and n_pf prompt
+ * tokens: a decode-only step's time, and a prompt token's marginal cost
+ * (the step's time beyond a decode-only step's, per prompt token).
+ * Running means with weight 1/4 on the newest, so the cost follows the
+ * prompt's depth (attention grows with it) and the machine's load.
+ */
+static void
+llm_sched_learn(llm_sched_t *s, double ms, uint32_t n_dec, uint32_t n_pf)
+{
+    double  c;
+
+    if (n_pf == 0 && n_dec > 0) {
+        s->dec_ms = s->dec_ms > 0.0 ? 0.75 * s->dec_ms + 0.25 * ms : ms;
+    } else if (n_pf > 0 && n_dec > 0 && s->dec_ms > 0.0) {
+        c = (ms > s->dec_ms ? ms - s->dec_ms : 0.0) / n_pf;
+        s->pf_tok_ms = s->pf_tok_ms > 0.0 ? 0.75 * s->pf_tok_ms + 0.25 * c
+                                          : c;
+    }
+}
+
 static void
 llm_sched_reap(llm_sched_t *s)
 {
@@ -1583,11 +1642,11 @@ int
 llm_sched_step(llm_sched_t *s)
 {
     uint32_t  bt = s->c.block_tokens, budget, i, nt, ns, nl;
-    uint32_t  n_dec = 0, rows;
+    uint32_t  n_dec = 0, n_pf, rows;
     llm_batch_t b;
     char      err[256] = "";
     int       rc;
-    double    t0;
+    double    t0, tf;
 
     llm_sched_admit(s);
     if (s->n_run == 0) {
@@ -1610,12 +1669,8 @@ llm_sched_step(llm_sched_t *s)
             n_dec++;
         }
     }
-    budget = s->c.step_tokens - n_dec;
-    if (n_dec > 0 && s->c.prefill_tokens > 0
-        && budget > s->c.prefill_tokens)
-    {
-        budget = s->c.prefill_tokens;   /* the streams' latency first */
-    }
+    /* the streams' latency first */
+    budget = llm_sched_prefill_budget(s, s->c.step_tokens - n_dec, n_dec);
     rows = s->c.max_batch - s->n_run;  /* logits rows beyond one each */
     for (i = 0; i < s->n_run && budget > 0; i++) {
         llm_seq_t *q = s->run[i];
@@ -1655,12 +1710,17 @@ llm_sched_step(llm_sched_t *s)
     }
 
     /* 3: the batch */
-    nt = ns = nl = 0;
+    nt = ns = nl = n_dec = n_pf = 0;
     for (i = 0; i < s->n_run; i++) {
         llm_seq_t *q = s->run[i];
 
         if (q->step_n == 0) {
             continue;
+        }
+        if (q->toks.n - q->n_done > 1) {
+            n_pf += q->step_n;
+        } else {
+            n_dec++;
         }
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
@@ -1684,7 +1744,10 @@ llm_sched_step(llm_sched_t *s)
     b.seqs = s->b_views;
 
     t0 = llm_now_ms();
+    tf = s->c.clock_ms ? s->c.clock_ms() : t0;
     rc = s->c.forward(s->c.forward_ud, &b, s->out, err, sizeof(err));
+    llm_sched_learn(s, (s->c.clock_ms ? s->c.clock_ms() : llm_now_ms()) - tf,
+                    n_dec, n_pf);
     s->st.steps_total++;
     s->st.step_tokens_total += nt;
     s->st.batch_in_flight = ns;

@@ -164,6 +164,12 @@ typedef struct {
                                              chunks this size so the
                                              streams' inter-token latency
                                              holds); 0: step_tokens */
+    int                     prefill_timed;  /* and, within that, as many
+                                             as take about one decode-only
+                                             step's time (measured) */
+    double                (*clock_ms)(void); /* what measures that, in ms;
+                                             NULL: the monotonic clock
+                                             (tests give their own) */
     uint32_t                max_queue;    /* queued requests; beyond: 429 */
     uint32_t                n_blocks;     /* KV blocks (llm_kv_t's) */
     uint32_t                block_tokens;
