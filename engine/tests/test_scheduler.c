@@ -527,10 +527,11 @@ test_prefix_lru(void)
 static void
 test_prefill_budget(void)
 {
-    static owner_t    w[5];
+    static owner_t    w[6];
     static int32_t    longp[400];
     llm_sched_t      *s;
     uint32_t          i, steps = 0, min_gain = 1000, before[4];
+    uint32_t          short_first = 0;
 
     prefill_budget = 8;
     s = make(1024, 8, 64, 0, 1024);
@@ -552,8 +553,15 @@ test_prefill_budget(void)
         for (i = 0; i < 4; i++) {
             before[i] = w[i].n[0];
         }
+        if (steps == 5) {
+            /* a short prompt behind the long one: 6 of 8 tokens a step */
+            REQUIRE(submit(s, &w[5], prompts[9], plen[9], 2, 1));
+        }
         REQUIRE(llm_sched_step(s) > 0);
         steps++;
+        if (steps > 5 && w[5].n[0] > 0 && short_first == 0) {
+            short_first = steps - 5;
+        }
         for (i = 0; i < 4; i++) {
             uint32_t g = w[i].n[0] - before[i];
 
@@ -564,11 +572,14 @@ test_prefill_budget(void)
           pf_with_decode);
     CHECK(min_gain == 1, "a stream went a step without a token");
     CHECK(steps >= 400 / 8, "the prompt took %u steps", steps);
+    CHECK(short_first > 0 && short_first <= (plen[9] + 5) / 6,
+          "a %u-token prompt behind it: first token after %u steps",
+          plen[9], short_first);
     REQUIRE(run(s) > 0);
-    for (i = 0; i < 5; i++) {
+    for (i = 0; i < 6; i++) {
         REQUIRE(w[i].done && !w[i].error);
-        REQUIRE(follows(&w[i], 0, i < 4 ? prompts[i] : longp,
-                        i < 4 ? plen[i] : 400));
+        REQUIRE(follows(&w[i], 0, i < 4 ? prompts[i] : i == 5 ? prompts[9]
+                        : longp, i < 4 ? plen[i] : i == 5 ? plen[9] : 400));
     }
     llm_sched_free(s);
 
@@ -609,7 +620,9 @@ test_prefill_budget(void)
     REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
     llm_sched_free(s);
     tk_end_as("prefill budget: 400 prompt tokens in %u steps of <= 8 "
-              "beside 4 streams, each a token every step", steps);
+              "beside 4 streams, each a token every step; a %u-token "
+              "prompt behind it answered after %u", steps, plen[9],
+              short_first);
 }
 
 /*

@@ -1629,6 +1629,69 @@ llm_sched_learn(llm_sched_t *s, double ms, uint32_t n_dec, uint32_t n_pf)
     }
 }
 
+/*
+ * Give q up to limit more of its pending prompt tokens from *budget.  An
+ * echo with logprobs needs a row of logits per prompt token: at most the
+ * rows left (*rows: rows beyond one per running sequence).
+ */
+static void
+llm_seq_give(llm_seq_t *q, uint32_t limit, uint32_t *budget, uint32_t *rows)
+{
+    uint32_t  want = (uint32_t) q->toks.n - q->n_done - q->step_n;
+    uint32_t  first = q->step_n == 0, room;
+
+    want = want < limit ? want : limit;
+    want = want < *budget ? want : *budget;
+    if (q->plp && q->n_gen == 0) {
+        room = *rows + first;
+        want = want < room ? want : room;
+        *rows -= want > 0 ? want - first : 0;
+    }
+    q->step_n += want;
+    *budget -= want;
+}
+
+/*
+ * Share budget among the prefilling sequences (those ready with more
+ * than one token to compute): the earliest admitted takes up to a
+ * quarter of it first, so a long prompt always advances; then the
+ * shortest remainders first, so a short prompt that arrives behind a
+ * long one is prefilled in a step or two instead of after it (its TTFT
+ * is not the long prompt's).  s->b_seqs is the scratch list.
+ */
+static void
+llm_sched_plan_prefill(llm_sched_t *s, uint32_t budget)
+{
+    llm_seq_t  **pf = s->b_seqs, *q;
+    uint32_t     n = 0, i, j, rows = s->c.max_batch - s->n_run;
+
+    for (i = 0; i < s->n_run; i++) {
+        q = s->run[i];
+        if (q->toks.n - q->n_done > 1
+            && (!s->c.ready || s->c.ready(q->req->owner)))
+        {
+            pf[n++] = q;
+        }
+    }
+    if (n == 0 || budget == 0) {
+        return;
+    }
+    llm_seq_give(pf[0], (budget + 3) / 4, &budget, &rows);
+    for (i = 1; i < n; i++) {       /* insertion sort, stable: n is small */
+        q = pf[i];
+        for (j = i; j > 0 && q->toks.n - q->n_done - q->step_n
+                              < pf[j - 1]->toks.n - pf[j - 1]->n_done
+                                - pf[j - 1]->step_n; j--)
+        {
+            pf[j] = pf[j - 1];
+        }
+        pf[j] = q;
+    }
+    for (i = 0; i < n && budget > 0; i++) {
+        llm_seq_give(pf[i], budget, &budget, &rows);
+    }
+}
+
 static void
 llm_sched_reap(llm_sched_t *s)
 {
@@ -1641,8 +1704,8 @@ llm_sched_reap(llm_sched_t *s)
 int
 llm_sched_step(llm_sched_t *s)
 {
-    uint32_t  bt = s->c.block_tokens, budget, i, nt, ns, nl;
-    uint32_t  n_dec = 0, n_pf, rows;
+    uint32_t  bt = s->c.block_tokens, i, nt, ns, nl;
+    uint32_t  n_dec = 0, n_pf;
     llm_batch_t b;
     char      err[256] = "";
     int       rc;
@@ -1653,8 +1716,8 @@ llm_sched_step(llm_sched_t *s)
         return 0;
     }
 
-    /* 1: tokens per sequence: every decode first, then prefill chunks in
-     * admission order from what is left of the budget, at most
+    /* 1: tokens per sequence: every decode first, then prefill chunks
+     * from what is left of the budget (llm_sched_plan_prefill), at most
      * prefill_tokens of it while some sequence decodes */
     for (i = 0; i < s->n_run; i++) {
         llm_seq_t *q = s->run[i];
@@ -1670,22 +1733,8 @@ llm_sched_step(llm_sched_t *s)
         }
     }
     /* the streams' latency first */
-    budget = llm_sched_prefill_budget(s, s->c.step_tokens - n_dec, n_dec);
-    rows = s->c.max_batch - s->n_run;  /* logits rows beyond one each */
-    for (i = 0; i < s->n_run && budget > 0; i++) {
-        llm_seq_t *q = s->run[i];
-        uint32_t   pend = (uint32_t) q->toks.n - q->n_done;
-
-        if (pend > 1 && (!s->c.ready || s->c.ready(q->req->owner))) {
-            q->step_n = pend < budget ? pend : budget;
-            if (q->plp && q->n_gen == 0) {
-                /* a row of logits per prompt token: as many as fit */
-                q->step_n = q->step_n < rows + 1 ? q->step_n : rows + 1;
-                rows -= q->step_n - 1;
-            }
-            budget -= q->step_n;
-        }
-    }
+    llm_sched_plan_prefill(s, llm_sched_prefill_budget(s, s->c.step_tokens
+                                                          - n_dec, n_dec));
 
     /* 2: blocks; when they run out, preempt the newest sequence */
     for (i = 0; i < s->n_run; i++) {
