@@ -118,6 +118,7 @@ fake_recurrent(const llm_batch_t *b, float *out, char *err, size_t errlen)
  * and in the largest that did not (steps with a sequence of 1 token and
  * one of more; a 1-token prefill tail counts as decoding). */
 static uint32_t  pf_with_decode, pf_alone;
+static uint32_t  pf_last, dec_last;     /* the last step's */
 
 static uint32_t
 note_prefill(const llm_batch_t *b)
@@ -134,6 +135,8 @@ note_prefill(const llm_batch_t *b)
             pf += per[i];
         }
     }
+    pf_last = pf;
+    dec_last = dec;
     if (dec > 0 && pf > pf_with_decode) {
         pf_with_decode = pf;
     } else if (dec == 0 && pf > pf_alone) {
@@ -286,6 +289,8 @@ emit(void *o, const llm_sched_event_t *ev)
 }
 
 static llm_vocab_t *vocab;
+
+#define LLM_TEST_PF_MIN  8      /* scheduler.c's LLM_SCHED_PF_MIN */
 
 static uint32_t  prefill_budget;    /* the conf's prefill_tokens */
 static int       prefill_timed;     /* and prefill_timed */
@@ -616,6 +621,28 @@ test_prefill_budget(void)
     REQUIRE(llm_sched_step(s) > 0);
     CHECK(pf_with_decode == 32, "timed: %u prompt tokens beside the "
           "streams, expected 32", pf_with_decode);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
+    llm_sched_free(s);
+
+    /* timed, all at once: no decode-only step measured yet, so the first
+     * step with decodes is one (a probe), then chunks follow */
+    prefill_timed = 1;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    for (steps = 0, i = 0; w[4].n[0] == 0 && steps < 1000; steps++) {
+        REQUIRE(llm_sched_step(s) > 0);
+        i += dec_last > 0 && pf_last == 0 && w[4].n[0] == 0;
+    }
+    CHECK(i >= 1, "no decode-only step while the prompt waited");
+    CHECK(steps < 400 / LLM_TEST_PF_MIN, "%u steps: chunks of the minimum",
+          steps);
     REQUIRE(run(s) > 0);
     REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
     llm_sched_free(s);

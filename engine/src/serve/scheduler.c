@@ -129,6 +129,7 @@ struct llm_sched_s {
      * a step that also decoded, in ms; 0 until measured */
     double                dec_ms;
     double                pf_tok_ms;
+    uint32_t              since_dec;   /* steps since a decode-only one */
 
     llm_sched_stats_t     st;
 };
@@ -1576,7 +1577,8 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
 
 /* The step. */
 
-#define LLM_SCHED_PF_MIN  8     /* prompt tokens a timed step still takes */
+#define LLM_SCHED_PF_MIN   8    /* prompt tokens a timed step still takes */
+#define LLM_SCHED_PF_PROBE 64   /* a decode-only step at least this often */
 
 /*
  * The prompt tokens a step may take beside n_dec decoding sequences, of
@@ -1585,6 +1587,8 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
  * (so the streams' inter-token latency stays near twice the decode
  * step's, whatever the prompt's depth and the machine's load), at least
  * LLM_SCHED_PF_MIN, and that minimum until a step has measured the cost.
+ * None when no decode-only step was measured yet, or none for
+ * LLM_SCHED_PF_PROBE steps (the streams come and go): that step is one.
  */
 static uint32_t
 llm_sched_prefill_budget(const llm_sched_t *s, uint32_t budget,
@@ -1597,7 +1601,10 @@ llm_sched_prefill_budget(const llm_sched_t *s, uint32_t budget,
         return budget;
     }
     if (s->c.prefill_timed) {
-        if (s->dec_ms <= 0.0 || s->pf_tok_ms <= 0.0) {
+        if (s->dec_ms <= 0.0 || s->since_dec >= LLM_SCHED_PF_PROBE) {
+            return 0;       /* measure (again) what the streams alone cost */
+        }
+        if (s->pf_tok_ms <= 0.0) {
             n = LLM_SCHED_PF_MIN;
         } else {
             n = s->dec_ms / s->pf_tok_ms;
@@ -1620,8 +1627,10 @@ llm_sched_learn(llm_sched_t *s, double ms, uint32_t n_dec, uint32_t n_pf)
 {
     double  c;
 
+    s->since_dec++;
     if (n_pf == 0 && n_dec > 0) {
         s->dec_ms = s->dec_ms > 0.0 ? 0.75 * s->dec_ms + 0.25 * ms : ms;
+        s->since_dec = 0;
     } else if (n_pf > 0 && n_dec > 0 && s->dec_ms > 0.0) {
         c = (ms > s->dec_ms ? ms - s->dec_ms : 0.0) / n_pf;
         s->pf_tok_ms = s->pf_tok_ms > 0.0 ? 0.75 * s->pf_tok_ms + 0.25 * c
