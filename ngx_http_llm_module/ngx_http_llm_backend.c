@@ -574,6 +574,8 @@ ngx_http_llm_probe_read(ngx_event_t *rev)
         be->requests_cancelled = info->stats->requests_cancelled;
         be->kv_free = info->stats->kv_blocks_free;
         be->kv_total = info->stats->kv_blocks_total;
+        be->kv_cached = info->stats->kv_blocks_cached;
+        be->kv_block_tokens = info->stats->kv_block_tokens;
     }
 
     llm__event__free_unpacked(ev, NULL);

@@ -219,6 +219,25 @@ ngx_http_llm_backend_json(ngx_http_llm_backend_t *be)
                                   (json_int_t) be->requests_queued,
                                   "requests_cancelled",
                                   (json_int_t) be->requests_cancelled));
+
+    /*
+     * the KV cache in tokens: its capacity, what running requests hold,
+     * and of the rest the cached prefixes (reused by a request that
+     * starts the same way, evicted oldest first when blocks run out)
+     */
+
+    json_object_set_new(j, "kv",
+                        json_pack("{s:I,s:I,s:I,s:I}",
+                                  "capacity_tokens",
+                                  (json_int_t) be->kv_total
+                                  * be->kv_block_tokens,
+                                  "used_tokens",
+                                  (json_int_t) ngx_http_llm_kv_used(be),
+                                  "cached_tokens",
+                                  (json_int_t) be->kv_cached
+                                  * be->kv_block_tokens,
+                                  "block_tokens",
+                                  (json_int_t) be->kv_block_tokens));
     return j;
 }
 

@@ -31,6 +31,26 @@ static ngx_msec_t
     300000, 600000, 1800000
 };
 
+/* the engines' KV gauges, by engine address */
+
+static const char  *ngx_http_llm_kv_families[] = {
+    "# HELP llm_kv_capacity_tokens Tokens the engine's KV cache holds.\n"
+    "# TYPE llm_kv_capacity_tokens gauge\n",
+    "# HELP llm_kv_used_tokens KV tokens held by the engine's running "
+    "requests.\n"
+    "# TYPE llm_kv_used_tokens gauge\n",
+    "# HELP llm_kv_cached_tokens KV tokens of cached prompt prefixes, free "
+    "for reuse or eviction.\n"
+    "# TYPE llm_kv_cached_tokens gauge\n"
+};
+
+static const char  *ngx_http_llm_kv_names[] = {
+    "llm_kv_capacity_tokens", "llm_kv_used_tokens", "llm_kv_cached_tokens"
+};
+
+#define NGX_HTTP_LLM_KV_LINE  (sizeof("llm_kv_capacity_tokens{engine=\"\"} ") \
+                               + NGX_INT64_LEN + 1)
+
 
 static void ngx_http_llm_metrics_cleanup(void *data);
 static u_char *ngx_http_llm_metrics_key_costs(ngx_http_request_t *r,
@@ -44,6 +64,9 @@ static u_char *ngx_http_llm_metrics_times(u_char *p,
 static u_char *ngx_http_llm_metrics_label(u_char *p,
     ngx_http_llm_model_stats_t *m);
 static u_char *ngx_http_llm_metrics_seconds(u_char *p, uint64_t ms);
+static size_t ngx_http_llm_metrics_engines_size(ngx_http_request_t *r);
+static u_char *ngx_http_llm_metrics_engines(ngx_http_request_t *r,
+    u_char *p);
 static u_char *ngx_http_llm_metrics_histogram(u_char *p, const char *name,
     ngx_http_llm_model_stats_t *m, uint64_t *buckets, ngx_msec_t *bounds,
     ngx_uint_t n, uint64_t inf, uint64_t sum);
@@ -352,6 +375,8 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
                               + NGX_HTTP_LLM_TTFT_BUCKETS + 3
                               + NGX_HTTP_LLM_DURATION_BUCKETS + 3);
 
+    size += ngx_http_llm_metrics_engines_size(r);
+
     b = ngx_create_temp_buf(r->pool, size);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -390,6 +415,8 @@ ngx_http_llm_metrics_handler(ngx_http_request_t *r)
                     sh->in_flight > 0 ? sh->in_flight : 0,
                     sh->rate_limited, sh->fallbacks, sh->upstream_errors,
                     sh->started, sh->reloads);
+
+    p = ngx_http_llm_metrics_engines(r, p);
 
     b->last = p;
     b->last_buf = (r == r->main) ? 1 : 0;
@@ -591,6 +618,132 @@ ngx_http_llm_metrics_label(u_char *p, ngx_http_llm_model_stats_t *m)
     }
 
     *p++ = '"';
+
+    return p;
+}
+
+
+/*
+ * The engines' KV gauges are this worker's copy of their last Info
+ * answers (at most llm_info_cache old; a stale one starts a probe for
+ * the next scrape).  One series per engine address, engines down or not
+ * yet probed left out.
+ */
+
+static ngx_uint_t
+ngx_http_llm_metrics_engine_dup(ngx_http_llm_backend_t *be, ngx_uint_t i)
+{
+    ngx_uint_t  j;
+
+    for (j = 0; j < i; j++) {
+        if (be[j].name.len == be[i].name.len
+            && ngx_strncmp(be[j].name.data, be[i].name.data, be[i].name.len)
+               == 0)
+        {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+static size_t
+ngx_http_llm_metrics_engines_size(ngx_http_request_t *r)
+{
+    size_t                     size;
+    ngx_uint_t                 i, f;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    be = mcf->backends.elts;
+
+    size = 0;
+
+    for (f = 0; f < 3; f++) {
+        size += ngx_strlen(ngx_http_llm_kv_families[f]);
+    }
+
+    for (i = 0; i < mcf->backends.nelts; i++) {
+        /* a name escaped is at most twice as long */
+        size += 3 * (NGX_HTTP_LLM_KV_LINE + 2 * be[i].name.len);
+    }
+
+    return size;
+}
+
+
+static u_char *
+ngx_http_llm_metrics_engine_line(u_char *p, const char *family,
+    ngx_str_t *name, uint64_t v)
+{
+    u_char      c;
+    ngx_uint_t  i;
+
+    p = ngx_sprintf(p, "%s{engine=\"", family);
+
+    for (i = 0; i < name->len; i++) {
+        c = name->data[i];
+
+        if (c == '\\' || c == '"') {
+            *p++ = '\\';
+            *p++ = c;
+
+        } else if (c == '\n') {
+            *p++ = '\\';
+            *p++ = 'n';
+
+        } else {
+            *p++ = c;
+        }
+    }
+
+    return ngx_sprintf(p, "\"} %uL\n", v);
+}
+
+
+static u_char *
+ngx_http_llm_metrics_engines(ngx_http_request_t *r, u_char *p)
+{
+    uint64_t                   v;
+    ngx_uint_t                 i, f, any;
+    ngx_http_llm_backend_t    *be;
+    ngx_http_llm_main_conf_t  *mcf;
+
+    mcf = ngx_http_get_module_main_conf(r, ngx_http_llm_module);
+    be = mcf->backends.elts;
+
+    for (i = 0; i < mcf->backends.nelts; i++) {
+        ngx_http_llm_backend_refresh(r, &be[i]);
+    }
+
+    for (f = 0; f < 3; f++) {
+
+        any = 0;
+
+        for (i = 0; i < mcf->backends.nelts; i++) {
+
+            if (!be[i].up || be[i].kv_block_tokens == 0
+                || ngx_http_llm_metrics_engine_dup(be, i))
+            {
+                continue;
+            }
+
+            if (!any) {
+                p = ngx_cpymem(p, ngx_http_llm_kv_families[f],
+                               ngx_strlen(ngx_http_llm_kv_families[f]));
+                any = 1;
+            }
+
+            v = (f == 0) ? (uint64_t) be[i].kv_total * be[i].kv_block_tokens
+                : (f == 1) ? ngx_http_llm_kv_used(&be[i])
+                : (uint64_t) be[i].kv_cached * be[i].kv_block_tokens;
+
+            p = ngx_http_llm_metrics_engine_line(p, ngx_http_llm_kv_names[f],
+                                                 &be[i].name, v);
+        }
+    }
 
     return p;
 }

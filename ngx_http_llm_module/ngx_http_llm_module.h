@@ -338,8 +338,16 @@ typedef struct {
     uint64_t                       requests_cancelled;
     uint32_t                       kv_free;    /* KV blocks */
     uint32_t                       kv_total;
+    uint32_t                       kv_cached;  /* of kv_free: prefixes */
+    uint32_t                       kv_block_tokens;
     u_char                         error[128];
 } ngx_http_llm_backend_t;
+
+/* KV tokens the engine's running requests hold, from its last Info. */
+#define ngx_http_llm_kv_used(be)                                              \
+    ((uint64_t) ((be)->kv_free < (be)->kv_total                              \
+                 ? (be)->kv_total - (be)->kv_free : 0)                       \
+     * (be)->kv_block_tokens)
 
 
 /*

@@ -34,27 +34,34 @@ typedef struct {
     /* overrides, 0 = keep */
     uint32_t     embd, heads, heads_kv, head_dim, rope_dim, experts, used;
     uint32_t     ff, ff_exp;
+    float        rope_linear;    /* rope.scaling linear factor */
+    float        rope_freqs;     /* every rope_freqs.weight value */
 } mk_case_t;
 
 static const mk_case_t cases[] = {
     { "qwen2 dense bias", "tiny-qwen2", LLM_TYPE_F32,
-      0, 0, 0, 0, 0, 0, 0, 0, 0 },
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f },
     { "qwen3 dense qk-norm", "tiny-qwen3", LLM_TYPE_F32,
-      0, 0, 0, 0, 0, 0, 0, 0, 0 },
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f },
     { "llama dense G=3", "tiny-llama", LLM_TYPE_F32,
-      96, 6, 2, 16, 0, 0, 0, 160, 0 },
+      96, 6, 2, 16, 0, 0, 0, 160, 0, 0.0f, 0.0f },
     { "mixtral 3 of 4", "tiny-mixtral", LLM_TYPE_F32,
-      0, 0, 0, 0, 0, 4, 3, 0, 0 },
+      0, 0, 0, 0, 0, 4, 3, 0, 0, 0.0f, 0.0f },
     { "qwen3moe 8 heads/1 kv", "tiny", LLM_TYPE_F32,
-      0, 8, 1, 16, 0, 16, 4, 0, 64 },
+      0, 8, 1, 16, 0, 16, 4, 0, 64, 0.0f, 0.0f },
     { "minimax rope 16/64", "tiny-minimax", LLM_TYPE_F32,
-      0, 0, 0, 0, 16, 0, 0, 0, 0 },
+      0, 0, 0, 0, 16, 0, 0, 0, 0, 0.0f, 0.0f },
     { "qwen3moe BF16", "tiny", LLM_TYPE_BF16,
-      0, 0, 0, 0, 0, 0, 0, 0, 0 },
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f },
     { "qwen3moe Q8_0", "tiny", LLM_TYPE_Q8_0,
-      0, 0, 0, 0, 0, 0, 0, 0, 0 },
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f },
     { "llama Q4_0", "tiny-llama", LLM_TYPE_Q4_0,
-      0, 0, 0, 0, 0, 0, 0, 0, 0 },
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 0.0f },
+    /* the angle p * base^(-2i/d) / factor, and / rope_freqs[i] */
+    { "llama linear RoPE scaling x4", "tiny-llama", LLM_TYPE_F32,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 4.0f, 0.0f },
+    { "llama rope_freqs 2.5", "tiny-llama", LLM_TYPE_F32,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0.0f, 2.5f },
 };
 
 static int
@@ -312,6 +319,8 @@ check_case(const mk_case_t *k, int idx)
     if (k->used) p.n_expert_used = k->used;
     if (k->ff) p.n_ff = k->ff;
     if (k->ff_exp) p.n_ff_exp = k->ff_exp;
+    p.rope_linear = k->rope_linear;
+    p.rope_freqs = k->rope_freqs;
     snprintf(path, sizeof(path), "%s/m%d.gguf", g_dir, idx);
     snprintf(ref, sizeof(ref), "%s/m%d.f64.f32", g_dir, idx);
     if (llm_mkmodel_check(&p, err, sizeof(err)) < 0

@@ -759,6 +759,58 @@ test_new_arch_presets(void)
               "run");
 }
 
+/*
+ * The window --ctx may ask for (hparams n_ctx_max): the trained context
+ * without RoPE scaling, factor x the original context with it (never
+ * below context_length).
+ */
+static void
+test_ctx_max(void)
+{
+    static const struct {
+        const char *preset;
+        float       linear, yarn;
+        uint32_t    ctx, orig, want;
+    } cs[] = {
+        { "tiny-llama", 0.0f, 0.0f, 2048, 0, 2048 },
+        { "tiny-llama", 4.0f, 0.0f, 2048, 0, 8192 },
+        { "tiny-llama", 0.5f, 0.0f, 2048, 0, 2048 },
+        { "tiny-gpt-oss", 0.0f, 4.0f, 4096, 512, 4096 },
+        { "tiny-gpt-oss", 0.0f, 32.0f, 4096, 512, 16384 },
+    };
+    char path[128], err[512];
+    llm_mkmodel_params_t p;
+    llm_model_t *m;
+
+    tk_begin("n_ctx_max: RoPE scaling stretches the trained window");
+    snprintf(path, sizeof(path), "%s/ctx.gguf", tmpdir);
+    for (size_t k = 0; k < sizeof(cs) / sizeof(cs[0]); k++) {
+        m = NULL;
+        llm_mkmodel_preset(&p, cs[k].preset, err, sizeof(err));
+        p.n_ctx = cs[k].ctx;
+        p.rope_linear = cs[k].linear;
+        if (cs[k].yarn > 0.0f) {
+            p.yarn_factor = cs[k].yarn;
+            p.yarn_orig_ctx = cs[k].orig;
+        }
+        if (!CHECK(llm_mkmodel_write(&p, path, NULL, err, sizeof(err)) == 0
+                   && llm_model_load(&m, path, NULL, err, sizeof(err)) == 0,
+                   "%s: %s", cs[k].preset, err))
+        {
+            continue;
+        }
+        CHECK(llm_model_hparams(m)->n_ctx_train == cs[k].ctx
+              && llm_model_hparams(m)->n_ctx_max == cs[k].want,
+              "%s linear %g yarn %g: n_ctx_train %u, n_ctx_max %u, "
+              "expected %u", cs[k].preset, (double) cs[k].linear,
+              (double) cs[k].yarn, llm_model_hparams(m)->n_ctx_train,
+              llm_model_hparams(m)->n_ctx_max, cs[k].want);
+        llm_model_free(m);
+    }
+    unlink(path);
+    tk_end();
+}
+
 int
 main(void)
 {
@@ -772,5 +824,6 @@ main(void)
     test_quantize();
     test_mixes();
     test_llamacpp_identity();
+    test_ctx_max();
     return tk_done();
 }

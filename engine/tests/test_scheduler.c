@@ -114,6 +114,47 @@ fake_recurrent(const llm_batch_t *b, float *out, char *err, size_t errlen)
     return 0;
 }
 
+/* Prompt tokens in the largest step that also decoded some sequence,
+ * and in the largest that did not (steps with a sequence of 1 token and
+ * one of more; a 1-token prefill tail counts as decoding). */
+static uint32_t  pf_with_decode, pf_alone;
+static uint32_t  pf_last, dec_last;     /* the last step's */
+
+static uint32_t
+note_prefill(const llm_batch_t *b)
+{
+    uint32_t  per[64] = { 0 }, i, dec = 0, pf = 0;
+
+    for (i = 0; i < b->n_tokens && b->seq[i] < 64; i++) {
+        per[b->seq[i]]++;
+    }
+    for (i = 0; i < b->n_seqs && i < 64; i++) {
+        if (per[i] == 1) {
+            dec++;
+        } else {
+            pf += per[i];
+        }
+    }
+    pf_last = pf;
+    dec_last = dec;
+    if (dec > 0 && pf > pf_with_decode) {
+        pf_with_decode = pf;
+    } else if (dec == 0 && pf > pf_alone) {
+        pf_alone = pf;
+    }
+    return pf;
+}
+
+/* A clock the fake forward pass advances: 8 ms a step plus 0.25 ms a
+ * prompt token (of a sequence with more than one in the step). */
+static double  fake_ms;
+
+static double
+fake_clock(void)
+{
+    return fake_ms;
+}
+
 static int
 fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
     size_t errlen)
@@ -121,6 +162,7 @@ fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
     uint32_t row = 0;
 
     (void) ud;
+    fake_ms += 8.0 + 0.25 * note_prefill(b);
     /* writes first: the batch may hold a sequence's earlier positions */
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         const llm_seq_view_t *sv = &b->seqs[b->seq[i]];
@@ -248,6 +290,11 @@ emit(void *o, const llm_sched_event_t *ev)
 
 static llm_vocab_t *vocab;
 
+#define LLM_TEST_PF_MIN  8      /* scheduler.c's LLM_SCHED_PF_MIN */
+
+static uint32_t  prefill_budget;    /* the conf's prefill_tokens */
+static int       prefill_timed;     /* and prefill_timed */
+
 static llm_sched_t *
 make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     uint32_t ctx)
@@ -262,6 +309,9 @@ make(uint32_t n_blocks, uint32_t max_batch, uint32_t step, uint32_t queue,
     c.n_ctx = ctx;
     c.max_batch = max_batch;
     c.step_tokens = step;
+    c.prefill_tokens = prefill_budget;
+    c.prefill_timed = prefill_timed;
+    c.clock_ms = fake_clock;
     c.max_queue = queue;
     c.n_blocks = n_blocks;
     c.block_tokens = BT;
@@ -426,6 +476,180 @@ test_prefix_and_n(void)
     }
     llm_sched_free(s);
     tk_end_as("prefix and n");
+}
+
+/*
+ * The prefix cache under a KV budget: a long prompt A is cached, a longer
+ * prompt B then needs some of its blocks back; the tail of A goes first,
+ * so A again finds the head of its prompt cached, and gives the same
+ * answer.
+ */
+static void
+test_prefix_lru(void)
+{
+    static owner_t    w[3];
+    static int32_t    a[120], b[160];
+    llm_sched_t      *s = make(64, 4, 64, 0, 256);
+    llm_sched_stats_t st;
+    uint32_t          i;
+
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 160; i++) {
+        if (i < 120) {
+            a[i] = (int32_t) (30 + (i * 7) % 500);
+        }
+        b[i] = (int32_t) (600 + (i * 11) % 300);
+    }
+    REQUIRE(submit(s, &w[0], a, 120, 4, 1));
+    run(s);
+    llm_sched_get_stats(s, &st);
+    CHECK(st.kv_blocks_cached == 30, "%u cached after A",
+          st.kv_blocks_cached);
+    REQUIRE(submit(s, &w[1], b, 160, 4, 1));
+    run(s);
+    REQUIRE(submit(s, &w[2], a, 120, 4, 1));
+    run(s);
+    REQUIRE(w[0].done && w[1].done && w[2].done);
+    CHECK(w[1].cached == 0, "B: %d cached", w[1].cached);
+    /* 123 tokens computed: 30 full blocks cached; B (41 blocks) takes the
+     * 34 free ones and 7 of A's: A keeps its 23 leading ones */
+    CHECK(w[2].cached == 23 * BT, "A again: %d tokens cached, expected %d",
+          w[2].cached, 23 * BT);
+    CHECK(memcmp(w[0].toks[0], w[2].toks[0], 4 * sizeof(int32_t)) == 0
+          && follows(&w[2], 0, a, 120), "A again: another answer");
+    llm_sched_free(s);
+    tk_end_as("prefix cache LRU: a prompt's tail is evicted before its "
+              "head (%d of 120 tokens reused)", w[2].cached);
+}
+
+/*
+ * A long prompt while 4 streams decode: with a prefill budget of 8 no
+ * step carries more than 8 of its tokens beside theirs, the streams get
+ * a token every step, and alone it takes the whole step budget; every
+ * answer still follows the oracle.
+ */
+static void
+test_prefill_budget(void)
+{
+    static owner_t    w[6];
+    static int32_t    longp[400];
+    llm_sched_t      *s;
+    uint32_t          i, steps = 0, min_gain = 1000, before[4];
+    uint32_t          short_first = 0;
+
+    prefill_budget = 8;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_budget = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 400; i++) {
+        longp[i] = (int32_t) (20 + (i * 31) % 900);
+    }
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    while (w[0].n[0] < 2 || w[3].n[0] < 2) {       /* all four decoding */
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    while (w[4].n[0] == 0 && steps < 1000) {
+        for (i = 0; i < 4; i++) {
+            before[i] = w[i].n[0];
+        }
+        if (steps == 5) {
+            /* a short prompt behind the long one: 6 of 8 tokens a step */
+            REQUIRE(submit(s, &w[5], prompts[9], plen[9], 2, 1));
+        }
+        REQUIRE(llm_sched_step(s) > 0);
+        steps++;
+        if (steps > 5 && w[5].n[0] > 0 && short_first == 0) {
+            short_first = steps - 5;
+        }
+        for (i = 0; i < 4; i++) {
+            uint32_t g = w[i].n[0] - before[i];
+
+            min_gain = g < min_gain ? g : min_gain;
+        }
+    }
+    CHECK(pf_with_decode == 8, "%u prompt tokens in a step with decodes",
+          pf_with_decode);
+    CHECK(min_gain == 1, "a stream went a step without a token");
+    CHECK(steps >= 400 / 8, "the prompt took %u steps", steps);
+    CHECK(short_first > 0 && short_first <= (plen[9] + 5) / 6,
+          "a %u-token prompt behind it: first token after %u steps",
+          plen[9], short_first);
+    REQUIRE(run(s) > 0);
+    for (i = 0; i < 6; i++) {
+        REQUIRE(w[i].done && !w[i].error);
+        REQUIRE(follows(&w[i], 0, i < 4 ? prompts[i] : i == 5 ? prompts[9]
+                        : longp, i < 4 ? plen[i] : i == 5 ? plen[9] : 400));
+    }
+    llm_sched_free(s);
+
+    /* alone, the same prompt goes in chunks of the whole budget */
+    prefill_budget = 8;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_budget = 0;
+    REQUIRE(s != NULL);
+    memset(&w[4], 0, sizeof(w[4]));
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    REQUIRE(run(s) > 0);
+    CHECK(pf_alone == 64 && pf_with_decode == 0, "alone: %u, %u",
+          pf_alone, pf_with_decode);
+    llm_sched_free(s);
+
+    /* timed: chunks that cost one decode step, 8 / 0.25 = 32 tokens */
+    prefill_timed = 1;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    while (w[0].n[0] < 4 || w[3].n[0] < 4) {
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    for (i = 0; i < 6; i++) {           /* 8 to learn, then converging */
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(llm_sched_step(s) > 0);
+    CHECK(pf_with_decode == 32, "timed: %u prompt tokens beside the "
+          "streams, expected 32", pf_with_decode);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
+    llm_sched_free(s);
+
+    /* timed, all at once: no decode-only step measured yet, so the first
+     * step with decodes is one (a probe), then chunks follow */
+    prefill_timed = 1;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    for (steps = 0, i = 0; w[4].n[0] == 0 && steps < 1000; steps++) {
+        REQUIRE(llm_sched_step(s) > 0);
+        i += dec_last > 0 && pf_last == 0 && w[4].n[0] == 0;
+    }
+    CHECK(i >= 1, "no decode-only step while the prompt waited");
+    CHECK(steps < 400 / LLM_TEST_PF_MIN, "%u steps: chunks of the minimum",
+          steps);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
+    llm_sched_free(s);
+    tk_end_as("prefill budget: 400 prompt tokens in %u steps of <= 8 "
+              "beside 4 streams, each a token every step; a %u-token "
+              "prompt behind it answered after %u", steps, plen[9],
+              short_first);
 }
 
 /*
@@ -747,6 +971,10 @@ main(void)
     test_preemption();
     tk_begin("prefix and n");
     test_prefix_and_n();
+    tk_begin("prefix LRU");
+    test_prefix_lru();
+    tk_begin("prefill budget");
+    test_prefill_budget();
     tk_begin("recurrent");
     test_recurrent();
     rec_mode = 0;

@@ -55,7 +55,9 @@ usage(FILE *f)
 "  --threads N           forward-pass threads (default: online CPUs)\n"
 "  --max-batch B         sequences decoded together (default 64)\n"
 "  --ctx C               context window per request (default: the\n"
-"                        model's training context, at most 8192)\n"
+"                        model's training context, at most 8192); up\n"
+"                        to the training context, or past it to the\n"
+"                        window the file's RoPE scaling gives\n"
 "  --kv-mb M             KV cache budget in MiB (default: room for\n"
 "                        max(ctx, 16384) tokens)\n"
 "  --kv-type T           f16 (default), q8_0 (half the memory), q4_0\n"
@@ -71,6 +73,14 @@ usage(FILE *f)
 "                        chunks (default: 16 per expert's share of\n"
 "                        the routing, 16 x experts / used, in\n"
 "                        [128, 512]; 128 for a dense model)\n"
+"  --prefill-tokens N|auto\n"
+"                        of those, prompt tokens per step while other\n"
+"                        sequences decode: a long prompt is prefilled in\n"
+"                        chunks between their tokens.  auto (default):\n"
+"                        as many as cost about one decode-only step\n"
+"                        (measured as it runs; at least 8), so their\n"
+"                        inter-token latency stays near 2x; N: chunks of\n"
+"                        N; 0: the whole step budget\n"
 "  --max-queue Q         queued requests before `overloaded` (default 256)\n"
 "  --name NAME           the served model name (default: general.name)\n"
 "  --alias NAME          another name this engine answers to (repeat)\n"
@@ -292,6 +302,33 @@ now_s(void)
 #define LLM_MEM_MARGIN  (64ull << 20)   /* vocabulary, server, libc */
 
 /*
+ * --ctx against what the file's positions were trained for: up to its
+ * context_length, and past it only as far as its RoPE scaling stretches
+ * (hp->n_ctx_max).  0, or -1 with the error logged naming both.
+ */
+static int
+check_ctx(const llm_hparams_t *hp, uint32_t n_ctx)
+{
+    uint32_t  train = hp->n_ctx_train ? hp->n_ctx_train : 4096;
+    uint32_t  max = hp->n_ctx_max > train ? hp->n_ctx_max : train;
+
+    if (n_ctx <= max) {
+        return 0;
+    }
+    if (max == train) {
+        llm_log(LLM_LOG_ERROR, "--ctx %u: the model was trained on %u "
+                "tokens and the file gives no RoPE scaling (%s.rope."
+                "scaling.type linear or yarn) to go past it; use --ctx %u "
+                "or less", n_ctx, train, hp->arch_name, train);
+    } else {
+        llm_log(LLM_LOG_ERROR, "--ctx %u: the model was trained on %u "
+                "tokens and the file's RoPE scaling stretches that to %u; "
+                "use --ctx %u or less", n_ctx, train, max, max);
+    }
+    return -1;
+}
+
+/*
  * Choose how to hold the model (memplan.h) and set mo's expert cache,
  * regrouping and prefault accordingly: the user's --expert-cache-mb or
  * --no-regroup when given (a warning when over the budget), else the
@@ -462,7 +499,7 @@ main(int argc, char **argv)
         O_KVMB, O_KVTYPE, O_BLOCK, O_STEP, O_QUEUE, O_NAME, O_ALIAS,
         O_DRAIN, O_FRAME, O_EXPERT, O_MLOCK, O_LOG, O_WBUF, O_TOOLFMT,
         O_RSNFMT, O_SWAFULL, O_MEMLIMIT, O_NOREGROUP, O_EMBD, O_POOLING, O_EMBDTRUNC,
-        O_AUTH, O_INSECURE, O_HELP
+        O_AUTH, O_INSECURE, O_PREFILL, O_HELP
     };
     static const struct option lo[] = {
         { "model", 1, 0, O_MODEL }, { "socket", 1, 0, O_SOCKET },
@@ -470,6 +507,7 @@ main(int argc, char **argv)
         { "max-batch", 1, 0, O_MAXBATCH }, { "ctx", 1, 0, O_CTX },
         { "kv-mb", 1, 0, O_KVMB }, { "kv-type", 1, 0, O_KVTYPE },
         { "block-tokens", 1, 0, O_BLOCK }, { "step-tokens", 1, 0, O_STEP },
+        { "prefill-tokens", 1, 0, O_PREFILL },
         { "max-queue", 1, 0, O_QUEUE }, { "name", 1, 0, O_NAME },
         { "alias", 1, 0, O_ALIAS }, { "drain-timeout", 1, 0, O_DRAIN },
         { "max-frame", 1, 0, O_FRAME }, { "expert-cache-mb", 1, 0, O_EXPERT },
@@ -492,6 +530,8 @@ main(int argc, char **argv)
     const char         *name = NULL, *aliases[LLM_MAX_ALIASES];
     uint32_t            threads = 0, max_batch = 64, n_ctx = 0, kv_mb = 0;
     uint32_t            block_tokens = 16, step_tokens = 0;
+    uint32_t            prefill_tokens = 0;
+    int                 prefill_timed = 1;
     uint32_t            max_queue = 256, max_frame = 16u << 20;
     uint32_t            expert_mb = UINT32_MAX, n_blocks, wbuf_kb = 1024;
     uint32_t            limit_mb = 0;
@@ -566,6 +606,14 @@ main(int argc, char **argv)
             break;
         case O_STEP:
             if (parse_u32("--step-tokens", optarg, 1, &step_tokens)) {
+                return 2;
+            }
+            break;
+        case O_PREFILL:
+            prefill_timed = strcmp(optarg, "auto") == 0;
+            if (!prefill_timed
+                && parse_u32("--prefill-tokens", optarg, 0, &prefill_tokens))
+            {
                 return 2;
             }
             break;
@@ -702,10 +750,14 @@ main(int argc, char **argv)
     }
 
     if (n_ctx == 0) {
+        /* the KV cache holds max(ctx, 16384) tokens by default: 8192
+         * leaves room for two full windows, or many short requests */
         n_ctx = hp->n_ctx_train ? hp->n_ctx_train : 4096;
         if (n_ctx > 8192) {
             n_ctx = 8192;
         }
+    } else if (check_ctx(hp, n_ctx) != 0) {
+        goto done;
     }
     if (llm_kv_type_check(m, kv_type, block_tokens, err, sizeof(err)) < 0) {
         llm_log(LLM_LOG_ERROR, "--kv-type %s: %s", kv_type_name(kv_type),
@@ -855,11 +907,14 @@ main(int argc, char **argv)
     llm_gguf_type_mix(llm_model_gguf(m), mix, sizeof(mix));
     llm_log(LLM_LOG_INFO, "types: %s", mix);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
-            "context %u, step budget %u tokens, max queue %u, kernels %s "
-            "(this CPU's best %s)", n_blocks,
-            block_tokens, (double) n_blocks * block_bytes / 1048576.0,
+            "context %u, step budget %u tokens (prefill %s%u while others "
+            "decode), max queue %u, kernels %s (this CPU's best %s)",
+            n_blocks, block_tokens,
+            (double) n_blocks * block_bytes / 1048576.0,
             kv_type_name(kv_type), n_ctx, step_tokens,
-            max_queue, llm_simd_name(llm_simd_level()),
+            prefill_timed ? "timed, at most " : "",
+            prefill_tokens ? prefill_tokens : step_tokens, max_queue,
+            llm_simd_name(llm_simd_level()),
             llm_simd_name(llm_simd_best()));
     if (swa_ring > 0) {
         llm_log(LLM_LOG_INFO, "sliding-window layers: a ring of %u blocks "
@@ -896,6 +951,8 @@ main(int argc, char **argv)
     sc.sched.n_ctx = n_ctx;
     sc.sched.max_batch = max_batch;
     sc.sched.step_tokens = step_tokens;
+    sc.sched.prefill_tokens = prefill_tokens;
+    sc.sched.prefill_timed = prefill_timed;
     sc.sched.max_queue = max_queue;
     sc.sched.n_blocks = n_blocks;
     sc.sched.block_tokens = block_tokens;

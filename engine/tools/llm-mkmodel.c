@@ -65,6 +65,11 @@ usage(FILE *f)
 "  --lora-q N --lora-kv N --mla-v N\n"
 "                    deepseek2: the q LoRA rank, the latent's rank\n"
 "                    (kv_lora_rank), a value head's dims after v_b\n"
+"  --rope-linear F   rope.scaling.type linear, rope.scaling.factor F: the\n"
+"                    engine accepts a --ctx up to F x --ctx (not gpt-oss,\n"
+"                    which has its yarn keys)\n"
+"  --rope-freqs F    a rope_freqs.weight tensor (Llama 3.1's per-pair\n"
+"                    frequency divisors), every value F\n"
 "  --split-experts   llama with experts in the old Mixtral layout: one\n"
 "                    tensor per expert, blk.N.ffn_gate.E.weight etc. (same\n"
 "                    values as the merged blk.N.ffn_gate_exps.weight file)\n"
@@ -247,6 +252,10 @@ main(int argc, char **argv)
             rc = parse_u32(f_, v, &p.mla_v);
         } else if (strcmp(f_, "--rope-base") == 0) {
             rc = parse_f32(f_, v, &p.rope_base);
+        } else if (strcmp(f_, "--rope-linear") == 0) {
+            rc = parse_f32(f_, v, &p.rope_linear);
+        } else if (strcmp(f_, "--rope-freqs") == 0) {
+            rc = parse_f32(f_, v, &p.rope_freqs);
         } else if (strcmp(f_, "--eps") == 0) {
             rc = parse_f32(f_, v, &p.eps);
         } else if (strcmp(f_, "--pre") == 0) {

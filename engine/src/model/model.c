@@ -391,6 +391,7 @@ llm_bind_hparams(llm_bind_t *b, const llm_arch_desc_t *ad)
         return llm_bind_fail(b, -EINVAL, "%s.block_count is %u, expected "
                              "1..4096", hp->arch_name, hp->n_layer);
     }
+    hp->n_ctx_max = hp->n_ctx_train;    /* RoPE scaling may stretch it */
 
     /*
      * NextN / MTP blocks (GLM-4.5, Qwen3.5) come last in block_count:
@@ -1190,6 +1191,34 @@ llm_bind_yarn(llm_bind_t *b, float factor)
 }
 
 /*
+ * The window a RoPE scaling by factor f stretches the file to, as
+ * llama.cpp reads it: the original context (rope.scaling.original_
+ * context_length, else context_length) times f, never below
+ * context_length (a file whose context_length is already the stretched
+ * window, as gpt-oss's 131072 = 4096 x 32).  Capped at 2^24 tokens.
+ */
+static int
+llm_bind_ctx_max(llm_bind_t *b, float f)
+{
+    llm_hparams_t  *hp = &b->m->hp;
+    uint32_t        orig;
+    double          w;
+    int             rc;
+
+    if ((rc = llm_hp_u32(b, "rope.scaling.original_context_length", &orig,
+                         1, hp->n_ctx_train)) < 0)
+    {
+        return rc;
+    }
+    w = (double) (orig ? orig : hp->n_ctx_train) * (double) f;
+    w = w > (double) (1u << 24) ? (double) (1u << 24) : w;
+    if (w > (double) hp->n_ctx_train) {
+        hp->n_ctx_max = (uint32_t) w;
+    }
+    return 0;
+}
+
+/*
  * RoPE scaling: rope_freqs.weight (per-pair frequency divisors, Llama 3.1),
  * rope.scaling.type "linear" with rope.scaling.factor, and "yarn" (with
  * its original context, beta_fast / beta_slow and the attention factor)
@@ -1232,6 +1261,9 @@ llm_bind_rope_scaling(llm_bind_t *b)
                              "expected > 0", m->hp.arch_name, (double) f);
     }
     m->rope_scale = 1.0f / f;
+    if ((rc = llm_bind_ctx_max(b, f)) < 0) {
+        return rc;
+    }
     return s.len == 4 ? llm_bind_yarn(b, f) : 0;
 }
 

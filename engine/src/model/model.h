@@ -52,7 +52,13 @@ typedef struct {
     char         arch_name[32];    /* general.architecture */
     char         name[128];        /* general.name, or the file's stem */
     uint32_t     n_vocab;
-    uint32_t     n_ctx_train;
+    uint32_t     n_ctx_train;      /* <arch>.context_length */
+    uint32_t     n_ctx_max;        /* the longest window the file's RoPE
+                                      covers: n_ctx_train, or with a
+                                      linear or yarn scaling its factor
+                                      x rope.scaling.original_context_
+                                      length (n_ctx_train when absent),
+                                      whichever is larger */
     uint32_t     n_embd;
     uint32_t     n_layer;          /* run; NextN/MTP blocks not counted */
     uint32_t     n_layer_file;     /* block_count */

@@ -124,6 +124,13 @@ struct llm_sched_s {
     llm_seq_t           **b_seqs;
     float                *out;         /* [max_batch * n_vocab] */
 
+    /* the timed prefill budget (conf.prefill_timed): running means of a
+     * decode-only step's forward call and of one prompt token's share of
+     * a step that also decoded, in ms; 0 until measured */
+    double                dec_ms;
+    double                pf_tok_ms;
+    uint32_t              since_dec;   /* steps since a decode-only one */
+
     llm_sched_stats_t     st;
 };
 
@@ -593,11 +600,17 @@ llm_run_remove(llm_sched_t *s, llm_seq_t *q)
     }
 }
 
-/* Give back every KV block of q, and its seat (window ring, state). */
+/*
+ * Give back every KV block of q, and its seat (window ring, state).  Last
+ * block first: cached blocks join the LRU in that order, so eviction
+ * takes a prefix's tail before its head, and what is left of it is still
+ * a prefix a later request can reuse (the head first would leave blocks
+ * no lookup can reach, their chain broken).
+ */
 static void
 llm_seq_release(llm_sched_t *s, llm_seq_t *q)
 {
-    for (uint32_t i = 0; i < q->n_blocks; i++) {
+    for (uint32_t i = q->n_blocks; i-- > 0; ) {
         llm_kvalloc_put(s->kva, q->blocks[i]);
     }
     if (q->ring >= 0 && s->ring_free != NULL) {
@@ -1564,6 +1577,130 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
 
 /* The step. */
 
+#define LLM_SCHED_PF_MIN   8    /* prompt tokens a timed step still takes */
+#define LLM_SCHED_PF_PROBE 64   /* a decode-only step at least this often */
+
+/*
+ * The prompt tokens a step may take beside n_dec decoding sequences, of
+ * budget (what the step budget leaves): at most conf.prefill_tokens; with
+ * conf.prefill_timed, also about as many as cost one decode-only step
+ * (so the streams' inter-token latency stays near twice the decode
+ * step's, whatever the prompt's depth and the machine's load), at least
+ * LLM_SCHED_PF_MIN, and that minimum until a step has measured the cost.
+ * None when no decode-only step was measured yet, or none for
+ * LLM_SCHED_PF_PROBE steps (the streams come and go): that step is one.
+ */
+static uint32_t
+llm_sched_prefill_budget(const llm_sched_t *s, uint32_t budget,
+    uint32_t n_dec)
+{
+    uint32_t  cap = s->c.prefill_tokens ? s->c.prefill_tokens : budget;
+    double    n;
+
+    if (n_dec == 0) {
+        return budget;
+    }
+    if (s->c.prefill_timed) {
+        if (s->dec_ms <= 0.0 || s->since_dec >= LLM_SCHED_PF_PROBE) {
+            return 0;       /* measure (again) what the streams alone cost */
+        }
+        if (s->pf_tok_ms <= 0.0) {
+            n = LLM_SCHED_PF_MIN;
+        } else {
+            n = s->dec_ms / s->pf_tok_ms;
+            n = n < LLM_SCHED_PF_MIN ? LLM_SCHED_PF_MIN : n;
+        }
+        cap = n < (double) cap ? (uint32_t) n : cap;
+    }
+    return cap < budget ? cap : budget;
+}
+
+/*
+ * Learn from a forward call of ms with n_dec decoding and n_pf prompt
+ * tokens: a decode-only step's time, and a prompt token's marginal cost
+ * (the step's time beyond a decode-only step's, per prompt token).
+ * Running means with weight 1/4 on the newest, so the cost follows the
+ * prompt's depth (attention grows with it) and the machine's load.
+ */
+static void
+llm_sched_learn(llm_sched_t *s, double ms, uint32_t n_dec, uint32_t n_pf)
+{
+    double  c;
+
+    s->since_dec++;
+    if (n_pf == 0 && n_dec > 0) {
+        s->dec_ms = s->dec_ms > 0.0 ? 0.75 * s->dec_ms + 0.25 * ms : ms;
+        s->since_dec = 0;
+    } else if (n_pf > 0 && n_dec > 0 && s->dec_ms > 0.0) {
+        c = (ms > s->dec_ms ? ms - s->dec_ms : 0.0) / n_pf;
+        s->pf_tok_ms = s->pf_tok_ms > 0.0 ? 0.75 * s->pf_tok_ms + 0.25 * c
+                                          : c;
+    }
+}
+
+/*
+ * Give q up to limit more of its pending prompt tokens from *budget.  An
+ * echo with logprobs needs a row of logits per prompt token: at most the
+ * rows left (*rows: rows beyond one per running sequence).
+ */
+static void
+llm_seq_give(llm_seq_t *q, uint32_t limit, uint32_t *budget, uint32_t *rows)
+{
+    uint32_t  want = (uint32_t) q->toks.n - q->n_done - q->step_n;
+    uint32_t  first = q->step_n == 0, room;
+
+    want = want < limit ? want : limit;
+    want = want < *budget ? want : *budget;
+    if (q->plp && q->n_gen == 0) {
+        room = *rows + first;
+        want = want < room ? want : room;
+        *rows -= want > 0 ? want - first : 0;
+    }
+    q->step_n += want;
+    *budget -= want;
+}
+
+/*
+ * Share budget among the prefilling sequences (those ready with more
+ * than one token to compute): the earliest admitted takes up to a
+ * quarter of it first, so a long prompt always advances; then the
+ * shortest remainders first, so a short prompt that arrives behind a
+ * long one is prefilled in a step or two instead of after it (its TTFT
+ * is not the long prompt's).  s->b_seqs is the scratch list.
+ */
+static void
+llm_sched_plan_prefill(llm_sched_t *s, uint32_t budget)
+{
+    llm_seq_t  **pf = s->b_seqs, *q;
+    uint32_t     n = 0, i, j, rows = s->c.max_batch - s->n_run;
+
+    for (i = 0; i < s->n_run; i++) {
+        q = s->run[i];
+        if (q->toks.n - q->n_done > 1
+            && (!s->c.ready || s->c.ready(q->req->owner)))
+        {
+            pf[n++] = q;
+        }
+    }
+    if (n == 0 || budget == 0) {
+        return;
+    }
+    llm_seq_give(pf[0], (budget + 3) / 4, &budget, &rows);
+    for (i = 1; i < n; i++) {       /* insertion sort, stable: n is small */
+        q = pf[i];
+        for (j = i; j > 0 && q->toks.n - q->n_done - q->step_n
+                              < pf[j - 1]->toks.n - pf[j - 1]->n_done
+                                - pf[j - 1]->step_n; j--)
+        {
+            pf[j] = pf[j - 1];
+        }
+        pf[j] = q;
+    }
+    for (i = 0; i < n && budget > 0; i++) {
+        llm_seq_give(pf[i], budget, &budget, &rows);
+    }
+}
+
 static void
 llm_sched_reap(llm_sched_t *s)
 {
@@ -1576,20 +1713,21 @@ llm_sched_reap(llm_sched_t *s)
 int
 llm_sched_step(llm_sched_t *s)
 {
-    uint32_t  bt = s->c.block_tokens, budget, i, nt, ns, nl;
-    uint32_t  n_dec = 0, rows;
+    uint32_t  bt = s->c.block_tokens, i, nt, ns, nl;
+    uint32_t  n_dec = 0, n_pf;
     llm_batch_t b;
     char      err[256] = "";
     int       rc;
-    double    t0;
+    double    t0, tf;
 
     llm_sched_admit(s);
     if (s->n_run == 0) {
         return 0;
     }
 
-    /* 1: tokens per sequence: every decode first, then prefill chunks in
-     * admission order from what is left of the budget */
+    /* 1: tokens per sequence: every decode first, then prefill chunks
+     * from what is left of the budget (llm_sched_plan_prefill), at most
+     * prefill_tokens of it while some sequence decodes */
     for (i = 0; i < s->n_run; i++) {
         llm_seq_t *q = s->run[i];
 
@@ -1603,22 +1741,9 @@ llm_sched_step(llm_sched_t *s)
             n_dec++;
         }
     }
-    budget = s->c.step_tokens - n_dec;
-    rows = s->c.max_batch - s->n_run;  /* logits rows beyond one each */
-    for (i = 0; i < s->n_run && budget > 0; i++) {
-        llm_seq_t *q = s->run[i];
-        uint32_t   pend = (uint32_t) q->toks.n - q->n_done;
-
-        if (pend > 1 && (!s->c.ready || s->c.ready(q->req->owner))) {
-            q->step_n = pend < budget ? pend : budget;
-            if (q->plp && q->n_gen == 0) {
-                /* a row of logits per prompt token: as many as fit */
-                q->step_n = q->step_n < rows + 1 ? q->step_n : rows + 1;
-                rows -= q->step_n - 1;
-            }
-            budget -= q->step_n;
-        }
-    }
+    /* the streams' latency first */
+    llm_sched_plan_prefill(s, llm_sched_prefill_budget(s, s->c.step_tokens
+                                                          - n_dec, n_dec));
 
     /* 2: blocks; when they run out, preempt the newest sequence */
     for (i = 0; i < s->n_run; i++) {
@@ -1643,12 +1768,17 @@ llm_sched_step(llm_sched_t *s)
     }
 
     /* 3: the batch */
-    nt = ns = nl = 0;
+    nt = ns = nl = n_dec = n_pf = 0;
     for (i = 0; i < s->n_run; i++) {
         llm_seq_t *q = s->run[i];
 
         if (q->step_n == 0) {
             continue;
+        }
+        if (q->toks.n - q->n_done > 1) {
+            n_pf += q->step_n;
+        } else {
+            n_dec++;
         }
         s->b_views[ns].blocks = q->blocks;
         s->b_views[ns].n_blocks = q->n_blocks;
@@ -1672,7 +1802,10 @@ llm_sched_step(llm_sched_t *s)
     b.seqs = s->b_views;
 
     t0 = llm_now_ms();
+    tf = s->c.clock_ms ? s->c.clock_ms() : t0;
     rc = s->c.forward(s->c.forward_ud, &b, s->out, err, sizeof(err));
+    llm_sched_learn(s, (s->c.clock_ms ? s->c.clock_ms() : llm_now_ms()) - tf,
+                    n_dec, n_pf);
     s->st.steps_total++;
     s->st.step_tokens_total += nt;
     s->st.batch_in_flight = ns;

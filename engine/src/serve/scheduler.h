@@ -5,7 +5,8 @@
  * becomes a sequence.  llm_sched_step() runs one step: admit queued
  * sequences while the batch has room and the KV cache has blocks (prefix
  * reuse first), give every decoding sequence its next token and the
- * prefilling ones chunks under the per-step token budget, run one forward
+ * prefilling ones chunks under the per-step token budget (and, while
+ * any sequence decodes, under the prefill budget), run one forward
  * pass, sample, detokenize and emit events.  When a decoding sequence needs
  * a block and none is left, the most recently admitted sequence is
  * preempted: its blocks are freed and it is queued again at the front, to
@@ -157,6 +158,18 @@ typedef struct {
     uint32_t                n_ctx;        /* context window per sequence */
     uint32_t                max_batch;    /* running sequences */
     uint32_t                step_tokens;  /* tokens per forward call */
+    uint32_t                prefill_tokens; /* of those, prompt tokens
+                                             while any sequence decodes
+                                             (a long prefill goes in
+                                             chunks this size so the
+                                             streams' inter-token latency
+                                             holds); 0: step_tokens */
+    int                     prefill_timed;  /* and, within that, as many
+                                             as take about one decode-only
+                                             step's time (measured) */
+    double                (*clock_ms)(void); /* what measures that, in ms;
+                                             NULL: the monotonic clock
+                                             (tests give their own) */
     uint32_t                max_queue;    /* queued requests; beyond: 429 */
     uint32_t                n_blocks;     /* KV blocks (llm_kv_t's) */
     uint32_t                block_tokens;

@@ -35,7 +35,8 @@ typedef enum {
     MK_MATRIX = 0,      /* N(0, 1/ne0) */
     MK_NORM,            /* 1 + N(0, 0.01) */
     MK_BIAS,            /* N(0, 0.05^2) */
-    MK_DECAY            /* -(1 + N(0, 0.01)): qwen35moe's ssm_a */
+    MK_DECAY,           /* -(1 + N(0, 0.01)): qwen35moe's ssm_a */
+    MK_CONST            /* every value mk_tensor_t.value */
 } mk_fill_t;
 
 typedef struct {
@@ -46,6 +47,7 @@ typedef struct {
     mk_fill_t   fill;
     char        seed_name[64];  /* values as if rows of this tensor */
     int64_t     row_offset;     /* ... starting at this row */
+    float       value;          /* MK_CONST */
 } mk_tensor_t;
 
 typedef struct {
@@ -690,6 +692,12 @@ mk_tensors(const llm_mkmodel_params_t *p, mk_list_t *l)
         rc |= mk_add(l, ty, MK_NORM, E, 0, 0,
             "blk.%u.nextn.shared_head_norm.weight", i);
     }
+    if (p->rope_freqs > 0.0f && rc == 0) {
+        /* Llama 3.1's per-pair frequency divisors, all one value */
+        rc |= mk_add(l, ty, MK_CONST, p->rope_dim / 2, 0, 0,
+                     "rope_freqs.weight");
+        l->t[l->n - 1].value = p->rope_freqs;
+    }
     rc |= mk_add(l, ty, MK_NORM, E, 0, 0, "output_norm.weight");
     if (!p->tied) {
         rc |= mk_add(l, ty, MK_MATRIX, E, V, 0, "output.weight");
@@ -772,6 +780,11 @@ mk_fill_row(const mk_tensor_t *t, uint64_t tseed, int64_t row, float *x)
             x[i] = -1.0f - 0.1f * mk_normal(&s);
         }
         break;
+    case MK_CONST:
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = t->value;
+        }
+        break;
     }
 }
 
@@ -852,7 +865,8 @@ mk_key(char *buf, size_t n, const char *arch, const char *suffix)
     snprintf(buf, n, "%s.%s", arch, suffix);
 }
 
-/* The keys only glm4moe and gpt-oss files have. */
+/* The keys only glm4moe and gpt-oss files have, and a linear RoPE
+ * scaling when asked for. */
 static void
 mk_write_meta_arch(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p)
 {
@@ -914,6 +928,12 @@ mk_write_meta_arch(llm_gguf_writer_t *w, const llm_mkmodel_params_t *p)
         llm_gguf_w_u32(w, k, p->ssm_v_heads * p->ssm_state);
         mk_key(k, sizeof(k), a, "full_attention_interval");
         llm_gguf_w_u32(w, k, 4);
+    }
+    if (p->rope_linear > 0.0f && strcmp(a, "gpt-oss") != 0) {
+        mk_key(k, sizeof(k), a, "rope.scaling.type");
+        llm_gguf_w_str(w, k, "linear", 6);
+        mk_key(k, sizeof(k), a, "rope.scaling.factor");
+        llm_gguf_w_f32(w, k, p->rope_linear);
     }
     if (strcmp(a, "gpt-oss") == 0) {
         mk_key(k, sizeof(k), a, "attention.sliding_window");

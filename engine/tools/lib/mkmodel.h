@@ -53,6 +53,10 @@ typedef struct {
     uint32_t    ssm_v_heads;    /*   value heads */
     uint32_t    rope_dim;
     float       rope_base;
+    float       rope_linear;    /* > 0: rope.scaling.type linear with this
+                                   factor (not with gpt-oss's yarn) */
+    float       rope_freqs;     /* > 0: a rope_freqs.weight tensor, every
+                                   pair's divisor this value */
     float       eps;
     uint32_t    type;           /* ggml type of the weight matrices */
     uint64_t    seed;
