@@ -16,9 +16,13 @@ use LlmEngine;
 use LlmFrames;
 
 my $t = LlmTest->new;
-# a long context: the stream must outlast both preparations
-my $sock = $t->start_engine('a', model => LlmEngine::model($t),
-                            args => ['--ctx', '16384']);
+# a long context: the stream must outlast both preparations.  --ctx goes
+# up to the trained length only, so the tiny model trained on 16384
+my $model = $t->dir . '/tiny-16k.gguf';
+system($t->bin('llm-mkmodel'), '--preset', 'tiny', '--type', 'Q8_0',
+       '--seed', '1', '--ctx', '16384', '-q', '-o', $model) == 0
+    or BAIL_OUT('llm-mkmodel failed');
+my $sock = $t->start_engine('a', model => $model, args => ['--ctx', '16384']);
 
 # frames from a non-blocking socket, as they come
 sub pump {
