@@ -276,6 +276,8 @@ llm_repack_type(llm_type_t t, int64_t nr)
         return LLM_TYPE_Q2_K_R16;
     case LLM_TYPE_Q3_K:
         return LLM_TYPE_Q3_K_R16;
+    case LLM_TYPE_Q8_0:
+        return LLM_TYPE_Q8_0_R16;
     default:
         return t;
     }
@@ -298,6 +300,8 @@ llm_repack_source(llm_type_t t)
         return LLM_TYPE_Q2_K;
     case LLM_TYPE_Q3_K_R16:
         return LLM_TYPE_Q3_K;
+    case LLM_TYPE_Q8_0_R16:
+        return LLM_TYPE_Q8_0;
     default:
         return t;
     }
@@ -320,6 +324,29 @@ llm_repack_group(int64_t nb, size_t rb, size_t bb, size_t sb,
             memcpy(dst + sb * r, q, sb);
             for (int i = 0; i < 4; i++) {
                 memcpy(dst + 16 * sb + 64 * i + 4 * r, q + sb + 4 * i, 4);
+            }
+        }
+    }
+}
+
+
+/* The same for Q8_0 blocks (llm_block_q8_0x16): the quants + 128. */
+static void
+llm_repack_group_q8_0(int64_t nb, size_t rb, const char *src, char *dst)
+{
+    llm_block_q8_0x16  *o = (llm_block_q8_0x16 *) (void *) dst;
+
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < 16; r++) {
+            const llm_block_q8_0  *q = (const llm_block_q8_0 *)
+                                       (const void *) (src + r * rb) + b;
+
+            o->d[r] = q->d;
+            for (int i = 0; i < 8; i++) {
+                for (int j = 0; j < 4; j++) {
+                    o->qs[i][4 * r + j] = (uint8_t) (q->qs[4 * i + j]
+                                                     + 128);
+                }
             }
         }
     }
@@ -440,6 +467,9 @@ llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
             break;
         case LLM_TYPE_Q3_K:
             llm_repack_group_q3_K(n / LLM_QK_K, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q8_0:
+            llm_repack_group_q8_0(n / LLM_QK, rb, sg, dg);
             break;
         default:
             llm_repack_group(n / LLM_QK, rb, bb,

@@ -33,6 +33,16 @@ typedef struct {
     uint8_t   qs[4][64];            /* qs[i][4r + j] = row r's qs[4i + j] */
 } llm_block_q4_0x16;
 
+/* Block b of 16 Q8_0 rows, interleaved (LLM_TYPE_Q8_0_R16): the 544
+ * bytes of the 16 blocks, each quant stored + 128 (an unsigned byte, as
+ * vpdpbusd takes its first operand); lane r of a 64-byte vector is row
+ * r. */
+typedef struct {
+    uint16_t  d[16];                /* row r's scale */
+    uint8_t   qs[8][64];            /* qs[i][4r + j] = row r's qs[4i + j]
+                                     * + 128 */
+} llm_block_q8_0x16;
+
 /* Q4_1: 5 bpw; w = d * q + m, q in 0..15, nibbles as Q4_0. */
 typedef struct __attribute__((packed)) {
     uint16_t  d, m;
@@ -124,6 +134,8 @@ typedef struct __attribute__((packed)) {
 _Static_assert(sizeof(llm_block_q4_0) == 2 + 16, "q4_0 size");
 _Static_assert(sizeof(llm_block_q4_0x16) == 16 * sizeof(llm_block_q4_0),
                "q4_0x16 size");
+_Static_assert(sizeof(llm_block_q8_0x16) == 16 * sizeof(llm_block_q8_0),
+               "q8_0x16 size");
 _Static_assert(sizeof(llm_block_q4_1) == 4 + 16, "q4_1 size");
 _Static_assert(sizeof(llm_block_q5_0) == 2 + 4 + 16, "q5_0 size");
 _Static_assert(sizeof(llm_block_q5_1) == 4 + 4 + 16, "q5_1 size");
@@ -268,6 +280,11 @@ void llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 void llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+/* quant_r16.c: Q8_0_R16 x Q8_0 the same way (per row the exact integer
+ * sum of a block, then one fma per block). */
+void llm_gemm_q8_0_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 /* quant_r16.c: the same for Q2_K_R16 and Q3_K_R16: per row and

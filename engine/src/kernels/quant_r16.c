@@ -96,6 +96,47 @@ llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
 
 
 /*
+ * Q8_0_R16 x Q8_0: per row the exact integer sum of a block (the quants
+ * stored + 128), then acc = fma(sum, d_w * d_x, acc) block after block,
+ * as the Q4_0_R16 reference (quant.c).
+ */
+void
+llm_gemm_q8_0_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK;
+
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const llm_block_q8_0x16  *wg = (const void *) ((const char *) w
+                                                       + g * 16 * ws);
+
+        for (int64_t c = 0; c < nc; c++) {
+            const llm_block_q8_0  *q = (const void *) ((const char *) x
+                                                       + c * xs);
+
+            for (int r = 0; r < 16; r++) {
+                float  acc = 0;
+
+                for (int64_t b = 0; b < nb; b++) {
+                    int  si = 0;
+
+                    for (int i = 0; i < 8; i++) {
+                        for (int j = 0; j < 4; j++) {
+                            si += (wg[b].qs[i][4 * r + j] - 128)
+                                  * q[b].qs[4 * i + j];
+                        }
+                    }
+                    acc = fmaf((float) si,
+                               llm_h2f(wg[b].d[r]) * llm_h2f(q[b].d), acc);
+                }
+                y[c * ldy + g * 16 + r] = acc;
+            }
+        }
+    }
+}
+
+
+/*
  * IQ4_XS_R16 x Q8_K: per row and super-block the exact integer sum over
  * sub-blocks j of (ls_j - 32) x sum(level x activation) (as
  * llm_iq4_xs_dot), then acc = fma(sum, d_w * d_x, acc) super-block after
