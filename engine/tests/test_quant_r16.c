@@ -1,6 +1,7 @@
 /*
- * IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K and Q8_0 regrouped into 16-row runs
- * (IQ4_NL_R16, MXFP4_R16, IQ4_XS_R16, Q2_K_R16, Q3_K_R16, Q8_0_R16:
+ * IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0 and Q4_K regrouped into 16-row
+ * runs (IQ4_NL_R16, MXFP4_R16, IQ4_XS_R16, Q2_K_R16, Q3_K_R16, Q8_0_R16,
+ * Q4_K_R16:
  * what the engine runs those matrices as with AVX-512, as Q4_0_R16 for
  * Q4_0; test_quant checks that one).
  *
@@ -14,8 +15,8 @@
  *    with a row count that is not a multiple of 16), and every result
  *    within 2e-5
  *    (of the sum of |w x|) of the file type's own dot product; rows 16 to
- *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS, Q2_K, Q3_K:
- *    1 to 40 super-blocks).
+ *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS, Q2_K, Q3_K,
+ *    Q4_K: 1 to 40 super-blocks).
  */
 
 #include <math.h>
@@ -39,7 +40,8 @@ rng_uniform(void)
 static int
 at_k(llm_type_t t)
 {
-    return t == LLM_TYPE_IQ4_XS || t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K;
+    return t == LLM_TYPE_IQ4_XS || t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K
+           || t == LLM_TYPE_Q4_K;
 }
 
 
@@ -56,7 +58,7 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
     if (at_k(t)) {
         /* random bytes, then a sane fp16 d (any scale bytes are valid):
          * at byte 0 of an IQ4_XS block, 80 of Q2_K (and dmin at 82), 108
-         * of Q3_K */
+         * of Q3_K, 0 of Q4_K (and dmin at 2) */
         const size_t  kb = llm_row_bytes(t, 256);
         const size_t  doff = t == LLM_TYPE_Q2_K ? 80
                              : t == LLM_TYPE_Q3_K ? 108 : 0;
@@ -72,7 +74,7 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
                                                 * rng_uniform());
 
                 memcpy(w + r * rb + b * kb + doff, &d, 2);
-                if (t == LLM_TYPE_Q2_K) {
+                if (t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q4_K) {
                     memcpy(w + r * rb + b * kb + doff + 2, &dm, 2);
                 }
             }
@@ -207,6 +209,7 @@ main(void)
           && llm_repack_source(LLM_TYPE_Q2_K_R16) == LLM_TYPE_Q2_K
           && llm_repack_source(LLM_TYPE_Q3_K_R16) == LLM_TYPE_Q3_K
           && llm_repack_source(LLM_TYPE_Q8_0_R16) == LLM_TYPE_Q8_0
+          && llm_repack_source(LLM_TYPE_Q4_K_R16) == LLM_TYPE_Q4_K
           && llm_repack_source(LLM_TYPE_Q8_0) == LLM_TYPE_Q8_0);
     CHECK(llm_type_vec_dot_type(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_Q8_0
           && llm_type_vec_dot_type(LLM_TYPE_MXFP4_R16) == LLM_TYPE_Q8_0
@@ -231,9 +234,11 @@ main(void)
               && llm_repack_type(LLM_TYPE_Q3_K, 24) == LLM_TYPE_Q3_K
               && llm_repack_type(LLM_TYPE_Q8_0, 32) == LLM_TYPE_Q8_0_R16
               && llm_repack_type(LLM_TYPE_Q8_0, 40) == LLM_TYPE_Q8_0
-              && llm_repack_type(LLM_TYPE_Q4_K, 48) == LLM_TYPE_Q4_K,
-              "AVX-512: IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K and Q8_0 in runs"
-              " of 16 rows regroup");
+              && llm_repack_type(LLM_TYPE_Q4_K, 48) == LLM_TYPE_Q4_K_R16
+              && llm_repack_type(LLM_TYPE_Q4_K, 8) == LLM_TYPE_Q4_K
+              && llm_repack_type(LLM_TYPE_Q6_K, 48) == LLM_TYPE_Q6_K,
+              "AVX-512: IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0 and Q4_K in"
+              " runs of 16 rows regroup");
         llm_simd_force(llm_simd_best());
     }
     tk_end();
@@ -286,6 +291,11 @@ main(void)
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of Q8_0");
     check_type(LLM_TYPE_Q8_0, LLM_TYPE_Q8_0_R16, LLM_SIMD_AVX512);
+    tk_end();
+    tk_begin("Q4_K_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of Q4_K");
+    check_type(LLM_TYPE_Q4_K, LLM_TYPE_Q4_K_R16, LLM_SIMD_AVX512);
     tk_end();
     llm_simd_force(llm_simd_best());
     return tk_done();

@@ -278,6 +278,8 @@ llm_repack_type(llm_type_t t, int64_t nr)
         return LLM_TYPE_Q3_K_R16;
     case LLM_TYPE_Q8_0:
         return LLM_TYPE_Q8_0_R16;
+    case LLM_TYPE_Q4_K:
+        return LLM_TYPE_Q4_K_R16;
     default:
         return t;
     }
@@ -302,6 +304,8 @@ llm_repack_source(llm_type_t t)
         return LLM_TYPE_Q3_K;
     case LLM_TYPE_Q8_0_R16:
         return LLM_TYPE_Q8_0;
+    case LLM_TYPE_Q4_K_R16:
+        return LLM_TYPE_Q4_K;
     default:
         return t;
     }
@@ -343,11 +347,44 @@ llm_repack_group_q8_0(int64_t nb, size_t rb, const char *src, char *dst)
 
             o->d[r] = q->d;
             for (int i = 0; i < 8; i++) {
-                for (int j = 0; j < 4; j++) {
-                    o->qs[i][4 * r + j] = (uint8_t) (q->qs[4 * i + j]
-                                                     + 128);
-                }
+                uint32_t  v;
+
+                /* + 128 of each byte, mod 256: its top bit flipped */
+                memcpy(&v, q->qs + 4 * i, 4);
+                v ^= 0x80808080u;
+                memcpy(&o->qs[i][4 * r], &v, 4);
             }
+        }
+    }
+}
+
+
+/* The same for Q4_K super-blocks (llm_block_q4_Kx16), [b0, b0 + nb) of
+ * rows 0 .. nrow - 1, zeros for the other rows of the 16 (the AVX-512
+ * file-layout gemm regroups a slice at a time on the stack). */
+void
+llm_repack_group_q4_K(int64_t b0, int64_t nb, size_t rb, int nrow,
+    const char *src, char *dst)
+{
+    llm_block_q4_Kx16  *o = (llm_block_q4_Kx16 *) (void *) dst;
+
+    if (nrow < 16) {
+        memset(dst, 0, (size_t) nb * sizeof(*o));
+    }
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < nrow; r++) {
+            const llm_block_q4_K  *q = (const llm_block_q4_K *)
+                                       (const void *) (src + r * rb) + b0
+                                       + b;
+
+            for (int i = 0; i < 3; i++) {
+                memcpy(&o->sc[i][4 * r], q->scales + 4 * i, 4);
+            }
+            for (int i = 0; i < 32; i++) {
+                memcpy(&o->qs[i][4 * r], q->qs + 4 * i, 4);
+            }
+            o->d[r] = q->d;
+            o->dmin[r] = q->dmin;
         }
     }
 }
@@ -470,6 +507,9 @@ llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
             break;
         case LLM_TYPE_Q8_0:
             llm_repack_group_q8_0(n / LLM_QK, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q4_K:
+            llm_repack_group_q4_K(0, n / LLM_QK_K, rb, 16, sg, dg);
             break;
         default:
             llm_repack_group(n / LLM_QK, rb, bb,

@@ -520,7 +520,6 @@ llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
 #define LLM_Q5_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 1, __VA_ARGS__)
 
 LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, LLM_ROW_COLS, llm_q4_0_tile)
-LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, LLM_Q4_K_TILE)
 LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, LLM_Q5_K_TILE)
 LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, llm_q6_K_tile)
 
@@ -783,7 +782,6 @@ llm_gemm_##name##_long(int64_t n, int64_t nr, int64_t nc, const void *w,    \
     llm_gemm_kq_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy);                 \
 }
 
-LLM_KQ_LONG(q4_K, 4)
 LLM_KQ_LONG(q5_K, 5)
 LLM_KQ_LONG(q6_K, 6)
 
@@ -2282,15 +2280,6 @@ llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
 
 
 LLM_INLINE void
-llm_k4_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
-{
-    (void) x;
-    (void) xs;
-    llm_k45_t2_tile(0, C, nb, w, ws, pre, y, ldy);
-}
-
-LLM_INLINE void
 llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
     const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
 {
@@ -2299,9 +2288,6 @@ llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
     llm_k45_t2_tile(1, C, nb, w, ws, pre, y, ldy);
 }
 
-LLM_T_DRIVER(llm_gemm_q4_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
-             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_rows,
-             llm_gemm_q4_K_long, 1, 8)
 LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
              LLM_K2_PAIRS, llm_k4_t2_prep, llm_k5_t2_rows,
              llm_gemm_q5_K_long, 1, 8)
@@ -2442,7 +2428,6 @@ llm_kernels_init_avx512(llm_kernels_t *k)
 {
     k->vec_dot[LLM_TYPE_Q4_0] = llm_dot_q4_0;
     k->vec_dot[LLM_TYPE_Q8_0] = llm_dot_q8_0;
-    k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
     k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
     k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_t16;
@@ -2452,10 +2437,10 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->gemm[LLM_TYPE_IQ4_XS_R16] = llm_gemm_iq4_xs_r16;
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_file;
     k->gemm[LLM_TYPE_Q8_0_R16] = llm_gemm_q8_0_r16;
-    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_t2;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_t2;
     k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_t1;
     llm_kernels_init_k23_avx512(k);
+    llm_kernels_init_k4r_avx512(k);
     llm_kernels_init_legacy_avx512(k);
     llm_kernels_init_iq4_avx512(k);
     llm_kernels_init_iq1_avx512(k);

@@ -95,6 +95,68 @@ llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
+/* Row r of a Q4_K_R16 super-block in the file's layout. */
+static void
+llm_q4_K_r16_row(const llm_block_q4_Kx16 *p, int r, llm_block_q4_K *o)
+{
+    for (int i = 0; i < 3; i++) {
+        memcpy(o->scales + 4 * i, &p->sc[i][4 * r], 4);
+    }
+    for (int i = 0; i < 32; i++) {
+        memcpy(o->qs + 4 * i, &p->qs[i][4 * r], 4);
+    }
+    o->d = p->d[r];
+    o->dmin = p->dmin[r];
+}
+
+
+void
+llm_gemm_q4_K_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK_K;
+
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const llm_block_q4_Kx16  *wg = (const void *) ((const char *) w
+                                                       + g * 16 * ws);
+
+        for (int64_t c = 0; c < nc; c++) {
+            const llm_block_q8_K  *q = (const void *) ((const char *) x
+                                                       + c * xs);
+
+            for (int r = 0; r < 16; r++) {
+                float  acc = 0;
+
+                for (int64_t b = 0; b < nb; b++) {
+                    llm_block_q4_K  blk;
+                    int             isum = 0, msum = 0;
+                    float           dx = q[b].d;
+
+                    llm_q4_K_r16_row(wg + b, r, &blk);
+                    for (int j = 0; j < 8; j++) {
+                        const uint8_t  *qs = blk.qs + 32 * (j / 2);
+                        const int8_t   *qy = q[b].qs + 32 * j;
+                        int             dot = 0;
+                        uint8_t         sc, m;
+
+                        llm_get_scale_min_k4(j, blk.scales, &sc, &m);
+                        for (int l = 0; l < 32; l++) {
+                            dot += (qs[l] >> 4 * (j & 1) & 0xf) * qy[l];
+                        }
+                        isum += sc * dot;
+                        msum += m * (q[b].bsums[2 * j]
+                                     + q[b].bsums[2 * j + 1]);
+                    }
+                    acc = fmaf((float) -msum, llm_h2f(blk.dmin) * dx, acc);
+                    acc = fmaf((float) isum, llm_h2f(blk.d) * dx, acc);
+                }
+                y[c * ldy + g * 16 + r] = acc;
+            }
+        }
+    }
+}
+
+
 /*
  * Q8_0_R16 x Q8_0: per row the exact integer sum of a block (the quants
  * stored + 128), then acc = fma(sum, d_w * d_x, acc) block after block,

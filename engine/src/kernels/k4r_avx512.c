@@ -1,0 +1,309 @@
+/*
+ * AVX-512 (BW, VNNI) kernels of Q4_K_R16 against Q8_K: 16 interleaved
+ * rows, one lane per row (llm_block_q4_Kx16, kernels_common.h), and of
+ * Q4_K in the file's layout through the same tile.
+ *
+ * Qs vector 8p + 4e + m of a regrouped super-block holds in lane r the
+ * qs bytes 32p + 16e + 4m.. of row r: low nibbles elements 16e + 4m..
+ * of sub-block 2p, high nibbles those of sub-block 2p + 1.  Per half
+ * sub-block, four vpdpbusd against the column's 4-byte broadcasts give
+ * its exact sum for all 16 rows (|sum| <= 15 x 128 x 16, an int16), and
+ * one vpdpwssd multiplies it by the rows' 6-bit scale (the low word of
+ * each lane, a vpshufb of the unpacked scale bytes) into the
+ * super-block's isum.  The mins go one vpdpwssd per sub-block: the min
+ * in both words of a lane against the column's two bsums of the
+ * sub-block.  Per row and super-block: acc = fma(-msum, dmin d_x, acc),
+ * then acc = fma(isum, d d_x, acc), the scalar reference's steps
+ * (quant_r16.c), whatever the number of columns.
+ *
+ * The file layout (streamed experts, a tied output, rows not in runs of
+ * 16) regroups 16 rows a slice at a time on the stack
+ * (llm_repack_group_q4_K) and runs the same tile: the same bits, so a
+ * streamed expert's logits are the resident run's.
+ */
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels_common.h"
+
+
+#define LLM_K4R_MAXC   8        /* columns per tile */
+#define LLM_K4R_SLICE  8        /* super-blocks regrouped at a time: 18 KB */
+
+
+LLM_INLINE __m512i
+llm_k4r_dpbusd(__m512i acc, __m512i u8, const int8_t *s8)
+{
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0"
+            : "+v" (acc)
+            : "v" (u8), "m" (*(const int32_t (*)[1]) (const void *) s8));
+    return acc;
+}
+
+
+LLM_INLINE __m512i
+llm_k4r_dpwssd(__m512i acc, __m512i a, const int16_t *pair)
+{
+    __asm__("vpdpwssd %2%{1to16%}, %1, %0"
+            : "+v" (acc)
+            : "v" (a), "m" (*(const int32_t (*)[1]) (const void *) pair));
+    return acc;
+}
+
+
+/* The vpshufb index taking byte i of each lane into its low byte (dup:
+ * into bytes 0 and 2), zeroing the others. */
+LLM_INLINE __m512i
+llm_k4r_pick(int i, int dup)
+{
+    int  d[4];
+
+    for (int l = 0; l < 4; l++) {
+        d[l] = (int) ((unsigned) (4 * l + i) | 0x8000u
+                      | (dup ? (unsigned) (4 * l + i) << 16 : 0x800000u)
+                      | 0x80000000u);
+    }
+    return _mm512_broadcast_i32x4(_mm_setr_epi32(d[0], d[1], d[2], d[3]));
+}
+
+
+/*
+ * 16 rows x C columns over nb regrouped super-blocks; x at the first
+ * one's column blocks (xs apart); y[c * ldy + r] accumulated into unless
+ * first.
+ */
+LLM_INLINE void
+llm_q4_K_r16_tile(const int C, int64_t nb, const llm_block_q4_Kx16 *w,
+    const char *x, size_t xs, int first, float *y, size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  m6 = _mm512_set1_epi8(0x3f);
+    const __m512i  m30 = _mm512_set1_epi8(0x30);
+    __m512         acc[LLM_K4R_MAXC];
+    int64_t        b;
+    int            c, p, e, m, j;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    }
+
+    for (b = 0; b < nb; b++, w++) {
+        const __m512i  a0 = _mm512_loadu_si512((const void *) w->sc[0]);
+        const __m512i  a1 = _mm512_loadu_si512((const void *) w->sc[1]);
+        const __m512i  a2 = _mm512_loadu_si512((const void *) w->sc[2]);
+        __m512i        sc[2], mn[2], isum[LLM_K4R_MAXC];
+        __m512         wd, wm;
+
+        /* the 6-bit scales and mins of sub-blocks 4h + i in byte i */
+        sc[0] = _mm512_and_si512(a0, m6);
+        mn[0] = _mm512_and_si512(a1, m6);
+        sc[1] = _mm512_or_si512(_mm512_and_si512(a2, m4),
+                    _mm512_and_si512(_mm512_srli_epi16(a0, 2), m30));
+        mn[1] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(a2, 4), m4),
+                    _mm512_and_si512(_mm512_srli_epi16(a1, 2), m30));
+
+        wm = _mm512_cvtph_ps(_mm256_loadu_si256((const void *) w->dmin));
+        wd = _mm512_cvtph_ps(_mm256_loadu_si256((const void *) w->d));
+
+        /* the mins: msum, then its FMA */
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            isum[c] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < 8; j++) {
+            const __m512i  mj = _mm512_shuffle_epi8(mn[j >> 2],
+                                                    llm_k4r_pick(j & 3, 1));
+
+#pragma GCC unroll 8
+            for (c = 0; c < C; c++) {
+                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                    (const void *) (x + c * xs) + b;
+
+                isum[c] = llm_k4r_dpwssd(isum[c], mj, q8->bsums + 2 * j);
+            }
+        }
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const __m512  dx = _mm512_set1_ps(((const llm_block_q8_K *)
+                                               (const void *) (x + c * xs)
+                                               + b)->d);
+
+            acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[c]),
+                                      _mm512_mul_ps(wm, dx), acc[c]);
+            isum[c] = _mm512_setzero_si512();
+        }
+
+        for (p = 0; p < 4; p++) {
+            const __m512i  s0 = _mm512_shuffle_epi8(sc[p >> 1],
+                                    llm_k4r_pick(2 * (p & 1), 0));
+            const __m512i  s1 = _mm512_shuffle_epi8(sc[p >> 1],
+                                    llm_k4r_pick(2 * (p & 1) + 1, 0));
+
+#pragma GCC unroll 2
+            for (e = 0; e < 2; e++) {
+                __m512i  lo[4], hi[4];
+
+#pragma GCC unroll 4
+                for (m = 0; m < 4; m++) {
+                    __m512i  v = _mm512_loadu_si512(
+                                     (const void *) w->qs[8 * p + 4 * e + m]);
+
+                    lo[m] = _mm512_and_si512(v, m4);
+                    hi[m] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                }
+#pragma GCC unroll 8
+                for (c = 0; c < C; c++) {
+                    const int8_t  *qy = ((const llm_block_q8_K *)
+                                         (const void *) (x + c * xs)
+                                         + b)->qs + 64 * p + 16 * e;
+                    __m512i        t0 = _mm512_setzero_si512();
+                    __m512i        t1 = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+                    for (m = 0; m < 4; m++) {
+                        t0 = llm_k4r_dpbusd(t0, lo[m], qy + 4 * m);
+                        t1 = llm_k4r_dpbusd(t1, hi[m], qy + 32 + 4 * m);
+                    }
+                    isum[c] = _mm512_dpwssd_epi32(isum[c], t0, s0);
+                    isum[c] = _mm512_dpwssd_epi32(isum[c], t1, s1);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const __m512  dx = _mm512_set1_ps(((const llm_block_q8_K *)
+                                               (const void *) (x + c * xs)
+                                               + b)->d);
+
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]),
+                                     _mm512_mul_ps(wd, dx), acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        _mm512_storeu_ps(y + c * ldy, acc[c]);
+    }
+}
+
+
+#define LLM_K4R_CASE(n)                                                     \
+    case n:                                                                 \
+        llm_q4_K_r16_tile(n, nbs, wg, xc, xs, first, yc, ldc);              \
+        break;
+
+/* One 16-row group (nbs super-blocks at wg, from super-block b0 of the
+ * columns) against nc columns in balanced chunks of at most
+ * LLM_K4R_MAXC; y[c * ldy + r] accumulated into unless first. */
+LLM_INLINE void
+llm_q4_K_r16_group(int64_t b0, int64_t nbs, const llm_block_q4_Kx16 *wg,
+    int64_t nc, const char *x, size_t xs, int first, float *y, size_t ldy)
+{
+    const int64_t  nch = (nc + LLM_K4R_MAXC - 1) / LLM_K4R_MAXC;
+    int64_t        j, c0, c1;
+
+    for (j = 0; j < nch; j++) {
+        const char  *xc;
+        float       *yc;
+        size_t       ldc = ldy;
+
+        c0 = j * nc / nch;
+        c1 = (j + 1) * nc / nch;
+        xc = x + c0 * xs + b0 * sizeof(llm_block_q8_K);
+        yc = y + c0 * ldy;
+        switch (c1 - c0) {
+        LLM_K4R_CASE(1)
+        LLM_K4R_CASE(2)
+        LLM_K4R_CASE(3)
+        LLM_K4R_CASE(4)
+        LLM_K4R_CASE(5)
+        LLM_K4R_CASE(6)
+        LLM_K4R_CASE(7)
+        default:
+        LLM_K4R_CASE(8)
+        }
+    }
+}
+#undef LLM_K4R_CASE
+
+
+/* Each 16-row group against all columns (its rows stay in L1/L2 while
+ * the column chunks pass). */
+static void
+llm_gemm_q4_K_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK_K, ng = nr / 16;
+
+    for (int64_t g = 0; g < ng; g++) {
+        llm_q4_K_r16_group(0, nb, (const llm_block_q4_Kx16 *) (const void *)
+                           ((const char *) w + g * 16 * ws), nc, x, xs, 1,
+                           y + g * 16, ldy);
+    }
+}
+
+
+/*
+ * The file layout: each 16 rows (the last run padded with zero rows)
+ * regrouped LLM_K4R_SLICE super-blocks at a time, then the tile; the last
+ * run's results through a 16-row buffer.
+ */
+static void
+llm_gemm_q4_K_file(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_block_q4_Kx16  buf[LLM_K4R_SLICE];
+    const int64_t      nb = n / LLM_QK_K, ng = (nr + 15) / 16;
+    int64_t            g, b0, nbs, c, c0, cn;
+
+    for (g = 0; g < ng; g++) {
+        const int    R = nr - 16 * g < 16 ? (int) (nr - 16 * g) : 16;
+        const char  *wg = (const char *) w + g * 16 * ws;
+
+        /* a part run: 16 columns at a time through part */
+        for (c0 = 0; c0 < nc; c0 += R == 16 ? nc : 16) {
+            float  part[16 * 16];
+
+            cn = R == 16 ? nc : (nc - c0 < 16 ? nc - c0 : 16);
+            for (b0 = 0; b0 < nb; b0 += nbs) {
+                nbs = nb - b0 < LLM_K4R_SLICE ? nb - b0 : LLM_K4R_SLICE;
+                llm_repack_group_q4_K(b0, nbs, ws, R, wg, (char *) buf);
+                if (R == 16) {
+                    llm_q4_K_r16_group(b0, nbs, buf, cn, x, xs, b0 == 0,
+                                       y + g * 16, ldy);
+                } else {
+                    llm_q4_K_r16_group(b0, nbs, buf, cn,
+                                       (const char *) x + c0 * xs, xs,
+                                       b0 == 0, part, 16);
+                }
+            }
+            if (R < 16) {
+                for (c = 0; c < cn; c++) {
+                    memcpy(y + (c0 + c) * ldy + g * 16, part + 16 * c,
+                           R * sizeof(float));
+                }
+            }
+        }
+    }
+}
+
+
+/* One row, one column: the same steps (the same bits as a gemm row). */
+static void
+llm_dot_q4_K_r16(int64_t n, float *s, const void *w, const void *x)
+{
+    llm_gemm_q4_K_file(n, 1, 1, w, 0, x, 0, s, 1);
+}
+
+
+void
+llm_kernels_init_k4r_avx512(llm_kernels_t *k)
+{
+    k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K_r16;
+    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_file;
+    k->gemm[LLM_TYPE_Q4_K_R16] = llm_gemm_q4_K_r16;
+}
