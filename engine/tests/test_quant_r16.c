@@ -1,7 +1,7 @@
 /*
- * IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0 and Q4_K regrouped into 16-row
- * runs (IQ4_NL_R16, MXFP4_R16, IQ4_XS_R16, Q2_K_R16, Q3_K_R16, Q8_0_R16,
- * Q4_K_R16:
+ * IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0, Q4_K and Q6_K regrouped into
+ * 16-row runs (IQ4_NL_R16, MXFP4_R16, IQ4_XS_R16, Q2_K_R16, Q3_K_R16,
+ * Q8_0_R16, Q4_K_R16, Q6_K_R16:
  * what the engine runs those matrices as with AVX-512, as Q4_0_R16 for
  * Q4_0; test_quant checks that one).
  *
@@ -16,7 +16,7 @@
  *    within 2e-5
  *    (of the sum of |w x|) of the file type's own dot product; rows 16 to
  *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS, Q2_K, Q3_K,
- *    Q4_K: 1 to 40 super-blocks).
+ *    Q4_K, Q6_K: 1 to 40 super-blocks).
  */
 
 #include <math.h>
@@ -41,7 +41,7 @@ static int
 at_k(llm_type_t t)
 {
     return t == LLM_TYPE_IQ4_XS || t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K
-           || t == LLM_TYPE_Q4_K;
+           || t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q6_K;
 }
 
 
@@ -58,10 +58,11 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
     if (at_k(t)) {
         /* random bytes, then a sane fp16 d (any scale bytes are valid):
          * at byte 0 of an IQ4_XS block, 80 of Q2_K (and dmin at 82), 108
-         * of Q3_K, 0 of Q4_K (and dmin at 2) */
+         * of Q3_K, 0 of Q4_K (and dmin at 2), 208 of Q6_K */
         const size_t  kb = llm_row_bytes(t, 256);
         const size_t  doff = t == LLM_TYPE_Q2_K ? 80
-                             : t == LLM_TYPE_Q3_K ? 108 : 0;
+                             : t == LLM_TYPE_Q3_K ? 108
+                             : t == LLM_TYPE_Q6_K ? 208 : 0;
 
         for (size_t i = 0; i < nr * rb; i++) {
             w[i] = (char) (tk_xorshift64(&rng_state) >> 56);
@@ -210,6 +211,7 @@ main(void)
           && llm_repack_source(LLM_TYPE_Q3_K_R16) == LLM_TYPE_Q3_K
           && llm_repack_source(LLM_TYPE_Q8_0_R16) == LLM_TYPE_Q8_0
           && llm_repack_source(LLM_TYPE_Q4_K_R16) == LLM_TYPE_Q4_K
+          && llm_repack_source(LLM_TYPE_Q6_K_R16) == LLM_TYPE_Q6_K
           && llm_repack_source(LLM_TYPE_Q8_0) == LLM_TYPE_Q8_0);
     CHECK(llm_type_vec_dot_type(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_Q8_0
           && llm_type_vec_dot_type(LLM_TYPE_MXFP4_R16) == LLM_TYPE_Q8_0
@@ -236,9 +238,10 @@ main(void)
               && llm_repack_type(LLM_TYPE_Q8_0, 40) == LLM_TYPE_Q8_0
               && llm_repack_type(LLM_TYPE_Q4_K, 48) == LLM_TYPE_Q4_K_R16
               && llm_repack_type(LLM_TYPE_Q4_K, 8) == LLM_TYPE_Q4_K
-              && llm_repack_type(LLM_TYPE_Q6_K, 48) == LLM_TYPE_Q6_K,
-              "AVX-512: IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0 and Q4_K in"
-              " runs of 16 rows regroup");
+              && llm_repack_type(LLM_TYPE_Q6_K, 48) == LLM_TYPE_Q6_K_R16
+              && llm_repack_type(LLM_TYPE_Q5_K, 48) == LLM_TYPE_Q5_K,
+              "AVX-512: IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0, Q4_K and"
+              " Q6_K in runs of 16 rows regroup");
         llm_simd_force(llm_simd_best());
     }
     tk_end();
@@ -296,6 +299,11 @@ main(void)
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of Q4_K");
     check_type(LLM_TYPE_Q4_K, LLM_TYPE_Q4_K_R16, LLM_SIMD_AVX512);
+    tk_end();
+    tk_begin("Q6_K_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of Q6_K");
+    check_type(LLM_TYPE_Q6_K, LLM_TYPE_Q6_K_R16, LLM_SIMD_AVX512);
     tk_end();
     llm_simd_force(llm_simd_best());
     return tk_done();

@@ -280,6 +280,8 @@ llm_repack_type(llm_type_t t, int64_t nr)
         return LLM_TYPE_Q8_0_R16;
     case LLM_TYPE_Q4_K:
         return LLM_TYPE_Q4_K_R16;
+    case LLM_TYPE_Q6_K:
+        return LLM_TYPE_Q6_K_R16;
     default:
         return t;
     }
@@ -306,6 +308,8 @@ llm_repack_source(llm_type_t t)
         return LLM_TYPE_Q8_0;
     case LLM_TYPE_Q4_K_R16:
         return LLM_TYPE_Q4_K;
+    case LLM_TYPE_Q6_K_R16:
+        return LLM_TYPE_Q6_K;
     default:
         return t;
     }
@@ -385,6 +389,37 @@ llm_repack_group_q4_K(int64_t b0, int64_t nb, size_t rb, int nrow,
             }
             o->d[r] = q->d;
             o->dmin[r] = q->dmin;
+        }
+    }
+}
+
+
+/* The same for Q6_K super-blocks (llm_block_q6_Kx16). */
+void
+llm_repack_group_q6_K(int64_t b0, int64_t nb, size_t rb, int nrow,
+    const char *src, char *dst)
+{
+    llm_block_q6_Kx16  *o = (llm_block_q6_Kx16 *) (void *) dst;
+
+    if (nrow < 16) {
+        memset(dst, 0, (size_t) nb * sizeof(*o));
+    }
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < nrow; r++) {
+            const llm_block_q6_K  *q = (const llm_block_q6_K *)
+                                       (const void *) (src + r * rb) + b0
+                                       + b;
+
+            o->d[r] = q->d;
+            for (int i = 0; i < 4; i++) {
+                memcpy(&o->sc[i][4 * r], q->scales + 4 * i, 4);
+            }
+            for (int i = 0; i < 32; i++) {
+                memcpy(&o->ql[i][4 * r], q->ql + 4 * i, 4);
+            }
+            for (int i = 0; i < 16; i++) {
+                memcpy(&o->qh[i][4 * r], q->qh + 4 * i, 4);
+            }
         }
     }
 }
@@ -510,6 +545,9 @@ llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
             break;
         case LLM_TYPE_Q4_K:
             llm_repack_group_q4_K(0, n / LLM_QK_K, rb, 16, sg, dg);
+            break;
+        case LLM_TYPE_Q6_K:
+            llm_repack_group_q6_K(0, n / LLM_QK_K, rb, 16, sg, dg);
             break;
         default:
             llm_repack_group(n / LLM_QK, rb, bb,

@@ -400,128 +400,10 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
 }
 
 
-LLM_INLINE void
-llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
-    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
-{
-    const __m512i  m4 = _mm512_set1_epi8(0x0f);
-    const __m512i  m3 = _mm512_set1_epi8(0x03);
-    __m512         acc[LLM_MAXR][LLM_MAXC];
-    int64_t        i;
-    int            r, c, t;
-
-#pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            acc[r][c] = _mm512_setzero_ps();
-        }
-    }
-
-    for (i = 0; i < nb; i++) {
-        __m512i  iacc[LLM_MAXR][LLM_MAXC], scz[LLM_MAXR];
-        float    d[LLM_MAXR];
-
-#pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
-            const llm_block_q6_K  *p = (const llm_block_q6_K *)
-                                       (w + r * ws) + i;
-            __m256i  sc16 = _mm256_cvtepi8_epi16(
-                                _mm_loadu_si128((const void *) p->scales));
-
-            d[r] = llm_h2f_hw(p->d);
-            scz[r] = _mm512_castsi256_si512(sc16);
-
-            /* the -32 offset: sum_k sc_k * 32 * bsum_k, subtracted */
-#pragma GCC unroll 4
-            for (c = 0; c < C; c++) {
-                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                            (x + c * xs) + i;
-                __m256i  bs = _mm256_loadu_si256((const void *) q8->bsums);
-                __m256i  off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16),
-                                                 5);
-
-                iacc[r][c] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                              _mm512_zextsi256_si512(off));
-            }
-        }
-
-        /* chunk t: elements 64t..64t+63; h = t / 2 is the 128-half */
-#pragma GCC unroll 4
-        for (t = 0; t < 4; t++) {
-            const __m512i  idx = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_set_epi16(
-                    4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
-                    4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
-                    4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t)),
-                _mm256_set_epi16(
-                    4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3,
-                    4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3,
-                    4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2,
-                    4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2), 1);
-            const int  h = t / 2, hi = t & 1;
-
-#pragma GCC unroll 4
-            for (r = 0; r < R; r++) {
-                const llm_block_q6_K  *p = (const llm_block_q6_K *)
-                                           (w + r * ws) + i;
-                __m512i  ql = _mm512_loadu_si512(p->ql + 64 * h);
-                __m256i  qh = _mm256_loadu_si256((const void *)
-                                                 (p->qh + 32 * h));
-                __m256i  qa = _mm256_srli_epi16(qh, hi ? 4 : 0);
-                __m256i  qb = _mm256_srli_epi16(qh, hi ? 6 : 2);
-                __m512i  hz = _mm512_inserti64x4(_mm512_castsi256_si512(qa),
-                                                 qb, 1);
-                __m512i  lo = hi ? _mm512_srli_epi16(ql, 4) : ql;
-                __m512i  q;
-                __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
-
-                _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws
-                             + 64 * t, _MM_HINT_T0);
-                hz = _mm512_slli_epi16(_mm512_and_si512(hz, m3), 4);
-                q = _mm512_or_si512(_mm512_and_si512(lo, m4), hz);
-
-#pragma GCC unroll 4
-                for (c = 0; c < C; c++) {
-                    const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                                (x + c * xs) + i;
-                    __m512i  yv = _mm512_loadu_si512(q8->qs + 64 * t);
-                    __m512i  pr = _mm512_maddubs_epi16(q, yv);
-
-                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], pr, sv);
-                }
-            }
-        }
-
-#pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-            for (c = 0; c < C; c++) {
-                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                            (x + c * xs) + i;
-
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][c]),
-                                _mm512_set1_ps(d[r] * q8->d), acc[r][c]);
-            }
-        }
-    }
-
-#pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
-        }
-    }
-}
-
-
-#define LLM_Q4_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 0, __VA_ARGS__)
 #define LLM_Q5_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 1, __VA_ARGS__)
 
 LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, LLM_ROW_COLS, llm_q4_0_tile)
 LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, LLM_Q5_K_TILE)
-LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, llm_q6_K_tile)
 
 
 /* ---- K-quants with prepared weight rows ------------------------------ */
@@ -783,7 +665,6 @@ llm_gemm_##name##_long(int64_t n, int64_t nr, int64_t nc, const void *w,    \
 }
 
 LLM_KQ_LONG(q5_K, 5)
-LLM_KQ_LONG(q6_K, 6)
 
 
 /* ---- Q4_0 / Q8_0 with prepared activation columns -------------------- */
@@ -2293,143 +2174,12 @@ LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
              llm_gemm_q5_K_long, 1, 8)
 
 
-/* ---- Q6_K x Q8_K: one super-block per step ---------------------------- */
-
-/*
- * A super-block decodes to 4 vectors of 64 consecutive 6-bit quants; the
- * in-lane transpose then puts scale group 4g + k (16 quants) in 32-bit
- * lane 4k + g, so each column's vpdpbusd chain of 4 ends with one lane per
- * int8 scale, applied in one float step per super-block.  The -32 offset
- * starts the chain (-32 x the lane's y sum, prepared with the column).
- * Every column count takes this tile.
- */
-typedef struct {
-    __m512i  y[4];      /* dword 4k + g of y[i]: y[64g + 16k + 4i ..] */
-    __m512i  init;      /* per lane: -32 x the sum of its 16 y */
-    float    dy;
-    char     pad[60];
-} llm_k6_t1_t;
-
-#define LLM_K6_MAX   32         /* super-blocks on the stack: 8192 */
-
-
-LLM_INLINE void
-llm_k6_t1_prep(const char *x, int64_t nb, llm_k6_t1_t *out)
-{
-    const llm_block_q8_K  *q = (const llm_block_q8_K *) x;
-    const __m512i          ones = _mm512_set1_epi8(1);
-    __m512i                in[4], s;
-    int64_t                i;
-    int                    g;
-
-    for (i = 0; i < nb; i++, out++) {
-        for (g = 0; g < 4; g++) {
-            in[g] = _mm512_loadu_si512((const void *) (q[i].qs + 64 * g));
-        }
-        llm_tr4x4_epi32(in, out->y);
-        s = _mm512_setzero_si512();
-        for (g = 0; g < 4; g++) {
-            s = _mm512_dpbusd_epi32(s, ones, out->y[g]);
-        }
-        out->init = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                     _mm512_slli_epi32(s, 5));
-        out->dy = q[i].d;
-    }
-}
-
-
-LLM_INLINE void
-llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_k6_t1_t *pre, float *y, size_t ldy)
-{
-    const __m512i  m4 = _mm512_set1_epi8(0x0f);
-    const __m512i  m30 = _mm512_set1_epi8(0x30);
-    /* lane 4k + g <- scale 4g + k */
-    const __m128i  itr = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13,
-                                       2, 6, 10, 14, 3, 7, 11, 15);
-    __m512         acc[LLM_T_COLS];
-    int64_t        i;
-    int            c, h, g;
-
-    (void) x;
-    (void) xs;
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        acc[c] = _mm512_setzero_ps();
-    }
-
-    for (i = 0; i < nb; i++) {
-        const llm_block_q6_K  *b = (const llm_block_q6_K *) w + i;
-        __m512i                in[4], v[4];
-        __m512                 wsc;
-
-#pragma GCC unroll 2
-        for (h = 0; h < 2; h++) {
-            __m512i  ql = _mm512_loadu_si512((const void *) (b->ql + 64 * h));
-            __m256i  qh = _mm256_loadu_si256((const void *)
-                                             (b->qh + 32 * h));
-            /* bytes 0..31: bits 0-1 (quants 0..31) and 4-5 (64..95) of
-             * qh; bytes 32..63 bits 2-3 and 6-7 brought to the same */
-            __m512i  q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
-                                             _mm256_srli_epi16(qh, 2), 1);
-
-            /* (ql & 0x0f) | ((q2 << 4) & 0x30): 0xea = A & B | C */
-            in[2 * h] = _mm512_ternarylogic_epi32(ql, m4,
-                            _mm512_and_si512(_mm512_slli_epi16(q2, 4), m30),
-                            0xea);
-            in[2 * h + 1] = _mm512_ternarylogic_epi32(
-                                _mm512_srli_epi16(ql, 4), m4,
-                                _mm512_and_si512(q2, m30), 0xea);
-        }
-        /* tiles ahead, same place: 210 bytes, 4 lines at most */
-        for (g = 0; g < 4; g++) {
-            _mm_prefetch((const char *) b + LLM_PF_TILES * ws + 64 * g,
-                         _MM_HINT_T0);
-        }
-        llm_tr4x4_epi32(in, v);
-        wsc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                  _mm_shuffle_epi8(_mm_loadu_si128((const void *) b->scales),
-                                   itr))),
-                  _mm512_set1_ps(llm_h2f_hw(b->d)));
-
-#pragma GCC unroll 8
-        for (c = 0; c < C; c++) {
-            const llm_k6_t1_t  *pc = pre + c * nb + i;
-            __m512i             sc = pc->init;
-
-#pragma GCC unroll 4
-            for (g = 0; g < 4; g++) {
-                sc = _mm512_dpbusd_epi32(sc, v[g], pc->y[g]);
-            }
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sc),
-                                     _mm512_mul_ps(wsc,
-                                                   _mm512_set1_ps(pc->dy)),
-                                     acc[c]);
-        }
-    }
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
-    }
-}
-
-
-#define LLM_K6_UNITS(nb)  (nb)
-
-LLM_T_DRIVER(llm_gemm_q6_K_t1, llm_k6_t1_t, LLM_QK_K, LLM_K6_MAX,
-             LLM_K6_UNITS, llm_k6_t1_prep, llm_k6_t1_tile,
-             llm_gemm_q6_K_long, 1, 8)
-
-
 void
 llm_kernels_init_avx512(llm_kernels_t *k)
 {
     k->vec_dot[LLM_TYPE_Q4_0] = llm_dot_q4_0;
     k->vec_dot[LLM_TYPE_Q8_0] = llm_dot_q8_0;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
-    k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
     k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_t16;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16;
@@ -2438,9 +2188,8 @@ llm_kernels_init_avx512(llm_kernels_t *k)
     k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_file;
     k->gemm[LLM_TYPE_Q8_0_R16] = llm_gemm_q8_0_r16;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_t2;
-    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_t1;
     llm_kernels_init_k23_avx512(k);
-    llm_kernels_init_k4r_avx512(k);
+    llm_kernels_init_kr16_avx512(k);
     llm_kernels_init_legacy_avx512(k);
     llm_kernels_init_iq4_avx512(k);
     llm_kernels_init_iq1_avx512(k);

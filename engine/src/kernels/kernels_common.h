@@ -186,6 +186,18 @@ typedef struct {
     uint8_t   qs[32][64];
 } llm_block_q4_Kx16;
 
+/*
+ * Super-block b of 16 Q6_K rows, interleaved (LLM_TYPE_Q6_K_R16), in the
+ * order the kernel reads it: d, sc[i][4r + j] = row r's scales[4i + j],
+ * ql[i][4r + j] = row r's ql[4i + j], qh[i][4r + j] = row r's qh[4i + j].
+ */
+typedef struct {
+    uint16_t  d[16];                /* row r's */
+    uint8_t   sc[4][64];
+    uint8_t   ql[32][64];
+    uint8_t   qh[16][64];
+} llm_block_q6_Kx16;
+
 _Static_assert(sizeof(llm_block_q2_Kx16) == 16 * sizeof(llm_block_q2_K),
                "q2_Kx16 size");
 _Static_assert(sizeof(llm_block_q3_Kx16) == 16 * sizeof(llm_block_q3_K),
@@ -195,6 +207,8 @@ _Static_assert(sizeof(llm_block_q4_Kx16) == 16 * sizeof(llm_block_q4_K),
                "q4_Kx16 size");
 _Static_assert(sizeof(llm_block_q5_K) == 4 + 12 + 32 + 128, "q5_K size");
 _Static_assert(sizeof(llm_block_q6_K) == 128 + 64 + 16 + 2, "q6_K size");
+_Static_assert(sizeof(llm_block_q6_Kx16) == 16 * sizeof(llm_block_q6_K),
+               "q6_Kx16 size");
 _Static_assert(sizeof(llm_block_q8_K) == 4 + 256 + 32, "q8_K size");
 
 /* quant_iq4.c, quant_mxfp4.c */
@@ -303,6 +317,15 @@ void llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc,
 void llm_gemm_q4_K_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
+/* quant_r16.c: Q6_K_R16 x Q8_K: per row and super-block the exact sum
+ * sum_s sc_s (q_s . y_s), q in -32..31, then acc = fma(sum, d_w d_x,
+ * acc). */
+void llm_gemm_q6_K_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+/* dispatch.c: the same as llm_repack_group_q4_K for Q6_K. */
+void llm_repack_group_q6_K(int64_t b0, int64_t nb, size_t rb, int nrow,
+    const char *src, char *dst);
 /* dispatch.c: rows g * 16 .. g * 16 + 15 of Q4_K rows (rb bytes each)
  * from src into the Q4_K_R16 super-blocks [b0, b0 + nb) at dst; rows
  * past nrow (< 16) are zero. */
@@ -547,7 +570,7 @@ void llm_kernels_init_neon(llm_kernels_t *k);
  * kernels, called at the end of the matching llm_kernels_init_<isa>. */
 void llm_kernels_init_k23_avx2(llm_kernels_t *k);
 void llm_kernels_init_k23_avx512(llm_kernels_t *k);
-void llm_kernels_init_k4r_avx512(llm_kernels_t *k);
+void llm_kernels_init_kr16_avx512(llm_kernels_t *k);
 void llm_kernels_init_k23_neon(llm_kernels_t *k);
 
 /* quant_legacy.c, quant_k23.c: scalar references of Q4_1, Q5_0, Q5_1,

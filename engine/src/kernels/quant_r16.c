@@ -157,6 +157,84 @@ llm_gemm_q4_K_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
+/* Row r of a Q6_K_R16 super-block in the file's layout. */
+static void
+llm_q6_K_r16_row(const llm_block_q6_Kx16 *p, int r, llm_block_q6_K *o)
+{
+    for (int i = 0; i < 4; i++) {
+        memcpy(o->scales + 4 * i, &p->sc[i][4 * r], 4);
+    }
+    for (int i = 0; i < 32; i++) {
+        memcpy(o->ql + 4 * i, &p->ql[i][4 * r], 4);
+    }
+    for (int i = 0; i < 16; i++) {
+        memcpy(o->qh + 4 * i, &p->qh[i][4 * r], 4);
+    }
+    o->d = p->d[r];
+}
+
+
+/* The exact sum of a Q6_K super-block against a Q8_K one: element h 128
+ * + k 32 + l is nibble (k & 2) of ql[64 h + l + 32 (k & 1)] with bits 2k
+ * of qh[32 h + l] above it, less 32, scale 8 h + 2 k + l / 16. */
+static int
+llm_q6_K_isum(const llm_block_q6_K *a, const llm_block_q8_K *b)
+{
+    int  isum = 0;
+
+    for (int h = 0; h < 2; h++) {
+        const uint8_t  *ql = a->ql + 64 * h, *qh = a->qh + 32 * h;
+
+        for (int k = 0; k < 4; k++) {
+            for (int half = 0; half < 2; half++) {
+                int  dot = 0;
+
+                for (int l = half * 16; l < half * 16 + 16; l++) {
+                    int  lo = k & 1 ? ql[l + 32] : ql[l];
+
+                    lo = k & 2 ? lo >> 4 : lo & 0xf;
+                    dot += ((lo | ((qh[l] >> (2 * k)) & 3) << 4) - 32)
+                           * b->qs[h * 128 + k * 32 + l];
+                }
+                isum += a->scales[h * 8 + k * 2 + half] * dot;
+            }
+        }
+    }
+    return isum;
+}
+
+
+void
+llm_gemm_q6_K_r16_ref(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    const int64_t  nb = n / LLM_QK_K;
+
+    for (int64_t g = 0; g < nr / 16; g++) {
+        const llm_block_q6_Kx16  *wg = (const void *) ((const char *) w
+                                                       + g * 16 * ws);
+
+        for (int64_t c = 0; c < nc; c++) {
+            const llm_block_q8_K  *q = (const void *) ((const char *) x
+                                                       + c * xs);
+
+            for (int r = 0; r < 16; r++) {
+                float  acc = 0;
+
+                for (int64_t b = 0; b < nb; b++) {
+                    llm_block_q6_K  blk;
+
+                    llm_q6_K_r16_row(wg + b, r, &blk);
+                    acc = fmaf((float) llm_q6_K_isum(&blk, &q[b]),
+                               llm_h2f(blk.d) * q[b].d, acc);
+                }
+                y[c * ldy + g * 16 + r] = acc;
+            }
+        }
+    }
+}
+
+
 /*
  * Q8_0_R16 x Q8_0: per row the exact integer sum of a block (the quants
  * stored + 128), then acc = fma(sum, d_w * d_x, acc) block after block,

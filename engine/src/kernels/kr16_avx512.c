@@ -1,7 +1,8 @@
 /*
- * AVX-512 (BW, VNNI) kernels of Q4_K_R16 against Q8_K: 16 interleaved
- * rows, one lane per row (llm_block_q4_Kx16, kernels_common.h), and of
- * Q4_K in the file's layout through the same tile.
+ * AVX-512 (BW, VNNI) kernels of Q4_K_R16 and Q6_K_R16 against Q8_K: 16
+ * interleaved rows, one lane per row (llm_block_q4_Kx16,
+ * llm_block_q6_Kx16, kernels_common.h), and of Q4_K and Q6_K in the
+ * file's layout through the same tiles.
  *
  * Qs vector 8p + 4e + m of a regrouped super-block holds in lane r the
  * qs bytes 32p + 16e + 4m.. of row r: low nibbles elements 16e + 4m..
@@ -16,10 +17,17 @@
  * then acc = fma(isum, d d_x, acc), the scalar reference's steps
  * (quant_r16.c), whatever the number of columns.
  *
+ * Q6_K: the 6-bit q + 32 (0..63, unsigned: the nibble from ql with qh's
+ * two bits above it, unpacked once per 16 rows and shared by the
+ * columns), four vpdpbusd per 16-element sub-block, the exact int32 sum
+ * times the rows' int8 scale by vpmulld (it does not fit an int16), and
+ * the + 32 taken off once per super-block as 32 x sum_s sc_s bsum_s (one
+ * vpdpwssd per two sub-blocks); then one FMA per super-block.
+ *
  * The file layout (streamed experts, a tied output, rows not in runs of
  * 16) regroups 16 rows a slice at a time on the stack
- * (llm_repack_group_q4_K) and runs the same tile: the same bits, so a
- * streamed expert's logits are the resident run's.
+ * (llm_repack_group_q4_K, _q6_K) and runs the same tile: the same bits,
+ * so a streamed expert's logits are the resident run's.
  */
 
 #include <immintrin.h>
@@ -191,16 +199,163 @@ llm_q4_K_r16_tile(const int C, int64_t nb, const llm_block_q4_Kx16 *w,
 }
 
 
+/* ---- Q6_K_R16 ---------------------------------------------------------- */
+
+/*
+ * From the 16 rows' scale bytes v (lane r: scales 4j..4j+3), the words
+ * [sc_4j+2p, sc_4j+2p+1] (sign-extended) of each lane.
+ */
+LLM_INLINE __m512i
+llm_k6r_pair(__m512i v, int p)
+{
+    const __m512i  ev = _mm512_srai_epi16(_mm512_slli_epi16(v, 8), 8);
+    const __m512i  od = _mm512_srai_epi16(v, 8);
+
+    return p == 0
+           ? _mm512_mask_blend_epi16(0xaaaaaaaa, ev,
+                                     _mm512_slli_epi32(od, 16))
+           : _mm512_mask_blend_epi16(0xaaaaaaaa, _mm512_srli_epi32(ev, 16),
+                                     od);
+}
+
+
+/* Byte i of each lane of v, sign-extended to the lane. */
+LLM_INLINE __m512i
+llm_k6r_scale(__m512i v, int i)
+{
+    return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * i), 24);
+}
+
+
+LLM_INLINE void
+llm_q6_K_r16_tile(const int C, int64_t nb, const llm_block_q6_Kx16 *w,
+    const char *x, size_t xs, int first, float *y, size_t ldy)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  m30 = _mm512_set1_epi8(0x30);
+    __m512         acc[LLM_K4R_MAXC];
+    int64_t        b;
+    int            c, h, u, g, k, j, p;
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    }
+
+    for (b = 0; b < nb; b++, w++) {
+        __m512i  isum[LLM_K4R_MAXC];
+        __m512   wd = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)
+                                                         w->d));
+
+        /* the offset: sum_s sc_s bsum_s, two sub-blocks a vpdpwssd;
+         * the sum starts at -32 x it */
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            isum[c] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (j = 0; j < 4; j++) {
+            const __m512i  v = _mm512_loadu_si512((const void *) w->sc[j]);
+
+#pragma GCC unroll 2
+            for (p = 0; p < 2; p++) {
+                const __m512i  sp = llm_k6r_pair(v, p);
+
+#pragma GCC unroll 8
+                for (c = 0; c < C; c++) {
+                    const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                        (const void *) (x + c * xs) + b;
+
+                    isum[c] = llm_k4r_dpwssd(isum[c], sp,
+                                             q8->bsums + 4 * j + 2 * p);
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            isum[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_slli_epi32(isum[c], 5));
+        }
+
+        /* sub-block s = 8h + 2g + u: elements 128h + 32g + 16u + 4k.. are
+         * ql vector 16h + 8 (g & 1) + 4u + k (nibble g >> 1) and qh
+         * vector 8h + 4u + k (bits 2g) */
+        for (h = 0; h < 2; h++) {
+            for (u = 0; u < 2; u++) {
+#pragma GCC unroll 4
+                for (g = 0; g < 4; g++) {
+                    const int      s = 8 * h + 2 * g + u;
+                    const __m512i  sc = llm_k6r_scale(_mm512_loadu_si512(
+                                            (const void *) w->sc[s >> 2]),
+                                            s & 3);
+                    __m512i        q[4];
+
+#pragma GCC unroll 4
+                    for (k = 0; k < 4; k++) {
+                        __m512i  l = _mm512_loadu_si512((const void *)
+                                         w->ql[16 * h + 8 * (g & 1)
+                                               + 4 * u + k]);
+                        __m512i  hb = _mm512_loadu_si512((const void *)
+                                          w->qh[8 * h + 4 * u + k]);
+
+                        l = g >> 1 ? _mm512_srli_epi16(l, 4) : l;
+                        hb = g < 2 ? _mm512_slli_epi16(hb, 4 - 2 * g)
+                             : g == 2 ? hb : _mm512_srli_epi16(hb, 2);
+                        q[k] = _mm512_or_si512(_mm512_and_si512(l, m4),
+                                               _mm512_and_si512(hb, m30));
+                    }
+#pragma GCC unroll 8
+                    for (c = 0; c < C; c++) {
+                        const int8_t  *qy = ((const llm_block_q8_K *)
+                                             (const void *) (x + c * xs)
+                                             + b)->qs + 16 * s;
+                        __m512i        t = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+                        for (k = 0; k < 4; k++) {
+                            t = llm_k4r_dpbusd(t, q[k], qy + 4 * k);
+                        }
+                        isum[c] = _mm512_add_epi32(isum[c],
+                                      _mm512_mullo_epi32(t, sc));
+                    }
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const __m512  dx = _mm512_set1_ps(((const llm_block_q8_K *)
+                                               (const void *) (x + c * xs)
+                                               + b)->d);
+
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]),
+                                     _mm512_mul_ps(wd, dx), acc[c]);
+        }
+    }
+
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        _mm512_storeu_ps(y + c * ldy, acc[c]);
+    }
+}
+
+
+#define LLM_KR_Q4_K  4
+#define LLM_KR_Q6_K  6
+
 #define LLM_K4R_CASE(n)                                                     \
     case n:                                                                 \
-        llm_q4_K_r16_tile(n, nbs, wg, xc, xs, first, yc, ldc);              \
+        if (kind == LLM_KR_Q4_K) {                                          \
+            llm_q4_K_r16_tile(n, nbs, wg, xc, xs, first, yc, ldy);          \
+        } else {                                                            \
+            llm_q6_K_r16_tile(n, nbs, wg, xc, xs, first, yc, ldy);          \
+        }                                                                   \
         break;
 
-/* One 16-row group (nbs super-blocks at wg, from super-block b0 of the
- * columns) against nc columns in balanced chunks of at most
+/* One 16-row group of kind (nbs super-blocks at wg, from super-block b0
+ * of the columns) against nc columns in balanced chunks of at most
  * LLM_K4R_MAXC; y[c * ldy + r] accumulated into unless first. */
 LLM_INLINE void
-llm_q4_K_r16_group(int64_t b0, int64_t nbs, const llm_block_q4_Kx16 *wg,
+llm_kr16_group(const int kind, int64_t b0, int64_t nbs, const void *wg,
     int64_t nc, const char *x, size_t xs, int first, float *y, size_t ldy)
 {
     const int64_t  nch = (nc + LLM_K4R_MAXC - 1) / LLM_K4R_MAXC;
@@ -209,7 +364,6 @@ llm_q4_K_r16_group(int64_t b0, int64_t nbs, const llm_block_q4_Kx16 *wg,
     for (j = 0; j < nch; j++) {
         const char  *xc;
         float       *yc;
-        size_t       ldc = ldy;
 
         c0 = j * nc / nch;
         c1 = (j + 1) * nc / nch;
@@ -233,16 +387,15 @@ llm_q4_K_r16_group(int64_t b0, int64_t nbs, const llm_block_q4_Kx16 *wg,
 
 /* Each 16-row group against all columns (its rows stay in L1/L2 while
  * the column chunks pass). */
-static void
-llm_gemm_q4_K_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+LLM_INLINE void
+llm_gemm_kr16(const int kind, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     const int64_t  nb = n / LLM_QK_K, ng = nr / 16;
 
     for (int64_t g = 0; g < ng; g++) {
-        llm_q4_K_r16_group(0, nb, (const llm_block_q4_Kx16 *) (const void *)
-                           ((const char *) w + g * 16 * ws), nc, x, xs, 1,
-                           y + g * 16, ldy);
+        llm_kr16_group(kind, 0, nb, (const char *) w + g * 16 * ws, nc, x,
+                       xs, 1, y + g * 16, ldy);
     }
 }
 
@@ -252,11 +405,12 @@ llm_gemm_q4_K_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
  * regrouped LLM_K4R_SLICE super-blocks at a time, then the tile; the last
  * run's results through a 16-row buffer.
  */
-static void
-llm_gemm_q4_K_file(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+LLM_INLINE void
+llm_gemm_kr16_file(const int kind, int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
-    llm_block_q4_Kx16  buf[LLM_K4R_SLICE];
+    /* the larger of the two super-block groups: Q6_K's */
+    llm_block_q6_Kx16  buf[LLM_K4R_SLICE];
     const int64_t      nb = n / LLM_QK_K, ng = (nr + 15) / 16;
     int64_t            g, b0, nbs, c, c0, cn;
 
@@ -271,14 +425,18 @@ llm_gemm_q4_K_file(int64_t n, int64_t nr, int64_t nc, const void *w,
             cn = R == 16 ? nc : (nc - c0 < 16 ? nc - c0 : 16);
             for (b0 = 0; b0 < nb; b0 += nbs) {
                 nbs = nb - b0 < LLM_K4R_SLICE ? nb - b0 : LLM_K4R_SLICE;
-                llm_repack_group_q4_K(b0, nbs, ws, R, wg, (char *) buf);
-                if (R == 16) {
-                    llm_q4_K_r16_group(b0, nbs, buf, cn, x, xs, b0 == 0,
-                                       y + g * 16, ldy);
+                if (kind == LLM_KR_Q4_K) {
+                    llm_repack_group_q4_K(b0, nbs, ws, R, wg, (char *) buf);
                 } else {
-                    llm_q4_K_r16_group(b0, nbs, buf, cn,
-                                       (const char *) x + c0 * xs, xs,
-                                       b0 == 0, part, 16);
+                    llm_repack_group_q6_K(b0, nbs, ws, R, wg, (char *) buf);
+                }
+                if (R == 16) {
+                    llm_kr16_group(kind, b0, nbs, buf, cn, x, xs, b0 == 0,
+                                   y + g * 16, ldy);
+                } else {
+                    llm_kr16_group(kind, b0, nbs, buf, cn,
+                                   (const char *) x + c0 * xs, xs, b0 == 0,
+                                   part, 16);
                 }
             }
             if (R < 16) {
@@ -292,6 +450,38 @@ llm_gemm_q4_K_file(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
+static void
+llm_gemm_q4_K_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_kr16(LLM_KR_Q4_K, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_q6_K_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_kr16(LLM_KR_Q6_K, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_q4_K_file(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_kr16_file(LLM_KR_Q4_K, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_q6_K_file(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_kr16_file(LLM_KR_Q6_K, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
 /* One row, one column: the same steps (the same bits as a gemm row). */
 static void
 llm_dot_q4_K_r16(int64_t n, float *s, const void *w, const void *x)
@@ -300,10 +490,20 @@ llm_dot_q4_K_r16(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+static void
+llm_dot_q6_K_r16(int64_t n, float *s, const void *w, const void *x)
+{
+    llm_gemm_q6_K_file(n, 1, 1, w, 0, x, 0, s, 1);
+}
+
+
 void
-llm_kernels_init_k4r_avx512(llm_kernels_t *k)
+llm_kernels_init_kr16_avx512(llm_kernels_t *k)
 {
     k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K_r16;
     k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_file;
     k->gemm[LLM_TYPE_Q4_K_R16] = llm_gemm_q4_K_r16;
+    k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K_r16;
+    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_file;
+    k->gemm[LLM_TYPE_Q6_K_R16] = llm_gemm_q6_K_r16;
 }
