@@ -414,11 +414,18 @@ llm_repack_group_q6_K(int64_t b0, int64_t nb, size_t rb, int nrow,
             for (int i = 0; i < 4; i++) {
                 memcpy(&o->sc[i][4 * r], q->scales + 4 * i, 4);
             }
-            for (int i = 0; i < 32; i++) {
-                memcpy(&o->ql[i][4 * r], q->ql + 4 * i, 4);
-            }
-            for (int i = 0; i < 16; i++) {
-                memcpy(&o->qh[i][4 * r], q->qh + 4 * i, 4);
+            for (int h = 0; h < 2; h++) {
+                for (int u = 0; u < 2; u++) {
+                    for (int k = 0; k < 4; k++) {
+                        memcpy(&o->g[2 * h + u].qh[k][4 * r],
+                               q->qh + 32 * h + 16 * u + 4 * k, 4);
+                        for (int a = 0; a < 2; a++) {
+                            memcpy(&o->g[2 * h + u].ql[4 * a + k][4 * r],
+                                   q->ql + 64 * h + 32 * a + 16 * u + 4 * k,
+                                   4);
+                        }
+                    }
+                }
             }
         }
     }

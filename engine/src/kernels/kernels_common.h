@@ -189,13 +189,19 @@ typedef struct {
 /*
  * Super-block b of 16 Q6_K rows, interleaved (LLM_TYPE_Q6_K_R16), in the
  * order the kernel reads it: d, sc[i][4r + j] = row r's scales[4i + j],
- * ql[i][4r + j] = row r's ql[4i + j], qh[i][4r + j] = row r's qh[4i + j].
+ * then per half h and u the bytes of elements 128 h + 32 g + 16 u + 4 k +
+ * j (sub-block 8 h + 2 g + u): g[2h + u].qh[k][4r + j] = row r's qh[32 h
+ * + 16 u + 4 k + j] (the high bits of all four g) and g[2h + u].ql[4a +
+ * k][4r + j] = row r's ql[64 h + 32 a + 16 u + 4 k + j] (the nibbles of
+ * g = a and a + 2).
  */
 typedef struct {
     uint16_t  d[16];                /* row r's */
     uint8_t   sc[4][64];
-    uint8_t   ql[32][64];
-    uint8_t   qh[16][64];
+    struct {
+        uint8_t   qh[4][64];
+        uint8_t   ql[8][64];
+    } g[4];
 } llm_block_q6_Kx16;
 
 _Static_assert(sizeof(llm_block_q2_Kx16) == 16 * sizeof(llm_block_q2_K),

@@ -277,9 +277,9 @@ llm_q6_K_r16_tile(const int C, int64_t nb, const llm_block_q6_Kx16 *w,
                                        _mm512_slli_epi32(isum[c], 5));
         }
 
-        /* sub-block s = 8h + 2g + u: elements 128h + 32g + 16u + 4k.. are
-         * ql vector 16h + 8 (g & 1) + 4u + k (nibble g >> 1) and qh
-         * vector 8h + 4u + k (bits 2g) */
+        /* sub-block s = 8h + 2g + u: elements 128h + 32g + 16u + 4k..
+         * are nibble g >> 1 of w->g[2h + u].ql[4 (g & 1) + k] and bits
+         * 2g of its qh[k]; the groups in memory order */
         for (h = 0; h < 2; h++) {
             for (u = 0; u < 2; u++) {
 #pragma GCC unroll 4
@@ -293,10 +293,10 @@ llm_q6_K_r16_tile(const int C, int64_t nb, const llm_block_q6_Kx16 *w,
 #pragma GCC unroll 4
                     for (k = 0; k < 4; k++) {
                         __m512i  l = _mm512_loadu_si512((const void *)
-                                         w->ql[16 * h + 8 * (g & 1)
-                                               + 4 * u + k]);
+                                         w->g[2 * h + u].ql[4 * (g & 1)
+                                                            + k]);
                         __m512i  hb = _mm512_loadu_si512((const void *)
-                                          w->qh[8 * h + 4 * u + k]);
+                                          w->g[2 * h + u].qh[k]);
 
                         l = g >> 1 ? _mm512_srli_epi16(l, 4) : l;
                         hb = g < 2 ? _mm512_slli_epi16(hb, 4 - 2 * g)

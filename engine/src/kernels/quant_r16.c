@@ -164,11 +164,17 @@ llm_q6_K_r16_row(const llm_block_q6_Kx16 *p, int r, llm_block_q6_K *o)
     for (int i = 0; i < 4; i++) {
         memcpy(o->scales + 4 * i, &p->sc[i][4 * r], 4);
     }
-    for (int i = 0; i < 32; i++) {
-        memcpy(o->ql + 4 * i, &p->ql[i][4 * r], 4);
-    }
-    for (int i = 0; i < 16; i++) {
-        memcpy(o->qh + 4 * i, &p->qh[i][4 * r], 4);
+    for (int h = 0; h < 2; h++) {
+        for (int u = 0; u < 2; u++) {
+            for (int k = 0; k < 4; k++) {
+                memcpy(o->qh + 32 * h + 16 * u + 4 * k,
+                       &p->g[2 * h + u].qh[k][4 * r], 4);
+                for (int a = 0; a < 2; a++) {
+                    memcpy(o->ql + 64 * h + 32 * a + 16 * u + 4 * k,
+                           &p->g[2 * h + u].ql[4 * a + k][4 * r], 4);
+                }
+            }
+        }
     }
     o->d = p->d[r];
 }
