@@ -25,9 +25,10 @@
  * vpdpwssd per two sub-blocks); then one FMA per super-block.
  *
  * The file layout (streamed experts, a tied output, rows not in runs of
- * 16) regroups 16 rows a slice at a time on the stack
- * (llm_repack_group_q4_K, _q6_K) and runs the same tile: the same bits,
- * so a streamed expert's logits are the resident run's.
+ * 16) regroups 16 rows a slice at a time on the stack (by 16 x 8 dword
+ * transposes, as llm_repack_group_q4_K / _q6_K would) and runs the same
+ * tile: the same bits, so a streamed expert's logits are the resident
+ * run's.
  */
 
 #include <immintrin.h>
@@ -401,6 +402,135 @@ llm_gemm_kr16(const int kind, int64_t n, int64_t nr, int64_t nc,
 
 
 /*
+ * Bytes [0, 4 nd) (nd <= 8 dwords) of the 16 rows p + r ws (zeros for r
+ * >= R) transposed: dword i of row r to lane r of vector i, vectors 0..3
+ * to o0[0..], 4..7 to o1[0..].  Two rows a vector, then three steps of
+ * two-source dword permutes (the Q8_0 regrouping's, kernels_avx512.c).
+ */
+LLM_INLINE void
+llm_kr16_tr(const char *p, size_t ws, int R, int nd, uint8_t (*o0)[64],
+    uint8_t (*o1)[64])
+{
+    const __m512i    i10 = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2,
+                                            25, 17, 9, 1, 24, 16, 8, 0);
+    const __m512i    i11 = _mm512_set_epi32(31, 23, 15, 7, 30, 22, 14, 6,
+                                            29, 21, 13, 5, 28, 20, 12, 4);
+    const __m512i    i20 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4,
+                                            19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i    i21 = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12,
+                                            27, 26, 25, 24, 11, 10, 9, 8);
+    const __mmask8   m = (__mmask8) ((1u << nd) - 1);
+    __m512i          pk[8], sv[8], tv[8], ov[8];
+    int              k, h;
+
+#pragma GCC unroll 8
+    for (k = 0; k < 8; k++) {
+        __m256i  a = _mm256_setzero_si256(), c = a;
+
+        if (2 * k < R) {
+            a = _mm256_maskz_loadu_epi32(m, p + 2 * k * ws);
+        }
+        if (2 * k + 1 < R) {
+            c = _mm256_maskz_loadu_epi32(m, p + (2 * k + 1) * ws);
+        }
+        pk[k] = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+    }
+#pragma GCC unroll 4
+    for (k = 0; k < 4; k++) {
+        sv[2 * k] = _mm512_permutex2var_epi32(pk[2 * k], i10, pk[2 * k + 1]);
+        sv[2 * k + 1] = _mm512_permutex2var_epi32(pk[2 * k], i11,
+                                                  pk[2 * k + 1]);
+    }
+#pragma GCC unroll 2
+    for (k = 0; k < 2; k++) {
+#pragma GCC unroll 2
+        for (h = 0; h < 2; h++) {
+            __m512i  a = sv[4 * k + h], c = sv[4 * k + 2 + h];
+
+            tv[4 * h + 2 * k] = _mm512_permutex2var_epi32(a, i20, c);
+            tv[4 * h + 2 * k + 1] = _mm512_permutex2var_epi32(a, i21, c);
+        }
+    }
+#pragma GCC unroll 2
+    for (h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+        for (k = 0; k < 2; k++) {
+            __m512i  a = tv[4 * h + k], c = tv[4 * h + 2 + k];
+
+            ov[4 * h + 2 * k] = _mm512_shuffle_i64x2(a, c, 0x44);
+            ov[4 * h + 2 * k + 1] = _mm512_shuffle_i64x2(a, c, 0xee);
+        }
+    }
+    for (k = 0; k < nd; k++) {
+        _mm512_storeu_si512((void *) (k < 4 ? o0[k] : o1[k - 4]), ov[k]);
+    }
+}
+
+
+/* The 16 rows' 16-bit words at p + r ws (4 readable bytes there), as
+ * words (hi: the upper two of the four bytes). */
+LLM_INLINE __m256i
+llm_kr16_words(const char *p, size_t ws, int R, int hi)
+{
+    const __m512i  rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13,
+                              12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                              _mm512_set1_epi32((int) ws));
+    __m512i        v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(),
+                           (__mmask16) ((1u << R) - 1), rows,
+                           (const void *) p, 1);
+
+    return _mm512_cvtepi32_epi16(hi ? _mm512_srli_epi32(v, 16) : v);
+}
+
+
+/* Super-blocks [b0, b0 + nb) of R <= 16 Q4_K rows (ws apart) regrouped
+ * into o (llm_repack_group_q4_K's result, by vector transposes). */
+LLM_INLINE void
+llm_kr16_regroup_q4_K(const char *w, size_t ws, int R, int64_t b0,
+    int64_t nb, llm_block_q4_Kx16 *o)
+{
+    for (int64_t b = 0; b < nb; b++, o++) {
+        const char  *p = w + (b0 + b) * sizeof(llm_block_q4_K);
+
+        _mm256_storeu_si256((void *) o->d, llm_kr16_words(p, ws, R, 0));
+        _mm256_storeu_si256((void *) o->dmin, llm_kr16_words(p, ws, R, 1));
+        llm_kr16_tr(p + 4, ws, R, 3, o->sc, NULL);
+        for (int c = 0; c < 4; c++) {
+            llm_kr16_tr(p + 16 + 32 * c, ws, R, 8, o->qs + 8 * c,
+                        o->qs + 8 * c + 4);
+        }
+    }
+}
+
+
+/* The same for Q6_K (llm_repack_group_q6_K's result). */
+LLM_INLINE void
+llm_kr16_regroup_q6_K(const char *w, size_t ws, int R, int64_t b0,
+    int64_t nb, llm_block_q6_Kx16 *o)
+{
+    for (int64_t b = 0; b < nb; b++, o++) {
+        const char  *p = w + (b0 + b) * sizeof(llm_block_q6_K);
+
+        /* d is the block's last two bytes: the four from 206 */
+        _mm256_storeu_si256((void *) o->d, llm_kr16_words(p + 206, ws, R,
+                                                          1));
+        llm_kr16_tr(p + 192, ws, R, 4, o->sc, NULL);
+        for (int h = 0; h < 2; h++) {
+            /* qh bytes 32h + 16u + 4k: g[2h + u].qh[k] */
+            llm_kr16_tr(p + 128 + 32 * h, ws, R, 8, o->g[2 * h].qh,
+                        o->g[2 * h + 1].qh);
+            for (int a = 0; a < 2; a++) {
+                /* ql bytes 64h + 32a + 16u + 4k: g[2h + u].ql[4a + k] */
+                llm_kr16_tr(p + 64 * h + 32 * a, ws, R, 8,
+                            o->g[2 * h].ql + 4 * a,
+                            o->g[2 * h + 1].ql + 4 * a);
+            }
+        }
+    }
+}
+
+
+/*
  * The file layout: each 16 rows (the last run padded with zero rows)
  * regrouped LLM_K4R_SLICE super-blocks at a time, then the tile; the last
  * run's results through a 16-row buffer.
@@ -426,9 +556,11 @@ llm_gemm_kr16_file(const int kind, int64_t n, int64_t nr, int64_t nc,
             for (b0 = 0; b0 < nb; b0 += nbs) {
                 nbs = nb - b0 < LLM_K4R_SLICE ? nb - b0 : LLM_K4R_SLICE;
                 if (kind == LLM_KR_Q4_K) {
-                    llm_repack_group_q4_K(b0, nbs, ws, R, wg, (char *) buf);
+                    llm_kr16_regroup_q4_K(wg, ws, R, b0, nbs,
+                                          (llm_block_q4_Kx16 *) (void *)
+                                          buf);
                 } else {
-                    llm_repack_group_q6_K(b0, nbs, ws, R, wg, (char *) buf);
+                    llm_kr16_regroup_q6_K(wg, ws, R, b0, nbs, buf);
                 }
                 if (R == 16) {
                     llm_kr16_group(kind, b0, nbs, buf, cn, x, xs, b0 == 0,
