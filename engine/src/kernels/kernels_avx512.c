@@ -1890,6 +1890,9 @@ llm_gemm_iq4_xs_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
 
 /* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
 
+/* Q4_K itself now runs as Q4_K_R16 (kr16_avx512.c, the file layout
+ * regrouped per call); this tile serves Q5_K (q5 = 1). */
+
 /*
  * The 128 quant bytes of each of two super-blocks are four 64-byte loads;
  * transposed as the Q4_0 groups are, the 32-bit lane 4k + g of vector i
