@@ -288,6 +288,16 @@ llm_repack_type(llm_type_t t, int64_t nr)
 }
 
 
+int
+llm_repack_file_slow(llm_type_t t)
+{
+    llm_ensure();
+    return llm_level == LLM_SIMD_AVX512
+           && (t == LLM_TYPE_Q8_0 || t == LLM_TYPE_Q4_K
+               || t == LLM_TYPE_Q6_K);
+}
+
+
 llm_type_t
 llm_repack_source(llm_type_t t)
 {

@@ -167,6 +167,12 @@ void llm_gemm(llm_type_t t, int64_t n, int64_t nr, int64_t nc,
  * src into dst (the same size, not overlapping) as llm_repack_type(t, nr).
  */
 llm_type_t llm_repack_type(llm_type_t t, int64_t nr);
+/* llm_repack_file_slow: whether t's file layout runs, at this SIMD level,
+ * by regrouping its rows on every call (AVX-512 Q8_0, Q4_K, Q6_K: the
+ * regrouped tile's bits, at a fraction of its speed for one column), so
+ * that a matrix of t that meets the gemm often (an output tied to the
+ * embeddings) is worth a regrouped copy. */
+int llm_repack_file_slow(llm_type_t t);
 /* llm_repack_source: the file type a regrouped type is made from (Q4_0
  * for Q4_0_R16, ...); t itself for every other type. */
 llm_type_t llm_repack_source(llm_type_t t);
