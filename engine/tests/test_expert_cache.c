@@ -157,7 +157,8 @@ done:
 
 static int
 make_model(const char *path, const char *arch, uint32_t n_embd,
-    uint32_t n_expert, uint32_t n_used, int split)
+    uint32_t n_expert, uint32_t n_used, int split, llm_type_t type,
+    int tied)
 {
     llm_mkmodel_params_t  p;
     char                  err[512];
@@ -176,7 +177,8 @@ make_model(const char *path, const char *arch, uint32_t n_embd,
     p.n_layer = 4;
     p.n_expert = n_expert;
     p.n_expert_used = n_used;
-    p.type = LLM_TYPE_Q4_0;
+    p.type = type;
+    p.tied = tied;
     p.split_experts = split;
     p.n_threads = 2;
     if (llm_mkmodel_check(&p, err, sizeof(err)) < 0
@@ -371,6 +373,48 @@ regrouped_once(const char *path)
     llm_model_free(m);
 }
 
+/*
+ * Regrouped (resident) against the file's layout (--no-regroup) on one
+ * file: the same logits bit for bit.  On a Q8_0 model with its output
+ * tied to the embeddings, the output gets a regrouped copy of its own
+ * (llm_repack_file_slow) while the embeddings stay in the file.
+ */
+static void
+regroup_vs_file(const char *path)
+{
+    llm_model_t       *m = NULL, *mf = NULL;
+    llm_model_opts_t   mo = { 0 };
+    float             *a = NULL, *b = NULL;
+    size_t             n;
+    char               err[512] = "";
+
+    mo.no_regroup = 1;
+    if (llm_model_load(&m, path, NULL, err, sizeof(err)) < 0
+        || llm_model_load(&mf, path, &mo, err, sizeof(err)) < 0)
+    {
+        check(0, "regrouped vs the file layout", err);
+        goto done;
+    }
+    n = (size_t) N_ALL * llm_model_hparams(m)->n_vocab;
+    a = calloc(n, sizeof(float));
+    b = calloc(n, sizeof(float));
+    if (a == NULL || b == NULL
+        || run(m, NULL, 1, a, err, sizeof(err)) < 0
+        || run(mf, NULL, 1, b, err, sizeof(err)) < 0)
+    {
+        check(0, "regrouped vs the file layout", err);
+        goto done;
+    }
+    check(memcmp(a, b, n * sizeof(float)) == 0,
+          "tied Q8_0 output regrouped: logits bitwise those of the file"
+          " layout (--no-regroup)", NULL);
+done:
+    llm_model_free(m);
+    llm_model_free(mf);
+    free(a);
+    free(b);
+}
+
 /* "Q3_K/Q3_K/Q5_K": the types of layer 0's gate, up and down experts. */
 static void
 expert_types(const llm_model_t *m, char *buf, size_t len)
@@ -477,7 +521,7 @@ main(void)
     dir = tk_tmpdir("test_expert_cache");
     snprintf(gen, sizeof(gen), "%s/gen-16x4.gguf", dir);
     snprintf(mix, sizeof(mix), "%s/gen-split.gguf", dir);
-    if (make_model(gen, "qwen3moe", 256, 16, 4, 0) == 0) {
+    if (make_model(gen, "qwen3moe", 256, 16, 4, 0, LLM_TYPE_Q4_0, 0) == 0) {
         /* 64 experts through 6 slots, one token per step */
         compare(gen, 64, 6, 0);
         read_error(gen, dir);
@@ -486,12 +530,19 @@ main(void)
     }
     /* attention matrices with rows in runs of 16 (regrouped) */
     snprintf(big, sizeof(big), "%s/gen-1024.gguf", dir);
-    if (make_model(big, "qwen3moe", 1024, 8, 2, 0) == 0) {
+    if (make_model(big, "qwen3moe", 1024, 8, 2, 0, LLM_TYPE_Q4_0, 0) == 0) {
         regrouped_once(big);
         unlink(big);
     }
+    /* Q8_0 (Q8_0_R16 resident, the file layout streamed), output tied */
+    snprintf(big, sizeof(big), "%s/gen-q8-tied.gguf", dir);
+    if (make_model(big, "qwen3moe", 256, 8, 2, 0, LLM_TYPE_Q8_0, 1) == 0) {
+        compare(big, 64, 8, 1);
+        regroup_vs_file(big);
+        unlink(big);
+    }
     /* old Mixtral layout: one tensor per expert */
-    if (make_model(mix, "llama", 128, 8, 2, 1) == 0) {
+    if (make_model(mix, "llama", 128, 8, 2, 1, LLM_TYPE_Q4_0, 0) == 0) {
         compare(mix, 64, 5, 0);
         unlink(mix);
     }

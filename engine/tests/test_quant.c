@@ -814,8 +814,8 @@ test_q4_0_r16(void)
     llm_simd_force(LLM_SIMD_AVX512);
     CHECK(llm_repack_type(LLM_TYPE_Q4_0, 48) == LLM_TYPE_Q4_0_R16
           && llm_repack_type(LLM_TYPE_Q4_0, 40) == LLM_TYPE_Q4_0
-          && llm_repack_type(LLM_TYPE_Q8_0, 48) == LLM_TYPE_Q8_0,
-          "llm_repack_type: Q4_0 x 48 rows regroups, 40 rows or Q8_0 not");
+          && llm_repack_type(LLM_TYPE_Q5_K, 48) == LLM_TYPE_Q5_K,
+          "llm_repack_type: Q4_0 x 48 rows regroups, 40 rows or Q5_K not");
 
     for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
         const int64_t  n = ns[in];

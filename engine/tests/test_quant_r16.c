@@ -1,6 +1,7 @@
 /*
- * IQ4_NL, MXFP4, IQ4_XS, Q2_K and Q3_K regrouped into 16-row runs
- * (IQ4_NL_R16, MXFP4_R16, IQ4_XS_R16, Q2_K_R16, Q3_K_R16:
+ * IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0, Q4_K and Q6_K regrouped into
+ * 16-row runs (IQ4_NL_R16, MXFP4_R16, IQ4_XS_R16, Q2_K_R16, Q3_K_R16,
+ * Q8_0_R16, Q4_K_R16, Q6_K_R16:
  * what the engine runs those matrices as with AVX-512, as Q4_0_R16 for
  * Q4_0; test_quant checks that one).
  *
@@ -10,10 +11,12 @@
  *    bit-identical to the scalar reference of its order and to the
  *    AVX-512 kernels of the file layout (what streamed experts run: the
  *    expert cache's logits must be the resident run's bit for bit), every
- *    column bit-identical alone and in any batch, and every result within 2e-5
+ *    column bit-identical alone and in any batch (the file layout's also
+ *    with a row count that is not a multiple of 16), and every result
+ *    within 2e-5
  *    (of the sum of |w x|) of the file type's own dot product; rows 16 to
- *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS, Q2_K, Q3_K:
- *    1 to 40 super-blocks).
+ *    80, columns 1 to 33, rows of 1 to 300 blocks (IQ4_XS, Q2_K, Q3_K,
+ *    Q4_K, Q6_K: 1 to 40 super-blocks).
  */
 
 #include <math.h>
@@ -37,27 +40,29 @@ rng_uniform(void)
 static int
 at_k(llm_type_t t)
 {
-    return t == LLM_TYPE_IQ4_XS || t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K;
+    return t == LLM_TYPE_IQ4_XS || t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q3_K
+           || t == LLM_TYPE_Q4_K || t == LLM_TYPE_Q6_K;
 }
 
 
-/* nr rows of n values of type t (IQ4_NL, MXFP4, IQ4_XS, Q2_K or Q3_K),
- * random; the float
+/* nr rows of n values of type t (IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K or
+ * Q8_0), random (Q8_0's quants anywhere in -128..127); the float
  * values of the same rows into wf (for the error bound). */
 static void
 make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
 {
     const size_t  rb = llm_row_bytes(t, n);
-    const size_t  bb = t == LLM_TYPE_MXFP4 ? 17 : 18;
+    const size_t  bb = llm_type_info(t)->block_bytes;
     const size_t  sb = t == LLM_TYPE_MXFP4 ? 1 : 2;
 
     if (at_k(t)) {
         /* random bytes, then a sane fp16 d (any scale bytes are valid):
          * at byte 0 of an IQ4_XS block, 80 of Q2_K (and dmin at 82), 108
-         * of Q3_K */
+         * of Q3_K, 0 of Q4_K (and dmin at 2), 208 of Q6_K */
         const size_t  kb = llm_row_bytes(t, 256);
         const size_t  doff = t == LLM_TYPE_Q2_K ? 80
-                             : t == LLM_TYPE_Q3_K ? 108 : 0;
+                             : t == LLM_TYPE_Q3_K ? 108
+                             : t == LLM_TYPE_Q6_K ? 208 : 0;
 
         for (size_t i = 0; i < nr * rb; i++) {
             w[i] = (char) (tk_xorshift64(&rng_state) >> 56);
@@ -70,7 +75,7 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
                                                 * rng_uniform());
 
                 memcpy(w + r * rb + b * kb + doff, &d, 2);
-                if (t == LLM_TYPE_Q2_K) {
+                if (t == LLM_TYPE_Q2_K || t == LLM_TYPE_Q4_K) {
                     memcpy(w + r * rb + b * kb + doff + 2, &dm, 2);
                 }
             }
@@ -93,9 +98,8 @@ make_rows(llm_type_t t, int64_t n, int nr, char *w, float *wf)
 
                 memcpy(p, &d, 2);
             }
-            for (int i = 0; i < 16; i++) {
-                p[sb + i] = (unsigned char) (tk_xorshift64(&rng_state)
-                                             >> 56);
+            for (size_t i = sb; i < bb; i++) {
+                p[i] = (unsigned char) (tk_xorshift64(&rng_state) >> 56);
             }
         }
         llm_dequantize_row(t, w + r * rb, wf + r * n, n);
@@ -149,6 +153,13 @@ check_type(llm_type_t t, llm_type_t rt, llm_simd_t level)
                 /* the file layout's kernels (streamed experts) */
                 llm_gemm(t, n, nr, nc, wq, wrow, xq, xrow, ys, nr);
                 flay = memcmp(y, ys, nr * nc * sizeof(float)) != 0;
+                /* and fewer rows than a multiple of 16 (the last run
+                 * partial): the same bits row by row */
+                llm_gemm(t, n, nr - 5, nc, wq, wrow, xq, xrow, ys, nr);
+                for (int c = 0; c < nc; c++) {
+                    flay |= memcmp(y + c * nr, ys + c * nr,
+                                   (nr - 5) * sizeof(float)) != 0;
+                }
                 for (int c = 0; c < nc; c++) {
                     llm_gemm(rt, n, nr, 1, wr, wrow, xq + c * xrow, xrow,
                              y1, nr);
@@ -198,9 +209,13 @@ main(void)
           && llm_repack_source(LLM_TYPE_IQ4_XS_R16) == LLM_TYPE_IQ4_XS
           && llm_repack_source(LLM_TYPE_Q2_K_R16) == LLM_TYPE_Q2_K
           && llm_repack_source(LLM_TYPE_Q3_K_R16) == LLM_TYPE_Q3_K
+          && llm_repack_source(LLM_TYPE_Q8_0_R16) == LLM_TYPE_Q8_0
+          && llm_repack_source(LLM_TYPE_Q4_K_R16) == LLM_TYPE_Q4_K
+          && llm_repack_source(LLM_TYPE_Q6_K_R16) == LLM_TYPE_Q6_K
           && llm_repack_source(LLM_TYPE_Q8_0) == LLM_TYPE_Q8_0);
     CHECK(llm_type_vec_dot_type(LLM_TYPE_IQ4_NL_R16) == LLM_TYPE_Q8_0
-          && llm_type_vec_dot_type(LLM_TYPE_MXFP4_R16) == LLM_TYPE_Q8_0);
+          && llm_type_vec_dot_type(LLM_TYPE_MXFP4_R16) == LLM_TYPE_Q8_0
+          && llm_type_vec_dot_type(LLM_TYPE_Q8_0_R16) == LLM_TYPE_Q8_0);
     CHECK(llm_row_bytes(LLM_TYPE_IQ4_NL_R16, 64)
           == llm_row_bytes(LLM_TYPE_IQ4_NL, 64)
           && llm_row_bytes(LLM_TYPE_MXFP4_R16, 64)
@@ -219,9 +234,14 @@ main(void)
               && llm_repack_type(LLM_TYPE_Q2_K, 32) == LLM_TYPE_Q2_K_R16
               && llm_repack_type(LLM_TYPE_Q3_K, 64) == LLM_TYPE_Q3_K_R16
               && llm_repack_type(LLM_TYPE_Q3_K, 24) == LLM_TYPE_Q3_K
-              && llm_repack_type(LLM_TYPE_Q4_K, 48) == LLM_TYPE_Q4_K,
-              "AVX-512: IQ4_NL, MXFP4, IQ4_XS, Q2_K and Q3_K in runs of"
-              " 16 rows regroup");
+              && llm_repack_type(LLM_TYPE_Q8_0, 32) == LLM_TYPE_Q8_0_R16
+              && llm_repack_type(LLM_TYPE_Q8_0, 40) == LLM_TYPE_Q8_0
+              && llm_repack_type(LLM_TYPE_Q4_K, 48) == LLM_TYPE_Q4_K_R16
+              && llm_repack_type(LLM_TYPE_Q4_K, 8) == LLM_TYPE_Q4_K
+              && llm_repack_type(LLM_TYPE_Q6_K, 48) == LLM_TYPE_Q6_K_R16
+              && llm_repack_type(LLM_TYPE_Q5_K, 48) == LLM_TYPE_Q5_K,
+              "AVX-512: IQ4_NL, MXFP4, IQ4_XS, Q2_K, Q3_K, Q8_0, Q4_K and"
+              " Q6_K in runs of 16 rows regroup");
         llm_simd_force(llm_simd_best());
     }
     tk_end();
@@ -269,6 +289,21 @@ main(void)
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of Q3_K");
     check_type(LLM_TYPE_Q3_K, LLM_TYPE_Q3_K_R16, LLM_SIMD_AVX512);
+    tk_end();
+    tk_begin("Q8_0_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of Q8_0");
+    check_type(LLM_TYPE_Q8_0, LLM_TYPE_Q8_0_R16, LLM_SIMD_AVX512);
+    tk_end();
+    tk_begin("Q4_K_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of Q4_K");
+    check_type(LLM_TYPE_Q4_K, LLM_TYPE_Q4_K_R16, LLM_SIMD_AVX512);
+    tk_end();
+    tk_begin("Q6_K_R16: AVX-512 gemm bit-identical to its scalar"
+             " reference, to the file layout and to each column alone,"
+             " within 2e-5 of Q6_K");
+    check_type(LLM_TYPE_Q6_K, LLM_TYPE_Q6_K_R16, LLM_SIMD_AVX512);
     tk_end();
     llm_simd_force(llm_simd_best());
     return tk_done();

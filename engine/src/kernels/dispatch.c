@@ -276,9 +276,25 @@ llm_repack_type(llm_type_t t, int64_t nr)
         return LLM_TYPE_Q2_K_R16;
     case LLM_TYPE_Q3_K:
         return LLM_TYPE_Q3_K_R16;
+    case LLM_TYPE_Q8_0:
+        return LLM_TYPE_Q8_0_R16;
+    case LLM_TYPE_Q4_K:
+        return LLM_TYPE_Q4_K_R16;
+    case LLM_TYPE_Q6_K:
+        return LLM_TYPE_Q6_K_R16;
     default:
         return t;
     }
+}
+
+
+int
+llm_repack_file_slow(llm_type_t t)
+{
+    llm_ensure();
+    return llm_level == LLM_SIMD_AVX512
+           && (t == LLM_TYPE_Q8_0 || t == LLM_TYPE_Q4_K
+               || t == LLM_TYPE_Q6_K);
 }
 
 
@@ -298,6 +314,12 @@ llm_repack_source(llm_type_t t)
         return LLM_TYPE_Q2_K;
     case LLM_TYPE_Q3_K_R16:
         return LLM_TYPE_Q3_K;
+    case LLM_TYPE_Q8_0_R16:
+        return LLM_TYPE_Q8_0;
+    case LLM_TYPE_Q4_K_R16:
+        return LLM_TYPE_Q4_K;
+    case LLM_TYPE_Q6_K_R16:
+        return LLM_TYPE_Q6_K;
     default:
         return t;
     }
@@ -320,6 +342,100 @@ llm_repack_group(int64_t nb, size_t rb, size_t bb, size_t sb,
             memcpy(dst + sb * r, q, sb);
             for (int i = 0; i < 4; i++) {
                 memcpy(dst + 16 * sb + 64 * i + 4 * r, q + sb + 4 * i, 4);
+            }
+        }
+    }
+}
+
+
+/* The same for Q8_0 blocks (llm_block_q8_0x16): the quants + 128. */
+static void
+llm_repack_group_q8_0(int64_t nb, size_t rb, const char *src, char *dst)
+{
+    llm_block_q8_0x16  *o = (llm_block_q8_0x16 *) (void *) dst;
+
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < 16; r++) {
+            const llm_block_q8_0  *q = (const llm_block_q8_0 *)
+                                       (const void *) (src + r * rb) + b;
+
+            o->d[r] = q->d;
+            for (int i = 0; i < 8; i++) {
+                uint32_t  v;
+
+                /* + 128 of each byte, mod 256: its top bit flipped */
+                memcpy(&v, q->qs + 4 * i, 4);
+                v ^= 0x80808080u;
+                memcpy(&o->qs[i][4 * r], &v, 4);
+            }
+        }
+    }
+}
+
+
+/* The same for Q4_K super-blocks (llm_block_q4_Kx16), [b0, b0 + nb) of
+ * rows 0 .. nrow - 1, zeros for the other rows of the 16 (the AVX-512
+ * file-layout gemm regroups a slice at a time on the stack). */
+void
+llm_repack_group_q4_K(int64_t b0, int64_t nb, size_t rb, int nrow,
+    const char *src, char *dst)
+{
+    llm_block_q4_Kx16  *o = (llm_block_q4_Kx16 *) (void *) dst;
+
+    if (nrow < 16) {
+        memset(dst, 0, (size_t) nb * sizeof(*o));
+    }
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < nrow; r++) {
+            const llm_block_q4_K  *q = (const llm_block_q4_K *)
+                                       (const void *) (src + r * rb) + b0
+                                       + b;
+
+            for (int i = 0; i < 3; i++) {
+                memcpy(&o->sc[i][4 * r], q->scales + 4 * i, 4);
+            }
+            for (int i = 0; i < 32; i++) {
+                memcpy(&o->qs[i][4 * r], q->qs + 4 * i, 4);
+            }
+            o->d[r] = q->d;
+            o->dmin[r] = q->dmin;
+        }
+    }
+}
+
+
+/* The same for Q6_K super-blocks (llm_block_q6_Kx16). */
+void
+llm_repack_group_q6_K(int64_t b0, int64_t nb, size_t rb, int nrow,
+    const char *src, char *dst)
+{
+    llm_block_q6_Kx16  *o = (llm_block_q6_Kx16 *) (void *) dst;
+
+    if (nrow < 16) {
+        memset(dst, 0, (size_t) nb * sizeof(*o));
+    }
+    for (int64_t b = 0; b < nb; b++, o++) {
+        for (int r = 0; r < nrow; r++) {
+            const llm_block_q6_K  *q = (const llm_block_q6_K *)
+                                       (const void *) (src + r * rb) + b0
+                                       + b;
+
+            o->d[r] = q->d;
+            for (int i = 0; i < 4; i++) {
+                memcpy(&o->sc[i][4 * r], q->scales + 4 * i, 4);
+            }
+            for (int h = 0; h < 2; h++) {
+                for (int u = 0; u < 2; u++) {
+                    for (int k = 0; k < 4; k++) {
+                        memcpy(&o->g[2 * h + u].qh[k][4 * r],
+                               q->qh + 32 * h + 16 * u + 4 * k, 4);
+                        for (int a = 0; a < 2; a++) {
+                            memcpy(&o->g[2 * h + u].ql[4 * a + k][4 * r],
+                                   q->ql + 64 * h + 32 * a + 16 * u + 4 * k,
+                                   4);
+                        }
+                    }
+                }
             }
         }
     }
@@ -440,6 +556,15 @@ llm_repack_rows(llm_type_t t, int64_t n, int64_t nr, const void *src,
             break;
         case LLM_TYPE_Q3_K:
             llm_repack_group_q3_K(n / LLM_QK_K, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q8_0:
+            llm_repack_group_q8_0(n / LLM_QK, rb, sg, dg);
+            break;
+        case LLM_TYPE_Q4_K:
+            llm_repack_group_q4_K(0, n / LLM_QK_K, rb, 16, sg, dg);
+            break;
+        case LLM_TYPE_Q6_K:
+            llm_repack_group_q6_K(0, n / LLM_QK_K, rb, 16, sg, dg);
             break;
         default:
             llm_repack_group(n / LLM_QK, rb, bb,

@@ -8,6 +8,9 @@
  * (unsigned x signed bytes) with the weights made unsigned (Q4_0 nibbles
  * as they are, Q8_0 + 128) and the offset removed by starting the
  * accumulator at -offset * sum(y), computed once per activation block.
+ * Q8_0 runs only as Q8_0_R16 (16 rows regrouped at load, or as the file's
+ * rows are read: llm_gemm_q8_0_file), so that every Q8_0 result takes
+ * one order of steps whatever its layout.
  *
  * K-quants: 64 weights (two sub-blocks) per register; vpmaddubsw gives
  * 16-bit pair sums, vpdpwssd multiplies them by the sub-block scales and
@@ -21,30 +24,6 @@
 #include <immintrin.h>
 
 #include "kernels_common.h"
-
-
-/*
- * The transposed tiles read their weights as whole aligned 64-byte lines.
- * Q8_0 pairs sit 68 bytes apart, so a 64-byte load at one's start almost
- * always straddles two lines, and such loads bounded its tile at one
- * column: llm-kbench -j 1 -c 1 -m 1 (in cache) ran 27 GB/s per thread,
- * the same work on aligned loads 67.  A pair's quant bytes lie in two
- * lines, so one word permute of the two, with an index for the offset in
- * the first, gathers them.  (The Q4_0 tile the same way, with its scales
- * by masked permutes of the same lines, ran no faster: 39-40 GB/s at one
- * column either way, 12 against 13 at eight.)  A line holding a byte the
- * tile needs may extend past the ends of the weight array, never past its
- * page; the load is written in asm so that a sanitizer does not take it
- * for an overflow.
- */
-LLM_INLINE __m512i
-llm_line(uintptr_t a)
-{
-    __m512i  v;
-
-    __asm__ ("vmovdqa64 %1, %0" : "=v" (v) : "m" (*(const char (*)[64]) a));
-    return v;
-}
 
 
 /* [h0 x 8 | h1 x 8] as floats from two fp16 values. */
@@ -421,130 +400,10 @@ llm_qk45_tile(const int R, const int C, const int with_qh, int64_t nb,
 }
 
 
-LLM_INLINE void
-llm_q6_K_tile(const int R, const int C, int64_t nb, const char *w,
-    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
-{
-    const __m512i  m4 = _mm512_set1_epi8(0x0f);
-    const __m512i  m3 = _mm512_set1_epi8(0x03);
-    __m512         acc[LLM_MAXR][LLM_MAXC];
-    int64_t        i;
-    int            r, c, t;
-
-#pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            acc[r][c] = _mm512_setzero_ps();
-        }
-    }
-
-    for (i = 0; i < nb; i++) {
-        __m512i  iacc[LLM_MAXR][LLM_MAXC], scz[LLM_MAXR];
-        float    d[LLM_MAXR];
-
-#pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
-            const llm_block_q6_K  *p = (const llm_block_q6_K *)
-                                       (w + r * ws) + i;
-            __m256i  sc16 = _mm256_cvtepi8_epi16(
-                                _mm_loadu_si128((const void *) p->scales));
-
-            d[r] = llm_h2f_hw(p->d);
-            scz[r] = _mm512_castsi256_si512(sc16);
-
-            /* the -32 offset: sum_k sc_k * 32 * bsum_k, subtracted */
-#pragma GCC unroll 4
-            for (c = 0; c < C; c++) {
-                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                            (x + c * xs) + i;
-                __m256i  bs = _mm256_loadu_si256((const void *) q8->bsums);
-                __m256i  off = _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16),
-                                                 5);
-
-                iacc[r][c] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                              _mm512_zextsi256_si512(off));
-            }
-        }
-
-        /* chunk t: elements 64t..64t+63; h = t / 2 is the 128-half */
-#pragma GCC unroll 4
-        for (t = 0; t < 4; t++) {
-            const __m512i  idx = _mm512_inserti64x4(
-                _mm512_castsi256_si512(_mm256_set_epi16(
-                    4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
-                    4 * t + 1, 4 * t + 1, 4 * t + 1, 4 * t + 1,
-                    4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t, 4 * t)),
-                _mm256_set_epi16(
-                    4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3,
-                    4 * t + 3, 4 * t + 3, 4 * t + 3, 4 * t + 3,
-                    4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2,
-                    4 * t + 2, 4 * t + 2, 4 * t + 2, 4 * t + 2), 1);
-            const int  h = t / 2, hi = t & 1;
-
-#pragma GCC unroll 4
-            for (r = 0; r < R; r++) {
-                const llm_block_q6_K  *p = (const llm_block_q6_K *)
-                                           (w + r * ws) + i;
-                __m512i  ql = _mm512_loadu_si512(p->ql + 64 * h);
-                __m256i  qh = _mm256_loadu_si256((const void *)
-                                                 (p->qh + 32 * h));
-                __m256i  qa = _mm256_srli_epi16(qh, hi ? 4 : 0);
-                __m256i  qb = _mm256_srli_epi16(qh, hi ? 6 : 2);
-                __m512i  hz = _mm512_inserti64x4(_mm512_castsi256_si512(qa),
-                                                 qb, 1);
-                __m512i  lo = hi ? _mm512_srli_epi16(ql, 4) : ql;
-                __m512i  q;
-                __m512i  sv = _mm512_permutexvar_epi16(idx, scz[r]);
-
-                _mm_prefetch((const char *) p + LLM_PF_TILES * R * ws
-                             + 64 * t, _MM_HINT_T0);
-                hz = _mm512_slli_epi16(_mm512_and_si512(hz, m3), 4);
-                q = _mm512_or_si512(_mm512_and_si512(lo, m4), hz);
-
-#pragma GCC unroll 4
-                for (c = 0; c < C; c++) {
-                    const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                                (x + c * xs) + i;
-                    __m512i  yv = _mm512_loadu_si512(q8->qs + 64 * t);
-                    __m512i  pr = _mm512_maddubs_epi16(q, yv);
-
-                    iacc[r][c] = _mm512_dpwssd_epi32(iacc[r][c], pr, sv);
-                }
-            }
-        }
-
-#pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-            for (c = 0; c < C; c++) {
-                const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                            (x + c * xs) + i;
-
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][c]),
-                                _mm512_set1_ps(d[r] * q8->d), acc[r][c]);
-            }
-        }
-    }
-
-#pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c]);
-        }
-    }
-}
-
-
-#define LLM_Q4_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 0, __VA_ARGS__)
 #define LLM_Q5_K_TILE(R, C, ...)  llm_qk45_tile(R, C, 1, __VA_ARGS__)
 
 LLM_GEMM_DRIVER(q4_0, LLM_QK, 4, 4, LLM_ROW_COLS, llm_q4_0_tile)
-LLM_GEMM_DRIVER(q8_0, LLM_QK, 4, 4, LLM_ROW_COLS, llm_q8_0_tile)
-LLM_GEMM_DRIVER(q4_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, LLM_Q4_K_TILE)
 LLM_GEMM_DRIVER(q5_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, LLM_Q5_K_TILE)
-LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 4, 2, LLM_ROW_COLS, llm_q6_K_tile)
 
 
 /* ---- K-quants with prepared weight rows ------------------------------ */
@@ -805,9 +664,7 @@ llm_gemm_##name##_long(int64_t n, int64_t nr, int64_t nc, const void *w,    \
     llm_gemm_kq_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy);                 \
 }
 
-LLM_KQ_LONG(q4_K, 4)
 LLM_KQ_LONG(q5_K, 5)
-LLM_KQ_LONG(q6_K, 6)
 
 
 /* ---- Q4_0 / Q8_0 with prepared activation columns -------------------- */
@@ -1027,7 +884,6 @@ llm_gemm_##name##_long(int64_t n, int64_t nr, int64_t nc, const void *w,    \
 }
 
 LLM_Q0_LONG(q4_0, 0)
-LLM_Q0_LONG(q8_0, 1)
 
 
 /* ---- Q4_0 x Q8_0: one lane per block ----------------------------------- */
@@ -1436,6 +1292,19 @@ typedef struct {
 #define LLM_R16_Q4_0   0
 #define LLM_R16_IQ4NL  1
 #define LLM_R16_MXFP4  2
+/* Q8_0_R16: the quants stored + 128, the accumulator starting at -128 x
+ * the column's block sum as for the table kinds; no unpacking. */
+#define LLM_R16_Q8_0   3
+
+
+/* Bytes of a regrouped block of kind. */
+LLM_INLINE size_t
+llm_r16_block_bytes(const int kind)
+{
+    return kind == LLM_R16_MXFP4 ? sizeof(llm_block_mxfp4x16)
+           : kind == LLM_R16_Q8_0 ? sizeof(llm_block_q8_0x16)
+           : sizeof(llm_block_q4_0x16);
+}
 
 
 LLM_INLINE __m512i
@@ -1519,8 +1388,7 @@ LLM_INLINE void
 llm_q4r_tile(const int kind, const int C, int64_t nbs, const char *w,
     const llm_q4r_col_t *p, int first, float *y, size_t ldy)
 {
-    const size_t   bb = kind == LLM_R16_MXFP4 ? sizeof(llm_block_mxfp4x16)
-                                              : sizeof(llm_block_q4_0x16);
+    const size_t   bb = llm_r16_block_bytes(kind);
     const size_t   qo = kind == LLM_R16_MXFP4 ? 16 : 32;
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     const __m512i  lv = llm_r16_levels(kind);
@@ -1538,13 +1406,20 @@ llm_q4r_tile(const int kind, const int C, int64_t nbs, const char *w,
         __m512i      lo[4], hi[4];
         __m512       wd;
 
-        for (i = 0; i < 5; i++) {
+        for (i = 0; i < (int) (bb + 63) / 64; i++) {
             _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
         }
 #pragma GCC unroll 4
         for (i = 0; i < 4; i++) {
             __m512i  v = _mm512_loadu_si512((const void *) (w + qo + 64 * i));
 
+            if (kind == LLM_R16_Q8_0) {
+                /* the quants as they are: bytes 4i.. and 16 + 4i.. */
+                lo[i] = v;
+                hi[i] = _mm512_loadu_si512((const void *) (w + qo + 256
+                                                           + 64 * i));
+                continue;
+            }
             lo[i] = _mm512_and_si512(v, m4);
             hi[i] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
             if (kind != LLM_R16_Q4_0) {
@@ -1603,8 +1478,7 @@ llm_gemm_r16(const int kind, int64_t n, int64_t nr, int64_t nc,
 {
     llm_q4r_col_t  pre[16 * LLM_Q4R_SLICE];
     const char    *wp = w;
-    const size_t   bb = kind == LLM_R16_MXFP4 ? sizeof(llm_block_mxfp4x16)
-                                              : sizeof(llm_block_q4_0x16);
+    const size_t   bb = llm_r16_block_bytes(kind);
     const int      off = kind == LLM_R16_Q4_0 ? 8 : 128;
     const int64_t  nb = n / LLM_QK, ng = nr / 16;
     const int64_t  nch = (nc + 15) / 16, gch = nch == 1 ? ng : 4;
@@ -1653,6 +1527,200 @@ llm_gemm_q4_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     llm_gemm_r16(LLM_R16_Q4_0, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+static void
+llm_gemm_q8_0_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_gemm_r16(LLM_R16_Q8_0, n, nr, nc, w, ws, x, xs, y, ldy);
+}
+
+
+/* ---- Q8_0 in the file's layout, regrouped as it is read ---------------- */
+
+/*
+ * Streamed experts, a tied output matrix and row counts that are not a
+ * multiple of 16 keep Q8_0's file layout, yet must give the bits of the
+ * regrouped rows (a streamed expert's logits are the resident run's).  So
+ * this gemm regroups each 16 rows (zero rows past the last) a slice at a
+ * time into a llm_block_q8_0x16 buffer on the stack and runs the
+ * Q8_0_R16 tile on it: per block, 16 masked loads of a row's 34 bytes,
+ * 8 word permutes that put two rows' quants side by side, a 16 x 8
+ * transpose of their dwords in three steps of 8 two-source permutes, the
+ * + 128 and a gather of the 16 scales.  The column slices are prepared
+ * as for the regrouped rows; a group is regrouped once per column chunk.
+ */
+#define LLM_Q8F_SLICE  32       /* blocks per regrouped slice: 17 KB */
+
+/* Blocks [b0, b0 + nbs) of rows r < R (R <= 16) of w into o. */
+LLM_INLINE void
+llm_q8_0_regroup(const int R, const char *w, size_t ws, int64_t b0,
+    int64_t nbs, llm_block_q8_0x16 *o)
+{
+    /* words 1..16 of a and of b: two rows' quants */
+    const __m512i  iw = _mm512_set_epi16(48, 47, 46, 45, 44, 43, 42, 41,
+                                         40, 39, 38, 37, 36, 35, 34, 33,
+                                         16, 15, 14, 13, 12, 11, 10, 9,
+                                         8, 7, 6, 5, 4, 3, 2, 1);
+    /* the three transpose steps (lane = (row, dword) label sorts) */
+    const __m512i  i10 = _mm512_set_epi32(27, 19, 11, 3, 26, 18, 10, 2,
+                                          25, 17, 9, 1, 24, 16, 8, 0);
+    const __m512i  i11 = _mm512_set_epi32(31, 23, 15, 7, 30, 22, 14, 6,
+                                          29, 21, 13, 5, 28, 20, 12, 4);
+    const __m512i  i20 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4,
+                                          19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i  i21 = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12,
+                                          27, 26, 25, 24, 11, 10, 9, 8);
+    const __m512i  bias = _mm512_set1_epi8((char) 0x80);
+    const __m512i  rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13,
+                              12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                              _mm512_set1_epi32((int) ws));
+    const __mmask16  live = (__mmask16) ((1u << R) - 1);
+    int64_t        b;
+    int            k, h;
+
+    for (b = 0; b < nbs; b++, o++) {
+        const char  *p = w + (b0 + b) * sizeof(llm_block_q8_0);
+        __m512i      pk[8], sv[8], tv[8], d;
+
+#pragma GCC unroll 8
+        for (k = 0; k < 8; k++) {
+            __m512i  a = _mm512_setzero_si512(), c = a;
+
+            if (2 * k < R) {
+                a = _mm512_maskz_loadu_epi16(0x1ffff, p + 2 * k * ws);
+            }
+            if (2 * k + 1 < R) {
+                c = _mm512_maskz_loadu_epi16(0x1ffff, p + (2 * k + 1) * ws);
+            }
+            pk[k] = _mm512_permutex2var_epi16(a, iw, c);
+        }
+#pragma GCC unroll 4
+        for (k = 0; k < 4; k++) {
+            sv[2 * k] = _mm512_permutex2var_epi32(pk[2 * k], i10,
+                                                  pk[2 * k + 1]);
+            sv[2 * k + 1] = _mm512_permutex2var_epi32(pk[2 * k], i11,
+                                                      pk[2 * k + 1]);
+        }
+        /* sv[2m + h]: rows 4m.., dwords 4h.. */
+#pragma GCC unroll 2
+        for (k = 0; k < 2; k++) {
+#pragma GCC unroll 2
+            for (h = 0; h < 2; h++) {
+                __m512i  a = sv[4 * k + h], c = sv[4 * k + 2 + h];
+
+                tv[4 * h + 2 * k] = _mm512_permutex2var_epi32(a, i20, c);
+                tv[4 * h + 2 * k + 1] = _mm512_permutex2var_epi32(a, i21,
+                                                                  c);
+            }
+        }
+        /* tv[4h + 2n + q]: rows 8n.., dwords 4h + 2q.. */
+#pragma GCC unroll 2
+        for (h = 0; h < 2; h++) {
+#pragma GCC unroll 2
+            for (k = 0; k < 2; k++) {
+                __m512i  a = tv[4 * h + k], c = tv[4 * h + 2 + k];
+
+                _mm512_storeu_si512((void *) o->qs[4 * h + 2 * k],
+                    _mm512_xor_si512(_mm512_shuffle_i64x2(a, c, 0x44),
+                                     bias));
+                _mm512_storeu_si512((void *) o->qs[4 * h + 2 * k + 1],
+                    _mm512_xor_si512(_mm512_shuffle_i64x2(a, c, 0xee),
+                                     bias));
+            }
+        }
+        d = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, rows,
+                                        (const void *) p, 1);
+        _mm256_storeu_si256((void *) o->d, _mm512_cvtepi32_epi16(d));
+    }
+}
+
+
+#define LLM_Q8F_CASE(n)                                                     \
+    case n:                                                                 \
+        llm_q4r_prep(n, 128, xc, xs, b0, nbs, pre);                         \
+        for (g = g0; g < g1; g++) {                                         \
+            int  R = nr - 16 * g < 16 ? (int) (nr - 16 * g) : 16;           \
+                                                                            \
+            llm_q8_0_regroup(R, wp + g * 16 * ws, ws, b0, nbs, buf);        \
+            if (R == 16) {                                                  \
+                llm_q4r_tile(LLM_R16_Q8_0, n, nbs, (const char *) buf,      \
+                             pre, b0 == 0, yc + g * 16, ldy);               \
+                continue;                                                   \
+            }                                                               \
+            llm_q4r_tile(LLM_R16_Q8_0, n, nbs, (const char *) buf, pre,     \
+                         b0 == 0, part, 16);                                \
+            if (b0 + nbs == nb) {                                           \
+                for (c = 0; c < n; c++) {                                   \
+                    memcpy(yc + c * ldy + g * 16, part + 16 * c,            \
+                           R * sizeof(float));                              \
+                }                                                           \
+            }                                                               \
+        }                                                                   \
+        break;
+
+/*
+ * As llm_gemm_r16 (row chunks of 4 groups, column chunks of at most 16,
+ * block slices), the rows in the file's layout: any nr, the last group's
+ * results through a 16-row buffer.
+ */
+static void
+llm_gemm_q8_0_file(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    llm_q4r_col_t      pre[16 * LLM_Q8F_SLICE];
+    llm_block_q8_0x16  buf[LLM_Q8F_SLICE];
+    float              part[16 * 16];
+    const char        *wp = w;
+    const int64_t      nb = n / LLM_QK, ng = (nr + 15) / 16;
+    const int64_t      nch = (nc + 15) / 16, gch = nch == 1 ? ng : 4;
+    int64_t            g0, g1, g, j, c0, c1, b0, nbs, c;
+
+    for (g0 = 0; g0 < ng; g0 = g1) {
+        g1 = g0 + gch < ng ? g0 + gch : ng;
+        for (j = 0; j < nch; j++) {
+            const char  *xc;
+            float       *yc;
+
+            c0 = j * nc / nch;
+            c1 = (j + 1) * nc / nch;
+            xc = (const char *) x + c0 * xs;
+            yc = y + c0 * ldy;
+            for (b0 = 0; b0 < nb; b0 += nbs) {
+                nbs = nb - b0 < LLM_Q8F_SLICE ? nb - b0 : LLM_Q8F_SLICE;
+                switch (c1 - c0) {
+                LLM_Q8F_CASE(1)
+                LLM_Q8F_CASE(2)
+                LLM_Q8F_CASE(3)
+                LLM_Q8F_CASE(4)
+                LLM_Q8F_CASE(5)
+                LLM_Q8F_CASE(6)
+                LLM_Q8F_CASE(7)
+                LLM_Q8F_CASE(8)
+                LLM_Q8F_CASE(9)
+                LLM_Q8F_CASE(10)
+                LLM_Q8F_CASE(11)
+                LLM_Q8F_CASE(12)
+                LLM_Q8F_CASE(13)
+                LLM_Q8F_CASE(14)
+                LLM_Q8F_CASE(15)
+                default:
+                LLM_Q8F_CASE(16)
+                }
+            }
+        }
+    }
+}
+#undef LLM_Q8F_CASE
+
+
+/* One row, one column: the same steps (the same bits as a gemm row). */
+static void
+llm_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
+{
+    llm_gemm_q8_0_file(n, 1, 1, w, 0, x, 0, s, 1);
 }
 
 
@@ -1821,6 +1889,9 @@ llm_gemm_iq4_xs_r16(int64_t n, int64_t nr, int64_t nc, const void *w,
 
 
 /* ---- Q4_K x Q8_K: two super-blocks per step --------------------------- */
+
+/* Q4_K itself now runs as Q4_K_R16 (kr16_avx512.c, the file layout
+ * regrouped per call); this tile serves Q5_K (q5 = 1). */
 
 /*
  * The 128 quant bytes of each of two super-blocks are four 64-byte loads;
@@ -2093,15 +2164,6 @@ llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
 
 
 LLM_INLINE void
-llm_k4_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
-{
-    (void) x;
-    (void) xs;
-    llm_k45_t2_tile(0, C, nb, w, ws, pre, y, ldy);
-}
-
-LLM_INLINE void
 llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
     const char *x, size_t xs, const llm_k4_t2_t *pre, float *y, size_t ldy)
 {
@@ -2110,400 +2172,9 @@ llm_k5_t2_rows(const int C, int64_t nb, const char *w, size_t ws,
     llm_k45_t2_tile(1, C, nb, w, ws, pre, y, ldy);
 }
 
-LLM_T_DRIVER(llm_gemm_q4_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
-             LLM_K2_PAIRS, llm_k4_t2_prep, llm_k4_t2_rows,
-             llm_gemm_q4_K_long, 1, 8)
 LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
              LLM_K2_PAIRS, llm_k4_t2_prep, llm_k5_t2_rows,
              llm_gemm_q5_K_long, 1, 8)
-
-
-/* ---- Q6_K x Q8_K: one super-block per step ---------------------------- */
-
-/*
- * A super-block decodes to 4 vectors of 64 consecutive 6-bit quants; the
- * in-lane transpose then puts scale group 4g + k (16 quants) in 32-bit
- * lane 4k + g, so each column's vpdpbusd chain of 4 ends with one lane per
- * int8 scale, applied in one float step per super-block.  The -32 offset
- * starts the chain (-32 x the lane's y sum, prepared with the column).
- * Every column count takes this tile.
- */
-typedef struct {
-    __m512i  y[4];      /* dword 4k + g of y[i]: y[64g + 16k + 4i ..] */
-    __m512i  init;      /* per lane: -32 x the sum of its 16 y */
-    float    dy;
-    char     pad[60];
-} llm_k6_t1_t;
-
-#define LLM_K6_MAX   32         /* super-blocks on the stack: 8192 */
-
-
-LLM_INLINE void
-llm_k6_t1_prep(const char *x, int64_t nb, llm_k6_t1_t *out)
-{
-    const llm_block_q8_K  *q = (const llm_block_q8_K *) x;
-    const __m512i          ones = _mm512_set1_epi8(1);
-    __m512i                in[4], s;
-    int64_t                i;
-    int                    g;
-
-    for (i = 0; i < nb; i++, out++) {
-        for (g = 0; g < 4; g++) {
-            in[g] = _mm512_loadu_si512((const void *) (q[i].qs + 64 * g));
-        }
-        llm_tr4x4_epi32(in, out->y);
-        s = _mm512_setzero_si512();
-        for (g = 0; g < 4; g++) {
-            s = _mm512_dpbusd_epi32(s, ones, out->y[g]);
-        }
-        out->init = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                     _mm512_slli_epi32(s, 5));
-        out->dy = q[i].d;
-    }
-}
-
-
-LLM_INLINE void
-llm_k6_t1_tile(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_k6_t1_t *pre, float *y, size_t ldy)
-{
-    const __m512i  m4 = _mm512_set1_epi8(0x0f);
-    const __m512i  m30 = _mm512_set1_epi8(0x30);
-    /* lane 4k + g <- scale 4g + k */
-    const __m128i  itr = _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13,
-                                       2, 6, 10, 14, 3, 7, 11, 15);
-    __m512         acc[LLM_T_COLS];
-    int64_t        i;
-    int            c, h, g;
-
-    (void) x;
-    (void) xs;
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        acc[c] = _mm512_setzero_ps();
-    }
-
-    for (i = 0; i < nb; i++) {
-        const llm_block_q6_K  *b = (const llm_block_q6_K *) w + i;
-        __m512i                in[4], v[4];
-        __m512                 wsc;
-
-#pragma GCC unroll 2
-        for (h = 0; h < 2; h++) {
-            __m512i  ql = _mm512_loadu_si512((const void *) (b->ql + 64 * h));
-            __m256i  qh = _mm256_loadu_si256((const void *)
-                                             (b->qh + 32 * h));
-            /* bytes 0..31: bits 0-1 (quants 0..31) and 4-5 (64..95) of
-             * qh; bytes 32..63 bits 2-3 and 6-7 brought to the same */
-            __m512i  q2 = _mm512_inserti64x4(_mm512_castsi256_si512(qh),
-                                             _mm256_srli_epi16(qh, 2), 1);
-
-            /* (ql & 0x0f) | ((q2 << 4) & 0x30): 0xea = A & B | C */
-            in[2 * h] = _mm512_ternarylogic_epi32(ql, m4,
-                            _mm512_and_si512(_mm512_slli_epi16(q2, 4), m30),
-                            0xea);
-            in[2 * h + 1] = _mm512_ternarylogic_epi32(
-                                _mm512_srli_epi16(ql, 4), m4,
-                                _mm512_and_si512(q2, m30), 0xea);
-        }
-        /* tiles ahead, same place: 210 bytes, 4 lines at most */
-        for (g = 0; g < 4; g++) {
-            _mm_prefetch((const char *) b + LLM_PF_TILES * ws + 64 * g,
-                         _MM_HINT_T0);
-        }
-        llm_tr4x4_epi32(in, v);
-        wsc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                  _mm_shuffle_epi8(_mm_loadu_si128((const void *) b->scales),
-                                   itr))),
-                  _mm512_set1_ps(llm_h2f_hw(b->d)));
-
-#pragma GCC unroll 8
-        for (c = 0; c < C; c++) {
-            const llm_k6_t1_t  *pc = pre + c * nb + i;
-            __m512i             sc = pc->init;
-
-#pragma GCC unroll 4
-            for (g = 0; g < 4; g++) {
-                sc = _mm512_dpbusd_epi32(sc, v[g], pc->y[g]);
-            }
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sc),
-                                     _mm512_mul_ps(wsc,
-                                                   _mm512_set1_ps(pc->dy)),
-                                     acc[c]);
-        }
-    }
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
-    }
-}
-
-
-#define LLM_K6_UNITS(nb)  (nb)
-
-LLM_T_DRIVER(llm_gemm_q6_K_t1, llm_k6_t1_t, LLM_QK_K, LLM_K6_MAX,
-             LLM_K6_UNITS, llm_k6_t1_prep, llm_k6_t1_tile,
-             llm_gemm_q6_K_long, 1, 8)
-
-
-/* ---- Q8_0 x Q8_0: eight blocks per float step ------------------------- */
-
-/*
- * Two Q8_0 blocks are 68 bytes: loads at 0 and 4 and one word permute give
- * their 64 quant bytes (qs start at 2 and 36).  Four such pairs are
- * transposed as the Q4_0 groups are, so that the 32-bit lane 4k + g holds
- * 16 bytes of block 2g + k / 2: per 8 blocks and column, 4 vpdpbusd and
- * one float step (the pair tile above needs 4 float steps).  The weights
- * are made unsigned (+128, xor 0x80) for vpdpbusd, and each column's
- * prepared octet starts its sums at -128 x its bytes' sum.  The column
- * side is prepared once per gemm call (per row chunk beyond 8 columns);
- * every column count takes this tile, so a result does not depend on the
- * batch it was computed in.
- */
-typedef struct {
-    __m512i  y[4];      /* dword 4k + g of y[i]: y bytes 4i..4i+3 of lane
-                           (k, g), i.e. of block 2g + k / 2, 16 (k & 1) on */
-    __m512i  init;      /* per lane: -128 x the sum of its 16 y bytes */
-    __m512   d;         /* per lane: the scale of its block */
-} llm_q8_t8_t;
-
-#define LLM_T8_MAX   32         /* octets per row on the stack: 8192 */
-
-
-typedef struct {
-    __m512i  q;         /* words 1..16 of the load at 0, 16..31 of the
-                           load at 4: the qs of both blocks */
-    __m512i  s0;        /* words 0, 17 of two pairs: their 4 scales */
-    __m512i  s1;        /* lane 4k + g of the octet from those */
-} llm_q8_idx_t;
-
-LLM_INLINE llm_q8_idx_t
-llm_q8_idx(void)
-{
-    llm_q8_idx_t  ix;
-
-    ix.q = _mm512_set_epi16(32 + 31, 32 + 30, 32 + 29, 32 + 28,
-                            32 + 27, 32 + 26, 32 + 25, 32 + 24,
-                            32 + 23, 32 + 22, 32 + 21, 32 + 20,
-                            32 + 19, 32 + 18, 32 + 17, 32 + 16,
-                            16, 15, 14, 13, 12, 11, 10, 9,
-                            8, 7, 6, 5, 4, 3, 2, 1);
-    /* words 0..3: pair 0 block 0, pair 1 block 0, pair 0 block 1,
-     * pair 1 block 1 */
-    ix.s0 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                             0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                             32 + 17, 17, 32 + 0, 0);
-    /* word 4k + g: g < 2 from the first (pairs 0, 1), else the second
-     * (pairs 2, 3); block 2g + k / 2 */
-    ix.s1 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                             32 + 3, 32 + 2, 3, 2, 32 + 3, 32 + 2, 3, 2,
-                             32 + 1, 32 + 0, 1, 0, 32 + 1, 32 + 0, 1, 0);
-    return ix;
-}
-
-
-/* The 64 quant bytes of the two blocks at p, its first 64 bytes in *a. */
-LLM_INLINE __m512i
-llm_q8_pair_qs(const char *p, const llm_q8_idx_t *ix, __m512i *a)
-{
-    *a = _mm512_loadu_si512((const void *) p);
-    return _mm512_permutex2var_epi16(*a, ix->q,
-               _mm512_loadu_si512((const void *) (p + 4)));
-}
-
-
-/*
- * Line loads of a weight pair (llm_line above).  Its 64 quant bytes lie in
- * the two lines from the one holding its byte 2 (they end at its byte 67,
- * at most 62 + 65 bytes past that line's start).  Row h of the table is
- * for an offset of 2h bytes there: out word i takes word h + i of the two
- * lines, h + i + 1 for the second block (past its 2-byte scale).
- */
-#define LLM_Q8L_W(h, i)   ((h) + (i) + ((i) >= 16))
-#define LLM_Q8L_ROW(h)                                                       \
-    { LLM_Q8L_W(h, 0), LLM_Q8L_W(h, 1), LLM_Q8L_W(h, 2), LLM_Q8L_W(h, 3),   \
-      LLM_Q8L_W(h, 4), LLM_Q8L_W(h, 5), LLM_Q8L_W(h, 6), LLM_Q8L_W(h, 7),   \
-      LLM_Q8L_W(h, 8), LLM_Q8L_W(h, 9), LLM_Q8L_W(h, 10), LLM_Q8L_W(h, 11), \
-      LLM_Q8L_W(h, 12), LLM_Q8L_W(h, 13), LLM_Q8L_W(h, 14),                 \
-      LLM_Q8L_W(h, 15), LLM_Q8L_W(h, 16), LLM_Q8L_W(h, 17),                 \
-      LLM_Q8L_W(h, 18), LLM_Q8L_W(h, 19), LLM_Q8L_W(h, 20),                 \
-      LLM_Q8L_W(h, 21), LLM_Q8L_W(h, 22), LLM_Q8L_W(h, 23),                 \
-      LLM_Q8L_W(h, 24), LLM_Q8L_W(h, 25), LLM_Q8L_W(h, 26),                 \
-      LLM_Q8L_W(h, 27), LLM_Q8L_W(h, 28), LLM_Q8L_W(h, 29),                 \
-      LLM_Q8L_W(h, 30), LLM_Q8L_W(h, 31) }
-
-static const uint16_t  llm_q8l_idx[32][32] __attribute__((aligned(64))) = {
-    LLM_Q8L_ROW(0), LLM_Q8L_ROW(1), LLM_Q8L_ROW(2), LLM_Q8L_ROW(3),
-    LLM_Q8L_ROW(4), LLM_Q8L_ROW(5), LLM_Q8L_ROW(6), LLM_Q8L_ROW(7),
-    LLM_Q8L_ROW(8), LLM_Q8L_ROW(9), LLM_Q8L_ROW(10), LLM_Q8L_ROW(11),
-    LLM_Q8L_ROW(12), LLM_Q8L_ROW(13), LLM_Q8L_ROW(14), LLM_Q8L_ROW(15),
-    LLM_Q8L_ROW(16), LLM_Q8L_ROW(17), LLM_Q8L_ROW(18), LLM_Q8L_ROW(19),
-    LLM_Q8L_ROW(20), LLM_Q8L_ROW(21), LLM_Q8L_ROW(22), LLM_Q8L_ROW(23),
-    LLM_Q8L_ROW(24), LLM_Q8L_ROW(25), LLM_Q8L_ROW(26), LLM_Q8L_ROW(27),
-    LLM_Q8L_ROW(28), LLM_Q8L_ROW(29), LLM_Q8L_ROW(30), LLM_Q8L_ROW(31)
-};
-
-
-/* The 64 quant bytes of the weight pair at p (an even address). */
-LLM_INLINE __m512i
-llm_q8_pair_qs_lines(const char *p)
-{
-    uintptr_t  a = ((uintptr_t) p + 2) & ~(uintptr_t) 63;
-    uintptr_t  h = ((uintptr_t) p + 2 - a) >> 1;
-
-    return _mm512_permutex2var_epi16(
-               llm_line(a), _mm512_load_si512((const void *) llm_q8l_idx[h]),
-               llm_line(a + 64));
-}
-
-
-/* The 8 scales of the weight octet at p in lane order (lane 4k + g:
- * block 2g + k / 2), by scalar loads: words of 8 blocks in a 256-bit
- * vector from two 64-bit ones. */
-LLM_INLINE __m512
-llm_q8_octet_d_scalar(const char *p)
-{
-    uint64_t  e = 0, o = 0;
-    uint16_t  h;
-    int       g;
-
-#pragma GCC unroll 4
-    for (g = 0; g < 4; g++) {
-        memcpy(&h, p + 2 * g * sizeof(llm_block_q8_0), 2);
-        e |= (uint64_t) h << (16 * g);
-        memcpy(&h, p + (2 * g + 1) * sizeof(llm_block_q8_0), 2);
-        o |= (uint64_t) h << (16 * g);
-    }
-    return _mm512_cvtph_ps(_mm256_set_epi64x((long long) o, (long long) o,
-                                             (long long) e, (long long) e));
-}
-
-
-/* The 8 block scales of an octet in lane order, from the pairs' a[]. */
-LLM_INLINE __m512
-llm_q8_octet_d(const __m512i a[4], const llm_q8_idx_t *ix)
-{
-    return _mm512_cvtph_ps(_mm512_castsi512_si256(
-               _mm512_permutex2var_epi16(
-                   _mm512_permutex2var_epi16(a[0], ix->s0, a[1]), ix->s1,
-                   _mm512_permutex2var_epi16(a[2], ix->s0, a[3]))));
-}
-
-
-#define LLM_T8_OCTETS(nb)  ((nb) / 8)
-
-
-/* Column x of nb blocks as octets (the last nb % 8 blocks left out). */
-LLM_INLINE void
-llm_q8_t8_prep(const char *x, int64_t nb, llm_q8_t8_t *out)
-{
-    const int64_t       no = LLM_T8_OCTETS(nb);
-    const llm_q8_idx_t  ix = llm_q8_idx();
-    const __m512i       bias = _mm512_set1_epi8((char) 0x80);
-    __m512i             a[4], v[4], s;
-    int64_t             o;
-    int                 g, i;
-
-    for (o = 0; o < no; o++, out++) {
-        for (g = 0; g < 4; g++) {
-            v[g] = llm_q8_pair_qs(x + (8 * o + 2 * g) * sizeof(llm_block_q8_0),
-                                  &ix, &a[g]);
-        }
-        llm_tr4x4_epi32(v, out->y);
-        s = _mm512_setzero_si512();
-        for (i = 0; i < 4; i++) {
-            s = _mm512_dpbusd_epi32(s, bias, out->y[i]);
-        }
-        out->init = _mm512_sub_epi32(_mm512_setzero_si512(), s);
-        out->d = llm_q8_octet_d(a, &ix);
-    }
-}
-
-
-/* One weight row x C columns over no octets; blocks past 8 * no are left
- * to the caller. */
-LLM_INLINE void
-llm_q8_t8_tile(const int C, int64_t no, const char *w, size_t ws,
-    const llm_q8_t8_t *pre, float *y, size_t ldy)
-{
-    const __m512i       bias = _mm512_set1_epi8((char) 0x80);
-    __m512              acc[LLM_T_COLS];
-    int64_t             o;
-    int                 c, g, i;
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        acc[c] = _mm512_setzero_ps();
-    }
-
-    for (o = 0; o < no; o++) {
-        const char  *p = w + 8 * o * sizeof(llm_block_q8_0);
-        __m512i      qv[4], v[4];
-        __m512       wd;
-
-#pragma GCC unroll 4
-        for (g = 0; g < 4; g++) {
-            qv[g] = llm_q8_pair_qs_lines(p + 2 * g * sizeof(llm_block_q8_0));
-        }
-        /* tiles ahead, same place: 272 bytes, 5 lines at most */
-        _mm_prefetch(p + LLM_PF_TILES * ws, _MM_HINT_T0);
-        _mm_prefetch(p + LLM_PF_TILES * ws + 64, _MM_HINT_T0);
-        _mm_prefetch(p + LLM_PF_TILES * ws + 128, _MM_HINT_T0);
-        _mm_prefetch(p + LLM_PF_TILES * ws + 192, _MM_HINT_T0);
-        _mm_prefetch(p + LLM_PF_TILES * ws + 271, _MM_HINT_T0);
-        llm_tr4x4_epi32(qv, v);
-#pragma GCC unroll 4
-        for (i = 0; i < 4; i++) {
-            v[i] = _mm512_xor_si512(v[i], bias);
-        }
-        wd = llm_q8_octet_d_scalar(p);
-
-#pragma GCC unroll 8
-        for (c = 0; c < C; c++) {
-            const llm_q8_t8_t  *pc = pre + c * no + o;
-            __m512i             sc = pc->init;
-
-#pragma GCC unroll 4
-            for (i = 0; i < 4; i++) {
-                sc = _mm512_dpbusd_epi32(sc, v[i], pc->y[i]);
-            }
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sc),
-                                     _mm512_mul_ps(wd, pc->d), acc[c]);
-        }
-    }
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        y[c * ldy] = _mm512_reduce_add_ps(acc[c]);
-    }
-}
-
-
-/* The tile and then the last nb % 8 blocks, column by column by the pair
- * tile. */
-LLM_INLINE void
-llm_q8_t8_rows(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_q8_t8_t *pre, float *y, size_t ldy)
-{
-    const int64_t  off = 8 * LLM_T8_OCTETS(nb);
-    float          t;
-    int            c;
-
-    llm_q8_t8_tile(C, LLM_T8_OCTETS(nb), w, ws, pre, y, ldy);
-    for (c = 0; nb > off && c < C; c++) {
-        llm_q8_0_tile(1, 1, nb - off, w + off * sizeof(llm_block_q8_0), ws,
-                      x + c * xs + off * sizeof(llm_block_q8_0), xs, &t, 1);
-        y[c * ldy] += t;
-    }
-}
-
-/* The line loads need even block addresses (blocks are 34 bytes, a GGUF's
- * tensors are aligned). */
-LLM_T_DRIVER(llm_gemm_q8_0_t8, llm_q8_t8_t, LLM_QK, LLM_T8_MAX,
-             LLM_T8_OCTETS, llm_q8_t8_prep, llm_q8_t8_rows,
-             llm_gemm_q8_0_long, 2, 8)
 
 
 void
@@ -2511,19 +2182,17 @@ llm_kernels_init_avx512(llm_kernels_t *k)
 {
     k->vec_dot[LLM_TYPE_Q4_0] = llm_dot_q4_0;
     k->vec_dot[LLM_TYPE_Q8_0] = llm_dot_q8_0;
-    k->vec_dot[LLM_TYPE_Q4_K] = llm_dot_q4_K;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;
-    k->vec_dot[LLM_TYPE_Q6_K] = llm_dot_q6_K;
     k->gemm[LLM_TYPE_Q4_0] = llm_gemm_q4_0_t16;
     k->gemm[LLM_TYPE_Q4_0_R16] = llm_gemm_q4_0_r16;
     k->gemm[LLM_TYPE_IQ4_NL_R16] = llm_gemm_iq4_nl_r16;
     k->gemm[LLM_TYPE_MXFP4_R16] = llm_gemm_mxfp4_r16;
     k->gemm[LLM_TYPE_IQ4_XS_R16] = llm_gemm_iq4_xs_r16;
-    k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_t8;
-    k->gemm[LLM_TYPE_Q4_K] = llm_gemm_q4_K_t2;
+    k->gemm[LLM_TYPE_Q8_0] = llm_gemm_q8_0_file;
+    k->gemm[LLM_TYPE_Q8_0_R16] = llm_gemm_q8_0_r16;
     k->gemm[LLM_TYPE_Q5_K] = llm_gemm_q5_K_t2;
-    k->gemm[LLM_TYPE_Q6_K] = llm_gemm_q6_K_t1;
     llm_kernels_init_k23_avx512(k);
+    llm_kernels_init_kr16_avx512(k);
     llm_kernels_init_legacy_avx512(k);
     llm_kernels_init_iq4_avx512(k);
     llm_kernels_init_iq1_avx512(k);

@@ -33,6 +33,16 @@ typedef struct {
     uint8_t   qs[4][64];            /* qs[i][4r + j] = row r's qs[4i + j] */
 } llm_block_q4_0x16;
 
+/* Block b of 16 Q8_0 rows, interleaved (LLM_TYPE_Q8_0_R16): the 544
+ * bytes of the 16 blocks, each quant stored + 128 (an unsigned byte, as
+ * vpdpbusd takes its first operand); lane r of a 64-byte vector is row
+ * r. */
+typedef struct {
+    uint16_t  d[16];                /* row r's scale */
+    uint8_t   qs[8][64];            /* qs[i][4r + j] = row r's qs[4i + j]
+                                     * + 128 */
+} llm_block_q8_0x16;
+
 /* Q4_1: 5 bpw; w = d * q + m, q in 0..15, nibbles as Q4_0. */
 typedef struct __attribute__((packed)) {
     uint16_t  d, m;
@@ -124,6 +134,8 @@ typedef struct __attribute__((packed)) {
 _Static_assert(sizeof(llm_block_q4_0) == 2 + 16, "q4_0 size");
 _Static_assert(sizeof(llm_block_q4_0x16) == 16 * sizeof(llm_block_q4_0),
                "q4_0x16 size");
+_Static_assert(sizeof(llm_block_q8_0x16) == 16 * sizeof(llm_block_q8_0),
+               "q8_0x16 size");
 _Static_assert(sizeof(llm_block_q4_1) == 4 + 16, "q4_1 size");
 _Static_assert(sizeof(llm_block_q5_0) == 2 + 4 + 16, "q5_0 size");
 _Static_assert(sizeof(llm_block_q5_1) == 4 + 4 + 16, "q5_1 size");
@@ -161,13 +173,48 @@ typedef struct {
     uint16_t  d[16];                /* row r's */
 } llm_block_q3_Kx16;
 
+/*
+ * Super-block b of 16 Q4_K rows, interleaved (LLM_TYPE_Q4_K_R16), in the
+ * order the kernel reads it: d and dmin, sc[i][4r + j] = row r's
+ * scales[4i + j], qs[i][4r + j] = row r's qs[4i + j] (so the low nibbles
+ * of vectors 8p.. 8p + 7 are sub-block 2p of every row, the high ones
+ * 2p + 1).
+ */
+typedef struct {
+    uint16_t  d[16], dmin[16];      /* row r's */
+    uint8_t   sc[3][64];
+    uint8_t   qs[32][64];
+} llm_block_q4_Kx16;
+
+/*
+ * Super-block b of 16 Q6_K rows, interleaved (LLM_TYPE_Q6_K_R16), in the
+ * order the kernel reads it: d, sc[i][4r + j] = row r's scales[4i + j],
+ * then per half h and u the bytes of elements 128 h + 32 g + 16 u + 4 k +
+ * j (sub-block 8 h + 2 g + u): g[2h + u].qh[k][4r + j] = row r's qh[32 h
+ * + 16 u + 4 k + j] (the high bits of all four g) and g[2h + u].ql[4a +
+ * k][4r + j] = row r's ql[64 h + 32 a + 16 u + 4 k + j] (the nibbles of
+ * g = a and a + 2).
+ */
+typedef struct {
+    uint16_t  d[16];                /* row r's */
+    uint8_t   sc[4][64];
+    struct {
+        uint8_t   qh[4][64];
+        uint8_t   ql[8][64];
+    } g[4];
+} llm_block_q6_Kx16;
+
 _Static_assert(sizeof(llm_block_q2_Kx16) == 16 * sizeof(llm_block_q2_K),
                "q2_Kx16 size");
 _Static_assert(sizeof(llm_block_q3_Kx16) == 16 * sizeof(llm_block_q3_K),
                "q3_Kx16 size");
 _Static_assert(sizeof(llm_block_q4_K) == 4 + 12 + 128, "q4_K size");
+_Static_assert(sizeof(llm_block_q4_Kx16) == 16 * sizeof(llm_block_q4_K),
+               "q4_Kx16 size");
 _Static_assert(sizeof(llm_block_q5_K) == 4 + 12 + 32 + 128, "q5_K size");
 _Static_assert(sizeof(llm_block_q6_K) == 128 + 64 + 16 + 2, "q6_K size");
+_Static_assert(sizeof(llm_block_q6_Kx16) == 16 * sizeof(llm_block_q6_K),
+               "q6_Kx16 size");
 _Static_assert(sizeof(llm_block_q8_K) == 4 + 256 + 32, "q8_K size");
 
 /* quant_iq4.c, quant_mxfp4.c */
@@ -268,6 +315,31 @@ void llm_gemm_mxfp4_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 void llm_gemm_iq4_xs_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+/* quant_r16.c: Q4_K_R16 x Q8_K: per row and super-block the exact sums
+ * isum = sum_j sc_j (q_j . y_j) and msum = sum_j m_j (bsums of j), then
+ * acc = fma(-msum, dmin_w d_x, acc) and acc = fma(isum, d_w d_x, acc). */
+void llm_gemm_q4_K_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+/* quant_r16.c: Q6_K_R16 x Q8_K: per row and super-block the exact sum
+ * sum_s sc_s (q_s . y_s), q in -32..31, then acc = fma(sum, d_w d_x,
+ * acc). */
+void llm_gemm_q6_K_r16_ref(int64_t n, int64_t nr, int64_t nc,
+    const void *w, size_t ws, const void *x, size_t xs, float *y,
+    size_t ldy);
+/* dispatch.c: the same as llm_repack_group_q4_K for Q6_K. */
+void llm_repack_group_q6_K(int64_t b0, int64_t nb, size_t rb, int nrow,
+    const char *src, char *dst);
+/* dispatch.c: rows g * 16 .. g * 16 + 15 of Q4_K rows (rb bytes each)
+ * from src into the Q4_K_R16 super-blocks [b0, b0 + nb) at dst; rows
+ * past nrow (< 16) are zero. */
+void llm_repack_group_q4_K(int64_t b0, int64_t nb, size_t rb, int nrow,
+    const char *src, char *dst);
+/* quant_r16.c: Q8_0_R16 x Q8_0 the same way (per row the exact integer
+ * sum of a block, then one fma per block). */
+void llm_gemm_q8_0_r16_ref(int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y,
     size_t ldy);
 /* quant_r16.c: the same for Q2_K_R16 and Q3_K_R16: per row and
@@ -504,6 +576,7 @@ void llm_kernels_init_neon(llm_kernels_t *k);
  * kernels, called at the end of the matching llm_kernels_init_<isa>. */
 void llm_kernels_init_k23_avx2(llm_kernels_t *k);
 void llm_kernels_init_k23_avx512(llm_kernels_t *k);
+void llm_kernels_init_kr16_avx512(llm_kernels_t *k);
 void llm_kernels_init_k23_neon(llm_kernels_t *k);
 
 /* quant_legacy.c, quant_k23.c: scalar references of Q4_1, Q5_0, Q5_1,

@@ -58,6 +58,9 @@ static const llm_type_info_t  llm_types[LLM_TYPE_COUNT] = {
                               sizeof(llm_block_iq4_xs), 0 },
     [LLM_TYPE_Q2_K_R16] = { "Q2_K_R16", LLM_QK_K, sizeof(llm_block_q2_K), 0 },
     [LLM_TYPE_Q3_K_R16] = { "Q3_K_R16", LLM_QK_K, sizeof(llm_block_q3_K), 0 },
+    [LLM_TYPE_Q8_0_R16] = { "Q8_0_R16", LLM_QK, sizeof(llm_block_q8_0), 0 },
+    [LLM_TYPE_Q4_K_R16] = { "Q4_K_R16", LLM_QK_K, sizeof(llm_block_q4_K), 0 },
+    [LLM_TYPE_Q6_K_R16] = { "Q6_K_R16", LLM_QK_K, sizeof(llm_block_q6_K), 0 },
 };
 
 
@@ -166,6 +169,7 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q4_0:
     case LLM_TYPE_Q4_0_R16:
     case LLM_TYPE_Q8_0:
+    case LLM_TYPE_Q8_0_R16:
     case LLM_TYPE_Q5_0:
     case LLM_TYPE_IQ4_NL:
     case LLM_TYPE_IQ4_NL_R16:
@@ -180,8 +184,10 @@ llm_type_vec_dot_type(llm_type_t t)
     case LLM_TYPE_Q2_K_R16:
     case LLM_TYPE_Q3_K_R16:
     case LLM_TYPE_Q4_K:
+    case LLM_TYPE_Q4_K_R16:
     case LLM_TYPE_Q5_K:
     case LLM_TYPE_Q6_K:
+    case LLM_TYPE_Q6_K_R16:
     case LLM_TYPE_IQ4_XS:
     case LLM_TYPE_IQ4_XS_R16:
     case LLM_TYPE_IQ1_S:
@@ -1285,6 +1291,9 @@ llm_kernels_init_scalar(llm_kernels_t *k)
     k->gemm[LLM_TYPE_IQ4_XS_R16] = llm_gemm_iq4_xs_r16_ref;
     k->gemm[LLM_TYPE_Q2_K_R16] = llm_gemm_q2_K_r16_ref;
     k->gemm[LLM_TYPE_Q3_K_R16] = llm_gemm_q3_K_r16_ref;
+    k->gemm[LLM_TYPE_Q8_0_R16] = llm_gemm_q8_0_r16_ref;
+    k->gemm[LLM_TYPE_Q4_K_R16] = llm_gemm_q4_K_r16_ref;
+    k->gemm[LLM_TYPE_Q6_K_R16] = llm_gemm_q6_K_r16_ref;
     k->quantize_act[LLM_TYPE_F32] = llm_act_f32;
     k->quantize_act[LLM_TYPE_Q8_0] = llm_act_q8_0;
     k->quantize_act[LLM_TYPE_Q8_K] = llm_act_q8_K;

@@ -49,14 +49,18 @@ typedef enum {
     LLM_TYPE_BF16 = 30,
     LLM_TYPE_MXFP4 = 39,
     /* engine-internal, never in a file: Q4_0, IQ4_NL, MXFP4, IQ4_XS,
-     * Q2_K and Q3_K with every 16 rows interleaved (llm_repack_rows) */
+     * Q2_K, Q3_K, Q8_0, Q4_K and Q6_K with every 16 rows interleaved
+     * (llm_repack_rows) */
     LLM_TYPE_Q4_0_R16 = 40,
     LLM_TYPE_IQ4_NL_R16 = 41,
     LLM_TYPE_MXFP4_R16 = 42,
     LLM_TYPE_IQ4_XS_R16 = 43,
     LLM_TYPE_Q2_K_R16 = 44,
     LLM_TYPE_Q3_K_R16 = 45,
-    LLM_TYPE_COUNT = 46
+    LLM_TYPE_Q8_0_R16 = 46,
+    LLM_TYPE_Q4_K_R16 = 47,
+    LLM_TYPE_Q6_K_R16 = 48,
+    LLM_TYPE_COUNT = 49
 } llm_type_t;
 
 /* Levels: on x86-64 SCALAR < AVX2 < AVX512 (each a superset); on aarch64
@@ -144,10 +148,13 @@ void llm_gemm(llm_type_t t, int64_t n, int64_t nr, int64_t nc,
 /*
  * Weights regrouped at load for the batched kernels.  Q4_0 becomes
  * Q4_0_R16 (IQ4_NL IQ4_NL_R16, MXFP4 MXFP4_R16, IQ4_XS IQ4_XS_R16, Q2_K
- * Q2_K_R16, Q3_K Q3_K_R16, the same way): each run of 16 rows is stored
- * block by block, the 16 rows' scales and then their quants interleaved 4
- * bytes at a time (llm_block_q4_0x16, llm_block_mxfp4x16,
- * llm_block_iq4_xsx16, llm_block_q2_Kx16, llm_block_q3_Kx16), in the
+ * Q2_K_R16, Q3_K Q3_K_R16, Q8_0 Q8_0_R16, Q4_K Q4_K_R16, Q6_K Q6_K_R16,
+ * the same way): each run of 16
+ * rows is stored block by block, the 16 rows' scales and then their quants
+ * interleaved 4 bytes at a time (llm_block_q4_0x16, llm_block_mxfp4x16,
+ * llm_block_iq4_xsx16, llm_block_q2_Kx16, llm_block_q3_Kx16,
+ * llm_block_q8_0x16: its quants + 128, unsigned; llm_block_q4_Kx16,
+ * llm_block_q6_Kx16), in the
  * same bytes the 16 rows took, so row r of a
  * multiple of 16 still starts at r * row_bytes.  Its gemm takes nr and
  * the first row in multiples of 16; each row's sum runs block by block in
@@ -160,6 +167,12 @@ void llm_gemm(llm_type_t t, int64_t n, int64_t nr, int64_t nc,
  * src into dst (the same size, not overlapping) as llm_repack_type(t, nr).
  */
 llm_type_t llm_repack_type(llm_type_t t, int64_t nr);
+/* llm_repack_file_slow: whether t's file layout runs, at this SIMD level,
+ * by regrouping its rows on every call (AVX-512 Q8_0, Q4_K, Q6_K: the
+ * regrouped tile's bits, at a fraction of its speed for one column), so
+ * that a matrix of t that meets the gemm often (an output tied to the
+ * embeddings) is worth a regrouped copy. */
+int llm_repack_file_slow(llm_type_t t);
 /* llm_repack_source: the file type a regrouped type is made from (Q4_0
  * for Q4_0_R16, ...); t itself for every other type. */
 llm_type_t llm_repack_source(llm_type_t t);

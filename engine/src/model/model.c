@@ -1373,9 +1373,11 @@ llm_model_prefault(llm_model_t *m, const llm_model_opts_t *opts)
 
 /*
  * The matrices of the model that only ever meet llm_gemm (not the token
- * embeddings, which are read row by row, nor an output tied to them);
- * the experts only when they come from the mapping.  At most 22 per layer
- * and the output: fills out and returns the count.
+ * embeddings, which are read row by row, nor an output tied to them
+ * unless its file layout's gemm regroups per call: llm_repack_file_slow,
+ * then the output gets a regrouped copy of its own); the experts only
+ * when they come from the mapping.  At most 22 per layer and the output:
+ * fills out and returns the count.
  */
 static size_t
 llm_gemm_weights(llm_model_t *m, int experts, llm_wt_t **out)
@@ -1383,7 +1385,9 @@ llm_gemm_weights(llm_model_t *m, int experts, llm_wt_t **out)
     size_t    n = 0;
     uint32_t  l;
 
-    if (m->output.data != m->tok_embd.data) {
+    if (m->output.data != m->tok_embd.data
+        || llm_repack_file_slow((llm_type_t) m->output.type))
+    {
         out[n++] = &m->output;
     }
     for (l = 0; l < m->hp.n_layer; l++) {
@@ -1545,6 +1549,8 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
     for (i = 0; i < n; i++) {
         llm_wt_t    *w = ws[i];
         llm_type_t   rt;
+        /* an output tied to the embeddings: a copy, the rows stay */
+        int          tied = w->data == m->tok_embd.data;
 
         if (w->data == NULL
             || (rt = llm_repack_type(w->type, w->n_out)) == w->type)
@@ -1553,14 +1559,18 @@ llm_model_repack(llm_model_t *m, const llm_model_opts_t *opts,
         }
         one = (size_t) w->n_out * w->row_bytes;
         ne = w->ex != NULL ? m->hp.n_expert : 1;
-        m->regrouped[m->n_regrouped++] = (uint64_t)
-            ((w->ex != NULL ? w->ex[0] : w->data) - base);
+        if (!tied) {
+            m->regrouped[m->n_regrouped++] = (uint64_t)
+                ((w->ex != NULL ? w->ex[0] : w->data) - base);
+        }
         for (e = 0; e < ne; e++) {
             const uint8_t  *src = w->ex != NULL ? w->ex[e] : w->data;
 
             llm_repack_rows(w->type, w->n_in, w->n_out, src,
                             m->repack + off);
-            llm_drop_source(m, src, one);
+            if (!tied) {
+                llm_drop_source(m, src, one);
+            }
             if (w->ex != NULL) {
                 w->ex[e] = m->repack + off;
             }
