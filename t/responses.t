@@ -317,8 +317,17 @@ $j = ok_resp({ model => 'tiny', input => 'JSON please',
                text => { format => { type => 'json_object' } },
                max_output_tokens => 400, temperature => 0.8, seed => 6 },
              'json_object');
-is(ref(eval { decode_json(texts($j)) }), 'HASH',
-   'json_object: the text is a JSON object') or diag texts($j);
+# random weights may write a string past max_output_tokens: then the
+# answer is incomplete, its text a JSON object begun
+if (($j->{status} // '') eq 'incomplete') {
+    is($j->{incomplete_details}{reason}, 'max_output_tokens',
+       'json_object: incomplete only at max_output_tokens');
+    like(texts($j), qr/^\s*\{/, 'json_object: a JSON object begun')
+        or diag texts($j);
+} else {
+    is(ref(eval { decode_json(texts($j)) }), 'HASH',
+       'json_object: the text is a JSON object') or diag texts($j);
+}
 
 # reasoning and the other settings are checked and echoed
 

@@ -70,10 +70,12 @@ export async function whole(req) {
 // turn, streamed and not; extra joins each request): each must end with
 // finish_reason tool_calls, one call of a tool of set (named as asked),
 // an OpenAI call id, arguments valid with the ajv validators of
-// validate (by name), and no content or reasoning beside it.  One TAP
-// point.
+// validate (by name), and no content or reasoning beside it; or, for at
+// most a quarter of them, cut short by max_tokens inside one call's
+// arguments (random weights can write a string past any budget).  One
+// TAP point.
 export async function forcedCalls(model, set, validate, ajv, N, seed, extra = {}) {
-  let good = 0;
+  let good = 0, cut = 0;
   const bad = [];
   for (let i = 0; i < N; i++) {
     const named = i % 2 === 1 ? set[(i >> 1) % 2].function.name : null;
@@ -92,6 +94,18 @@ export async function forcedCalls(model, set, validate, ajv, N, seed, extra = {}
       continue;
     }
     const errs = [];
+    if (r.finish === 'length') {
+      // a random-weight model may write a string argument past
+      // max_tokens: the call so far must be a JSON object begun, and at
+      // most a quarter of the requests may end so
+      cut++;
+      if (r.calls.length > 1 || r.content || r.reasoning
+          || r.calls.some((c) => !/^\s*\{/.test(c.arguments))) {
+        bad.push(`#${i}: cut short, and not inside one call's arguments: `
+                 + JSON.stringify(r.calls) + ` content [${r.content}]`);
+      }
+      continue;
+    }
     if (r.finish !== 'tool_calls') errs.push(`finish_reason ${r.finish}`);
     if (r.calls.length !== 1) errs.push(`${r.calls.length} calls`);
     if (r.content || r.reasoning) errs.push(`content [${r.content}] reasoning [${r.reasoning}]`);
@@ -107,6 +121,7 @@ export async function forcedCalls(model, set, validate, ajv, N, seed, extra = {}
     if (errs.length) bad.push(`#${i}${stream ? ' stream' : ''}${named ? ` named ${named}` : ''}: ${errs.join('; ')}`);
     else good++;
   }
-  ok(bad.length === 0, `${model}: ${good} of ${N} forced calls (required and named, streamed and not) `
-     + 'parse and validate against their schema', bad.join(' | '));
+  ok(bad.length === 0 && cut <= N / 4, `${model}: ${good} of ${N} forced calls (required and named, streamed and not) `
+     + `parse and validate against their schema, ${cut} cut short by max_tokens inside the arguments`,
+     bad.join(' | '));
 }
