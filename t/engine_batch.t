@@ -56,6 +56,16 @@ ok(($st->{decode_steps_total} // 0) > 0
    "decode-only steps counted: $st->{decode_tokens_total} tokens in "
    . "$st->{decode_steps_total} steps, "
    . sprintf('%.1f', $st->{decode_step_ms_total} // 0) . " ms");
+{
+    my %v = map { $_ => $st->{"${_}_ms_total"} // -1 }
+            qw(forward sample detok emit step loop);
+    my $parts = $v{forward} + $v{sample} + $v{detok} + $v{emit};
+    ok($v{forward} > 0 && $v{sample} > 0 && $v{detok} >= 0 && $v{emit} > 0
+       && $v{loop} >= 0 && $v{step} >= $parts
+       && $v{forward} >= $st->{decode_step_ms_total} * 0.5,
+       'the step split: ' . join(', ', map { sprintf('%s %.1f ms', $_, $v{$_}) }
+                                        sort keys %v));
+}
 
 # 64 concurrent clients
 @h = map { LlmEngine::spawn($t, $sock, chat("client $_", max_tokens => 10)) }

@@ -1523,6 +1523,7 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
     size_t               len = 0;
     int32_t              tok;
     int                  stop, thinking;
+    double               t0 = llm_now_ms(), t1, t2, t3;
 
     /* the answer's grammars do not constrain a reasoning block */
     thinking = llm_reasoning_inside(q->rs);
@@ -1558,20 +1559,27 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
         q->hooks.accept(q->hooks.ud, tok);
     }
 
+    t1 = llm_now_ms();
+    s->st.sample_ms_total += t1 - t0;
     if (!r->ignore_eos && llm_vocab_is_eog(s->c.vocab, tok)) {
         llm_seq_finish(s, q, LLM_FINISH_STOP);
+        s->st.emit_ms_total += llm_now_ms() - t1;
         return;
     }
     stop = llm_detok_push(q->detok, tok, &t, &len);
     if (stop >= 0 && len > 0) {
         llm_seq_route_text(q, t, len, 0);
     }
+    t2 = llm_now_ms();
     llm_seq_flush_delta(q, tok, &res);
     if (stop == 1) {
         llm_seq_finish(s, q, LLM_FINISH_STOP);
     } else if (q->n_gen >= r->max_tokens || q->toks.n >= s->c.n_ctx) {
         llm_seq_finish(s, q, LLM_FINISH_LENGTH);
     }
+    t3 = llm_now_ms();
+    s->st.detok_ms_total += t2 - t1;
+    s->st.emit_ms_total += t3 - t2;
 }
 
 
@@ -1806,6 +1814,7 @@ llm_sched_step(llm_sched_t *s)
     rc = s->c.forward(s->c.forward_ud, &b, s->out, err, sizeof(err));
     llm_sched_learn(s, (s->c.clock_ms ? s->c.clock_ms() : llm_now_ms()) - tf,
                     n_dec, n_pf);
+    s->st.forward_ms_total += llm_now_ms() - t0;
     s->st.steps_total++;
     s->st.step_tokens_total += nt;
     s->st.batch_in_flight = ns;

@@ -212,6 +212,14 @@ typedef struct {
     uint64_t  decode_steps_total;        /* steps of one token per sequence */
     uint64_t  decode_tokens_total;
     double    decode_step_ms_total;      /* forward call through sampling */
+    /* where every step's time goes (all steps, ms): the forward call;
+     * grammar masks and sampling; detokenization with stop strings and
+     * the reasoning / tool-call split; the events' encoding into the
+     * connections' buffers (the server's emit callback) */
+    double    forward_ms_total;
+    double    sample_ms_total;
+    double    detok_ms_total;
+    double    emit_ms_total;
     uint32_t  requests_running;
     uint32_t  requests_queued;
     uint32_t  seqs_running;

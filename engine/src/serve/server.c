@@ -143,6 +143,11 @@ struct llm_server_s {
     uint64_t           embed_requests;
     uint64_t           embed_tokens;
 
+    /* the steps' wall time, and the loop's between two steps while work
+     * was pending (s) */
+    double             step_s;
+    double             loop_s;
+
     char               sock_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
 };
 
@@ -942,6 +947,12 @@ llm_srv_info(llm_conn_t *c)
     es.decode_steps_total = st.decode_steps_total;
     es.decode_tokens_total = st.decode_tokens_total;
     es.decode_step_ms_total = st.decode_step_ms_total;
+    es.forward_ms_total = st.forward_ms_total;
+    es.sample_ms_total = st.sample_ms_total;
+    es.detok_ms_total = st.detok_ms_total;
+    es.emit_ms_total = st.emit_ms_total;
+    es.loop_ms_total = srv->loop_s * 1e3;
+    es.step_ms_total = srv->step_s * 1e3;
     llm_srv_expert_stats(srv, &es);
 
     in.model = (char *) srv->c.model_name;
@@ -1869,7 +1880,7 @@ llm_server_run(llm_server_t *srv)
 {
     struct epoll_event  ev[LLM_SRV_MAX_EVENTS];
     int                 n, i, timeout, stepped = 0, rc;
-    double              flush_until = 0.0;
+    double              flush_until = 0.0, t_step_end = 0.0, t;
     llm_conn_t         *c, *next;
 
     for (;;) {
@@ -1947,13 +1958,22 @@ llm_server_run(llm_server_t *srv)
             }
         }
 
+        if (stepped <= 0) {
+            t_step_end = 0.0;   /* idle or waiting: not the loop's cost */
+        }
         stepped = 0;
         if (llm_sched_pending(srv->sched) > 0) {
+            t = llm_srv_now();
+            if (t_step_end > 0.0) {
+                srv->loop_s += t - t_step_end;
+            }
             rc = llm_sched_step(srv->sched);
             if (rc < 0) {
                 llm_log(LLM_LOG_ERROR, "step failed: %s", strerror(-rc));
             }
             stepped = rc;
+            t_step_end = llm_srv_now();
+            srv->step_s += t_step_end - t;
         }
 
         for (c = srv->conns; c; c = next) {
