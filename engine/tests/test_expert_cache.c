@@ -87,6 +87,28 @@ run(llm_model_t *m, llm_xcache_t *xc, int pre_batch, float *out, char *err,
     return rc;
 }
 
+/* Whether a streamed expert of m gets regrouped in its slot: one of its
+ * matrices has a slow file-layout gemm here and a regrouped type. */
+static int
+expert_slow(const llm_model_t *m)
+{
+    llm_expert_slices_t  sl;
+    uint32_t             l;
+    int                  k, slow = 0;
+
+    for (l = 0; l < llm_model_hparams(m)->n_layer; l++) {
+        if (llm_model_expert_slices(m, l, 0, &sl) == 0) {
+            for (k = 0; k < 3; k++) {
+                slow |= llm_repack_file_slow((llm_type_t) sl.type[k])
+                        && llm_repack_type((llm_type_t) sl.type[k],
+                                           sl.n_out[k]) != sl.type[k];
+            }
+            break;
+        }
+    }
+    return slow;
+}
+
 /*
  * Resident vs streamed on one file, with a cache of cache_mb capped at
  * max_slots slots (0: no cap).
@@ -106,6 +128,7 @@ compare(const char *path, uint64_t cache_mb, uint32_t max_slots,
     size_t               n;
     char                 err[512], d[320];
     uint64_t             slot, ex;
+    int                  slow;
 
     if (llm_model_load(&m, path, NULL, err, sizeof(err)) < 0) {
         check(0, name, err);
@@ -147,6 +170,18 @@ compare(const char *path, uint64_t cache_mb, uint32_t max_slots,
     check(st.prefetch_guessed > 0 && st.prefetch_right <= st.prefetch_guessed
           && st.prefetch_useful <= st.prefetch_issued,
           "  prefetch hints counted", NULL);
+    /* where the file layout's gemm regroups on every call (AVX-512 Q8_0,
+     * Q4_K, Q6_K) a slot is regrouped once, when first used; elsewhere
+     * never */
+    slow = expert_slow(ms);
+    snprintf(d, sizeof(d), "%llu regroups, %llu loads",
+             (unsigned long long) st.regroups,
+             (unsigned long long) (st.misses + st.prefetch_issued));
+    check(slow ? st.regroups > 0
+                 && st.regroups <= st.misses + st.prefetch_issued
+               : st.regroups == 0,
+          slow ? "  slots regrouped once for the regrouped rows' kernel"
+               : "  slots kept in the file's layout", d);
 done:
     llm_xcache_free(xc);
     llm_model_free(ms);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "expert_cache.h"
+#include "kernels/quant.h"
 
 #define LLM_XC_ALIGN   4096u
 #define LLM_XC_CHUNK   (256u << 10)
@@ -50,6 +51,8 @@ typedef struct {
     uint64_t     err_off;
     uint8_t     *buf;           /* slot_bytes, 4 KiB aligned */
     uint32_t     inner[3];      /* gate/up/down offsets inside buf */
+    uint32_t     type[3];       /* of the bytes there: file or regrouped */
+    uint8_t      regrouped;     /* type[] final (set when first handed out) */
 } llm_xc_slot_t;
 
 typedef struct {
@@ -80,6 +83,8 @@ struct llm_xcache_s {
     uint64_t              slot_bytes;
     uint32_t              win_base[3];   /* window k's offset in a slot */
     uint8_t              *pool;
+    uint8_t              *spare;         /* a slot's bytes, to regroup into */
+    void                 *spare_mem;     /* its allocation (buffers swap) */
     llm_xc_slot_t        *slots;
     int32_t              *map;           /* [n_layer * n_expert] -> slot */
     uint32_t              hand;
@@ -301,6 +306,7 @@ llm_xc_load(llm_xcache_t *xc, int32_t si, uint32_t layer, uint32_t expert)
     s->key = (int32_t) (layer * xc->n_expert + expert);
     xc->map[s->key] = si;
     s->state = LLM_XC_LOADING;
+    s->regrouped = 0;
     s->err = 0;
     s->pending = 1;                 /* held until every op is queued */
     for (k = 0; k < 3; k++) {
@@ -385,6 +391,54 @@ llm_xc_unpin(llm_xcache_t *xc, uint32_t n)
             xc->slots[xc->cur[i]].pins--;
         }
     }
+}
+
+/*
+ * A complete slot, before its first use: the matrices whose file layout's
+ * gemm regroups rows on every call (llm_repack_file_slow: AVX-512 Q8_0,
+ * Q4_K, Q6_K) regrouped once, as a resident model's are at load
+ * (llm_repack_rows), into the spare buffer, which then becomes the slot's
+ * (the old one the spare).  The same kernel on the same bytes: a streamed
+ * expert's results stay the resident run's bit for bit, at the regrouped
+ * rows' speed instead of a fraction of it; the cost is one pass over the
+ * bytes just read.
+ */
+static void
+llm_xc_regroup(llm_xcache_t *xc, llm_xc_slot_t *s)
+{
+    llm_expert_slices_t  sl;
+    uint8_t             *t;
+    int                  k, any = 0;
+
+    s->regrouped = 1;
+    if (llm_model_expert_slices(xc->m, (uint32_t) s->key / xc->n_expert,
+                                (uint32_t) s->key % xc->n_expert, &sl) < 0)
+    {
+        return;
+    }
+    for (k = 0; k < 3; k++) {
+        llm_type_t  ft = (llm_type_t) sl.type[k];
+
+        s->type[k] = llm_repack_file_slow(ft)
+                     ? llm_repack_type(ft, sl.n_out[k]) : ft;
+        any |= s->type[k] != sl.type[k];
+    }
+    if (!any) {
+        return;
+    }
+    for (k = 0; k < 3; k++) {
+        if (s->type[k] != sl.type[k]) {
+            llm_repack_rows((llm_type_t) sl.type[k], sl.n_in[k], sl.n_out[k],
+                            s->buf + s->inner[k], xc->spare + s->inner[k]);
+        } else {
+            memcpy(xc->spare + s->inner[k], s->buf + s->inner[k],
+                   sl.bytes[k]);
+        }
+    }
+    t = s->buf;
+    s->buf = xc->spare;
+    xc->spare = t;
+    xc->st.regroups++;
 }
 
 static int
@@ -504,9 +558,13 @@ llm_xc_acquire(void *ud, uint32_t layer, const uint32_t *ex, uint32_t n,
             xc->st.stall_ns += llm_xc_now() - t0;
             return s->err;
         }
+        if (!s->regrouped) {
+            llm_xc_regroup(xc, s);
+        }
         ptrs[i].gate = s->buf + s->inner[0];
         ptrs[i].up = s->buf + s->inner[1];
         ptrs[i].down = s->buf + s->inner[2];
+        memcpy(ptrs[i].type, s->type, sizeof(s->type));
     }
     xc->st.stall_ns += llm_xc_now() - t0;
     return 0;
@@ -764,9 +822,14 @@ llm_xcache_create(llm_xcache_t **out, const llm_model_t *m,
     xc->hint = calloc((size_t) hp->n_layer * hp->n_expert, 1);
     xc->hinted = calloc(hp->n_layer, 1);
     rc = posix_memalign(&p, LLM_XC_ALIGN, (size_t) (n * slot_bytes));
+    if (rc == 0 && posix_memalign(&xc->spare_mem, LLM_XC_ALIGN,
+                                  (size_t) slot_bytes) != 0)
+    {
+        xc->spare_mem = NULL;
+    }
     if (xc->slots == NULL || xc->map == NULL || xc->ops == NULL
         || xc->cur == NULL || xc->hint == NULL || xc->hinted == NULL
-        || rc != 0)
+        || rc != 0 || xc->spare_mem == NULL)
     {
         if (rc == 0) {
             free(p);
@@ -777,7 +840,9 @@ llm_xcache_create(llm_xcache_t **out, const llm_model_t *m,
         return -ENOMEM;
     }
     xc->pool = p;
+    xc->spare = xc->spare_mem;
     madvise(xc->pool, (size_t) (n * slot_bytes), MADV_HUGEPAGE);
+    madvise(xc->spare, (size_t) slot_bytes, MADV_HUGEPAGE);
     for (i = 0; i < n; i++) {
         xc->slots[i].key = -1;
         xc->slots[i].buf = xc->pool + (size_t) i * slot_bytes;
@@ -835,6 +900,7 @@ llm_xcache_free(llm_xcache_t *xc)
         close(xc->fd);
     }
     free(xc->pool);
+    free(xc->spare_mem);
     free(xc->slots);
     free(xc->map);
     free(xc->ops);

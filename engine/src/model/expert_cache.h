@@ -54,6 +54,7 @@ typedef struct {
     uint64_t     prefetch_right;    /* of those, used by the next acquire */
     uint64_t     prefetch_issued;   /* experts read because of a hint */
     uint64_t     prefetch_useful;   /* of those, used before eviction */
+    uint64_t     regroups;      /* slots regrouped for the faster kernels */
 } llm_xcache_stats_t;
 
 /*

@@ -1825,6 +1825,9 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         c->xptrs[a].gate = llm_wt_expert(&L->gate_exps, e);
         c->xptrs[a].up = llm_wt_expert(&L->up_exps, e);
         c->xptrs[a].down = llm_wt_expert(&L->down_exps, e);
+        c->xptrs[a].type[0] = L->gate_exps.type;
+        c->xptrs[a].type[1] = L->up_exps.type;
+        c->xptrs[a].type[2] = L->down_exps.type;
     }
     if (c->xsrc.prefetch != NULL && c->layer + 1 < hp->n_layer) {
         llm_prefetch_next(c, T);
@@ -1851,7 +1854,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         memset(&it, 0, sizeof(it));
         it.w = c->xptrs[a].gate;
         it.w2 = c->xptrs[a].up;
-        it.type = L->gate_exps.type;
+        it.type = c->xptrs[a].type[0];  /* up's: the same (load checks) */
         it.n = E;
         it.w_stride = L->gate_exps.row_bytes;
         it.x = c->xg + (size_t) c->e_off[e] * xs;
@@ -1881,7 +1884,7 @@ llm_moe(llm_ctx_t *c, const llm_layer_t *L, uint32_t T)
         n_e = c->e_off[e + 1] - c->e_off[e];
         memset(&it, 0, sizeof(it));
         it.w = c->xptrs[a].down;
-        it.type = L->down_exps.type;
+        it.type = c->xptrs[a].type[2];
         it.n = ff;
         it.w_stride = L->down_exps.row_bytes;
         it.x = xop + (size_t) c->e_off[e] * hs;

@@ -1821,6 +1821,8 @@ llm_model_expert_slices(const llm_model_t *m, uint32_t layer,
         out->offset[i] = (uint64_t) (w[i]->ex[expert] - base);
         out->bytes[i] = (uint64_t) w[i]->n_out * w[i]->row_bytes;
         out->type[i] = w[i]->type;
+        out->n_in[i] = (uint32_t) w[i]->n_in;
+        out->n_out[i] = (uint32_t) w[i]->n_out;
     }
     return 0;
 }

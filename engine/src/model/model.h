@@ -275,7 +275,8 @@ int llm_forward_hidden(llm_ctx_t *c, const llm_batch_t *b, float *out,
  * with the distinct experts the batch needs (ascending ids); the source
  * fills ptrs[i] with the base of expert experts[i]'s gate, up and down
  * matrices (the same bytes as the file's slices, see llm_model_expert_
- * slices) and may block until they are resident.  release() follows once
+ * slices, or those bytes regrouped: ptrs[i].type) and may block until
+ * they are resident.  release() follows once
  * the layer's expert phase is over; until then the pointers must stay
  * valid.  acquire() returning < 0 fails the forward call with its err.
  * prefetch(), when set, is a hint: the experts the next layer's router
@@ -286,6 +287,10 @@ typedef struct {
     const void  *gate;
     const void  *up;
     const void  *down;
+    /* the type of the bytes at gate, up, down: the slices' (the file's),
+     * or the type the source regrouped them into in place
+     * (llm_repack_type: the same bytes, the regrouped rows' kernels) */
+    uint32_t     type[3];
 } llm_expert_ptrs_t;
 
 typedef struct {
@@ -303,11 +308,14 @@ typedef struct {
 void llm_ctx_set_expert_source(llm_ctx_t *c, const llm_expert_source_t *src);
 
 /* Where expert e of a layer lives in the file: [0] gate, [1] up, [2] down,
- * absolute file offsets and byte counts (each contiguous), and their type. */
+ * absolute file offsets and byte counts (each contiguous), their type and
+ * shape. */
 typedef struct {
     uint64_t  offset[3];
     uint64_t  bytes[3];
     uint32_t  type[3];
+    uint32_t  n_in[3];      /* values per row */
+    uint32_t  n_out[3];     /* rows */
 } llm_expert_slices_t;
 
 /* 0; -ENOENT for a layer without routed experts (a leading dense layer);
