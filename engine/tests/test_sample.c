@@ -208,6 +208,105 @@ test_logprobs(llm_sampler_t *s)
     REQUIRE(fabs(sum - 1.0) < 1e-4);
 }
 
+/*
+ * A vocabulary of 50,003 (many 4096-value blocks and a tail that is not a
+ * multiple of 16), as the vector passes, the block sums and the top_p
+ * histogram see it: greedy finds the first maximum anywhere; temperature
+ * draws reach every block and follow the softmax (the mean logit drawn);
+ * every top_p draw lies in the nucleus computed here by sorting the whole
+ * row, and the draws reach its last tenth.
+ */
+#define VB 50003
+
+static int
+by_logit(const void *a, const void *b)
+{
+    float  x = *(const float *) a, y = *(const float *) b;
+
+    return x > y ? -1 : x < y;
+}
+
+static void
+test_scale(void)
+{
+    llm_sampler_t       *s;
+    llm_sample_params_t  p = {0};
+    llm_rng_t            r, g;
+    float               *l = malloc(VB * sizeof(float));
+    float               *w = malloc(VB * sizeof(float));
+    float               *srt = malloc(VB * sizeof(float));
+    double               z = 0.0, mean = 0.0, got = 0.0, acc, target;
+    const float          tops[3] = { 0.3f, 0.9f, 0.99f };
+    int                  i, k, t, pos[5] = { 0, 17, 4095, 4096, VB - 1 };
+    int                  last_block = 0, bad, far;
+    float                cut;
+
+    if (l == NULL || w == NULL || srt == NULL
+        || llm_sampler_create(&s, VB) != 0)
+    {
+        tk_fatal("out of memory");
+    }
+    llm_rng_seed(&g, 5);
+    for (i = 0; i < VB; i++) {
+        l[i] = (float) (llm_rng_uniform(&g) * 10.0 - 5.0);
+    }
+    llm_rng_seed(&r, 3);
+    for (k = 0; k < 5; k++) {
+        memcpy(w, l, VB * sizeof(float));
+        w[pos[k]] = 9.0f;
+        w[VB - 1] = 9.0f;           /* a tie: the first wins */
+        t = llm_sample(s, &p, w, NULL, 0, 0, &r, NULL);
+        REQUIRE(t == pos[k]);
+    }
+
+    /* temperature 1, no truncation: the mean logit drawn */
+    for (i = 0; i < VB; i++) {
+        z += exp((double) l[i]);
+        mean += (double) l[i] * exp((double) l[i]);
+    }
+    mean /= z;
+    p.temperature = 1.0f;
+    for (i = 0; i < 4000; i++) {
+        memcpy(w, l, VB * sizeof(float));
+        t = llm_sample(s, &p, w, NULL, 0, 0, &r, NULL);
+        REQUIRE(t >= 0 && t < VB);
+        got += (double) l[t];
+        last_block |= t >= 49152;
+    }
+    got /= 4000.0;
+    tk_note("mean logit drawn %.3f, expected %.3f\n", got, mean);
+    REQUIRE(fabs(got - mean) < 0.2);
+    REQUIRE(last_block);
+
+    /* top_p: the nucleus by a full sort (its boundary within rounding) */
+    memcpy(srt, l, VB * sizeof(float));
+    qsort(srt, VB, sizeof(float), by_logit);
+    for (k = 0; k < 3; k++) {
+        target = (double) tops[k] * z;
+        acc = 0.0;
+        for (i = 0; i < VB && acc < target; i++) {
+            acc += exp((double) srt[i]);
+        }
+        cut = srt[i + 1 < VB ? i + 1 : VB - 1];  /* one past, rounding */
+        p.top_p = tops[k];
+        bad = far = 0;
+        for (int d = 0; d < 3000; d++) {
+            memcpy(w, l, VB * sizeof(float));
+            t = llm_sample(s, &p, w, NULL, 0, 0, &r, NULL);
+            bad += l[t] < cut;
+            far |= l[t] <= srt[i - 1 - (i - 1) / 10];
+        }
+        tk_note("top_p %.2f: nucleus of %d, %d draws outside\n",
+                (double) tops[k], i, bad);
+        REQUIRE(bad == 0);
+        REQUIRE(far);
+    }
+    llm_sampler_free(s);
+    free(l);
+    free(w);
+    free(srt);
+}
+
 int
 main(void)
 {
@@ -227,5 +326,7 @@ main(void)
     tk_begin("logprobs");
     test_logprobs(s);
     llm_sampler_free(s);
+    tk_begin("a large vocabulary");
+    test_scale();
     return tk_done();
 }
