@@ -1,13 +1,16 @@
 // Load side of bench/gateway.sh.
 //
-//   node gateway-load.mjs latency SOCKET URL N [MAX_TOKENS [PING_URL [PROXY_URL]]]
+//   node gateway-load.mjs latency SOCKET URL N [MAX_TOKENS [PING_URL [PROXY_URL [HOP_SOCKET]]]]
 //     N sequential requests to the engine on SOCKET directly (protobuf
 //     frames) and N through the gateway at URL (HTTP keep-alive, JSON);
 //     prints p50/p99 of each and the difference; with PING_URL also the
 //     same POST to a plain nginx "return 200" (the HTTP baseline), and
 //     with PROXY_URL to a proxy_pass of that over a Unix socket (what a
-//     stock nginx upstream hop costs).  The paths take turns request by
-//     request.
+//     stock nginx upstream hop costs), and with HOP_SOCKET (the Unix
+//     socket of the nginx behind PROXY_URL) the same POST sent there
+//     directly on a raw socket, as the engine is: proxy_pass measured the
+//     way the gateway is (through nginx minus the backend alone).  The
+//     paths take turns request by request.
 //   node gateway-load.mjs streams HOST:PORT COUNT RAMP_PER_S PIDS
 //     COUNT concurrent SSE streams, opened at RAMP_PER_S; counts the ones
 //     that end with data: [DONE]; samples the RSS of the nginx workers
@@ -37,7 +40,39 @@ function pct(a, p) {
   return s[Math.min(s.length - 1, Math.floor(p * s.length))];
 }
 
-async function latency(sock, url, n, maxTokens, pingUrl, proxyUrl) {
+// Keep-alive HTTP/1.1 on a raw socket (Unix or TCP): a function that
+// sends req and resolves when the whole answer (headers and
+// Content-Length bytes) is in.  A connection the server closed (nginx's
+// keepalive_requests) is opened again for the next request.
+async function rawHttp(path, req) {
+  let c = null, buf = Buffer.alloc(0), waiter = null;
+  const connect = async () => {
+    const s = net.connect(path);
+    await new Promise((resolve, reject) => { s.once('connect', resolve); s.once('error', reject); });
+    s.setNoDelay(true);
+    s.on('error', () => {});
+    s.on('close', () => { if (c === s) c = null; });
+    s.on('data', (d) => {
+      buf = buf.length ? Buffer.concat([buf, d]) : d;
+      const end = buf.indexOf('\r\n\r\n');
+      if (end < 0) return;
+      const m = /content-length: *(\d+)/i.exec(buf.subarray(0, end).toString('latin1'));
+      const total = end + 4 + (m ? Number(m[1]) : 0);
+      if (buf.length < total) return;
+      buf = buf.subarray(total);
+      if (waiter) { const w = waiter; waiter = null; w(); }
+    });
+    return s;
+  };
+  const one = async () => {
+    if (c === null) { buf = Buffer.alloc(0); c = await connect(); }
+    await new Promise((resolve) => { waiter = resolve; c.write(req); });
+  };
+  one.close = () => { if (c) c.end(); };
+  return one;
+}
+
+async function latency(sock, url, n, maxTokens, pingUrl, proxyUrl, hopSock) {
   // the same request every way: one user message, max_tokens, greedy
   const gen = Buffer.concat([fb(1, 'bench'), fb(4, Buffer.concat([fb(1, 'user'), fb(2, 'Hello')])),
     fb(7, fv(1, maxTokens))]);
@@ -84,6 +119,13 @@ async function latency(sock, url, n, maxTokens, pingUrl, proxyUrl) {
   const paths = [['engine direct (socket)', oneDirect], ['through nginx (HTTP)', () => oneHttp(url, true)]];
   if (pingUrl) paths.push(['nginx "return 200" (HTTP)', () => oneHttp(pingUrl, false)]);
   if (proxyUrl) paths.push(['nginx proxy_pass floor', () => oneHttp(proxyUrl, true)]);
+  let hop = null;
+  if (proxyUrl && hopSock) {
+    // what proxy_pass sends the nginx behind it (bench/gateway.sh: /ping)
+    hop = await rawHttp(hopSock, `POST /ping HTTP/1.1\r\nHost: hop\r\n`
+      + `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    paths.push(['hop nginx direct (socket)', hop]);
+  }
   const t = paths.map(() => []);
   for (let i = 0; i < n + 50; i++) {
     for (let k = 0; k < paths.length; k++) {
@@ -94,6 +136,7 @@ async function latency(sock, url, n, maxTokens, pingUrl, proxyUrl) {
   }
   agent.destroy();
   c.end();
+  if (hop) hop.close();
 
   const row = (name, a) => `${name.padEnd(26)} ${pct(a, 0.5).toFixed(3).padStart(9)} ${pct(a, 0.99).toFixed(3).padStart(9)}`;
   console.log(`${'path'.padEnd(26)} ${'p50 ms'.padStart(9)} ${'p99 ms'.padStart(9)}`);
@@ -103,6 +146,10 @@ async function latency(sock, url, n, maxTokens, pingUrl, proxyUrl) {
   if (pingUrl && proxyUrl) {
     console.log(`${'added by proxy_pass'.padEnd(26)} ${diff(t[3], t[2], 0.5)} ${diff(t[3], t[2], 0.99)}`
       + '  (a stock upstream hop: the floor of any nginx upstream module)');
+  }
+  if (hop) {
+    console.log(`${'proxy_pass, as the gateway'.padEnd(26)} ${diff(t[3], t[4], 0.5)} ${diff(t[3], t[4], 0.99)}`
+      + '  (through nginx minus its backend direct: what row "added by the gateway" measures)');
   }
 }
 
@@ -176,7 +223,7 @@ async function streams(hostport, count, ramp, pidList) {
 }
 
 if (mode === 'latency') {
-  await latency(args[0], args[1], Number(args[2] ?? 2000), Number(args[3] ?? 1), args[4], args[5]);
+  await latency(args[0], args[1], Number(args[2] ?? 2000), Number(args[3] ?? 1), args[4], args[5], args[6]);
 } else if (mode === 'streams') {
   await streams(args[0], Number(args[1] ?? 10000), Number(args[2] ?? 2000), args[3] ?? '');
 } else {

@@ -7,7 +7,10 @@
 #      the engine socket and N times through nginx, the paths taking
 #      turns; p50 and p99; beside them what a stock proxy_pass hop to a
 #      second nginx process over a Unix socket adds to a "return 200"
-#      (the floor of any upstream module: two more process wakeups)
+#      (the floor of any upstream module: two more process wakeups), and
+#      the same proxy_pass measured as the gateway is: through nginx
+#      minus its backend (the second nginx) reached directly on a raw
+#      socket
 #   2. non-streaming requests/s at 64 connections (wrk, fake engine)
 #   3. STREAMS concurrent SSE streams through one nginx (2 workers) with a
 #      fake token source (STREAM_TOKENS tokens, one per STREAM_INTERVAL
@@ -16,7 +19,9 @@
 # Env: BUILD, REPO (set by build.sh), N (2000), STREAMS (10000), RAMP
 # (streams opened per second, 2000), DURATION (wrk seconds, 10),
 # STREAM_TOKENS (60) and STREAM_INTERVAL (2500 ms between tokens: a
-# stream lasts 150 s, so all are open at once even on a loaded machine).
+# stream lasts 150 s, so all are open at once even on a loaded machine),
+# MOD (the module to load, $BUILD/modules/ngx_http_llm_module.so: another
+# build's, to compare two modules with the same engine).
 # Needs node, wrk (Debian package wrk).
 
 set -euo pipefail
@@ -30,7 +35,7 @@ DURATION=${DURATION:-10}
 STREAM_TOKENS=${STREAM_TOKENS:-60}
 STREAM_INTERVAL=${STREAM_INTERVAL:-2500}
 NGINX=${NGINX:-/usr/sbin/nginx}
-MOD=$BUILD/modules/ngx_http_llm_module.so
+MOD=${MOD:-$BUILD/modules/ngx_http_llm_module.so}
 MODEL=$BUILD/models/test-tiny.gguf
 
 for f in "$MOD" "$BUILD/bin/llm-engine" "$MODEL"; do
@@ -136,12 +141,12 @@ echo
 echo "## 1. added latency, fake engine (16 tokens at once), $N sequential requests"
 node "$REPO/bench/gateway-load.mjs" latency "$D/fast.sock" \
     "http://127.0.0.1:$PORT/fast/v1/chat/completions" "$N" 16 \
-    "http://127.0.0.1:$PORT/ping" "http://127.0.0.1:$PORT/proxy"
+    "http://127.0.0.1:$PORT/ping" "http://127.0.0.1:$PORT/proxy" "$D/hop.sock"
 echo
 echo "## 1b. added latency, real llm-engine (tiny model, max_tokens 1), $N sequential requests"
 node "$REPO/bench/gateway-load.mjs" latency "$D/real.sock" \
     "http://127.0.0.1:$PORT/real/v1/chat/completions" "$N" 1 \
-    "http://127.0.0.1:$PORT/ping" "http://127.0.0.1:$PORT/proxy"
+    "http://127.0.0.1:$PORT/ping" "http://127.0.0.1:$PORT/proxy" "$D/hop.sock"
 echo
 
 cat >"$D/post.lua" <<'EOF'

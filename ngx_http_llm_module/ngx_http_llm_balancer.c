@@ -18,6 +18,8 @@ static void ngx_http_llm_wrap_peer(ngx_http_llm_ctx_t *ctx,
     ngx_http_upstream_t *u);
 static ngx_int_t ngx_http_llm_peer_get(ngx_peer_connection_t *pc,
     void *data);
+static void ngx_http_llm_quiet_write(ngx_http_llm_ctx_t *ctx,
+    ngx_connection_t *c);
 static void ngx_http_llm_peer_free(ngx_peer_connection_t *pc, void *data,
     ngx_uint_t state);
 static ngx_int_t ngx_http_llm_next_model(ngx_http_llm_ctx_t *ctx);
@@ -196,6 +198,11 @@ ngx_http_llm_peer_get(ngx_peer_connection_t *pc, void *data)
     for ( ;; ) {
         rc = ctx->inner_get(pc, ctx->inner_data);
 
+        if (rc == NGX_DONE) {
+            ngx_http_llm_quiet_write(ctx, pc->connection);
+            return rc;
+        }
+
         if (rc != NGX_BUSY || ctx->header_done
             || ctx->chain_pos + 1 >= ctx->chain.nelts)
         {
@@ -209,6 +216,43 @@ ngx_http_llm_peer_get(ngx_peer_connection_t *pc, void *data)
         if (ngx_http_llm_next_model(ctx) != NGX_OK) {
             return NGX_ERROR;
         }
+    }
+}
+
+
+/*
+ * A cached engine connection stops reporting "writable" before the
+ * request is written on it.  With edge-triggered epoll every read of the
+ * engine (the request, later a Cancel or Ping) frees socket buffer space
+ * and so woke the worker with a write event nobody waits for: one more
+ * process wake-up and event-loop turn per request, on the way to the
+ * answer.  The request goes out on the still ready write event; a write
+ * that does not finish clears ready, and the upstream's
+ * ngx_handle_write_event() then asks for the write event again.  Only
+ * the engine protocol on epoll: a provider's TLS may need it at any time.
+ */
+
+static void
+ngx_http_llm_quiet_write(ngx_http_llm_ctx_t *ctx, ngx_connection_t *c)
+{
+    ngx_event_t  *wev;
+
+    if (c == NULL || ctx->provider
+        || !(ngx_event_flags & NGX_USE_EPOLL_EVENT))
+    {
+        return;
+    }
+
+    wev = c->write;
+
+    if (!wev->active || !wev->ready || !c->read->active) {
+        return;
+    }
+
+    if (ngx_del_event(wev, NGX_WRITE_EVENT, NGX_CLEAR_EVENT) != NGX_OK) {
+        ngx_log_error(NGX_LOG_WARN, c->log, 0,
+                      "llm: could not stop write events on an engine "
+                      "connection");
     }
 }
 

@@ -721,6 +721,7 @@ size_t ngx_http_llm_utf8_seq(const u_char *s, size_t len);
 void ngx_http_llm_utf8_cpystrn(u_char *dst, const u_char *src, size_t size);
 size_t ngx_http_llm_json_escape_len(const u_char *s, size_t len);
 u_char *ngx_http_llm_json_escape(u_char *d, const u_char *s, size_t len);
+u_char *ngx_http_llm_uint(u_char *p, uint64_t n);
 ngx_int_t ngx_http_llm_json_str(ngx_pool_t *pool, ngx_str_t *out,
     const u_char *s, size_t len);
 ngx_int_t ngx_http_llm_sbuf_add(ngx_pool_t *pool, ngx_http_llm_sbuf_t *s,

@@ -62,19 +62,20 @@ typedef struct {
     ngx_http_llm_ctx_t        *ctx;
     json_t                    *root;
     ngx_http_llm_params_t     *params;
+    ngx_uint_t                 root_changed;  /* members added, replaced */
 } ngx_http_llm_check_t;
 
 
 static ngx_int_t ngx_http_llm_bad(ngx_http_llm_check_t *ck,
     const char *code, const char *param, const char *fmt, ...);
 static ngx_int_t ngx_http_llm_get_number(ngx_http_llm_check_t *ck,
-    json_t *root, const char *name, double min, double max, double *out,
+    json_t *j, const char *name, double min, double max, double *out,
     ngx_uint_t *present);
 static ngx_int_t ngx_http_llm_get_int(ngx_http_llm_check_t *ck,
-    json_t *root, const char *name, json_int_t min, json_int_t max,
+    json_t *j, const char *name, json_int_t min, json_int_t max,
     json_int_t *out, ngx_uint_t *present);
 static ngx_int_t ngx_http_llm_get_bool(ngx_http_llm_check_t *ck,
-    json_t *root, const char *name, ngx_uint_t *out, ngx_uint_t *present);
+    json_t *j, const char *name, ngx_uint_t *out, ngx_uint_t *present);
 static ngx_int_t ngx_http_llm_new_request(ngx_http_llm_check_t *ck);
 static ngx_int_t ngx_http_llm_walk_fields(ngx_http_llm_check_t *ck,
     json_t *root);
@@ -197,17 +198,15 @@ ngx_http_llm_bad(ngx_http_llm_check_t *ck, const char *code,
 
 
 static ngx_int_t
-ngx_http_llm_get_number(ngx_http_llm_check_t *ck, json_t *root,
+ngx_http_llm_get_number(ngx_http_llm_check_t *ck, json_t *j,
     const char *name, double min, double max, double *out,
     ngx_uint_t *present)
 {
-    char     got[64];
-    json_t  *j;
-    double   v;
+    char    got[64];
+    double  v;
 
     *present = 0;
 
-    j = json_object_get(root, name);
     if (j == NULL || json_is_null(j)) {
         return NGX_OK;
     }
@@ -250,16 +249,14 @@ ngx_http_llm_get_number(ngx_http_llm_check_t *ck, json_t *root,
 
 
 static ngx_int_t
-ngx_http_llm_get_int(ngx_http_llm_check_t *ck, json_t *root,
+ngx_http_llm_get_int(ngx_http_llm_check_t *ck, json_t *j,
     const char *name, json_int_t min, json_int_t max, json_int_t *out,
     ngx_uint_t *present)
 {
-    json_t      *j;
-    json_int_t   v;
+    json_int_t  v;
 
     *present = 0;
 
-    j = json_object_get(root, name);
     if (j == NULL || json_is_null(j)) {
         return NGX_OK;
     }
@@ -292,14 +289,11 @@ ngx_http_llm_get_int(ngx_http_llm_check_t *ck, json_t *root,
 
 
 static ngx_int_t
-ngx_http_llm_get_bool(ngx_http_llm_check_t *ck, json_t *root,
+ngx_http_llm_get_bool(ngx_http_llm_check_t *ck, json_t *j,
     const char *name, ngx_uint_t *out, ngx_uint_t *present)
 {
-    json_t  *j;
-
     *present = 0;
 
-    j = json_object_get(root, name);
     if (j == NULL || json_is_null(j)) {
         return NGX_OK;
     }
@@ -571,6 +565,7 @@ ngx_http_llm_parse_json(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
     ck.ctx = ctx;
     ck.root = root;
     ck.params = &params;
+    ck.root_changed = 0;
 
     if (!json_is_object(root)) {
         return ngx_http_llm_bad(&ck, NULL, NULL,
@@ -670,20 +665,95 @@ ngx_http_llm_new_request(ngx_http_llm_check_t *ck)
 }
 
 
+/*
+ * The members of a request object, for ngx_http_llm_member(): a request
+ * has a handful of the 50 fields ngx_http_llm_fields[] knows, and looking
+ * each field up in jansson's hash table (hashing every name) cost more
+ * than comparing it with the few keys there are.
+ */
+
+#define NGX_HTTP_LLM_MEMBERS  16
+
+typedef struct {
+    const char                *key;
+    size_t                     len;
+    json_t                    *value;
+} ngx_http_llm_member_t;
+
+
+/*
+ * Lists the members of object root into m (NGX_HTTP_LLM_MEMBERS at most):
+ * their number, or NGX_HTTP_LLM_MEMBERS + 1 when there are more and
+ * ngx_http_llm_member() asks jansson instead.
+ */
+
+static ngx_uint_t
+ngx_http_llm_members(json_t *root, ngx_http_llm_member_t *m)
+{
+    void        *it;
+    ngx_uint_t   n;
+
+    if (json_object_size(root) > NGX_HTTP_LLM_MEMBERS) {
+        return NGX_HTTP_LLM_MEMBERS + 1;
+    }
+
+    n = 0;
+
+    for (it = json_object_iter(root);
+         it && n < NGX_HTTP_LLM_MEMBERS;
+         it = json_object_iter_next(root, it))
+    {
+        m[n].key = json_object_iter_key(it);
+        m[n].len = json_object_iter_key_len(it);
+        m[n].value = json_object_iter_value(it);
+        n++;
+    }
+
+    return n;
+}
+
+
+/* json_object_get(root, name) on the members listed by the above. */
+
+static json_t *
+ngx_http_llm_member(json_t *root, ngx_http_llm_member_t *m, ngx_uint_t n,
+    const char *name)
+{
+    ngx_uint_t  i;
+
+    if (n > NGX_HTTP_LLM_MEMBERS) {
+        return json_object_get(root, name);
+    }
+
+    for (i = 0; i < n; i++) {
+        if (m[i].key[0] == name[0]
+            && ngx_strcmp(m[i].key, name) == 0
+            && m[i].len == ngx_strlen(name))
+        {
+            return m[i].value;
+        }
+    }
+
+    return NULL;
+}
+
+
 /* Checks the fields of ngx_http_llm_fields[] in their order. */
 
 static ngx_int_t
 ngx_http_llm_walk_fields(ngx_http_llm_check_t *ck, json_t *root)
 {
-    u_char                *base;
-    double                 d;
-    json_t                *j;
-    ngx_int_t              rc;
-    ngx_uint_t             flag, present;
-    json_int_t             v;
-    ngx_http_llm_field_t  *f;
+    u_char                 *base;
+    double                  d;
+    json_t                 *j;
+    ngx_int_t               rc;
+    ngx_uint_t              flag, present, n;
+    json_int_t              v;
+    ngx_http_llm_field_t   *f;
+    ngx_http_llm_member_t   m[NGX_HTTP_LLM_MEMBERS];
 
     base = (u_char *) ck->params;
+    n = ngx_http_llm_members(root, m);
 
     for (f = ngx_http_llm_fields; f->name; f++) {
 
@@ -692,37 +762,44 @@ ngx_http_llm_walk_fields(ngx_http_llm_check_t *ck, json_t *root)
         }
 
         present = 0;
+        j = ngx_http_llm_member(root, m, n, f->name);
 
         switch (f->kind) {
 
         case NGX_HTTP_LLM_FIELD_BOOL:
-            rc = ngx_http_llm_get_bool(ck, root, f->name, &flag, &present);
+            rc = ngx_http_llm_get_bool(ck, j, f->name, &flag, &present);
             *(ngx_uint_t *) (base + f->offset) = present ? flag
                                                  : (ngx_uint_t) f->dflt;
             break;
 
         case NGX_HTTP_LLM_FIELD_INT:
-            rc = ngx_http_llm_get_int(ck, root, f->name, f->imin, f->imax,
+            rc = ngx_http_llm_get_int(ck, j, f->name, f->imin, f->imax,
                                       &v, &present);
             *(json_int_t *) (base + f->offset) = present ? v
                                                  : (json_int_t) f->dflt;
             break;
 
         case NGX_HTTP_LLM_FIELD_NUMBER:
-            rc = ngx_http_llm_get_number(ck, root, f->name, f->dmin, f->dmax,
+            rc = ngx_http_llm_get_number(ck, j, f->name, f->dmin, f->dmax,
                                          &d, &present);
             *(double *) (base + f->offset) = present ? d : f->dflt;
             break;
 
         case NGX_HTTP_LLM_FIELD_STRING:
-            j = json_object_get(root, f->name);
             rc = (j && !json_is_null(j) && !json_is_string(j))
                  ? ngx_http_llm_bad_type(ck, f->name, "a string", j)
                  : NGX_OK;
             break;
 
         default: /* NGX_HTTP_LLM_FIELD_SPECIAL */
-            rc = f->handler(ck, json_object_get(root, f->name));
+            rc = f->handler(ck, j);
+
+            if (ck->root_changed) {
+                /* the legacy functions became tools: list them again */
+                ck->root_changed = 0;
+                n = ngx_http_llm_members(root, m);
+            }
+
             break;
         }
 
@@ -1164,6 +1241,8 @@ ngx_http_llm_field_functions(ngx_http_llm_check_t *ck, json_t *functions)
     }
 
     tools = json_array();
+    ck->root_changed = 1;
+
     if (tools == NULL
         || json_object_set_new(ck->root, "tools", tools) != 0)
     {
@@ -1245,6 +1324,8 @@ ngx_http_llm_function_call(ngx_http_llm_check_t *ck, json_t *fc)
         return ngx_http_llm_bad_type(ck, "function_call",
                                      "a string or an object", fc);
     }
+
+    ck->root_changed = 1;
 
     if (choice == NULL
         || json_object_set_new(ck->root, "tool_choice", choice) != 0)

@@ -400,14 +400,22 @@ u_char *
 ngx_http_llm_answer_head(ngx_http_llm_ctx_t *ctx, u_char *p,
     const char *object)
 {
-    p = ngx_sprintf(p, "{\"id\":\"%*s\",\"object\":\"%s\",\"created\":%T,"
-                    "\"model\":\"", ctx->id_len, ctx->id, object,
-                    ctx->created);
+    p = ngx_cpymem(p, "{\"id\":\"", ngx_http_llm_len("{\"id\":\""));
+    p = ngx_cpymem(p, ctx->id, ctx->id_len);
+    p = ngx_cpymem(p, "\",\"object\":\"", ngx_http_llm_len("\",\"object\":\""));
+    p = ngx_cpymem(p, object, ngx_strlen(object));
+    p = ngx_cpymem(p, "\",\"created\":", ngx_http_llm_len("\",\"created\":"));
+    p = ngx_http_llm_uint(p, (uint64_t) ctx->created);
+    p = ngx_cpymem(p, ",\"model\":\"", ngx_http_llm_len(",\"model\":\""));
     p = ngx_cpymem(p, ctx->model_json.data, ctx->model_json.len);
 
     if (ctx->fingerprint.len) {
-        return ngx_sprintf(p, "\",\"system_fingerprint\":\"%V\","
-                           "\"choices\":[", &ctx->fingerprint);
+        p = ngx_cpymem(p, "\",\"system_fingerprint\":\"",
+                       ngx_http_llm_len("\",\"system_fingerprint\":\""));
+        p = ngx_cpymem(p, ctx->fingerprint.data, ctx->fingerprint.len);
+
+        return ngx_cpymem(p, "\",\"choices\":[",
+                          ngx_http_llm_len("\",\"choices\":["));
     }
 
     return ngx_cpymem(p, "\",\"system_fingerprint\":null,\"choices\":[",
@@ -485,12 +493,20 @@ ngx_http_llm_body(ngx_http_request_t *r, ngx_http_llm_ctx_t *ctx,
         p = ngx_http_llm_body_choice(ctx, i, lp[i], p);
     }
 
-    p = ngx_sprintf(p, "],\"usage\":{\"prompt_tokens\":%ui,"
-                    "\"completion_tokens\":%ui,\"total_tokens\":%ui,"
-                    "\"prompt_tokens_details\":{\"cached_tokens\":%ui}}}\n",
-                    ctx->prompt_tokens, ctx->completion_tokens,
-                    ctx->prompt_tokens + ctx->completion_tokens,
-                    ctx->cached_tokens);
+    p = ngx_cpymem(p, "],\"usage\":{\"prompt_tokens\":",
+                   ngx_http_llm_len("],\"usage\":{\"prompt_tokens\":"));
+    p = ngx_http_llm_uint(p, ctx->prompt_tokens);
+    p = ngx_cpymem(p, ",\"completion_tokens\":",
+                   ngx_http_llm_len(",\"completion_tokens\":"));
+    p = ngx_http_llm_uint(p, ctx->completion_tokens);
+    p = ngx_cpymem(p, ",\"total_tokens\":",
+                   ngx_http_llm_len(",\"total_tokens\":"));
+    p = ngx_http_llm_uint(p, ctx->prompt_tokens + ctx->completion_tokens);
+    p = ngx_cpymem(p, ",\"prompt_tokens_details\":{\"cached_tokens\":",
+                   ngx_http_llm_len(",\"prompt_tokens_details\":"
+                                    "{\"cached_tokens\":"));
+    p = ngx_http_llm_uint(p, ctx->cached_tokens);
+    p = ngx_cpymem(p, "}}}\n", ngx_http_llm_len("}}}\n"));
 
     body->len = p - body->data;
 
@@ -618,6 +634,7 @@ ngx_http_llm_body_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t i, char *lp,
     u_char *p)
 {
     ngx_uint_t              k, chat;
+    const char             *name;
     ngx_http_llm_call_t    *call;
     ngx_http_llm_choice_t  *ch;
 
@@ -627,12 +644,17 @@ ngx_http_llm_body_choice(ngx_http_llm_ctx_t *ctx, ngx_uint_t i, char *lp,
     if (!chat) {
         p = ngx_cpymem(p, "{\"text\":\"", ngx_http_llm_len("{\"text\":\""));
         p = ngx_http_llm_json_escape(p, ch->content.data, ch->content.len);
-        p = ngx_sprintf(p, "\",\"index\":%ui,\"logprobs\":", i);
+        p = ngx_cpymem(p, "\",\"index\":", ngx_http_llm_len("\",\"index\":"));
+        p = ngx_http_llm_uint(p, i);
+        p = ngx_cpymem(p, ",\"logprobs\":", ngx_http_llm_len(",\"logprobs\":"));
         goto logprobs;
     }
 
-    p = ngx_sprintf(p, "{\"index\":%ui,\"message\":{\"role\":"
-                    "\"assistant\",\"content\":", i);
+    p = ngx_cpymem(p, "{\"index\":", ngx_http_llm_len("{\"index\":"));
+    p = ngx_http_llm_uint(p, i);
+    p = ngx_cpymem(p, ",\"message\":{\"role\":\"assistant\",\"content\":",
+                   ngx_http_llm_len(",\"message\":{\"role\":\"assistant\","
+                                    "\"content\":"));
 
     if (ch->content.len || ch->calls.nelts == 0) {
         *p++ = '"';
@@ -714,6 +736,11 @@ logprobs:
         p = ngx_cpymem(p, "null", ngx_http_llm_len("null"));
     }
 
-    return ngx_sprintf(p, ",\"finish_reason\":\"%s\"}",
-                       ngx_http_llm_finish_name(ctx, ch->finish));
+    name = ngx_http_llm_finish_name(ctx, ch->finish);
+
+    p = ngx_cpymem(p, ",\"finish_reason\":\"",
+                   ngx_http_llm_len(",\"finish_reason\":\""));
+    p = ngx_cpymem(p, name, ngx_strlen(name));
+
+    return ngx_cpymem(p, "\"}", 2);
 }

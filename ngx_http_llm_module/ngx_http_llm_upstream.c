@@ -61,6 +61,10 @@ static ngx_int_t ngx_http_llm_send_control(ngx_http_request_t *r,
     ngx_connection_t *c, Llm__Request__KindCase kind);
 static void ngx_http_llm_gone_event(ngx_http_request_t *r,
     ngx_http_llm_ctx_t *ctx, Llm__Event *ev);
+static ngx_int_t ngx_http_llm_pb_varint(u_char **p, u_char *last,
+    uint64_t *v);
+static void *ngx_http_llm_arena_get(size_t size);
+static Llm__Event *ngx_http_llm_unpack_delta(size_t len, u_char *data);
 
 
 /*
@@ -119,10 +123,192 @@ static ProtobufCAllocator  ngx_http_llm_pb_allocator = {
 static Llm__Event *
 ngx_http_llm_unpack(size_t len, u_char *data)
 {
+    Llm__Event  *ev;
+
     ngx_http_llm_arena_used = 0;
     ngx_http_llm_arena_mallocs = 0;
 
+    ev = ngx_http_llm_unpack_delta(len, data);
+    if (ev) {
+        return ev;
+    }
+
+    ngx_http_llm_arena_used = 0;
+
     return llm__event__unpack(&ngx_http_llm_pb_allocator, len, data);
+}
+
+
+/*
+ * A protobuf varint at *p, before last, into *v; advances *p.  NGX_ERROR
+ * when it is cut off or longer than 10 bytes.
+ */
+
+static ngx_int_t
+ngx_http_llm_pb_varint(u_char **p, u_char *last, uint64_t *v)
+{
+    u_char      *q;
+    uint64_t     r;
+    ngx_uint_t   shift;
+
+    r = 0;
+
+    for (q = *p, shift = 0; q < last && shift < 70; q++, shift += 7) {
+        r |= (uint64_t) (*q & 0x7f) << shift;
+
+        if (!(*q & 0x80)) {
+            *p = q + 1;
+            *v = r;
+            return NGX_OK;
+        }
+    }
+
+    return NGX_ERROR;
+}
+
+
+/* Arena memory for the Delta fast path, or NULL when it is full. */
+
+static void *
+ngx_http_llm_arena_get(size_t size)
+{
+    u_char  *p;
+
+    size = (size + 15) & ~((size_t) 15);
+
+    if (ngx_http_llm_arena_used + size > NGX_HTTP_LLM_ARENA) {
+        return NULL;
+    }
+
+    p = (u_char *) ngx_http_llm_arena + ngx_http_llm_arena_used;
+    ngx_http_llm_arena_used += size;
+
+    return p;
+}
+
+
+/*
+ * The event of every generated token, decoded without protobuf-c's
+ * descriptor walk (about 1,100 instructions an event, the largest part
+ * of a short answer's cost in the worker): an Event that is one Delta
+ * with index, text, packed tokens and reasoning, as llm-engine sends it.
+ * The result is what llm__event__unpack() gives for the same bytes, in
+ * the arena.  NULL for anything else (another kind, logprobs, unpacked
+ * or repeated tokens, a field of another wire type, more than the arena
+ * holds), which the generic decoder then takes as before.
+ */
+
+static Llm__Event *
+ngx_http_llm_unpack_delta(size_t len, u_char *data)
+{
+    u_char      *p, *last, *end, *q;
+    char        *s;
+    size_t       n;
+    uint64_t     v, tag;
+    Llm__Delta  *d;
+    Llm__Event  *ev;
+
+    static const Llm__Event  ev_init = LLM__EVENT__INIT;
+    static const Llm__Delta  d_init = LLM__DELTA__INIT;
+
+    p = data;
+    last = data + len;
+
+    if (len < 2 || *p++ != 0x1a
+        || ngx_http_llm_pb_varint(&p, last, &v) != NGX_OK
+        || v != (uint64_t) (last - p))
+    {
+        return NULL;
+    }
+
+    ev = ngx_http_llm_arena_get(sizeof(Llm__Event));
+    d = ngx_http_llm_arena_get(sizeof(Llm__Delta));
+
+    if (ev == NULL || d == NULL) {
+        return NULL;
+    }
+
+    *ev = ev_init;
+    *d = d_init;
+    ev->kind_case = LLM__EVENT__KIND_DELTA;
+    ev->delta = d;
+
+    while (p < last) {
+
+        if (ngx_http_llm_pb_varint(&p, last, &tag) != NGX_OK) {
+            return NULL;
+        }
+
+        if (tag == 0x08) {                      /* index, varint */
+            if (ngx_http_llm_pb_varint(&p, last, &v) != NGX_OK) {
+                return NULL;
+            }
+
+            d->index = (uint32_t) v;
+            continue;
+        }
+
+        if (tag != 0x12 && tag != 0x1a && tag != 0x2a) {
+            return NULL;
+        }
+
+        /* length-delimited: text, packed tokens, reasoning */
+
+        if (ngx_http_llm_pb_varint(&p, last, &v) != NGX_OK
+            || v > (uint64_t) (last - p))
+        {
+            return NULL;
+        }
+
+        end = p + v;
+
+        if (tag == 0x1a) {
+            if (d->n_tokens) {
+                return NULL;
+            }
+
+            for (n = 0, q = p; q < end; q++) {
+                n += !(*q & 0x80);
+            }
+
+            if (n == 0 || (end[-1] & 0x80)) {
+                return NULL;
+            }
+
+            d->tokens = ngx_http_llm_arena_get(n * sizeof(int32_t));
+            if (d->tokens == NULL) {
+                return NULL;
+            }
+
+            while (p < end) {
+                if (ngx_http_llm_pb_varint(&p, end, &v) != NGX_OK) {
+                    return NULL;
+                }
+
+                d->tokens[d->n_tokens++] = (int32_t) v;
+            }
+
+            continue;
+        }
+
+        s = ngx_http_llm_arena_get(v + 1);
+        if (s == NULL) {
+            return NULL;
+        }
+
+        ngx_memcpy(s, p, v);
+        s[v] = '\0';
+        p = end;
+
+        if (tag == 0x12) {
+            d->text = s;
+
+        } else {
+            d->reasoning = s;
+        }
+    }
+
+    return ev;
 }
 
 
