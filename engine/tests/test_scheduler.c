@@ -145,9 +145,10 @@ note_prefill(const llm_batch_t *b)
     return pf;
 }
 
-/* A clock the fake forward pass advances: 8 ms a step plus 0.25 ms a
- * prompt token (of a sequence with more than one in the step). */
+/* A clock the fake forward pass advances: 8 ms a step plus fake_pf_ms
+ * (0.25) a prompt token (of a sequence with more than one in the step). */
 static double  fake_ms;
+static double  fake_pf_ms = 0.25;
 
 static double
 fake_clock(void)
@@ -162,7 +163,7 @@ fake_forward(void *ud, const llm_batch_t *b, float *out, char *err,
     uint32_t row = 0;
 
     (void) ud;
-    fake_ms += 8.0 + 0.25 * note_prefill(b);
+    fake_ms += 8.0 + fake_pf_ms * note_prefill(b);
     /* writes first: the batch may hold a sequence's earlier positions */
     for (uint32_t i = 0; i < b->n_tokens; i++) {
         const llm_seq_view_t *sv = &b->seqs[b->seq[i]];
@@ -624,6 +625,33 @@ test_prefill_budget(void)
     REQUIRE(run(s) > 0);
     REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
     llm_sched_free(s);
+
+    /* timed, a prompt token dearer than an eighth of a decode step (a
+     * long prompt's depth): 8 / 4 = 2 tokens a step, not a floor of 8 */
+    prefill_timed = 1;
+    fake_pf_ms = 4.0;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    while (w[0].n[0] < 4 || w[3].n[0] < 4) {
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    for (i = 0; i < 12; i++) {
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(llm_sched_step(s) > 0);
+    CHECK(pf_with_decode == 2, "timed, dear tokens: %u prompt tokens "
+          "beside the streams, expected 2", pf_with_decode);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
+    llm_sched_free(s);
+    fake_pf_ms = 0.25;
 
     /* timed, all at once: no decode-only step measured yet, so the first
      * step with decodes is one (a probe), then chunks follow */

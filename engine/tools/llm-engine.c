@@ -78,7 +78,7 @@ usage(FILE *f)
 "                        sequences decode: a long prompt is prefilled in\n"
 "                        chunks between their tokens.  auto (default):\n"
 "                        as many as cost about one decode-only step\n"
-"                        (measured as it runs; at least 8), so their\n"
+"                        (measured as it runs; at least 1), so their\n"
 "                        inter-token latency stays near 2x; N: chunks of\n"
 "                        N; 0: the whole step budget\n"
 "  --max-queue Q         queued requests before `overloaded` (default 256)\n"

@@ -1585,7 +1585,9 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
 
 /* The step. */
 
-#define LLM_SCHED_PF_MIN   8    /* prompt tokens a timed step still takes */
+#define LLM_SCHED_PF_MIN   8    /* prompt tokens a timed step takes before
+                                   a prompt token's cost was measured */
+#define LLM_SCHED_PF_FLOOR 1    /* and after, however much one costs */
 #define LLM_SCHED_PF_PROBE 64   /* a decode-only step at least this often */
 
 /*
@@ -1594,7 +1596,10 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
  * conf.prefill_timed, also about as many as cost one decode-only step
  * (so the streams' inter-token latency stays near twice the decode
  * step's, whatever the prompt's depth and the machine's load), at least
- * LLM_SCHED_PF_MIN, and that minimum until a step has measured the cost.
+ * LLM_SCHED_PF_FLOOR; LLM_SCHED_PF_MIN until a step has measured the
+ * cost.  (A floor of 8 held the streams at 3x their decode step beside a
+ * 14k-token prompt, whose tokens at that depth each cost more than a
+ * decode step: docs/BENCHMARKS.md, "A long prompt".)
  * None when no decode-only step was measured yet, or none for
  * LLM_SCHED_PF_PROBE steps (the streams come and go): that step is one.
  */
@@ -1616,7 +1621,7 @@ llm_sched_prefill_budget(const llm_sched_t *s, uint32_t budget,
             n = LLM_SCHED_PF_MIN;
         } else {
             n = s->dec_ms / s->pf_tok_ms;
-            n = n < LLM_SCHED_PF_MIN ? LLM_SCHED_PF_MIN : n;
+            n = n < LLM_SCHED_PF_FLOOR ? LLM_SCHED_PF_FLOOR : n;
         }
         cap = n < (double) cap ? (uint32_t) n : cap;
     }
