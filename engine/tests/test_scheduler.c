@@ -530,6 +530,46 @@ test_prefix_lru(void)
  * a token every step, and alone it takes the whole step budget; every
  * answer still follows the oracle.
  */
+/*
+ * Timed prefill beside 4 streams, a prompt token costing pf_ms of the fake
+ * clock (a step 8 ms): after `learn` steps of the 400-token prompt longp,
+ * a step takes `want` of its tokens, and the prompt is answered right.
+ */
+static void
+timed_chunk(double pf_ms, uint32_t learn, const int32_t *longp,
+    uint32_t want)
+{
+    owner_t       w[5];
+    llm_sched_t  *s;
+    uint32_t      i;
+
+    prefill_timed = 1;
+    fake_pf_ms = pf_ms;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
+    }
+    while (w[0].n[0] < 4 || w[3].n[0] < 4) {
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
+    for (i = 0; i < learn; i++) {   /* to learn, then converging */
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(llm_sched_step(s) > 0);
+    CHECK(pf_with_decode == want, "timed, a prompt token %.2f ms: %u "
+          "prompt tokens beside the streams, expected %u", pf_ms,
+          pf_with_decode, want);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
+    llm_sched_free(s);
+    fake_pf_ms = 0.25;
+}
+
 static void
 test_prefill_budget(void)
 {
@@ -602,56 +642,11 @@ test_prefill_budget(void)
           pf_alone, pf_with_decode);
     llm_sched_free(s);
 
-    /* timed: chunks that cost one decode step, 8 / 0.25 = 32 tokens */
-    prefill_timed = 1;
-    s = make(1024, 8, 64, 0, 1024);
-    prefill_timed = 0;
-    REQUIRE(s != NULL);
-    memset(w, 0, sizeof(w));
-    for (i = 0; i < 4; i++) {
-        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
-    }
-    while (w[0].n[0] < 4 || w[3].n[0] < 4) {
-        REQUIRE(llm_sched_step(s) > 0);
-    }
-    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
-    for (i = 0; i < 6; i++) {           /* 8 to learn, then converging */
-        REQUIRE(llm_sched_step(s) > 0);
-    }
-    pf_with_decode = pf_alone = 0;
-    REQUIRE(llm_sched_step(s) > 0);
-    CHECK(pf_with_decode == 32, "timed: %u prompt tokens beside the "
-          "streams, expected 32", pf_with_decode);
-    REQUIRE(run(s) > 0);
-    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
-    llm_sched_free(s);
-
-    /* timed, a prompt token dearer than an eighth of a decode step (a
-     * long prompt's depth): 8 / 4 = 2 tokens a step, not a floor of 8 */
-    prefill_timed = 1;
-    fake_pf_ms = 4.0;
-    s = make(1024, 8, 64, 0, 1024);
-    prefill_timed = 0;
-    REQUIRE(s != NULL);
-    memset(w, 0, sizeof(w));
-    for (i = 0; i < 4; i++) {
-        REQUIRE(submit(s, &w[i], prompts[i], plen[i], 200, 1));
-    }
-    while (w[0].n[0] < 4 || w[3].n[0] < 4) {
-        REQUIRE(llm_sched_step(s) > 0);
-    }
-    REQUIRE(submit(s, &w[4], longp, 400, 4, 1));
-    for (i = 0; i < 12; i++) {
-        REQUIRE(llm_sched_step(s) > 0);
-    }
-    pf_with_decode = pf_alone = 0;
-    REQUIRE(llm_sched_step(s) > 0);
-    CHECK(pf_with_decode == 2, "timed, dear tokens: %u prompt tokens "
-          "beside the streams, expected 2", pf_with_decode);
-    REQUIRE(run(s) > 0);
-    REQUIRE(w[4].done && follows(&w[4], 0, longp, 400));
-    llm_sched_free(s);
-    fake_pf_ms = 0.25;
+    /* timed: chunks that cost one decode step, 8 / 0.25 = 32 tokens;
+     * with a prompt token dearer than an eighth of a decode step (a long
+     * prompt's depth) 8 / 4 = 2 tokens, not a floor of 8 */
+    timed_chunk(0.25, 6, longp, 32);
+    timed_chunk(4.0, 12, longp, 2);
 
     /* timed, all at once: no decode-only step measured yet, so the first
      * step with decodes is one (a probe), then chunks follow */
