@@ -66,27 +66,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-USER_LINE=
-[ "$(id -u)" -eq 0 ] && USER_LINE="user root;"
-cat >"$D/nginx.conf" <<EOF
-load_module $MOD;
-$USER_LINE
-worker_processes 1;
-pid $D/nginx.pid;
-error_log $D/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $D/body;
-    client_max_body_size 4m;
-    upstream engine { server unix:$D/engine.sock; keepalive 16; }
-    server {
-        listen 127.0.0.1:$PORT;
-        location /v1/ { llm_pass engine; llm_api on; llm_read_timeout 1h; }
-    }
-}
-EOF
+. "$REPO/bench/lib.sh"
+PORT=$(bench_free_port)
+bench_gateway_conf "$D" "$MOD" "$D/engine.sock" "$PORT" \
+    "client_max_body_size 4m;" "llm_read_timeout 1h;"
 "$NGINX" -p "$D" -c "$D/nginx.conf" -e "$D/error.log"
 
 start_engine() {   # prefill tokens

@@ -81,26 +81,9 @@ for _ in $(seq 600); do
     sleep 0.1
 done
 
-PORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-USER_LINE=
-[ "$(id -u)" -eq 0 ] && USER_LINE="user root;"
-cat > "$D/nginx.conf" <<EOF
-load_module $MOD;
-$USER_LINE
-worker_processes 1;
-pid $D/nginx.pid;
-error_log $D/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $D/body;
-    upstream engine { server unix:$SOCK; keepalive 16; }
-    server {
-        listen 127.0.0.1:$PORT;
-        location /v1/ { llm_pass engine; llm_api on; }
-    }
-}
-EOF
+. "$REPO/bench/lib.sh"
+PORT=$(bench_free_port)
+bench_gateway_conf "$D" "$MOD" "$SOCK" "$PORT"
 "$NGINX" -p "$D" -c "$D/nginx.conf" -e "$D/error.log"
 URL=http://127.0.0.1:$PORT/v1/completions
 for _ in $(seq 100); do
