@@ -174,11 +174,181 @@ llm_iq3x_tile(const int R, const int C, int64_t nb, const char *w,
 LLM_GEMM_DRIVER(iq3_xxs_vbmi, LLM_QK_K, 1, 4, LLM_ROW_COLS, llm_iq3x_tile)
 
 
+/*
+ * The plane tile: the same sums in about half the vector ops (the tile
+ * above: ~50 a super-block, 23 of them shuffles; this one ~35, 12).
+ *
+ * Byte p of the grid entries of the 64 indices of a super-block, looked
+ * up as above (two vpermi2b and a blend), is weight 4 i + p of the
+ * super-block at position i: plane p.  The planes are not interleaved
+ * back into weight order; instead each activation column is prepared
+ * once per call in the same order (llm_iq3p_prep: py[p] byte i = y[4 i +
+ * p]), and vpdpbusd of plane p against prepared py[p] sums, in int32
+ * lane m, weights 4 (4 m + k) + p of groups 4 m .. 4 m + 3 (half a
+ * sub-block: lanes 2 j, 2 j + 1 are sub-block j).  The sign bits: the
+ * sas word of sub-block j zero-extended into qword j, one vpmultishiftqb
+ * puts the 7-bit code of groups i, i + 1 (i even) in bytes i and i + 1
+ * of the qword, one vpermi2b adds the parity bit, and vptestmb against
+ * bit p (even i) or 4 + p (odd i) gives plane p's sign mask, which
+ * negates the prepared activations (exact: Q8_K's quants are within
+ * -127..127).  The 4 planes' sums per lane (at most 4 x 4 x 62 x 127)
+ * times the lane's 2 ls + 1 (vpmulld) are the exact int32 sub-block
+ * sums; per super-block they go to a float accumulator times d_w d_x,
+ * the total times 1/4.  Every column count takes this tile (columns
+ * share only the unpacked weights), so a column's result does not
+ * depend on its batch; vec_dot is the gemm of one row and column.
+ */
+
+/* One super-block of a prepared column: the 4 planes. */
+typedef struct {
+    __m512i  py[4];
+} llm_iq3p_t;
+
+/* Super-blocks on the stack per column: rows up to 8192 weights
+ * (8 columns x 32 x 256 bytes); longer rows take the tile above. */
+#define LLM_IQ3P_MAX  32
+#define LLM_IQ3P_UNITS(nb)  (nb)
+
+
+/* Column x (nb Q8_K blocks) into the plane order. */
+static void
+llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
+{
+    const llm_block_q8_K  *q = (const llm_block_q8_K *) (const void *) x;
+    /* byte 16 p + j <- byte 4 j + p: each 128-bit lane one plane */
+    const __m512i          pm = _mm512_set_epi32(
+                               0x3f3b3733, 0x2f2b2723, 0x1f1b1713, 0x0f0b0703,
+                               0x3e3a3632, 0x2e2a2622, 0x1e1a1612, 0x0e0a0602,
+                               0x3d393531, 0x2d292521, 0x1d191511, 0x0d090501,
+                               0x3c383430, 0x2c282420, 0x1c181410, 0x0c080400);
+
+    for (int64_t b = 0; b < nb; b++, q++) {
+        __m512i  o[4], a, c, e, f;
+
+        for (int k = 0; k < 4; k++) {
+            o[k] = _mm512_permutexvar_epi8(pm, _mm512_loadu_si512(
+                       (const void *) (q->qs + 64 * k)));
+        }
+        a = _mm512_shuffle_i64x2(o[0], o[1], 0x44);
+        c = _mm512_shuffle_i64x2(o[2], o[3], 0x44);
+        e = _mm512_shuffle_i64x2(o[0], o[1], 0xee);
+        f = _mm512_shuffle_i64x2(o[2], o[3], 0xee);
+        out[b].py[0] = _mm512_shuffle_i64x2(a, c, 0x88);
+        out[b].py[1] = _mm512_shuffle_i64x2(a, c, 0xdd);
+        out[b].py[2] = _mm512_shuffle_i64x2(e, f, 0x88);
+        out[b].py[3] = _mm512_shuffle_i64x2(e, f, 0xdd);
+    }
+}
+
+
+/* One weight row's C results against C prepared columns. */
+LLM_INLINE void
+llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
+{
+    const llm_block_iq3_xxs  *a = (const llm_block_iq3_xxs *)
+                                  (const void *) w;
+    const __m512i            *t0 = (const __m512i *) (const void *)
+                                   llm_iq3x_tab[0];
+    const __m512i            *t1 = (const __m512i *) (const void *)
+                                   llm_iq3x_tab[1];
+    const __m512i            *t2 = (const __m512i *) (const void *)
+                                   llm_iq3x_tab[2];
+    const __m512i            *t3 = (const __m512i *) (const void *)
+                                   llm_iq3x_tab[3];
+    const __m512i            *st = (const __m512i *) (const void *)
+                                   llm_iq3x_signs;
+    /* byte 2 u + v of each qword <- bits 7 u .. of the qword */
+    const __m512i             sh = _mm512_set1_epi64(0x15150e0e07070000ll);
+    const __m512i             one = _mm512_set1_epi32(1);
+    __m512                    acc[LLM_T_COLS];
+    int64_t                   b;
+    int                       c, p;
+
+    (void) ws;
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    for (b = 0; b < nb; b++, a++) {
+        const __m512i    xi = _mm512_loadu_si512((const void *) a->qs);
+        const __mmask64  hi = _mm512_movepi8_mask(xi);
+        const __m512i    sw = _mm512_cvtepu32_epi64(
+                                  _mm256_loadu_si256((const void *) a->sas));
+        const __m512i    sg = _mm512_permutex2var_epi8(st[0],
+                                  _mm512_multishift_epi64_epi8(sh, sw),
+                                  st[1]);
+        /* lanes 2 j, 2 j + 1: (word j >> 27) | 1 = 2 ls_j + 1 */
+        const __m512i    sc = _mm512_or_si512(_mm512_shuffle_epi32(
+                                  _mm512_srli_epi64(sw, 27), _MM_PERM_CCAA),
+                                  one);
+        const float      dw = llm_h2f_hw(a->d);
+        __m512i          g[4];
+        __mmask64        m[4];
+
+        _mm_prefetch((const char *) (a + 4), _MM_HINT_T0);
+        g[0] = _mm512_mask_blend_epi8(hi,
+                   _mm512_permutex2var_epi8(t0[0], xi, t0[1]),
+                   _mm512_permutex2var_epi8(t0[2], xi, t0[3]));
+        g[1] = _mm512_mask_blend_epi8(hi,
+                   _mm512_permutex2var_epi8(t1[0], xi, t1[1]),
+                   _mm512_permutex2var_epi8(t1[2], xi, t1[3]));
+        g[2] = _mm512_mask_blend_epi8(hi,
+                   _mm512_permutex2var_epi8(t2[0], xi, t2[1]),
+                   _mm512_permutex2var_epi8(t2[2], xi, t2[3]));
+        g[3] = _mm512_mask_blend_epi8(hi,
+                   _mm512_permutex2var_epi8(t3[0], xi, t3[1]),
+                   _mm512_permutex2var_epi8(t3[2], xi, t3[3]));
+#pragma GCC unroll 4
+        for (p = 0; p < 4; p++) {
+            m[p] = _mm512_test_epi8_mask(sg,
+                       _mm512_set1_epi16((short) (0x1001 << p)));
+        }
+#pragma GCC unroll 8
+        for (c = 0; c < C; c++) {
+            const llm_iq3p_t      *pc = pre + c * nb + b;
+            const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
+                                        (const void *) (x + c * xs) + b;
+            __m512i                isum = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+            for (p = 0; p < 4; p++) {
+                isum = _mm512_dpbusd_epi32(isum, g[p],
+                           _mm512_mask_sub_epi8(pc->py[p], m[p],
+                                                _mm512_setzero_si512(),
+                                                pc->py[p]));
+            }
+            acc[c] = _mm512_fmadd_ps(
+                         _mm512_cvtepi32_ps(_mm512_mullo_epi32(isum, sc)),
+                         _mm512_set1_ps(dw * q8->d), acc[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (c = 0; c < C; c++) {
+        y[c * ldy] = 0.25f * _mm512_reduce_add_ps(acc[c]);
+    }
+}
+
+
+LLM_T_DRIVER(llm_gemm_iq3_xxs_plane, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
+             LLM_IQ3P_UNITS, llm_iq3p_prep, llm_iq3p_rows,
+             llm_gemm_iq3_xxs_vbmi, 1, 8)
+
+
+static void
+llm_dot_iq3_xxs_plane(int64_t n, float *s, const void *w, const void *x)
+{
+    llm_gemm_iq3_xxs_plane(n, 1, 1, w, 0, x, 0, s, 1);
+}
+
+
 /* The kernels into k (the caller checked the CPU has VBMI). */
 void
 llm_kernels_init_iq3_vbmi(llm_kernels_t *k)
 {
     llm_iq3x_init();
-    k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_dot_iq3_xxs_vbmi;
-    k->gemm[LLM_TYPE_IQ3_XXS] = llm_gemm_iq3_xxs_vbmi;
+    /* the tile (llm_dot_iq3_xxs_vbmi) stays for rows over 8192 */
+    (void) llm_dot_iq3_xxs_vbmi;
+    k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_dot_iq3_xxs_plane;
+    k->gemm[LLM_TYPE_IQ3_XXS] = llm_gemm_iq3_xxs_plane;
 }
