@@ -176,27 +176,36 @@ LLM_GEMM_DRIVER(iq3_xxs_vbmi, LLM_QK_K, 1, 4, LLM_ROW_COLS, llm_iq3x_tile)
 
 /*
  * The plane tile: the same sums in about half the vector ops (the tile
- * above: ~50 a super-block, 23 of them shuffles; this one ~35, 12).
+ * above: ~50 a super-block, 23 of them shuffles; this one ~26 512-bit
+ * and 5 256-bit).
  *
  * Byte p of the grid entries of the 64 indices of a super-block, looked
- * up as above (two vpermi2b and a blend), is weight 4 i + p of the
- * super-block at position i: plane p.  The planes are not interleaved
- * back into weight order; instead each activation column is prepared
- * once per call in the same order (llm_iq3p_prep: py[p] byte i = y[4 i +
- * p]), and vpdpbusd of plane p against prepared py[p] sums, in int32
- * lane m, weights 4 (4 m + k) + p of groups 4 m .. 4 m + 3 (half a
- * sub-block: lanes 2 j, 2 j + 1 are sub-block j).  The sign bits: the
- * sas word of sub-block j zero-extended into qword j, one vpmultishiftqb
- * puts the 7-bit code of groups i, i + 1 (i even) in bytes i and i + 1
- * of the qword, one vpermi2b adds the parity bit, and vptestmb against
- * bit p (even i) or 4 + p (odd i) gives plane p's sign mask, which
- * negates the prepared activations (exact: Q8_K's quants are within
- * -127..127).  The 4 planes' sums per lane (at most 4 x 4 x 62 x 127)
- * times the lane's 2 ls + 1 (vpmulld) are the exact int32 sub-block
- * sums; per super-block they go to a float accumulator times d_w d_x,
- * the total times 1/4.  Every column count takes this tile (columns
- * share only the unpacked weights), so a column's result does not
- * depend on its batch; vec_dot is the gemm of one row and column.
+ * up as above (two vpermi2b and a blend), is weight 4 g + p of the
+ * super-block for the group g whose index sits at that position: plane
+ * p.  The planes are not interleaved back into weight order; instead
+ * each activation column is prepared once per call in the same order
+ * (llm_iq3p_prep), and vpdpbusd of plane p against the column's plane p
+ * sums, in int32 lane m, plane p of the 4 groups at positions 4 m ..
+ * 4 m + 3 (one quarter of a sub-block's weights).
+ *
+ * The positions follow the sign bits.  vpmultishiftqb spreads the 8
+ * 7-bit sign codes of sub-blocks 2 k, 2 k + 1 (qword k of the sas words)
+ * over the 8 bytes of qword k; one gf2p8affineqb with those bytes as the
+ * matrix is an 8 x 8 bit transpose: output byte 2 p + h of qword k takes
+ * bit 4 h + p of code bytes 7 .. 0 (for bit 7, the parity of bits 0..6:
+ * the 8th sign), the signs of plane p of groups 16 k + 2 (7 - i) + h, i
+ * = 0..7.  One vpermb gathers plane p's 8 bytes, which are its 64-bit
+ * mask: position P = 8 (2 k + h) + i holds group 16 k + 2 (7 - i) + h
+ * (the index bytes permuted by one vpermb).  Lane m then covers one
+ * sub-block, 2 (m / 4) + 1 for even m, 2 (m / 4) for odd; its 2 ls + 1
+ * is (word >> 27) | 1, spread by one vpermd.  The mask negates the
+ * column's activations (exact: Q8_K's quants are within -127..127); the
+ * 4 planes' sums per lane (at most 4 x 4 x 62 x 127) times 2 ls + 1
+ * (vpmulld) are exact int32 sums; per super-block they go to a float
+ * accumulator times d_w d_x, the total times 1/4.  Every column count
+ * takes this tile (columns share only the unpacked weights), so a
+ * column's result does not depend on its batch; vec_dot is the gemm of
+ * one row and one column.
  */
 
 /* One super-block of a prepared column: the 4 planes. */
@@ -209,8 +218,22 @@ typedef struct {
 #define LLM_IQ3P_MAX  32
 #define LLM_IQ3P_UNITS(nb)  (nb)
 
+/* Position P's group: 16 k + 2 (7 - i) + h for P = 8 (2 k + h) + i. */
+static uint8_t  llm_iq3p_group[64] __attribute__((aligned(64)));
 
-/* Column x (nb Q8_K blocks) into the plane order. */
+
+static void
+llm_iq3p_init(void)
+{
+    for (int P = 0; P < 64; P++) {
+        llm_iq3p_group[P] = (uint8_t) (16 * (P / 16) + 2 * (7 - P % 8)
+                                       + (P / 8) % 2);
+    }
+}
+
+
+/* Column x (nb Q8_K blocks) into the plane order: py[p] byte P = y[4 G
+ * + p], G the group of position P. */
 static void
 llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
 {
@@ -221,6 +244,8 @@ llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
                                0x3e3a3632, 0x2e2a2622, 0x1e1a1612, 0x0e0a0602,
                                0x3d393531, 0x2d292521, 0x1d191511, 0x0d090501,
                                0x3c383430, 0x2c282420, 0x1c181410, 0x0c080400);
+    const __m512i          gp = _mm512_load_si512((const void *)
+                                                  llm_iq3p_group);
 
     for (int64_t b = 0; b < nb; b++, q++) {
         __m512i  o[4], a, c, e, f;
@@ -229,15 +254,31 @@ llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
             o[k] = _mm512_permutexvar_epi8(pm, _mm512_loadu_si512(
                        (const void *) (q->qs + 64 * k)));
         }
+        /* plane p, byte g = y[4 g + p] (group order) */
         a = _mm512_shuffle_i64x2(o[0], o[1], 0x44);
         c = _mm512_shuffle_i64x2(o[2], o[3], 0x44);
         e = _mm512_shuffle_i64x2(o[0], o[1], 0xee);
         f = _mm512_shuffle_i64x2(o[2], o[3], 0xee);
-        out[b].py[0] = _mm512_shuffle_i64x2(a, c, 0x88);
-        out[b].py[1] = _mm512_shuffle_i64x2(a, c, 0xdd);
-        out[b].py[2] = _mm512_shuffle_i64x2(e, f, 0x88);
-        out[b].py[3] = _mm512_shuffle_i64x2(e, f, 0xdd);
+        out[b].py[0] = _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(a, c, 0x88));
+        out[b].py[1] = _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(a, c, 0xdd));
+        out[b].py[2] = _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(e, f, 0x88));
+        out[b].py[3] = _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(e, f, 0xdd));
     }
+}
+
+
+/* The plane of 64 indices x from the 4 x 64 bytes tab (top bit in hi). */
+LLM_INLINE __m512i
+llm_iq3p_plane(const uint8_t *tab, __m512i x, __mmask64 hi)
+{
+    const __m512i  *t = (const __m512i *) (const void *) tab;
+
+    return _mm512_mask_blend_epi8(hi, _mm512_permutex2var_epi8(t[0], x, t[1]),
+                                  _mm512_permutex2var_epi8(t[2], x, t[3]));
 }
 
 
@@ -248,19 +289,22 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
 {
     const llm_block_iq3_xxs  *a = (const llm_block_iq3_xxs *)
                                   (const void *) w;
-    const __m512i            *t0 = (const __m512i *) (const void *)
-                                   llm_iq3x_tab[0];
-    const __m512i            *t1 = (const __m512i *) (const void *)
-                                   llm_iq3x_tab[1];
-    const __m512i            *t2 = (const __m512i *) (const void *)
-                                   llm_iq3x_tab[2];
-    const __m512i            *t3 = (const __m512i *) (const void *)
-                                   llm_iq3x_tab[3];
-    const __m512i            *st = (const __m512i *) (const void *)
-                                   llm_iq3x_signs;
-    /* byte 2 u + v of each qword <- bits 7 u .. of the qword */
-    const __m512i             sh = _mm512_set1_epi64(0x15150e0e07070000ll);
-    const __m512i             one = _mm512_set1_epi32(1);
+    const __m512i             gp = _mm512_load_si512((const void *)
+                                                     llm_iq3p_group);
+    /* code c of qword k at byte c: bits 7 c (c < 4), 32 + 7 (c - 4) */
+    const __m256i             sh = _mm256_set1_epi64x(0x352e2720150e0700ll);
+    /* byte 2 p + h selects bit 4 h + p; 0x7f: the parity of bits 0..6 */
+    const __m256i             sel = _mm256_set1_epi64x(0x7f08400420021001ll);
+    /* byte 8 p + 2 k + h <- byte 8 k + 2 p + h */
+    const __m256i             gat = _mm256_setr_epi8(
+                                  0, 1, 8, 9, 16, 17, 24, 25,
+                                  2, 3, 10, 11, 18, 19, 26, 27,
+                                  4, 5, 12, 13, 20, 21, 28, 29,
+                                  6, 7, 14, 15, 22, 23, 30, 31);
+    /* lane m: sub-block 2 (m / 4) + 1 (m even), 2 (m / 4) (m odd) */
+    const __m512i             sbi = _mm512_setr_epi32(1, 0, 1, 0, 3, 2, 3, 2,
+                                                      5, 4, 5, 4, 7, 6, 7, 6);
+    const __m256i             one = _mm256_set1_epi32(1);
     __m512                    acc[LLM_T_COLS];
     int64_t                   b;
     int                       c, p;
@@ -271,39 +315,26 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
         acc[c] = _mm512_setzero_ps();
     }
     for (b = 0; b < nb; b++, a++) {
-        const __m512i    xi = _mm512_loadu_si512((const void *) a->qs);
+        const __m512i    xi = _mm512_permutexvar_epi8(gp,
+                                  _mm512_loadu_si512((const void *) a->qs));
         const __mmask64  hi = _mm512_movepi8_mask(xi);
-        const __m512i    sw = _mm512_cvtepu32_epi64(
-                                  _mm256_loadu_si256((const void *) a->sas));
-        const __m512i    sg = _mm512_permutex2var_epi8(st[0],
-                                  _mm512_multishift_epi64_epi8(sh, sw),
-                                  st[1]);
-        /* lanes 2 j, 2 j + 1: (word j >> 27) | 1 = 2 ls_j + 1 */
-        const __m512i    sc = _mm512_or_si512(_mm512_shuffle_epi32(
-                                  _mm512_srli_epi64(sw, 27), _MM_PERM_CCAA),
-                                  one);
+        const __m256i    sw = _mm256_loadu_si256((const void *) a->sas);
+        const __m256i    tr = _mm256_gf2p8affine_epi64_epi8(sel,
+                                  _mm256_multishift_epi64_epi8(sh, sw), 0);
+        /* lanes of sub-block j: (word j >> 27) | 1 = 2 ls_j + 1 */
+        const __m512i    sc = _mm512_permutexvar_epi32(sbi,
+                                  _mm512_castsi256_si512(_mm256_or_si256(
+                                      _mm256_srli_epi32(sw, 27), one)));
         const float      dw = llm_h2f_hw(a->d);
+        uint64_t         sg[4];
         __m512i          g[4];
-        __mmask64        m[4];
 
         _mm_prefetch((const char *) (a + 4), _MM_HINT_T0);
-        g[0] = _mm512_mask_blend_epi8(hi,
-                   _mm512_permutex2var_epi8(t0[0], xi, t0[1]),
-                   _mm512_permutex2var_epi8(t0[2], xi, t0[3]));
-        g[1] = _mm512_mask_blend_epi8(hi,
-                   _mm512_permutex2var_epi8(t1[0], xi, t1[1]),
-                   _mm512_permutex2var_epi8(t1[2], xi, t1[3]));
-        g[2] = _mm512_mask_blend_epi8(hi,
-                   _mm512_permutex2var_epi8(t2[0], xi, t2[1]),
-                   _mm512_permutex2var_epi8(t2[2], xi, t2[3]));
-        g[3] = _mm512_mask_blend_epi8(hi,
-                   _mm512_permutex2var_epi8(t3[0], xi, t3[1]),
-                   _mm512_permutex2var_epi8(t3[2], xi, t3[3]));
-#pragma GCC unroll 4
-        for (p = 0; p < 4; p++) {
-            m[p] = _mm512_test_epi8_mask(sg,
-                       _mm512_set1_epi16((short) (0x1001 << p)));
-        }
+        _mm256_storeu_si256((void *) sg, _mm256_permutexvar_epi8(gat, tr));
+        g[0] = llm_iq3p_plane(llm_iq3x_tab[0], xi, hi);
+        g[1] = llm_iq3p_plane(llm_iq3x_tab[1], xi, hi);
+        g[2] = llm_iq3p_plane(llm_iq3x_tab[2], xi, hi);
+        g[3] = llm_iq3p_plane(llm_iq3x_tab[3], xi, hi);
 #pragma GCC unroll 8
         for (c = 0; c < C; c++) {
             const llm_iq3p_t      *pc = pre + c * nb + b;
@@ -314,7 +345,8 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
 #pragma GCC unroll 4
             for (p = 0; p < 4; p++) {
                 isum = _mm512_dpbusd_epi32(isum, g[p],
-                           _mm512_mask_sub_epi8(pc->py[p], m[p],
+                           _mm512_mask_sub_epi8(pc->py[p],
+                                                _cvtu64_mask64(sg[p]),
                                                 _mm512_setzero_si512(),
                                                 pc->py[p]));
             }
@@ -347,8 +379,12 @@ void
 llm_kernels_init_iq3_vbmi(llm_kernels_t *k)
 {
     llm_iq3x_init();
-    /* the tile (llm_dot_iq3_xxs_vbmi) stays for rows over 8192 */
-    (void) llm_dot_iq3_xxs_vbmi;
+    if (!__builtin_cpu_supports("gfni")) {
+        k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_dot_iq3_xxs_vbmi;
+        k->gemm[LLM_TYPE_IQ3_XXS] = llm_gemm_iq3_xxs_vbmi;
+        return;
+    }
+    llm_iq3p_init();
     k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_dot_iq3_xxs_plane;
     k->gemm[LLM_TYPE_IQ3_XXS] = llm_gemm_iq3_xxs_plane;
 }
