@@ -234,8 +234,8 @@ llm_iq3p_init(void)
 
 /* Column x (nb Q8_K blocks) into the plane order: py[p] byte P = y[4 G
  * + p], G the group of position P. */
-static void
-llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
+LLM_INLINE void
+llm_iq3p_prep_any(const int U, const char *x, int64_t nb, llm_iq3p_t *out)
 {
     const llm_block_q8_K  *q = (const llm_block_q8_K *) (const void *) x;
     /* byte 16 p + j <- byte 4 j + p: each 128-bit lane one plane */
@@ -246,6 +246,8 @@ llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
                                0x3c383430, 0x2c282420, 0x1c181410, 0x0c080400);
     const __m512i          gp = _mm512_load_si512((const void *)
                                                   llm_iq3p_group);
+    /* y + 128 for U: the top bit flipped */
+    const __m512i          fl = _mm512_set1_epi8(U ? (char) 0x80 : 0);
 
     for (int64_t b = 0; b < nb; b++, q++) {
         __m512i  o[4], a, c, e, f;
@@ -259,15 +261,29 @@ llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
         c = _mm512_shuffle_i64x2(o[2], o[3], 0x44);
         e = _mm512_shuffle_i64x2(o[0], o[1], 0xee);
         f = _mm512_shuffle_i64x2(o[2], o[3], 0xee);
-        out[b].py[0] = _mm512_permutexvar_epi8(gp,
-                           _mm512_shuffle_i64x2(a, c, 0x88));
-        out[b].py[1] = _mm512_permutexvar_epi8(gp,
-                           _mm512_shuffle_i64x2(a, c, 0xdd));
-        out[b].py[2] = _mm512_permutexvar_epi8(gp,
-                           _mm512_shuffle_i64x2(e, f, 0x88));
-        out[b].py[3] = _mm512_permutexvar_epi8(gp,
-                           _mm512_shuffle_i64x2(e, f, 0xdd));
+        out[b].py[0] = _mm512_xor_si512(fl, _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(a, c, 0x88)));
+        out[b].py[1] = _mm512_xor_si512(fl, _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(a, c, 0xdd)));
+        out[b].py[2] = _mm512_xor_si512(fl, _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(e, f, 0x88)));
+        out[b].py[3] = _mm512_xor_si512(fl, _mm512_permutexvar_epi8(gp,
+                           _mm512_shuffle_i64x2(e, f, 0xdd)));
     }
+}
+
+
+static void
+llm_iq3p_prep(const char *x, int64_t nb, llm_iq3p_t *out)
+{
+    llm_iq3p_prep_any(0, x, nb, out);
+}
+
+
+static void
+llm_iq3p_prep_u(const char *x, int64_t nb, llm_iq3p_t *out)
+{
+    llm_iq3p_prep_any(1, x, nb, out);
 }
 
 
@@ -284,7 +300,7 @@ llm_iq3p_plane(const uint8_t *tab, __m512i x, __mmask64 hi)
 
 /* One weight row's C results against C prepared columns. */
 LLM_INLINE void
-llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
+llm_iq3p_rows_any(const int U, const int C, int64_t nb, const char *w,
     const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
 {
     const llm_block_iq3_xxs  *a = (const llm_block_iq3_xxs *)
@@ -309,7 +325,6 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
     int64_t                   b;
     int                       c, p;
 
-    (void) ws;
 #pragma GCC unroll 8
     for (c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
@@ -327,7 +342,7 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
                                       _mm256_srli_epi32(sw, 27), one)));
         const float      dw = llm_h2f_hw(a->d);
         uint64_t         sg[4];
-        __m512i          g[4];
+        __m512i          g[4], nbias = _mm512_setzero_si512();
 
         _mm_prefetch((const char *) (a + 4), _MM_HINT_T0);
         _mm256_storeu_si256((void *) sg, _mm256_permutexvar_epi8(gat, tr));
@@ -335,20 +350,34 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
         g[1] = llm_iq3p_plane(llm_iq3x_tab[1], xi, hi);
         g[2] = llm_iq3p_plane(llm_iq3x_tab[2], xi, hi);
         g[3] = llm_iq3p_plane(llm_iq3x_tab[3], xi, hi);
+        if (U) {
+            /* the signed weights, and -128 x their sum per lane */
+            __m512i  bias = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+            for (p = 0; p < 4; p++) {
+                g[p] = _mm512_mask_sub_epi8(g[p], _cvtu64_mask64(sg[p]),
+                                            _mm512_setzero_si512(), g[p]);
+                bias = _mm512_dpbusd_epi32(bias, _mm512_set1_epi8(
+                                               (char) 0x80), g[p]);
+            }
+            nbias = _mm512_sub_epi32(_mm512_setzero_si512(), bias);
+        }
 #pragma GCC unroll 8
         for (c = 0; c < C; c++) {
             const llm_iq3p_t      *pc = pre + c * nb + b;
             const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                         (const void *) (x + c * xs) + b;
-            __m512i                isum = _mm512_setzero_si512();
+            __m512i                isum = U ? nbias : _mm512_setzero_si512();
 
 #pragma GCC unroll 4
             for (p = 0; p < 4; p++) {
-                isum = _mm512_dpbusd_epi32(isum, g[p],
-                           _mm512_mask_sub_epi8(pc->py[p],
-                                                _cvtu64_mask64(sg[p]),
-                                                _mm512_setzero_si512(),
-                                                pc->py[p]));
+                isum = U ? _mm512_dpbusd_epi32(isum, pc->py[p], g[p])
+                         : _mm512_dpbusd_epi32(isum, g[p],
+                               _mm512_mask_sub_epi8(pc->py[p],
+                                                    _cvtu64_mask64(sg[p]),
+                                                    _mm512_setzero_si512(),
+                                                    pc->py[p]));
             }
             acc[c] = _mm512_fmadd_ps(
                          _mm512_cvtepi32_ps(_mm512_mullo_epi32(isum, sc)),
@@ -362,9 +391,50 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 
-LLM_T_DRIVER(llm_gemm_iq3_xxs_plane, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
+/* One column: the activations signed by the masks (4 vpsubb a column). */
+LLM_INLINE void
+llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
+{
+    (void) ws;
+    llm_iq3p_rows_any(0, C, nb, w, x, xs, pre, y, ldy);
+}
+
+
+/*
+ * Several: the weights signed once (4 vpsubb a row) against the columns
+ * as y + 128, unsigned, minus 128 x the signed weights' sum (4 more
+ * vpdpbusd a row, none a column).  The same int32 sums, so the same bits
+ * as one column.
+ */
+LLM_INLINE void
+llm_iq3p_rows_u(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
+{
+    (void) ws;
+    llm_iq3p_rows_any(1, C, nb, w, x, xs, pre, y, ldy);
+}
+
+
+LLM_T_DRIVER(llm_gemm_iq3_xxs_p1, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
              LLM_IQ3P_UNITS, llm_iq3p_prep, llm_iq3p_rows,
              llm_gemm_iq3_xxs_vbmi, 1, 8)
+
+LLM_T_DRIVER(llm_gemm_iq3_xxs_pu, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
+             LLM_IQ3P_UNITS, llm_iq3p_prep_u, llm_iq3p_rows_u,
+             llm_gemm_iq3_xxs_vbmi, 1, 8)
+
+
+static void
+llm_gemm_iq3_xxs_plane(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if (nc == 1) {
+        llm_gemm_iq3_xxs_p1(n, nr, nc, w, ws, x, xs, y, ldy);
+    } else {
+        llm_gemm_iq3_xxs_pu(n, nr, nc, w, ws, x, xs, y, ldy);
+    }
+}
 
 
 static void
