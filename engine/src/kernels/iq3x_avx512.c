@@ -298,30 +298,85 @@ llm_iq3p_plane(const uint8_t *tab, __m512i x, __mmask64 hi)
 }
 
 
-/* One weight row's C results against C prepared columns. */
+/* One super-block unpacked: the planes (signed for U), the masks, the
+ * lanes' 2 ls + 1, -128 x the signed weights' sum per lane (U), d_w. */
+typedef struct {
+    __m512i   g[4];
+    __m512i   sc;
+    __m512i   nbias;
+    uint64_t  sg[4] __attribute__((aligned(32)));
+    float     dw;
+} llm_iq3p_w_t;
+
+
+LLM_INLINE void
+llm_iq3p_unpack(const int U, const llm_block_iq3_xxs *a, llm_iq3p_w_t *o)
+{
+    const __m512i    gp = _mm512_load_si512((const void *) llm_iq3p_group);
+    /* code c of qword k at byte c: bits 7 c (c < 4), 32 + 7 (c - 4) */
+    const __m256i    sh = _mm256_set1_epi64x(0x352e2720150e0700ll);
+    /* byte 2 p + h selects bit 4 h + p; 0x7f: the parity of bits 0..6 */
+    const __m256i    sel = _mm256_set1_epi64x(0x7f08400420021001ll);
+    /* byte 8 p + 2 k + h <- byte 8 k + 2 p + h */
+    const __m256i    gat = _mm256_setr_epi8(
+                         0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19,
+                         26, 27, 4, 5, 12, 13, 20, 21, 28, 29, 6, 7, 14, 15,
+                         22, 23, 30, 31);
+    /* lane m: sub-block 2 (m / 4) + 1 (m even), 2 (m / 4) (m odd) */
+    const __m512i    sbi = _mm512_setr_epi32(1, 0, 1, 0, 3, 2, 3, 2,
+                                             5, 4, 5, 4, 7, 6, 7, 6);
+    const __m512i    xi = _mm512_permutexvar_epi8(gp,
+                              _mm512_loadu_si512((const void *) a->qs));
+    const __mmask64  hi = _mm512_movepi8_mask(xi);
+    const __m256i    sw = _mm256_loadu_si256((const void *) a->sas);
+    const __m256i    tr = _mm256_gf2p8affine_epi64_epi8(sel,
+                              _mm256_multishift_epi64_epi8(sh, sw), 0);
+
+    /* lanes of sub-block j: (word j >> 27) | 1 = 2 ls_j + 1 */
+    o->sc = _mm512_permutexvar_epi32(sbi, _mm512_castsi256_si512(
+                _mm256_or_si256(_mm256_srli_epi32(sw, 27),
+                                _mm256_set1_epi32(1))));
+    o->dw = llm_h2f_hw(a->d);
+    _mm256_store_si256((void *) o->sg, _mm256_permutexvar_epi8(gat, tr));
+    /* the masks loaded by kmovq from memory: gcc otherwise takes the
+     * qwords out through general registers (6 more vector ops) */
+    __asm__ ("" : "+m" (o->sg));
+    o->g[0] = llm_iq3p_plane(llm_iq3x_tab[0], xi, hi);
+    o->g[1] = llm_iq3p_plane(llm_iq3x_tab[1], xi, hi);
+    o->g[2] = llm_iq3p_plane(llm_iq3x_tab[2], xi, hi);
+    o->g[3] = llm_iq3p_plane(llm_iq3x_tab[3], xi, hi);
+    if (U) {
+        /* the signed weights, and -128 x their sum per lane */
+        __m512i  bias = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            o->g[p] = _mm512_mask_sub_epi8(o->g[p],
+                          _load_mask64((__mmask64 *) &o->sg[p]),
+                          _mm512_setzero_si512(), o->g[p]);
+            bias = _mm512_dpbusd_epi32(bias,
+                       _mm512_set1_epi8((char) 0x80), o->g[p]);
+        }
+        o->nbias = _mm512_sub_epi32(_mm512_setzero_si512(), bias);
+    }
+}
+
+
+/*
+ * One weight row's C results against C prepared columns.  Software-
+ * pipelined: super-block b + 1 is unpacked before b's columns run, so
+ * that its long chain (load, lookups, 4 vpdpbusd, vpmulld, convert,
+ * FMA: ~40 cycles) overlaps the next one's (in program order they
+ * filled the scheduler; llm-kbench in cache ~10% faster).
+ */
 LLM_INLINE void
 llm_iq3p_rows_any(const int U, const int C, int64_t nb, const char *w,
     const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
 {
     const llm_block_iq3_xxs  *a = (const llm_block_iq3_xxs *)
                                   (const void *) w;
-    const __m512i             gp = _mm512_load_si512((const void *)
-                                                     llm_iq3p_group);
-    /* code c of qword k at byte c: bits 7 c (c < 4), 32 + 7 (c - 4) */
-    const __m256i             sh = _mm256_set1_epi64x(0x352e2720150e0700ll);
-    /* byte 2 p + h selects bit 4 h + p; 0x7f: the parity of bits 0..6 */
-    const __m256i             sel = _mm256_set1_epi64x(0x7f08400420021001ll);
-    /* byte 8 p + 2 k + h <- byte 8 k + 2 p + h */
-    const __m256i             gat = _mm256_setr_epi8(
-                                  0, 1, 8, 9, 16, 17, 24, 25,
-                                  2, 3, 10, 11, 18, 19, 26, 27,
-                                  4, 5, 12, 13, 20, 21, 28, 29,
-                                  6, 7, 14, 15, 22, 23, 30, 31);
-    /* lane m: sub-block 2 (m / 4) + 1 (m even), 2 (m / 4) (m odd) */
-    const __m512i             sbi = _mm512_setr_epi32(1, 0, 1, 0, 3, 2, 3, 2,
-                                                      5, 4, 5, 4, 7, 6, 7, 6);
-    const __m256i             one = _mm256_set1_epi32(1);
     __m512                    acc[LLM_T_COLS];
+    llm_iq3p_w_t              u[2];
     int64_t                   b;
     int                       c, p;
 
@@ -329,59 +384,34 @@ llm_iq3p_rows_any(const int U, const int C, int64_t nb, const char *w,
     for (c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
-    for (b = 0; b < nb; b++, a++) {
-        const __m512i    xi = _mm512_permutexvar_epi8(gp,
-                                  _mm512_loadu_si512((const void *) a->qs));
-        const __mmask64  hi = _mm512_movepi8_mask(xi);
-        const __m256i    sw = _mm256_loadu_si256((const void *) a->sas);
-        const __m256i    tr = _mm256_gf2p8affine_epi64_epi8(sel,
-                                  _mm256_multishift_epi64_epi8(sh, sw), 0);
-        /* lanes of sub-block j: (word j >> 27) | 1 = 2 ls_j + 1 */
-        const __m512i    sc = _mm512_permutexvar_epi32(sbi,
-                                  _mm512_castsi256_si512(_mm256_or_si256(
-                                      _mm256_srli_epi32(sw, 27), one)));
-        const float      dw = llm_h2f_hw(a->d);
-        uint64_t         sg[4];
-        __m512i          g[4], nbias = _mm512_setzero_si512();
+    llm_iq3p_unpack(U, a, &u[0]);
+    for (b = 0; b < nb; b++) {
+        const llm_iq3p_w_t  *cu = &u[b & 1];
 
-        _mm_prefetch((const char *) (a + 4), _MM_HINT_T0);
-        _mm256_storeu_si256((void *) sg, _mm256_permutexvar_epi8(gat, tr));
-        g[0] = llm_iq3p_plane(llm_iq3x_tab[0], xi, hi);
-        g[1] = llm_iq3p_plane(llm_iq3x_tab[1], xi, hi);
-        g[2] = llm_iq3p_plane(llm_iq3x_tab[2], xi, hi);
-        g[3] = llm_iq3p_plane(llm_iq3x_tab[3], xi, hi);
-        if (U) {
-            /* the signed weights, and -128 x their sum per lane */
-            __m512i  bias = _mm512_setzero_si512();
-
-#pragma GCC unroll 4
-            for (p = 0; p < 4; p++) {
-                g[p] = _mm512_mask_sub_epi8(g[p], _cvtu64_mask64(sg[p]),
-                                            _mm512_setzero_si512(), g[p]);
-                bias = _mm512_dpbusd_epi32(bias, _mm512_set1_epi8(
-                                               (char) 0x80), g[p]);
-            }
-            nbias = _mm512_sub_epi32(_mm512_setzero_si512(), bias);
+        _mm_prefetch((const char *) (a + b + 4), _MM_HINT_T0);
+        if (b + 1 < nb) {
+            llm_iq3p_unpack(U, a + b + 1, &u[(b + 1) & 1]);
         }
 #pragma GCC unroll 8
         for (c = 0; c < C; c++) {
             const llm_iq3p_t      *pc = pre + c * nb + b;
             const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                         (const void *) (x + c * xs) + b;
-            __m512i                isum = U ? nbias : _mm512_setzero_si512();
+            __m512i                isum = U ? cu->nbias
+                                            : _mm512_setzero_si512();
 
 #pragma GCC unroll 4
             for (p = 0; p < 4; p++) {
-                isum = U ? _mm512_dpbusd_epi32(isum, pc->py[p], g[p])
-                         : _mm512_dpbusd_epi32(isum, g[p],
+                isum = U ? _mm512_dpbusd_epi32(isum, pc->py[p], cu->g[p])
+                         : _mm512_dpbusd_epi32(isum, cu->g[p],
                                _mm512_mask_sub_epi8(pc->py[p],
-                                                    _cvtu64_mask64(sg[p]),
-                                                    _mm512_setzero_si512(),
-                                                    pc->py[p]));
+                                   _load_mask64((__mmask64 *) &cu->sg[p]),
+                                   _mm512_setzero_si512(), pc->py[p]));
             }
             acc[c] = _mm512_fmadd_ps(
-                         _mm512_cvtepi32_ps(_mm512_mullo_epi32(isum, sc)),
-                         _mm512_set1_ps(dw * q8->d), acc[c]);
+                         _mm512_cvtepi32_ps(_mm512_mullo_epi32(isum,
+                                                               cu->sc)),
+                         _mm512_set1_ps(cu->dw * q8->d), acc[c]);
         }
     }
 #pragma GCC unroll 8
