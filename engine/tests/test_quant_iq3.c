@@ -378,8 +378,8 @@ test_dot(llm_simd_t level)
 
 
 /*
- * Rows longer than the AVX-512 plane tile keeps on the stack (8192
- * weights: they take the older tile) and a row just under it: per SIMD
+ * Rows longer than the AVX-512 plane tiles keep on the stack (8192
+ * weights: they take the older kernels) and a row of just that many: per SIMD
  * level, gemm of 3 columns and of each alone bit-identical to vec_dot
  * and within 1e-6 of the scalar reference.
  */
@@ -396,13 +396,14 @@ test_long_rows(llm_simd_t level)
     if (llm_simd_force(level) != 0) {
         return;
     }
-    for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-        int64_t  n = ns[ni];
-        size_t   ws = sizeof(wq[0]), xs = sizeof(xq[0]);
+    for (size_t k = 0; k < 2 * N_TYPES; k++) {
+        llm_type_t  t = types[k % N_TYPES];
+        int64_t     n = ns[k / N_TYPES];
+        size_t      ws = sizeof(wq[0]), xs = sizeof(xq[0]);
 
         for (int r = 0; r < NR; r++) {
-            random_blocks(LLM_TYPE_IQ3_XXS, wq[r], n);
-            llm_dequantize_row(LLM_TYPE_IQ3_XXS, wq[r], wd[r], n);
+            random_blocks(t, wq[r], n);
+            llm_dequantize_row(t, wq[r], wd[r], n);
         }
         for (int c = 0; c < NC; c++) {
             for (int64_t j = 0; j < n; j++) {
@@ -411,9 +412,9 @@ test_long_rows(llm_simd_t level)
             llm_quantize_act(LLM_TYPE_Q8_K, xf, xq[c], n);
             llm_dequantize_row(LLM_TYPE_Q8_K, xq[c], xd[c], n);
         }
-        llm_gemm(LLM_TYPE_IQ3_XXS, n, NR, NC, wq, ws, xq, xs, y, NR);
+        llm_gemm(t, n, NR, NC, wq, ws, xq, xs, y, NR);
         for (int c = 0; c < NC; c++) {
-            llm_gemm(LLM_TYPE_IQ3_XXS, n, NR, 1, wq, ws, xq[c], xs, y1, NR);
+            llm_gemm(t, n, NR, 1, wq, ws, xq[c], xs, y1, NR);
             for (int r = 0; r < NR; r++) {
                 float   s, sr;
                 double  norm = 0;
@@ -421,18 +422,19 @@ test_long_rows(llm_simd_t level)
                 for (int64_t j = 0; j < n; j++) {
                     norm += fabs((double) wd[r][j] * xd[c][j]);
                 }
-                llm_vec_dot(LLM_TYPE_IQ3_XXS, n, &s, wq[r], xq[c]);
-                llm_vec_dot_ref(LLM_TYPE_IQ3_XXS, n, &sr, wq[r], xq[c]);
+                llm_vec_dot(t, n, &s, wq[r], xq[c]);
+                llm_vec_dot_ref(t, n, &sr, wq[r], xq[c]);
                 bad += memcmp(&s, &y[c * NR + r], sizeof(s)) != 0;
                 bad += memcmp(&s, &y1[r], sizeof(s)) != 0;
                 bad += !(fabs(s - sr) <= 1e-6 * norm);
             }
         }
     }
-    CHECK(bad == 0, "%s: %d long-row IQ3_XXS results differ",
+    CHECK(bad == 0, "%s: %d long-row results differ",
           llm_simd_name(level), bad);
-    tk_end_as("%s: IQ3_XXS rows of 8192 and 8448 weights: gemm, one-column "
-              "gemm and vec_dot the same bits, within 1e-6 of the reference",
+    tk_end_as("%s: IQ3_XXS, IQ3_S rows of 8192 and 8448 weights: gemm, "
+              "one-column gemm and vec_dot the same bits, within 1e-6 of "
+              "the reference",
               llm_simd_name(level));
     llm_simd_force(LLM_SIMD_SCALAR);
 }

@@ -220,6 +220,10 @@ typedef struct {
 
 /* Position P's group: 16 k + 2 (7 - i) + h for P = 8 (2 k + h) + i. */
 static uint8_t  llm_iq3p_group[64] __attribute__((aligned(64)));
+/* IQ3_S: byte p of grid entry i at tab[p][i] (512 entries) */
+static uint8_t  llm_iq3s_tab[4][512] __attribute__((aligned(64)));
+/* IQ3_S rows past the stack: the vec_dot installed before this file's */
+static llm_vec_dot_fn  llm_iq3s_long_dot;
 
 
 static void
@@ -228,6 +232,11 @@ llm_iq3p_init(void)
     for (int P = 0; P < 64; P++) {
         llm_iq3p_group[P] = (uint8_t) (16 * (P / 16) + 2 * (7 - P % 8)
                                        + (P / 8) % 2);
+    }
+    for (int i = 0; i < 512; i++) {
+        for (int p = 0; p < 4; p++) {
+            llm_iq3s_tab[p][i] = (uint8_t) (llm_iq3s_grid[i] >> 8 * p);
+        }
     }
 }
 
@@ -362,6 +371,86 @@ llm_iq3p_unpack(const int U, const llm_block_iq3_xxs *a, llm_iq3p_w_t *o)
 }
 
 
+/* IQ3_S's plane of 64 9-bit indices: x the low 8 bits (bit 7 in b7),
+ * b8 the 9th. */
+LLM_INLINE __m512i
+llm_iq3s_plane(const uint8_t *tab, __m512i x, __mmask64 b7, __mmask64 b8)
+{
+    const __m512i  *t = (const __m512i *) (const void *) tab;
+    __m512i         lo, up;
+
+    lo = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(t[0], x, t[1]),
+                                _mm512_permutex2var_epi8(t[2], x, t[3]));
+    up = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(t[4], x, t[5]),
+                                _mm512_permutex2var_epi8(t[6], x, t[7]));
+    return _mm512_mask_blend_epi8(b8, lo, up);
+}
+
+
+/*
+ * The same unpacked form of an IQ3_S super-block: the planes from the
+ * 512-entry grid (four vpermi2b and three blends each, the 9th index
+ * bits, bit k of qh[j] for group 8 j + k, moved to the positions' order
+ * by vpmovm2b, vpermb, vpmovb2m), the explicit sign bytes through the
+ * same bit transpose (bit 7 as it is), the lanes' 2 ls + 1 from the
+ * scale nibbles.
+ */
+LLM_INLINE void
+llm_iq3p_unpack_s(const int U, const llm_block_iq3_s *a, llm_iq3p_w_t *o)
+{
+    const __m512i    gp = _mm512_load_si512((const void *) llm_iq3p_group);
+    /* byte 2 p + h selects bit 4 h + p */
+    const __m256i    sel = _mm256_set1_epi64x((long long)
+                                              0x8008400420021001ull);
+    /* byte 8 p + 2 k + h <- byte 8 k + 2 p + h */
+    const __m256i    gat = _mm256_setr_epi8(
+                         0, 1, 8, 9, 16, 17, 24, 25, 2, 3, 10, 11, 18, 19,
+                         26, 27, 4, 5, 12, 13, 20, 21, 28, 29, 6, 7, 14, 15,
+                         22, 23, 30, 31);
+    const __m512i    sbi = _mm512_setr_epi32(1, 0, 1, 0, 3, 2, 3, 2,
+                                             5, 4, 5, 4, 7, 6, 7, 6);
+    const __m512i    xi = _mm512_permutexvar_epi8(gp,
+                              _mm512_loadu_si512((const void *) a->qs));
+    const __mmask64  b7 = _mm512_movepi8_mask(xi);
+    const __mmask64  b8 = _mm512_movepi8_mask(_mm512_permutexvar_epi8(gp,
+                              _mm512_movm_epi8(_load_mask64(
+                                  (__mmask64 *) (void *) a->qh))));
+    const __m256i    tr = _mm256_gf2p8affine_epi64_epi8(sel,
+                              _mm256_loadu_si256((const void *) a->signs), 0);
+    uint32_t         sc4;
+    __m256i          ls;
+
+    memcpy(&sc4, a->scales, 4);
+    /* nibble j of the 4 scale bytes is sub-block j's ls */
+    ls = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int) sc4),
+                              _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                          _mm256_set1_epi32(15));
+    o->sc = _mm512_permutexvar_epi32(sbi, _mm512_castsi256_si512(
+                _mm256_or_si256(_mm256_add_epi32(ls, ls),
+                                _mm256_set1_epi32(1))));
+    o->dw = llm_h2f_hw(a->d);
+    _mm256_store_si256((void *) o->sg, _mm256_permutexvar_epi8(gat, tr));
+    __asm__ ("" : "+m" (o->sg));
+    o->g[0] = llm_iq3s_plane(llm_iq3s_tab[0], xi, b7, b8);
+    o->g[1] = llm_iq3s_plane(llm_iq3s_tab[1], xi, b7, b8);
+    o->g[2] = llm_iq3s_plane(llm_iq3s_tab[2], xi, b7, b8);
+    o->g[3] = llm_iq3s_plane(llm_iq3s_tab[3], xi, b7, b8);
+    if (U) {
+        __m512i  bias = _mm512_setzero_si512();
+
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            o->g[p] = _mm512_mask_sub_epi8(o->g[p],
+                          _load_mask64((__mmask64 *) &o->sg[p]),
+                          _mm512_setzero_si512(), o->g[p]);
+            bias = _mm512_dpbusd_epi32(bias,
+                       _mm512_set1_epi8((char) 0x80), o->g[p]);
+        }
+        o->nbias = _mm512_sub_epi32(_mm512_setzero_si512(), bias);
+    }
+}
+
+
 /*
  * One weight row's C results against C prepared columns.  Software-
  * pipelined: super-block b + 1 is unpacked before b's columns run, so
@@ -370,11 +459,12 @@ llm_iq3p_unpack(const int U, const llm_block_iq3_xxs *a, llm_iq3p_w_t *o)
  * filled the scheduler; llm-kbench in cache ~10% faster).
  */
 LLM_INLINE void
-llm_iq3p_rows_any(const int U, const int C, int64_t nb, const char *w,
-    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
+llm_iq3p_rows_any(const int S, const int U, const int C, int64_t nb,
+    const char *w, const char *x, size_t xs, const llm_iq3p_t *pre, float *y,
+    size_t ldy)
 {
-    const llm_block_iq3_xxs  *a = (const llm_block_iq3_xxs *)
-                                  (const void *) w;
+    const size_t              bs = S ? sizeof(llm_block_iq3_s)
+                                     : sizeof(llm_block_iq3_xxs);
     __m512                    acc[LLM_T_COLS];
     llm_iq3p_w_t              u[2];
     int64_t                   b;
@@ -384,13 +474,24 @@ llm_iq3p_rows_any(const int U, const int C, int64_t nb, const char *w,
     for (c = 0; c < C; c++) {
         acc[c] = _mm512_setzero_ps();
     }
-    llm_iq3p_unpack(U, a, &u[0]);
+    if (S) {
+        llm_iq3p_unpack_s(U, (const llm_block_iq3_s *) (const void *) w,
+                          &u[0]);
+    } else {
+        llm_iq3p_unpack(U, (const llm_block_iq3_xxs *) (const void *) w,
+                        &u[0]);
+    }
     for (b = 0; b < nb; b++) {
         const llm_iq3p_w_t  *cu = &u[b & 1];
+        const char          *nx = w + (b + 1) * bs;
 
-        _mm_prefetch((const char *) (a + b + 4), _MM_HINT_T0);
-        if (b + 1 < nb) {
-            llm_iq3p_unpack(U, a + b + 1, &u[(b + 1) & 1]);
+        _mm_prefetch(w + (b + 4) * bs, _MM_HINT_T0);
+        if (b + 1 < nb && S) {
+            llm_iq3p_unpack_s(U, (const llm_block_iq3_s *) (const void *) nx,
+                              &u[(b + 1) & 1]);
+        } else if (b + 1 < nb) {
+            llm_iq3p_unpack(U, (const llm_block_iq3_xxs *) (const void *) nx,
+                            &u[(b + 1) & 1]);
         }
 #pragma GCC unroll 8
         for (c = 0; c < C; c++) {
@@ -416,7 +517,9 @@ llm_iq3p_rows_any(const int U, const int C, int64_t nb, const char *w,
     }
 #pragma GCC unroll 8
     for (c = 0; c < C; c++) {
-        y[c * ldy] = 0.25f * _mm512_reduce_add_ps(acc[c]);
+        /* IQ3_XXS's (0.5 + ls) / 2 = (2 ls + 1) / 4 */
+        y[c * ldy] = S ? _mm512_reduce_add_ps(acc[c])
+                       : 0.25f * _mm512_reduce_add_ps(acc[c]);
     }
 }
 
@@ -427,7 +530,7 @@ llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
     const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
 {
     (void) ws;
-    llm_iq3p_rows_any(0, C, nb, w, x, xs, pre, y, ldy);
+    llm_iq3p_rows_any(0, 0, C, nb, w, x, xs, pre, y, ldy);
 }
 
 
@@ -442,7 +545,7 @@ llm_iq3p_rows_u(const int C, int64_t nb, const char *w, size_t ws,
     const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
 {
     (void) ws;
-    llm_iq3p_rows_any(1, C, nb, w, x, xs, pre, y, ldy);
+    llm_iq3p_rows_any(0, 1, C, nb, w, x, xs, pre, y, ldy);
 }
 
 
@@ -474,6 +577,67 @@ llm_dot_iq3_xxs_plane(int64_t n, float *s, const void *w, const void *x)
 }
 
 
+/* IQ3_S: the same two drivers; rows past the stack a loop of the
+ * vec_dot (iq3_avx512.c's) this file's replaced. */
+LLM_INLINE void
+llm_iq3s_rows(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
+{
+    (void) ws;
+    llm_iq3p_rows_any(1, 0, C, nb, w, x, xs, pre, y, ldy);
+}
+
+
+LLM_INLINE void
+llm_iq3s_rows_u(const int C, int64_t nb, const char *w, size_t ws,
+    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
+{
+    (void) ws;
+    llm_iq3p_rows_any(1, 1, C, nb, w, x, xs, pre, y, ldy);
+}
+
+
+static void
+llm_gemm_iq3_s_long(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        for (int64_t c = 0; c < nc; c++) {
+            llm_iq3s_long_dot(n, &y[c * ldy + r], (const char *) w + r * ws,
+                              (const char *) x + c * xs);
+        }
+    }
+}
+
+
+LLM_T_DRIVER(llm_gemm_iq3_s_p1, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
+             LLM_IQ3P_UNITS, llm_iq3p_prep, llm_iq3s_rows,
+             llm_gemm_iq3_s_long, 1, 8)
+
+LLM_T_DRIVER(llm_gemm_iq3_s_pu, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
+             LLM_IQ3P_UNITS, llm_iq3p_prep_u, llm_iq3s_rows_u,
+             llm_gemm_iq3_s_long, 1, 8)
+
+
+static void
+llm_gemm_iq3_s_plane(int64_t n, int64_t nr, int64_t nc, const void *w,
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
+{
+    if (nc == 1) {
+        llm_gemm_iq3_s_p1(n, nr, nc, w, ws, x, xs, y, ldy);
+    } else {
+        llm_gemm_iq3_s_pu(n, nr, nc, w, ws, x, xs, y, ldy);
+    }
+}
+
+
+static void
+llm_dot_iq3_s_plane(int64_t n, float *s, const void *w, const void *x)
+{
+    llm_gemm_iq3_s_plane(n, 1, 1, w, 0, x, 0, s, 1);
+}
+
+
 /* The kernels into k (the caller checked the CPU has VBMI). */
 void
 llm_kernels_init_iq3_vbmi(llm_kernels_t *k)
@@ -487,4 +651,7 @@ llm_kernels_init_iq3_vbmi(llm_kernels_t *k)
     llm_iq3p_init();
     k->vec_dot[LLM_TYPE_IQ3_XXS] = llm_dot_iq3_xxs_plane;
     k->gemm[LLM_TYPE_IQ3_XXS] = llm_gemm_iq3_xxs_plane;
+    llm_iq3s_long_dot = k->vec_dot[LLM_TYPE_IQ3_S];
+    k->vec_dot[LLM_TYPE_IQ3_S] = llm_dot_iq3_s_plane;
+    k->gemm[LLM_TYPE_IQ3_S] = llm_gemm_iq3_s_plane;
 }
