@@ -301,27 +301,59 @@ llm_iq2p_init(void)
 }
 
 
-/* Column x (nb Q8_K blocks) into pairs of planes. */
+/* Column x (nb Q8_K blocks) into pairs of planes: byte 8 p + t of o[k]
+ * <- byte 8 t + p of the pair's 64-byte chunk k (qword p: plane p of
+ * groups 8 k .. 8 k + 7), then an 8 x 8 qword transpose, py[p] qword k
+ * = o[k] qword p (three levels of vpermt2q). */
 static void
 llm_iq2p_prep(const char *x, int64_t nb, llm_iq2p_t *out)
 {
     const llm_block_q8_K  *q = (const llm_block_q8_K *) (const void *) x;
+    const __m512i          pm = _mm512_set_epi64(
+                               0x3f372f271f170f07ll, 0x3e362e261e160e06ll,
+                               0x3d352d251d150d05ll, 0x3c342c241c140c04ll,
+                               0x3b332b231b130b03ll, 0x3a322a221a120a02ll,
+                               0x3931292119110901ll, 0x3830282018100800ll);
+    const __m512i          i1 = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+    const __m512i          i2 = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+    const __m512i          j1 = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i          j2 = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    const __m512i          k1 = _mm512_setr_epi64(0, 1, 2, 3, 8, 9, 10, 11);
+    const __m512i          k2 = _mm512_setr_epi64(4, 5, 6, 7, 12, 13, 14,
+                                                  15);
 
     for (int64_t pi = 0; pi < (nb + 1) / 2; pi++) {
-        uint8_t  t[8][64];
+        __m512i  o[8], u[8], v[8];
 
+        for (int k = 0; k < 8; k++) {
+            o[k] = 2 * pi + k / 4 < nb
+                   ? _mm512_permutexvar_epi8(pm, _mm512_loadu_si512(
+                         (const void *) (q[2 * pi + k / 4].qs
+                                         + 64 * (k % 4))))
+                   : _mm512_setzero_si512();
+        }
+        for (int j = 0; j < 4; j++) {
+            u[j] = _mm512_permutex2var_epi64(o[2 * j], i1, o[2 * j + 1]);
+            u[4 + j] = _mm512_permutex2var_epi64(o[2 * j], i2, o[2 * j + 1]);
+        }
+        /* u[j] (j < 4): qwords 0..3 of o[2j], o[2j+1] interleaved;
+         * u[4 + j]: qwords 4..7 */
         for (int h = 0; h < 2; h++) {
-            const int8_t  *y = q[2 * pi + h].qs;
-
-            for (int i = 0; i < 32; i++) {
-                for (int p = 0; p < 8; p++) {
-                    t[p][32 * h + i] = 2 * pi + h < nb
-                                       ? (uint8_t) y[8 * i + p] : 0;
-                }
+            for (int j = 0; j < 2; j++) {
+                v[4 * h + 2 * j] = _mm512_permutex2var_epi64(
+                    u[4 * h + 2 * j], j1, u[4 * h + 2 * j + 1]);
+                v[4 * h + 2 * j + 1] = _mm512_permutex2var_epi64(
+                    u[4 * h + 2 * j], j2, u[4 * h + 2 * j + 1]);
             }
         }
-        for (int p = 0; p < 8; p++) {
-            out[pi].py[p] = _mm512_loadu_si512((const void *) t[p]);
+        /* v[4 h + 2 j + e]: qwords 4 h + 2 e, + 1 of o[4j .. 4j + 3] */
+        for (int h = 0; h < 2; h++) {
+            for (int e = 0; e < 2; e++) {
+                out[pi].py[4 * h + 2 * e] = _mm512_permutex2var_epi64(
+                    v[4 * h + e], k1, v[4 * h + 2 + e]);
+                out[pi].py[4 * h + 2 * e + 1] = _mm512_permutex2var_epi64(
+                    v[4 * h + e], k2, v[4 * h + 2 + e]);
+            }
         }
     }
 }
