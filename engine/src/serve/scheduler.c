@@ -1852,7 +1852,7 @@ llm_sched_step(llm_sched_t *s)
                                           * s->c.n_vocab);
         }
     }
-    if (nt == ns) {
+    if (n_pf == 0) {        /* (not nt == ns: a 1-token prompt chunk) */
         s->st.decode_steps_total++;
         s->st.decode_tokens_total += nt;
         s->st.decode_step_ms_total += llm_now_ms() - t0;
