@@ -324,6 +324,59 @@ test_qkernels(llm_type_t t)
     llm_simd_force(keep);
 }
 
+/*
+ * V rows to f32 (the forward pass's V tile): every level gives the
+ * reference's values exactly, F16, Q8_0 and Q4_0, hv a multiple of 32 and
+ * (F16) not.
+ */
+static void
+test_vf(void)
+{
+    static const llm_simd_t  lv[] = { LLM_SIMD_AVX2, LLM_SIMD_AVX512,
+                                      LLM_SIMD_NEON };
+    static const llm_type_t  ty[] = { LLM_TYPE_F16, LLM_TYPE_Q8_0,
+                                      LLM_TYPE_Q4_0 };
+    enum { N = 7, HV = 160 };
+    llm_simd_t        keep = llm_simd_level();
+    uint64_t          rng = 3;
+    static uint8_t    rows[N * HV * 2 + 64];
+    static float      x[HV], ref[N * HV], got[N * HV];
+    llm_attn_vf_fn    vf;
+    uint32_t          i, j, k, hv;
+    size_t            vrow;
+
+    for (i = 0; i < sizeof(lv) / sizeof(lv[0]); i++) {
+        if (!llm_simd_supported(lv[i])) {
+            continue;
+        }
+        tk_begin("V rows to f32 %s", llm_simd_name(lv[i]));
+        llm_simd_force(lv[i]);
+        vf = llm_attn_vf_kernel();
+        for (j = 0; j < sizeof(ty) / sizeof(ty[0]); j++) {
+            for (hv = ty[j] == LLM_TYPE_F16 ? 84 : 96; hv <= HV; hv += 64) {
+                vrow = llm_row_bytes(ty[j], hv) + 6;    /* a gap */
+                for (k = 0; k < N; k++) {
+                    uint32_t  d;
+
+                    for (d = 0; d < hv; d++) {
+                        x[d] = (float) (tk_xorshift64(&rng) % 4001) / 1000.0f
+                               - 2.0f;
+                    }
+                    llm_attn_store_v(ty[j], rows + k * vrow, x, hv);
+                }
+                memset(got, 0, sizeof(got));
+                llm_attn_vf_ref(ref, rows, vrow, N, hv, ty[j]);
+                vf(got, rows, vrow, N, hv, ty[j]);
+                CHECK(memcmp(got, ref, (size_t) N * hv * sizeof(float)) == 0,
+                      "%s hv %u: not the reference's values",
+                      llm_type_name(ty[j]), hv);
+            }
+        }
+        tk_end();
+    }
+    llm_simd_force(keep);
+}
+
 /* ---- forward at a long context ---------------------------------------- */
 
 typedef struct {
@@ -732,6 +785,7 @@ main(void)
     test_pvt();
     test_qkernels(LLM_TYPE_Q8_0);
     test_qkernels(LLM_TYPE_Q4_0);
+    test_vf();
     test_model("engine/tests/data/reference", "ref-qwen3moe-q4_0.gguf", 0);
     dir = tk_tmpdir("attn");
     for (i = quick ? 1 : 0; i < (quick ? 2u : sizeof(presets)

@@ -250,6 +250,35 @@ llm_attn_qk8_kernel(void)
 }
 
 void
+llm_attn_vf_ref(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    uint32_t  i;
+
+    for (i = 0; i < n; i++) {
+        llm_dequantize_row(t, v + i * v_row, dst + (size_t) i * hv, hv);
+    }
+}
+
+llm_attn_vf_fn
+llm_attn_vf_kernel(void)
+{
+    switch (llm_simd_level()) {
+#if defined(__x86_64__)
+    case LLM_SIMD_AVX512:
+        return llm_attn_vf_avx512;
+    case LLM_SIMD_AVX2:
+        return llm_attn_vf_avx2;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        return llm_attn_vf_neon;
+#endif
+    default:
+        return llm_attn_vf_ref;
+    }
+}
+
+void
 llm_attn_pvq_ref(float *o, uint32_t G, uint32_t hv, const uint8_t *v,
     size_t v_row, uint32_t n, llm_type_t t, const float *s, size_t lds)
 {

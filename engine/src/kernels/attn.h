@@ -171,6 +171,28 @@ void llm_attn_qk8_neon(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
 /* The Q8_0 q.k kernel for the SIMD level in use. */
 llm_attn_qk8_fn llm_attn_qk8_kernel(void);
 
+/*
+ * n V rows of hv dims (row t at v + t * v_row bytes; F16, Q8_0 or Q4_0)
+ * to f32, dst[t * hv + d]: exact (an f16 value, or an int times its f16
+ * scale, is an f32), so p.v over them gives bit for bit what
+ * llm_attn_pv_fn / llm_attn_pvq_fn give over the rows themselves.  The
+ * forward pass converts a tile's V once when more than one pass of heads
+ * would convert it again.
+ */
+typedef void (*llm_attn_vf_fn)(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+
+void llm_attn_vf_ref(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t);
+void llm_attn_vf_avx2(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+void llm_attn_vf_avx512(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+void llm_attn_vf_neon(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+
+llm_attn_vf_fn llm_attn_vf_kernel(void);
+
 /* Bytes of one KV head's K in a block of bt positions of a cache of type
  * t (F32, F16, Q8_0, Q4_0), and of one V row of hv dims. */
 size_t llm_attn_k_head_bytes(llm_type_t t, uint32_t hd, uint32_t bt);

@@ -427,6 +427,31 @@ llm_vq32(const uint8_t *blk, int q4, __m256 *v)
                _mm_srli_si128(hi, 8))), dv);
 }
 
+void
+llm_attn_vf_avx2(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    size_t    bs = q4 ? 18 : 34;
+    uint32_t  i, d, c;
+    __m256    vv[4];
+
+    for (i = 0; i < n; i++, dst += hv, v += v_row) {
+        if (t == LLM_TYPE_F16) {
+            for (d = 0; d < hv; d += 8) {
+                llm_st8(dst + d, llm_ld8(v, d, hv - d, 1), hv - d);
+            }
+            continue;
+        }
+        for (d = 0; d < hv; d += 32) {
+            llm_vq32(v + (d / 32) * bs, q4, vv);
+            for (c = 0; c < 4; c++) {
+                _mm256_storeu_ps(dst + d + c * 8, vv[c]);
+            }
+        }
+    }
+}
+
 /* NG heads x one block (32 dims) from dim d0 over n rows. */
 static inline __attribute__((always_inline)) void
 llm_pvq_heads(const int NG, float *o, uint32_t hv, uint32_t d0,

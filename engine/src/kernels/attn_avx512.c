@@ -420,6 +420,32 @@ llm_vq32(const uint8_t *blk, int q4, __m512 *v0, __m512 *v1)
     *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), dv);
 }
 
+void
+llm_attn_vf_avx512(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    size_t    bs = q4 ? 18 : 34;
+    uint32_t  i, d;
+    __m512    v0, v1;
+    __mmask16 m;
+
+    for (i = 0; i < n; i++, dst += hv, v += v_row) {
+        if (t == LLM_TYPE_F16) {
+            for (d = 0; d < hv; d += 16) {
+                m = hv - d >= 16 ? 0xffff : (__mmask16) ((1u << (hv - d)) - 1);
+                _mm512_mask_storeu_ps(dst + d, m, llm_ld16(v, d, m, 1));
+            }
+            continue;
+        }
+        for (d = 0; d < hv; d += 32) {
+            llm_vq32(v + (d / 32) * bs, q4, &v0, &v1);
+            _mm512_storeu_ps(dst + d, v0);
+            _mm512_storeu_ps(dst + d + 16, v1);
+        }
+    }
+}
+
 /* NG heads x one block (32 dims: two registers) at d0 over n rows. */
 static inline __attribute__((always_inline)) void
 llm_pvq_heads(const int NG, float *o, uint32_t hv, uint32_t d0,

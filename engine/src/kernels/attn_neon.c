@@ -453,6 +453,31 @@ llm_vq32(const uint8_t *blk, int q4, float32x4_t *v)
 }
 
 void
+llm_attn_vf_neon(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    int          q4 = t == LLM_TYPE_Q4_0;
+    size_t       bs = q4 ? 18 : 34;
+    uint32_t     i, d, c;
+    float32x4_t  vv[8];
+
+    for (i = 0; i < n; i++, dst += hv, v += v_row) {
+        if (t == LLM_TYPE_F16) {
+            for (d = 0; d < hv; d += 4) {
+                llm_st4(dst + d, llm_ld4(v, d, hv - d, 1), hv - d);
+            }
+            continue;
+        }
+        for (d = 0; d < hv; d += 32) {
+            llm_vq32(v + (d / 32) * bs, q4, vv);
+            for (c = 0; c < 8; c++) {
+                vst1q_f32(dst + d + c * 4, vv[c]);
+            }
+        }
+    }
+}
+
+void
 llm_attn_pvq_neon(float *o, uint32_t G, uint32_t hv, const uint8_t *v,
     size_t v_row, uint32_t n, llm_type_t t, const float *s, size_t lds)
 {

@@ -716,10 +716,12 @@ llm_att_scratch_floats(const llm_ctx_t *c)
     const llm_hparams_t  *hp = &c->m->hp;
     size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
 
-    /* q, scores, part o, total o, m, l of both, then q in q8 blocks (a
-     * Q8_0 cache: 40 bytes per 32 dims, under 10 floats) */
+    /* q, scores, part o, total o, m, l of both, q in q8 blocks (a Q8_0
+     * cache: 40 bytes per 32 dims, under 10 floats), then a tile's V in
+     * f32 (llm_att_part) */
     return R * (hp->head_dim + c->att_lds + 2 * hp->head_dim_v + 4
-                + (hp->head_dim / 32) * 10);
+                + (hp->head_dim / 32) * 10)
+           + (size_t) c->att_tile * hp->head_dim_v;
 }
 
 /* Query tiles of the batch: runs of consecutive positions of a sequence. */
@@ -773,7 +775,7 @@ llm_att_parts(const llm_ctx_t *c, const llm_layer_t *L, uint32_t qt,
 static void
 llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
     const float *qs, const llm_attn_q8_t *q8, float *sc, float *pm,
-    float *pl, float *po)
+    float *pl, float *po, float *vs)
 {
     const llm_hparams_t  *hp = &c->m->hp;
     const llm_layer_t    *L = &c->m->layers[c->layer];
@@ -801,6 +803,7 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
     llm_attn_exps_fn      ex;
     llm_attn_pvt_fn       pvt = llm_attn_pvt_kernel();
     llm_attn_qk8_fn       qk8 = llm_attn_qk8_kernel();
+    llm_attn_vf_fn        vf = llm_attn_vf_kernel();
     const void           *kbs[LLM_ATT_MAX_BLOCKS];
 
     llm_attn_kernels(&qk, &pv, &sm);
@@ -875,6 +878,22 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
                          + g * kv->k_head;
             }
             pvt(po, R, hv, kbs, i, bt, nb, f16, sc + (s0 - k0), lds);
+            continue;
+        }
+        if (R > 8 && kv->type != LLM_TYPE_F32) {
+            /* more than one pass of heads (the kernels take up to 8 a
+             * V load): V to f32 once for the tile, not once a pass; the
+             * same values, so the same sums bit for bit */
+            for (pos = s0; pos < k1; pos += nb) {
+                nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
+                vb = llm_kv_v_row(kv, c->layer,
+                                  llm_kv_block_of(kv, c->layer, sv, pos),
+                                  pos % bt)
+                     + g * kv->v_head;
+                vf(vs + (size_t) (pos - s0) * hv, vb, kv->v_tok, nb, hv,
+                   kv->type);
+            }
+            pv(po, R, hv, vs, hv, k1 - s0, 0, sc + (s0 - k0), lds);
             continue;
         }
         for (pos = s0; pos < k1; pos += nb) {
@@ -986,6 +1005,16 @@ llm_att_scr(llm_ctx_t *c, uint32_t ith, float **qs, float **sc, float **po,
     *q8 = (llm_attn_q8_t *) (*pm + 4 * R);
 }
 
+/* The thread's f32 V tile (after the q8 rows). */
+static float *
+llm_att_vtile(llm_ctx_t *c, const llm_attn_q8_t *q8)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
+
+    return (float *) q8 + R * (hp->head_dim / 32) * 10;
+}
+
 /* Item (query tile, KV head), all its parts in turn. */
 static void
 llm_task_attn(void *arg, uint32_t item, uint32_t ith)
@@ -1007,7 +1036,8 @@ llm_task_attn(void *arg, uint32_t item, uint32_t ith)
     }
     llm_att_parts(c, L, qt, &p0, &p1);
     for (p = p0; p < p1; p++) {
-        llm_att_part(c, qt, g, p, qs, q8, sc, pm, pm + R, po);
+        llm_att_part(c, qt, g, p, qs, q8, sc, pm, pm + R, po,
+                     llm_att_vtile(c, q8));
         llm_att_merge(R, hp->head_dim_v, pm + 2 * R, pm + 3 * R, to, pm,
                       pm + R, po);
     }
@@ -1046,7 +1076,8 @@ llm_task_attn_part(void *arg, uint32_t item, uint32_t ith)
     llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm, &q8);
     dst = c->att_part + (size_t) item * llm_att_part_floats(c);
     llm_att_gather_q(c, qt, g, qs, q8);
-    llm_att_part(c, qt, g, p0 + j, qs, q8, sc, dst, dst + R, dst + 2 * R);
+    llm_att_part(c, qt, g, p0 + j, qs, q8, sc, dst, dst + R, dst + 2 * R,
+                 llm_att_vtile(c, q8));
 }
 
 /* Merge phase: item (query tile, KV head), its parts' results in order. */
