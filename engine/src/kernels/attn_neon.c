@@ -282,17 +282,12 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
             }
             nd = q4 ? 16 : 32;
             for (d = b * 32; d < b * 32 + nd; d++) {
-                if (!q4) {
-                    llm_i8x8(vld1_s8((const int8_t *) k + (size_t) d * bt + t),
-                             &k0, &k1);
-                    k2 = k3 = vdupq_n_f32(0.0f);
-                } else {
-                    x = vld1_u8(k + (size_t) (b * 16 + d % 32) * bt + t);
-                    llm_i8x8(vsub_s8(vreinterpret_s8_u8(vand_u8(x,
-                                 vdup_n_u8(15))), vdup_n_s8(8)), &k0, &k1);
-                    llm_i8x8(vsub_s8(vreinterpret_s8_u8(vshr_n_u8(x, 4)),
-                                     vdup_n_s8(8)), &k2, &k3);
-                }
+                /* Q4_0 only: byte j holds dims 32 b + j and + 16 */
+                x = vld1_u8(k + (size_t) (b * 16 + d % 32) * bt + t);
+                llm_i8x8(vsub_s8(vreinterpret_s8_u8(vand_u8(x,
+                             vdup_n_u8(15))), vdup_n_s8(8)), &k0, &k1);
+                llm_i8x8(vsub_s8(vreinterpret_s8_u8(vshr_n_u8(x, 4)),
+                                 vdup_n_s8(8)), &k2, &k3);
 #pragma GCC unroll 8
                 for (j = 0; j < NG; j++) {
                     qv = vdupq_n_f32(q[j * hd + d]);
