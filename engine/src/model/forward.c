@@ -717,13 +717,11 @@ llm_att_scratch_floats(const llm_ctx_t *c)
     size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
 
     /* q, scores, part o, total o, m, l of both, q in q8 blocks (a Q8_0
-     * cache: 40 bytes per 32 dims, under 10 floats), then a tile's V or
-     * a block's K in f32 (llm_att_part) */
+     * cache: 40 bytes per 32 dims, under 10 floats), then a tile's V in
+     * f32 (llm_att_part) */
     return R * (hp->head_dim + c->att_lds + 2 * hp->head_dim_v + 4
                 + (hp->head_dim / 32) * 10)
-           + (size_t) c->att_tile
-             * (hp->head_dim > hp->head_dim_v ? hp->head_dim
-                                              : hp->head_dim_v);
+           + (size_t) c->att_tile * hp->head_dim_v;
 }
 
 /* Query tiles of the batch: runs of consecutive positions of a sequence. */
@@ -837,11 +835,6 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
             } else if (quant) {
                 qkq(qs, R, hd, kb, bt, nb, kv->type, scale, sc + (pos - k0),
                     lds);
-            } else if (f16 && R > 8) {
-                /* heads in more than one pass: the block's K to f32 once
-                 * (vs is free until p.v), the same values */
-                vf(vs, kb, 0, 1, hd * bt, LLM_TYPE_F16);
-                qk(qs, R, hd, vs, bt, nb, 0, scale, sc + (pos - k0), lds);
             } else {
                 qk(qs, R, hd, kb, bt, nb, f16, scale, sc + (pos - k0), lds);
             }
