@@ -136,8 +136,8 @@ void llm_attn_q_kernels(llm_attn_qkq_fn *qk, llm_attn_pvq_fn *pv);
  * with s = the sum of qs (what the x86 kernels' unsigned operand, K +
  * 128, needs taken off).  A block's product is exact in int32, then
  * scaled by d x K's block scale in f32:
- *   s[h * lds + t] = scale * sum over blocks b of
- *                    (q_hb.d * dK[b][t]) * (sum of q_hb.qs[i] * K[t][32 b + i]).
+ *   s[h * lds + t] = scale * sum over blocks b of (q_hb.d * dK[b][t])
+ *                    * (sum over i < 32 of q_hb.qs[i] * K[t][32 b + i]).
  * q holds G rows of hd / 32 blocks each.
  */
 typedef struct {

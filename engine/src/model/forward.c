@@ -1010,7 +1010,8 @@ static float *
 llm_att_vtile(llm_ctx_t *c, const llm_attn_q8_t *q8)
 {
     const llm_hparams_t  *hp = &c->m->hp;
-    size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
+    size_t                R = (size_t) c->att_tq
+                              * (hp->n_head / hp->n_head_kv);
 
     return (float *) q8 + R * (hp->head_dim / 32) * 10;
 }
