@@ -216,9 +216,12 @@ test_qkernels(llm_type_t t)
     static uint8_t    kh[BTK * HD * 2], vr[BTK * HV * 2], blk[HD * 2];
     static float      k[BTK][HD], v[BTK][HV], q[GM * HD], p[GM * LDS];
     static float      sref[GM * LDS], s[GM * LDS], oref[GM * HV], o[GM * HV];
+    static llm_attn_q8_t  q8[GM * HD / 32];
     float             deq[HD], want, err, scale = 0.125f;
     llm_attn_qkq_fn   qk;
     llm_attn_pvq_fn   pv;
+    llm_attn_qk8_fn   qk8;
+    int               is8 = t == LLM_TYPE_Q8_0;
     uint32_t          i, j, d, n, G, vrow = (uint32_t) llm_row_bytes(t, HV);
 
     for (i = 0; i < BTK; i++) {
@@ -235,6 +238,7 @@ test_qkernels(llm_type_t t)
     for (i = 0; i < GM * LDS; i++) {
         p[i] = (float) (tk_xorshift64(&rng) % 1000) / 1000.0f;
     }
+    llm_attn_quant_q(q, GM, HD, q8);
 
     tk_begin("%s cache: the reference kernels read ggml's blocks",
              llm_type_name(t));
@@ -250,6 +254,22 @@ test_qkernels(llm_type_t t)
         CHECK(fabsf(sref[i] - want) <= 1e-5f * (fabsf(want) + 1.0f),
               "position %u: q.k %.7g, from ggml's blocks %.7g", i, sref[i],
               want);
+        if (is8) {
+            /* q in q8 blocks: the product of the dequantized values */
+            llm_attn_qk8_ref(q8, 1, HD, kh, BTK, BTK, scale, s, LDS);
+            want = 0.0f;
+            for (d = 0; d < HD; d++) {
+                want += (float) q8[d / 32].qs[d % 32] * q8[d / 32].d
+                        * deq[d];
+            }
+            want *= scale;
+            CHECK(fabsf(s[i] - want) <= 1e-5f * (fabsf(want) + 1.0f),
+                  "position %u: q8 q.k %.7g, from ggml's blocks %.7g", i,
+                  s[i], want);
+            /* and q's quantization costs little against the f32 q */
+            CHECK(fabsf(s[i] - sref[i]) <= 0.02f * (fabsf(sref[i]) + 1.0f),
+                  "position %u: q8 q.k %.7g, f32 q %.7g", i, s[i], sref[i]);
+        }
         llm_quantize_row(t, v[i], blk, HV);
         CHECK(memcmp(vr + i * vrow, blk, vrow) == 0, "position %u: V row is not "
               "ggml's blocks", i);
@@ -264,11 +284,19 @@ test_qkernels(llm_type_t t)
                  llm_simd_name(lv[i]));
         llm_simd_force(lv[i]);
         llm_attn_q_kernels(&qk, &pv);
+        qk8 = llm_attn_qk8_kernel();
         for (G = 1; G <= GM; G += 4) {
-            for (n = 5; n <= BTK; n += 27) {
+            for (n = 5; n <= BTK; n = n == 5 ? 20 : n + 12) {
                 memset(s, 0, sizeof(s));
-                llm_attn_qkq_ref(q, G, HD, kh, BTK, n, t, scale, sref, LDS);
-                qk(q, G, HD, kh, BTK, n, t, scale, s, LDS);
+                if (is8) {
+                    llm_attn_qk8_ref(q8, G, HD, kh, BTK, n, scale, sref,
+                                     LDS);
+                    qk8(q8, G, HD, kh, BTK, n, scale, s, LDS);
+                } else {
+                    llm_attn_qkq_ref(q, G, HD, kh, BTK, n, t, scale, sref,
+                                     LDS);
+                    qk(q, G, HD, kh, BTK, n, t, scale, s, LDS);
+                }
                 for (j = 0; j < G; j++) {
                     for (d = 0; d < n; d++) {
                         err = fabsf(s[j * LDS + d] - sref[j * LDS + d]);
@@ -289,6 +317,59 @@ test_qkernels(llm_type_t t)
                           "G %u n %u: out %u %.7g, reference %.7g", G, n, j,
                           o[j], oref[j]);
                 }
+            }
+        }
+        tk_end();
+    }
+    llm_simd_force(keep);
+}
+
+/*
+ * V rows to f32 (the forward pass's V tile): every level gives the
+ * reference's values exactly, F16, Q8_0 and Q4_0, hv a multiple of 32 and
+ * (F16) not.
+ */
+static void
+test_vf(void)
+{
+    static const llm_simd_t  lv[] = { LLM_SIMD_AVX2, LLM_SIMD_AVX512,
+                                      LLM_SIMD_NEON };
+    static const llm_type_t  ty[] = { LLM_TYPE_F16, LLM_TYPE_Q8_0,
+                                      LLM_TYPE_Q4_0 };
+    enum { N = 7, HV = 160 };
+    llm_simd_t        keep = llm_simd_level();
+    uint64_t          rng = 3;
+    static uint8_t    rows[N * HV * 2 + 64];
+    static float      x[HV], ref[N * HV], got[N * HV];
+    llm_attn_vf_fn    vf;
+    uint32_t          i, j, k, hv;
+    size_t            vrow;
+
+    for (i = 0; i < sizeof(lv) / sizeof(lv[0]); i++) {
+        if (!llm_simd_supported(lv[i])) {
+            continue;
+        }
+        tk_begin("V rows to f32 %s", llm_simd_name(lv[i]));
+        llm_simd_force(lv[i]);
+        vf = llm_attn_vf_kernel();
+        for (j = 0; j < sizeof(ty) / sizeof(ty[0]); j++) {
+            for (hv = ty[j] == LLM_TYPE_F16 ? 84 : 96; hv <= HV; hv += 64) {
+                vrow = llm_row_bytes(ty[j], hv) + 6;    /* a gap */
+                for (k = 0; k < N; k++) {
+                    uint32_t  d;
+
+                    for (d = 0; d < hv; d++) {
+                        x[d] = (float) (tk_xorshift64(&rng) % 4001) / 1000.0f
+                               - 2.0f;
+                    }
+                    llm_attn_store_v(ty[j], rows + k * vrow, x, hv);
+                }
+                memset(got, 0, sizeof(got));
+                llm_attn_vf_ref(ref, rows, vrow, N, hv, ty[j]);
+                vf(got, rows, vrow, N, hv, ty[j]);
+                CHECK(memcmp(got, ref, (size_t) N * hv * sizeof(float)) == 0,
+                      "%s hv %u: not the reference's values",
+                      llm_type_name(ty[j]), hv);
             }
         }
         tk_end();
@@ -704,6 +785,7 @@ main(void)
     test_pvt();
     test_qkernels(LLM_TYPE_Q8_0);
     test_qkernels(LLM_TYPE_Q4_0);
+    test_vf();
     test_model("engine/tests/data/reference", "ref-qwen3moe-q4_0.gguf", 0);
     dir = tk_tmpdir("attn");
     for (i = quick ? 1 : 0; i < (quick ? 2u : sizeof(presets)

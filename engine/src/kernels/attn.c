@@ -95,8 +95,8 @@ llm_attn_store_k(llm_type_t t, uint8_t *kh, uint32_t bt, uint32_t tok,
             llm_quantize_row(t, k + i * 32, b8, (int64_t) n * 32);
             sc = (uint16_t *) (kh + (size_t) hd * bt);
             for (d = 0; d < n * 32; d++) {
-                ((int8_t *) kh)[(size_t) (i * 32 + d) * bt + tok]
-                    = b8[d / 32].qs[d % 32];
+                ((int8_t *) kh)[(((size_t) (i * 32 + d) / 4) * bt + tok) * 4
+                                + d % 4] = b8[d / 32].qs[d % 32];
             }
             for (d = 0; d < n; d++) {
                 sc[(size_t) (i + d) * bt + tok] = b8[d].d;
@@ -142,7 +142,7 @@ llm_kq_at(const uint8_t *k, uint32_t hd, uint32_t bt, llm_type_t t,
 
     if (t == LLM_TYPE_Q8_0) {
         sc = (const uint16_t *) (k + (size_t) hd * bt);
-        v = ((const int8_t *) k)[(size_t) d * bt + tt];
+        v = ((const int8_t *) k)[((size_t) (d / 4) * bt + tt) * 4 + d % 4];
     } else {
         sc = (const uint16_t *) (k + (size_t) hd * bt / 2);
         v = k[(size_t) ((d / 32) * 16 + d % 16) * bt + tt];
@@ -167,6 +167,114 @@ llm_attn_qkq_ref(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
             }
             s[h * lds + tt] = acc * scale;
         }
+    }
+}
+
+void
+llm_attn_quant_q(const float *q, uint32_t rows, uint32_t hd,
+    llm_attn_q8_t *out)
+{
+    uint32_t  r, b, i;
+    float     amax, d, id;
+    int32_t   sum, v;
+
+    for (r = 0; r < rows; r++) {
+        for (b = 0; b < hd / 32; b++, out++) {
+            const float  *x = q + (size_t) r * hd + b * 32;
+
+            amax = 0.0f;
+            for (i = 0; i < 32; i++) {
+                amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+            }
+            d = amax / 127.0f;
+            id = d != 0.0f ? 1.0f / d : 0.0f;
+            sum = 0;
+            for (i = 0; i < 32; i++) {
+                v = (int32_t) roundf(x[i] * id);
+                out->qs[i] = (int8_t) v;
+                sum += v;
+            }
+            out->d = d;
+            out->s = sum;
+        }
+    }
+}
+
+void
+llm_attn_qk8_ref(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds)
+{
+    const int8_t    *ks = (const int8_t *) k;
+    const uint16_t  *sc = (const uint16_t *) (k + (size_t) hd * bt);
+    uint32_t         h, t, b, i, nb = hd / 32;
+    int32_t          isum;
+    float            acc;
+
+    for (h = 0; h < G; h++) {
+        for (t = 0; t < n; t++) {
+            acc = 0.0f;
+            for (b = 0; b < nb; b++) {
+                const llm_attn_q8_t  *qb = &q[h * nb + b];
+
+                isum = 0;
+                for (i = 0; i < 32; i++) {
+                    isum += qb->qs[i]
+                            * ks[((size_t) (b * 8 + i / 4) * bt + t) * 4
+                                 + i % 4];
+                }
+                acc += (float) isum
+                       * (qb->d * llm_fp16_to_fp32(sc[(size_t) b * bt + t]));
+            }
+            s[h * lds + t] = acc * scale;
+        }
+    }
+}
+
+llm_attn_qk8_fn
+llm_attn_qk8_kernel(void)
+{
+    switch (llm_simd_level()) {
+#if defined(__x86_64__)
+    case LLM_SIMD_AVX512:
+        return llm_attn_qk8_avx512;
+    case LLM_SIMD_AVX2:
+        return llm_attn_qk8_avx2;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        return llm_attn_qk8_neon;
+#endif
+    default:
+        return llm_attn_qk8_ref;
+    }
+}
+
+void
+llm_attn_vf_ref(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    uint32_t  i;
+
+    for (i = 0; i < n; i++) {
+        llm_dequantize_row(t, v + i * v_row, dst + (size_t) i * hv, hv);
+    }
+}
+
+llm_attn_vf_fn
+llm_attn_vf_kernel(void)
+{
+    switch (llm_simd_level()) {
+#if defined(__x86_64__)
+    case LLM_SIMD_AVX512:
+        return llm_attn_vf_avx512;
+    case LLM_SIMD_AVX2:
+        return llm_attn_vf_avx2;
+#elif defined(__aarch64__)
+    case LLM_SIMD_NEON:
+        return llm_attn_vf_neon;
+#endif
+    default:
+        return llm_attn_vf_ref;
     }
 }
 

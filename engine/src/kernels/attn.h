@@ -91,15 +91,20 @@ llm_attn_pvt_fn llm_attn_pvt_kernel(void);
  * A quantized cache (Q8_0 or Q4_0: ggml's quantization, blocks of 32
  * values along a head's dims with one f16 scale each, the same values
  * and scales llama.cpp's cache holds).  K of one KV head in one block of
- * bt positions (bt a multiple of 16) is interleaved by position so that
- * a load gives 16 positions of one dim, as the F16 cache's transposed K:
- *   Q8_0: qs[d * bt + t] (int8), then the scales f16 sc[(d / 32) * bt + t];
+ * bt positions (bt a multiple of 16) is interleaved by position:
+ *   Q8_0: qs[((d / 4) * bt + t) * 4 + d % 4] (int8): four consecutive
+ *         dims of a position side by side, so one 64-byte load holds 16
+ *         positions x 4 dims, what an int8 dot product (VNNI vpdpbusd,
+ *         NEON sdot) sums per 32-bit lane; then the scales, f16
+ *         sc[(d / 32) * bt + t];
  *   Q4_0: qs[(b * 16 + j) * bt + t] is byte j of position t's block b as
  *         ggml has it (dim 32 b + j + 8 in the low nibble, dim
  *         32 b + j + 16 + 8 in the high one); then the scales.  A byte
  *         belongs to one position, so positions are stored independently.
  * V rows keep ggml's block layout: row t at v + t * v_row, the head's
- * hv / 32 blocks.  Same contracts as llm_attn_qk_fn / llm_attn_pv_fn.
+ * hv / 32 blocks.  Same contracts as llm_attn_qk_fn / llm_attn_pv_fn;
+ * the SIMD llm_attn_qkq_* read Q4_0 only (a Q8_0 cache's q.k is
+ * llm_attn_qk8_fn's), the reference both.
  */
 typedef void (*llm_attn_qkq_fn)(const float *q, uint32_t G, uint32_t hd,
     const uint8_t *k, uint32_t bt, uint32_t n, llm_type_t t, float scale,
@@ -123,6 +128,70 @@ LLM_ATTN_Q_DECL(neon)
 
 /* The quantized-cache kernels for the SIMD level in use. */
 void llm_attn_q_kernels(llm_attn_qkq_fn *qk, llm_attn_pvq_fn *pv);
+
+/*
+ * q.k against a Q8_0 cache on int8 dot products, as llama.cpp's CPU
+ * attention converts q to the K type's dot type: a query row is
+ * quantized once (llm_attn_quant_q) to blocks of 32 dims, values qs * d,
+ * with s = the sum of qs (what the x86 kernels' unsigned operand, K +
+ * 128, needs taken off).  A block's product is exact in int32, then
+ * scaled by d x K's block scale in f32:
+ *   s[h * lds + t] = scale * sum over blocks b of (q_hb.d * dK[b][t])
+ *                    * (sum over i < 32 of q_hb.qs[i] * K[t][32 b + i]).
+ * q holds G rows of hd / 32 blocks each.
+ */
+typedef struct {
+    float    d;
+    int32_t  s;
+    int8_t   qs[32];
+} llm_attn_q8_t;
+
+/* Rows of hd dims (a multiple of 32) to q8 blocks, [rows][hd / 32];
+ * scalar and the same at every SIMD level (ggml's rounding). */
+void llm_attn_quant_q(const float *q, uint32_t rows, uint32_t hd,
+    llm_attn_q8_t *out);
+
+typedef void (*llm_attn_qk8_fn)(const llm_attn_q8_t *q, uint32_t G,
+    uint32_t hd, const uint8_t *k, uint32_t bt, uint32_t n, float scale,
+    float *s, size_t lds);
+
+void llm_attn_qk8_ref(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds);
+void llm_attn_qk8_avx2(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds);
+void llm_attn_qk8_avx512(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds);
+void llm_attn_qk8_neon(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds);
+
+/* The Q8_0 q.k kernel for the SIMD level in use. */
+llm_attn_qk8_fn llm_attn_qk8_kernel(void);
+
+/*
+ * n V rows of hv dims (row t at v + t * v_row bytes; F16, Q8_0 or Q4_0)
+ * to f32, dst[t * hv + d]: exact (an f16 value, or an int times its f16
+ * scale, is an f32), so p.v over them gives bit for bit what
+ * llm_attn_pv_fn / llm_attn_pvq_fn give over the rows themselves.  The
+ * forward pass converts a tile's V once when more than one pass of heads
+ * would convert it again.
+ */
+typedef void (*llm_attn_vf_fn)(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+
+void llm_attn_vf_ref(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t);
+void llm_attn_vf_avx2(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+void llm_attn_vf_avx512(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+void llm_attn_vf_neon(float *dst, const uint8_t *v, size_t v_row,
+    uint32_t n, uint32_t hv, llm_type_t t);
+
+llm_attn_vf_fn llm_attn_vf_kernel(void);
 
 /* Bytes of one KV head's K in a block of bt positions of a cache of type
  * t (F32, F16, Q8_0, Q4_0), and of one V row of hv dims. */

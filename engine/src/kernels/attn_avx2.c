@@ -268,18 +268,7 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
             for (j = 0; j < NG; j++) {
                 accb[j] = _mm256_setzero_ps();
             }
-            if (!q4) {
-                for (d = b * 32; d < b * 32 + 32; d++) {
-                    k0 = llm_i8x8(_mm_loadl_epi64(
-                             (const __m128i *) (k + (size_t) d * bt + t)));
-#pragma GCC unroll 8
-                    for (j = 0; j < NG; j++) {
-                        accb[j] = _mm256_fmadd_ps(
-                                      _mm256_set1_ps(q[j * hd + d]), k0,
-                                      accb[j]);
-                    }
-                }
-            } else {
+            {
                 for (d = b * 32; d < b * 32 + 16; d++) {
                     x = _mm_loadl_epi64((const __m128i *)
                             (k + (size_t) (b * 16 + d % 32) * bt + t));
@@ -313,13 +302,16 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
     }
 }
 
+/* Q4_0 only (a Q8_0 cache goes through llm_attn_qk8_avx2). */
 void
 llm_attn_qkq_avx2(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
     uint32_t bt, uint32_t n, llm_type_t t, float scale, float *s,
     size_t lds)
 {
-    int       q4 = t == LLM_TYPE_Q4_0;
+    int       q4 = 1;
     uint32_t  h = 0;
+
+    (void) t;
 
     for ( ; h + 4 <= G; h += 4) {
         llm_qkq_heads(4, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
@@ -327,6 +319,84 @@ llm_attn_qkq_avx2(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
     }
     for ( ; h < G; h++) {
         llm_qkq_heads(1, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+}
+
+/*
+ * NG heads' q.k against a Q8_0 K, 8 positions a register: per 4 dims one
+ * 32-byte load (8 positions x 4 dims); per head vpmaddubsw of |K| by q's
+ * 4 bytes broadcast with K's signs (|k q| <= 127 x 127, a pair fits in
+ * int16), vpmaddwd by ones to a 32-bit lane per position.  Whole groups
+ * of 8 positions are read (the block's positions are a multiple of 16).
+ */
+static inline __attribute__((always_inline)) void
+llm_qk8_heads(const int NG, const llm_attn_q8_t *q, uint32_t nbk,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds)
+{
+    const uint16_t  *sc = (const uint16_t *) (k + (size_t) nbk * 32 * bt);
+    const __m256i    one = _mm256_set1_epi16(1);
+    uint32_t         t, b;
+    int              j, c;
+    __m256i          ai[4], kv, ka;
+    __m256           acc[4], dk;
+    int32_t          qw;
+
+    for (t = 0; t < n; t += 8) {
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            acc[j] = _mm256_setzero_ps();
+        }
+        for (b = 0; b < nbk; b++) {
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                ai[j] = _mm256_setzero_si256();
+            }
+            for (c = 0; c < 8; c++) {
+                kv = _mm256_loadu_si256((const __m256i *)
+                         (k + ((size_t) (b * 8 + c) * bt + t) * 4));
+                ka = _mm256_sign_epi8(kv, kv);
+#pragma GCC unroll 8
+                for (j = 0; j < NG; j++) {
+                    memcpy(&qw, q[j * nbk + b].qs + 4 * c, 4);
+                    ai[j] = _mm256_add_epi32(ai[j], _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(ka, _mm256_sign_epi8(
+                                    _mm256_set1_epi32(qw), kv)), one));
+                }
+            }
+            dk = _mm256_cvtph_ps(_mm_loadu_si128(
+                     (const __m128i *) (sc + (size_t) b * bt + t)));
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ai[j]),
+                                         _mm256_mul_ps(dk, _mm256_set1_ps(
+                                             q[j * nbk + b].d)),
+                                         acc[j]);
+            }
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            llm_st8(s + j * lds + t, _mm256_mul_ps(acc[j],
+                                                   _mm256_set1_ps(scale)),
+                    n - t);
+        }
+    }
+}
+
+void
+llm_attn_qk8_avx2(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds)
+{
+    uint32_t  h = 0, nbk = hd / 32;
+
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qk8_heads(4, q + h * nbk, nbk, k, bt, n, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qk8_heads(1, q + h * nbk, nbk, k, bt, n, scale, s + h * lds,
                       lds);
     }
 }
@@ -355,6 +425,31 @@ llm_vq32(const uint8_t *blk, int q4, __m256 *v)
     v[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), dv);
     v[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
                _mm_srli_si128(hi, 8))), dv);
+}
+
+void
+llm_attn_vf_avx2(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    size_t    bs = q4 ? 18 : 34;
+    uint32_t  i, d, c;
+    __m256    vv[4];
+
+    for (i = 0; i < n; i++, dst += hv, v += v_row) {
+        if (t == LLM_TYPE_F16) {
+            for (d = 0; d < hv; d += 8) {
+                llm_st8(dst + d, llm_ld8(v, d, hv - d, 1), hv - d);
+            }
+            continue;
+        }
+        for (d = 0; d < hv; d += 32) {
+            llm_vq32(v + (d / 32) * bs, q4, vv);
+            for (c = 0; c < 4; c++) {
+                _mm256_storeu_ps(dst + d + c * 8, vv[c]);
+            }
+        }
+    }
 }
 
 /* NG heads x one block (32 dims) from dim d0 over n rows. */

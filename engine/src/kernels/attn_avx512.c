@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "attn.h"
 
@@ -251,18 +252,7 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
             for (j = 0; j < NG; j++) {
                 accb[j] = _mm512_setzero_ps();
             }
-            if (!q4) {
-                for (d = b * 32; d < b * 32 + 32; d++) {
-                    k0 = llm_i8x16(_mm_loadu_si128(
-                             (const __m128i *) (k + (size_t) d * bt + t)));
-#pragma GCC unroll 8
-                    for (j = 0; j < NG; j++) {
-                        accb[j] = _mm512_fmadd_ps(
-                                      _mm512_set1_ps(q[j * hd + d]), k0,
-                                      accb[j]);
-                    }
-                }
-            } else {
+            {
                 /* byte j: dims 32 b + j (low nibble) and + 16 (high) */
                 for (d = b * 32; d < b * 32 + 16; d++) {
                     x = _mm_loadu_si128((const __m128i *)
@@ -297,13 +287,16 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
     }
 }
 
+/* Q4_0 only (a Q8_0 cache goes through llm_attn_qk8_avx512). */
 void
 llm_attn_qkq_avx512(const float *q, uint32_t G, uint32_t hd,
     const uint8_t *k, uint32_t bt, uint32_t n, llm_type_t t, float scale,
     float *s, size_t lds)
 {
-    int       q4 = t == LLM_TYPE_Q4_0;
+    int       q4 = 1;
     uint32_t  h = 0;
+
+    (void) t;
 
     for ( ; h + 8 <= G; h += 8) {
         llm_qkq_heads(8, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
@@ -315,6 +308,92 @@ llm_attn_qkq_avx512(const float *q, uint32_t G, uint32_t hd,
     }
     for ( ; h < G; h++) {
         llm_qkq_heads(1, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+}
+
+/*
+ * NG heads' q.k against a Q8_0 K, 16 positions a register: per 4 dims one
+ * 64-byte load of K (16 positions x 4 dims), made unsigned (K + 128) for
+ * vpdpbusd, and one vpdpbusd per head with that head's 4 q bytes
+ * broadcast; each head's block sum starts at -128 x the sum of its q
+ * block, which takes the offset off exactly.  Whole 16-position groups
+ * are read (the block's positions are a multiple of 16); the stores are
+ * masked to n.
+ */
+static inline __attribute__((always_inline)) void
+llm_qk8_heads(const int NG, const llm_attn_q8_t *q, uint32_t nbk,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds)
+{
+    const uint16_t  *sc = (const uint16_t *) (k + (size_t) nbk * 32 * bt);
+    const __m512i    x80 = _mm512_set1_epi8((char) 0x80);
+    uint32_t         t, b;
+    int              j, c;
+    __m512i          ai[8], kv;
+    __m512           acc[8], dk;
+    __mmask16        m;
+
+    for (t = 0; t < n; t += 16) {
+        m = n - t >= 16 ? 0xffff : (__mmask16) ((1u << (n - t)) - 1);
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            acc[j] = _mm512_setzero_ps();
+        }
+        for (b = 0; b < nbk; b++) {
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                ai[j] = _mm512_set1_epi32(-128 * q[j * nbk + b].s);
+            }
+#pragma GCC unroll 8
+            for (c = 0; c < 8; c++) {
+                kv = _mm512_xor_si512(_mm512_loadu_si512(
+                         k + ((size_t) (b * 8 + c) * bt + t) * 4), x80);
+#pragma GCC unroll 8
+                for (j = 0; j < NG; j++) {
+                    int32_t  qw;
+
+                    memcpy(&qw, q[j * nbk + b].qs + 4 * c, 4);
+                    ai[j] = _mm512_dpbusd_epi32(ai[j], kv,
+                                                _mm512_set1_epi32(qw));
+                }
+            }
+            dk = _mm512_cvtph_ps(_mm256_loadu_si256(
+                     (const __m256i *) (sc + (size_t) b * bt + t)));
+#pragma GCC unroll 8
+            for (j = 0; j < NG; j++) {
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ai[j]),
+                                         _mm512_mul_ps(dk, _mm512_set1_ps(
+                                             q[j * nbk + b].d)),
+                                         acc[j]);
+            }
+        }
+#pragma GCC unroll 8
+        for (j = 0; j < NG; j++) {
+            _mm512_mask_storeu_ps(s + j * lds + t, m,
+                                  _mm512_mul_ps(acc[j],
+                                                _mm512_set1_ps(scale)));
+        }
+    }
+}
+
+void
+llm_attn_qk8_avx512(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds)
+{
+    uint32_t  h = 0, nbk = hd / 32;
+
+    for ( ; h + 8 <= G; h += 8) {
+        llm_qk8_heads(8, q + h * nbk, nbk, k, bt, n, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qk8_heads(4, q + h * nbk, nbk, k, bt, n, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qk8_heads(1, q + h * nbk, nbk, k, bt, n, scale, s + h * lds,
                       lds);
     }
 }
@@ -339,6 +418,32 @@ llm_vq32(const uint8_t *blk, int q4, __m512 *v0, __m512 *v1)
                       _mm_set1_epi8(8));
     *v0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo)), dv);
     *v1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi)), dv);
+}
+
+void
+llm_attn_vf_avx512(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    int       q4 = t == LLM_TYPE_Q4_0;
+    size_t    bs = q4 ? 18 : 34;
+    uint32_t  i, d;
+    __m512    v0, v1;
+    __mmask16 m;
+
+    for (i = 0; i < n; i++, dst += hv, v += v_row) {
+        if (t == LLM_TYPE_F16) {
+            for (d = 0; d < hv; d += 16) {
+                m = hv - d >= 16 ? 0xffff : (__mmask16) ((1u << (hv - d)) - 1);
+                _mm512_mask_storeu_ps(dst + d, m, llm_ld16(v, d, m, 1));
+            }
+            continue;
+        }
+        for (d = 0; d < hv; d += 32) {
+            llm_vq32(v + (d / 32) * bs, q4, &v0, &v1);
+            _mm512_storeu_ps(dst + d, v0);
+            _mm512_storeu_ps(dst + d + 16, v1);
+        }
+    }
 }
 
 /* NG heads x one block (32 dims: two registers) at d0 over n rows. */

@@ -282,17 +282,12 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
             }
             nd = q4 ? 16 : 32;
             for (d = b * 32; d < b * 32 + nd; d++) {
-                if (!q4) {
-                    llm_i8x8(vld1_s8((const int8_t *) k + (size_t) d * bt + t),
-                             &k0, &k1);
-                    k2 = k3 = vdupq_n_f32(0.0f);
-                } else {
-                    x = vld1_u8(k + (size_t) (b * 16 + d % 32) * bt + t);
-                    llm_i8x8(vsub_s8(vreinterpret_s8_u8(vand_u8(x,
-                                 vdup_n_u8(15))), vdup_n_s8(8)), &k0, &k1);
-                    llm_i8x8(vsub_s8(vreinterpret_s8_u8(vshr_n_u8(x, 4)),
-                                     vdup_n_s8(8)), &k2, &k3);
-                }
+                /* Q4_0 only: byte j holds dims 32 b + j and + 16 */
+                x = vld1_u8(k + (size_t) (b * 16 + d % 32) * bt + t);
+                llm_i8x8(vsub_s8(vreinterpret_s8_u8(vand_u8(x,
+                             vdup_n_u8(15))), vdup_n_s8(8)), &k0, &k1);
+                llm_i8x8(vsub_s8(vreinterpret_s8_u8(vshr_n_u8(x, 4)),
+                                 vdup_n_s8(8)), &k2, &k3);
 #pragma GCC unroll 8
                 for (j = 0; j < NG; j++) {
                     qv = vdupq_n_f32(q[j * hd + d]);
@@ -326,13 +321,16 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
     }
 }
 
+/* Q4_0 only (a Q8_0 cache goes through llm_attn_qk8_neon). */
 void
 llm_attn_qkq_neon(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
     uint32_t bt, uint32_t n, llm_type_t t, float scale, float *s,
     size_t lds)
 {
-    int       q4 = t == LLM_TYPE_Q4_0;
+    int       q4 = 1;
     uint32_t  h = 0;
+
+    (void) t;
 
     for ( ; h + 4 <= G; h += 4) {
         llm_qkq_heads(4, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
@@ -340,6 +338,73 @@ llm_attn_qkq_neon(const float *q, uint32_t G, uint32_t hd, const uint8_t *k,
     }
     for ( ; h < G; h++) {
         llm_qkq_heads(1, q + h * hd, hd, k, bt, n, q4, scale, s + h * lds,
+                      lds);
+    }
+}
+
+/*
+ * NG heads' q.k against a Q8_0 K, 4 positions a register: per 4 dims one
+ * 16-byte load (4 positions x 4 dims) and one sdot per head with that
+ * head's 4 q bytes as the lane.  Whole groups of 4 positions are read
+ * (the block's positions are a multiple of 16).
+ */
+#define LLM_QK8_DOT(c)                                                     \
+    kv = vld1q_s8((const int8_t *) k + ((size_t) (b * 8 + (c)) * bt + t)   \
+                                       * 4);                               \
+    for (j = 0; j < NG; j++) {                                             \
+        ai[j] = vdotq_laneq_s32(ai[j], kv, qv[j][(c) / 4], (c) % 4);       \
+    }
+
+static inline __attribute__((always_inline)) void
+llm_qk8_heads(const int NG, const llm_attn_q8_t *q, uint32_t nbk,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds)
+{
+    const uint16_t  *sc = (const uint16_t *) (k + (size_t) nbk * 32 * bt);
+    uint32_t         t, b;
+    int              j;
+    int32x4_t        ai[4];
+    int8x16_t        qv[4][2], kv;
+    float32x4_t      acc[4], dk;
+
+    for (t = 0; t < n; t += 4) {
+        for (j = 0; j < NG; j++) {
+            acc[j] = vdupq_n_f32(0.0f);
+        }
+        for (b = 0; b < nbk; b++) {
+            for (j = 0; j < NG; j++) {
+                ai[j] = vdupq_n_s32(0);
+                qv[j][0] = vld1q_s8(q[j * nbk + b].qs);
+                qv[j][1] = vld1q_s8(q[j * nbk + b].qs + 16);
+            }
+            LLM_QK8_DOT(0) LLM_QK8_DOT(1) LLM_QK8_DOT(2) LLM_QK8_DOT(3)
+            LLM_QK8_DOT(4) LLM_QK8_DOT(5) LLM_QK8_DOT(6) LLM_QK8_DOT(7)
+            dk = vcvt_f32_f16(vreinterpret_f16_u16(
+                     vld1_u16(sc + (size_t) b * bt + t)));
+            for (j = 0; j < NG; j++) {
+                acc[j] = vfmaq_f32(acc[j], vcvtq_f32_s32(ai[j]),
+                                   vmulq_n_f32(dk, q[j * nbk + b].d));
+            }
+        }
+        for (j = 0; j < NG; j++) {
+            llm_st4(s + j * lds + t, vmulq_n_f32(acc[j], scale), n - t);
+        }
+    }
+}
+
+void
+llm_attn_qk8_neon(const llm_attn_q8_t *q, uint32_t G, uint32_t hd,
+    const uint8_t *k, uint32_t bt, uint32_t n, float scale, float *s,
+    size_t lds)
+{
+    uint32_t  h = 0, nbk = hd / 32;
+
+    for ( ; h + 4 <= G; h += 4) {
+        llm_qk8_heads(4, q + h * nbk, nbk, k, bt, n, scale, s + h * lds,
+                      lds);
+    }
+    for ( ; h < G; h++) {
+        llm_qk8_heads(1, q + h * nbk, nbk, k, bt, n, scale, s + h * lds,
                       lds);
     }
 }
@@ -379,6 +444,31 @@ llm_vq32(const uint8_t *blk, int q4, float32x4_t *v)
                                    dv);
         v[4 * i + 3] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(
                                        vget_high_s16(w))), dv);
+    }
+}
+
+void
+llm_attn_vf_neon(float *dst, const uint8_t *v, size_t v_row, uint32_t n,
+    uint32_t hv, llm_type_t t)
+{
+    int          q4 = t == LLM_TYPE_Q4_0;
+    size_t       bs = q4 ? 18 : 34;
+    uint32_t     i, d, c;
+    float32x4_t  vv[8];
+
+    for (i = 0; i < n; i++, dst += hv, v += v_row) {
+        if (t == LLM_TYPE_F16) {
+            for (d = 0; d < hv; d += 4) {
+                llm_st4(dst + d, llm_ld4(v, d, hv - d, 1), hv - d);
+            }
+            continue;
+        }
+        for (d = 0; d < hv; d += 32) {
+            llm_vq32(v + (d / 32) * bs, q4, vv);
+            for (c = 0; c < 8; c++) {
+                vst1q_f32(dst + d + c * 4, vv[c]);
+            }
+        }
     }
 }
 

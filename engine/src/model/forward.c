@@ -716,8 +716,12 @@ llm_att_scratch_floats(const llm_ctx_t *c)
     const llm_hparams_t  *hp = &c->m->hp;
     size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
 
-    /* q, scores, part o, total o, and m, l of both */
-    return R * (hp->head_dim + c->att_lds + 2 * hp->head_dim_v + 4);
+    /* q, scores, part o, total o, m, l of both, q in q8 blocks (a Q8_0
+     * cache: 40 bytes per 32 dims, under 10 floats), then a tile's V in
+     * f32 (llm_att_part) */
+    return R * (hp->head_dim + c->att_lds + 2 * hp->head_dim_v + 4
+                + (hp->head_dim / 32) * 10)
+           + (size_t) c->att_tile * hp->head_dim_v;
 }
 
 /* Query tiles of the batch: runs of consecutive positions of a sequence. */
@@ -770,7 +774,8 @@ llm_att_parts(const llm_ctx_t *c, const llm_layer_t *L, uint32_t qt,
  */
 static void
 llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
-    const float *qs, float *sc, float *pm, float *pl, float *po)
+    const float *qs, const llm_attn_q8_t *q8, float *sc, float *pm,
+    float *pl, float *po, float *vs)
 {
     const llm_hparams_t  *hp = &c->m->hp;
     const llm_layer_t    *L = &c->m->layers[c->layer];
@@ -797,6 +802,8 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
     llm_attn_max_fn       mx;
     llm_attn_exps_fn      ex;
     llm_attn_pvt_fn       pvt = llm_attn_pvt_kernel();
+    llm_attn_qk8_fn       qk8 = llm_attn_qk8_kernel();
+    llm_attn_vf_fn        vf = llm_attn_vf_kernel();
     const void           *kbs[LLM_ATT_MAX_BLOCKS];
 
     llm_attn_kernels(&qk, &pv, &sm);
@@ -823,7 +830,9 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
             kb = llm_kv_k_block(kv, c->layer,
                                 llm_kv_block_of(kv, c->layer, sv, pos))
                  + g * kv->k_head;
-            if (quant) {
+            if (kv->type == LLM_TYPE_Q8_0) {
+                qk8(q8, R, hd, kb, bt, nb, scale, sc + (pos - k0), lds);
+            } else if (quant) {
                 qkq(qs, R, hd, kb, bt, nb, kv->type, scale, sc + (pos - k0),
                     lds);
             } else {
@@ -869,6 +878,22 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
                          + g * kv->k_head;
             }
             pvt(po, R, hv, kbs, i, bt, nb, f16, sc + (s0 - k0), lds);
+            continue;
+        }
+        if (R > 8 && kv->type != LLM_TYPE_F32) {
+            /* more than one pass of heads (the kernels take up to 8 a
+             * V load): V to f32 once for the tile, not once a pass; the
+             * same values, so the same sums bit for bit */
+            for (pos = s0; pos < k1; pos += nb) {
+                nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
+                vb = llm_kv_v_row(kv, c->layer,
+                                  llm_kv_block_of(kv, c->layer, sv, pos),
+                                  pos % bt)
+                     + g * kv->v_head;
+                vf(vs + (size_t) (pos - s0) * hv, vb, kv->v_tok, nb, hv,
+                   kv->type);
+            }
+            pv(po, R, hv, vs, hv, k1 - s0, 0, sc + (s0 - k0), lds);
             continue;
         }
         for (pos = s0; pos < k1; pos += nb) {
@@ -919,9 +944,11 @@ llm_att_merge(uint32_t R, uint32_t hv, float *tm, float *tl, float *to,
     }
 }
 
-/* The item's q rows, [token][head of group g][hd], into qs. */
+/* The item's q rows, [token][head of group g][hd], into qs; with a Q8_0
+ * cache also quantized to q8 blocks, once per item (llm_attn_quant_q). */
 static void
-llm_att_gather_q(const llm_ctx_t *c, uint32_t qt, uint32_t g, float *qs)
+llm_att_gather_q(const llm_ctx_t *c, uint32_t qt, uint32_t g, float *qs,
+    llm_attn_q8_t *q8)
 {
     const llm_hparams_t  *hp = &c->m->hp;
     uint32_t              G = hp->n_head / hp->n_head_kv, j;
@@ -931,6 +958,9 @@ llm_att_gather_q(const llm_ctx_t *c, uint32_t qt, uint32_t g, float *qs)
         memcpy(qs + j * G * hd,
                c->q + (size_t) (c->qt_r0[qt] + j) * hp->n_head * hd
                + g * G * hd, G * hd * sizeof(float));
+    }
+    if (c->kv->type == LLM_TYPE_Q8_0) {
+        llm_attn_quant_q(qs, c->qt_n[qt] * G, (uint32_t) hd, q8);
     }
 }
 
@@ -961,7 +991,7 @@ llm_att_finish(llm_ctx_t *c, uint32_t qt, uint32_t g, const float *tm,
 /* Scratch pointers of thread ith. */
 static void
 llm_att_scr(llm_ctx_t *c, uint32_t ith, float **qs, float **sc, float **po,
-    float **to, float **pm)
+    float **to, float **pm, llm_attn_q8_t **q8)
 {
     const llm_hparams_t  *hp = &c->m->hp;
     size_t                R = (size_t) c->att_tq * (hp->n_head / hp->n_head_kv);
@@ -972,6 +1002,18 @@ llm_att_scr(llm_ctx_t *c, uint32_t ith, float **qs, float **sc, float **po,
     *po = *sc + R * c->att_lds;
     *to = *po + R * hp->head_dim_v;
     *pm = *to + R * hp->head_dim_v;     /* pm, pl, tm, tl: R each */
+    *q8 = (llm_attn_q8_t *) (*pm + 4 * R);
+}
+
+/* The thread's f32 V tile (after the q8 rows). */
+static float *
+llm_att_vtile(llm_ctx_t *c, const llm_attn_q8_t *q8)
+{
+    const llm_hparams_t  *hp = &c->m->hp;
+    size_t                R = (size_t) c->att_tq
+                              * (hp->n_head / hp->n_head_kv);
+
+    return (float *) q8 + R * (hp->head_dim / 32) * 10;
 }
 
 /* Item (query tile, KV head), all its parts in turn. */
@@ -985,16 +1027,18 @@ llm_task_attn(void *arg, uint32_t item, uint32_t ith)
     uint32_t             R = c->qt_n[qt] * (hp->n_head / hp->n_head_kv);
     uint32_t             p, p0, p1, i;
     float               *qs, *sc, *po, *to, *pm;
+    llm_attn_q8_t       *q8;
 
-    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm);
-    llm_att_gather_q(c, qt, g, qs);
+    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm, &q8);
+    llm_att_gather_q(c, qt, g, qs, q8);
     for (i = 0; i < R; i++) {
         pm[2 * R + i] = -INFINITY;
         pm[3 * R + i] = 0.0f;
     }
     llm_att_parts(c, L, qt, &p0, &p1);
     for (p = p0; p < p1; p++) {
-        llm_att_part(c, qt, g, p, qs, sc, pm, pm + R, po);
+        llm_att_part(c, qt, g, p, qs, q8, sc, pm, pm + R, po,
+                     llm_att_vtile(c, q8));
         llm_att_merge(R, hp->head_dim_v, pm + 2 * R, pm + 3 * R, to, pm,
                       pm + R, po);
     }
@@ -1024,15 +1068,17 @@ llm_task_attn_part(void *arg, uint32_t item, uint32_t ith)
     uint32_t             R = c->qt_n[qt] * (hp->n_head / hp->n_head_kv);
     uint32_t             p0, p1;
     float               *qs, *sc, *po, *to, *pm, *dst;
+    llm_attn_q8_t       *q8;
 
     llm_att_parts(c, L, qt, &p0, &p1);
     if (p0 + j >= p1) {
         return;
     }
-    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm);
+    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm, &q8);
     dst = c->att_part + (size_t) item * llm_att_part_floats(c);
-    llm_att_gather_q(c, qt, g, qs);
-    llm_att_part(c, qt, g, p0 + j, qs, sc, dst, dst + R, dst + 2 * R);
+    llm_att_gather_q(c, qt, g, qs, q8);
+    llm_att_part(c, qt, g, p0 + j, qs, q8, sc, dst, dst + R, dst + 2 * R,
+                 llm_att_vtile(c, q8));
 }
 
 /* Merge phase: item (query tile, KV head), its parts' results in order. */
@@ -1046,8 +1092,9 @@ llm_task_attn_merge(void *arg, uint32_t item, uint32_t ith)
     uint32_t             R = c->qt_n[qt] * (hp->n_head / hp->n_head_kv);
     uint32_t             p0, p1, j, i;
     float               *qs, *sc, *po, *to, *pm, *src;
+    llm_attn_q8_t       *q8;
 
-    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm);
+    llm_att_scr(c, ith, &qs, &sc, &po, &to, &pm, &q8);
     for (i = 0; i < R; i++) {
         pm[2 * R + i] = -INFINITY;
         pm[3 * R + i] = 0.0f;
