@@ -20,6 +20,7 @@
 /* built with -mavx512vbmi (engine/Makefile) */
 
 #include <immintrin.h>
+#include <string.h>
 
 #include "kernels_common.h"
 
@@ -387,6 +388,17 @@ llm_iq3s_plane(const uint8_t *tab, __m512i x, __mmask64 b7, __mmask64 b8)
 }
 
 
+/* An IQ3_S block's 64 high bits as a mask: qh sits at byte 66 of the
+ * block, so a copy, not a 64-bit load through a cast (unaligned: UB). */
+static inline __mmask64
+llm_iq3s_qh(const llm_block_iq3_s *a)
+{
+    uint64_t  v;
+
+    memcpy(&v, a->qh, sizeof(v));
+    return _cvtu64_mask64(v);
+}
+
 /*
  * The same unpacked form of an IQ3_S super-block: the planes from the
  * 512-entry grid (four vpermi2b and three blends each, the 9th index
@@ -413,8 +425,7 @@ llm_iq3p_unpack_s(const int U, const llm_block_iq3_s *a, llm_iq3p_w_t *o)
                               _mm512_loadu_si512((const void *) a->qs));
     const __mmask64  b7 = _mm512_movepi8_mask(xi);
     const __mmask64  b8 = _mm512_movepi8_mask(_mm512_permutexvar_epi8(gp,
-                              _mm512_movm_epi8(_load_mask64(
-                                  (__mmask64 *) (void *) a->qh))));
+                              _mm512_movm_epi8(llm_iq3s_qh(a))));
     const __m256i    tr = _mm256_gf2p8affine_epi64_epi8(sel,
                               _mm256_loadu_si256((const void *) a->signs), 0);
     uint32_t         sc4;
