@@ -768,6 +768,56 @@ llm_att_parts(const llm_ctx_t *c, const llm_layer_t *L, uint32_t qt,
 }
 
 /*
+ * Paged KV: a KV head's K in a block is k_head bytes (2 KiB for 16
+ * positions of 64 f16 dims), its V 16 rows of v_head bytes v_tok apart,
+ * and consecutive blocks of a sequence lie k_block / v_block apart (all
+ * heads), wherever the allocator put them.  The hardware's prefetchers
+ * do not follow that: at depth a decode step's q.k and p.v waited on
+ * memory (perf at 16k on the bench model: 64% of the step in the two
+ * kernels, at about 8 GB/s of KV).  So the q.k walk below asks for the
+ * K and V of the block LLM_ATT_AHEAD blocks on, a line at a time, into
+ * the L2 (V is read after the tile's softmax; the L1 hint measured the
+ * same for K).  Decode at depth 4k: 28.3 -> 24.3 ms a step, 16k: 56.2 ->
+ * 45.2 ms (docs/BENCHMARKS.md, "Long context").
+ */
+#define LLM_ATT_AHEAD  4
+
+static inline void
+llm_att_pf_lines(const uint8_t *p, size_t n, size_t stride, size_t rows)
+{
+    uintptr_t  a, e;
+    size_t     r;
+
+    for (r = 0; r < rows; r++, p += stride) {
+        e = (uintptr_t) p + n;
+        for (a = (uintptr_t) p & ~(uintptr_t) 63; a < e; a += 64) {
+            __builtin_prefetch((const void *) a, 0, 2);
+        }
+    }
+}
+
+/* K and V of KV head g in the block at position pos of sv, if before
+ * end. */
+static inline void
+llm_att_prefetch(const llm_ctx_t *c, const llm_seq_view_t *sv, uint32_t g,
+    uint32_t pos, uint32_t end)
+{
+    const llm_kv_t  *kv = c->kv;
+    uint32_t         blk;
+
+    if (pos >= end) {
+        return;
+    }
+    blk = llm_kv_block_of(kv, c->layer, sv, pos);
+    llm_att_pf_lines(llm_kv_k_block(kv, c->layer, blk) + g * kv->k_head,
+                     kv->k_head, 0, 1);
+    if (!kv->v_in_k) {
+        llm_att_pf_lines(llm_kv_v_row(kv, c->layer, blk, 0) + g * kv->v_head,
+                         kv->v_head, kv->v_tok, kv->block_tokens);
+    }
+}
+
+/*
  * One part of one item: the rows' (m, l, o) over positions of part p, from
  * q rows qs [R][hd]; sc the score scratch [R][lds].  A row that sees no
  * position of the part keeps m = -INFINITY.
@@ -827,6 +877,7 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
         s0 = s0 > k0 ? s0 : k0;
         for (pos = s0; pos < k1; pos += nb) {
             nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
+            llm_att_prefetch(c, sv, g, (pos / bt + LLM_ATT_AHEAD) * bt, p1);
             kb = llm_kv_k_block(kv, c->layer,
                                 llm_kv_block_of(kv, c->layer, sv, pos))
                  + g * kv->k_head;
