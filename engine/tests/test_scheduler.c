@@ -570,6 +570,54 @@ timed_chunk(double pf_ms, uint32_t learn, const int32_t *longp,
     fake_pf_ms = 0.25;
 }
 
+/*
+ * Timed prefill, a burst: one stream decoding and four 400-token prompts
+ * arriving at once, a prompt token costing 1 ms of the fake clock (a step
+ * 8 ms): each request gets about the same share of a step, so the
+ * prompts take 4 x 8 / 1 = 32 tokens a step (one long prompt beside the
+ * same stream: 8), and every answer follows the oracle.
+ */
+static void
+timed_burst(const int32_t *longp)
+{
+    owner_t       w[5];
+    int32_t       p[4][400];
+    llm_sched_t  *s;
+    uint32_t      i, j;
+
+    prefill_timed = 1;
+    fake_pf_ms = 1.0;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    REQUIRE(submit(s, &w[0], prompts[0], plen[0], 300, 1));
+    while (w[0].n[0] < 4) {
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    for (i = 0; i < 4; i++) {
+        for (j = 0; j < 400; j++) {
+            p[i][j] = longp[(j + 37 * i) % 400];
+        }
+        REQUIRE(submit(s, &w[1 + i], p[i], 400, 4, 1));
+    }
+    for (i = 0; i < 8; i++) {       /* to learn, then converging */
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    pf_with_decode = pf_alone = 0;
+    REQUIRE(llm_sched_step(s) > 0);
+    CHECK(w[1].n[0] == 0 && w[4].n[0] == 0 && pf_with_decode == 32,
+          "a burst of 4 prompts beside 1 stream: %u prompt tokens a step, "
+          "expected 32", pf_with_decode);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[0].done && follows(&w[0], 0, prompts[0], plen[0]));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(w[1 + i].done && follows(&w[1 + i], 0, p[i], 400));
+    }
+    llm_sched_free(s);
+    fake_pf_ms = 0.25;
+}
+
 static void
 test_prefill_budget(void)
 {
@@ -647,6 +695,7 @@ test_prefill_budget(void)
      * prompt's depth) 8 / 4 = 2 tokens, not a floor of 8 */
     timed_chunk(0.25, 6, longp, 32);
     timed_chunk(4.0, 12, longp, 2);
+    timed_burst(longp);
 
     /* timed, all at once: no decode-only step measured yet, so the first
      * step with decodes is one (a probe), then chunks follow */

@@ -1591,24 +1591,31 @@ llm_seq_sample(llm_sched_t *s, llm_seq_t *q, float *row)
 #define LLM_SCHED_PF_PROBE 64   /* a decode-only step at least this often */
 
 /*
- * The prompt tokens a step may take beside n_dec decoding sequences, of
- * budget (what the step budget leaves): at most conf.prefill_tokens; with
- * conf.prefill_timed, also about as many as cost one decode-only step
- * (so the streams' inter-token latency stays near twice the decode
- * step's, whatever the prompt's depth and the machine's load), at least
- * LLM_SCHED_PF_FLOOR; LLM_SCHED_PF_MIN until a step has measured the
- * cost.  (A floor of 8 held the streams at 3x their decode step beside a
- * 14k-token prompt, whose tokens at that depth each cost more than a
- * decode step: docs/BENCHMARKS.md, "A long prompt".)
- * None when no decode-only step was measured yet, or none for
- * LLM_SCHED_PF_PROBE steps (the streams come and go): that step is one.
+ * The prompt tokens a step may take beside n_dec decoding sequences while
+ * n_wait sequences still have prompt tokens to go, of budget (what the
+ * step budget leaves): at most conf.prefill_tokens; with
+ * conf.prefill_timed, also about as many as cost w decode-only steps,
+ * at least LLM_SCHED_PF_FLOOR (LLM_SCHED_PF_MIN x w until a step has
+ * measured the cost), where w = max(1, n_wait / n_dec): every request in
+ * the step, waiting for its first token or decoding, gets about the same
+ * share of the step's time.  One long prompt beside running streams (w
+ * = 1) keeps their inter-token latency near twice the decode step's,
+ * whatever the prompt's depth and the machine's load; a burst of new
+ * requests is not held to one decode step's worth of prompt while the
+ * first of them decodes alone (8 clients x 81 tokens: TTFT p50 2.5 s at
+ * w = 1, docs/BENCHMARKS.md "One served stream").  (A floor of 8 held
+ * the streams at 3x their decode step beside a 14k-token prompt, whose
+ * tokens at that depth each cost more than a decode step:
+ * docs/BENCHMARKS.md, "A long prompt".)  None when no decode-only step
+ * was measured yet, or none for LLM_SCHED_PF_PROBE steps (the streams
+ * come and go): that step is one.
  */
 static uint32_t
 llm_sched_prefill_budget(const llm_sched_t *s, uint32_t budget,
-    uint32_t n_dec)
+    uint32_t n_dec, uint32_t n_wait)
 {
     uint32_t  cap = s->c.prefill_tokens ? s->c.prefill_tokens : budget;
-    double    n;
+    double    n, w;
 
     if (n_dec == 0) {
         return budget;
@@ -1617,10 +1624,11 @@ llm_sched_prefill_budget(const llm_sched_t *s, uint32_t budget,
         if (s->dec_ms <= 0.0 || s->since_dec >= LLM_SCHED_PF_PROBE) {
             return 0;       /* measure (again) what the streams alone cost */
         }
+        w = n_wait > n_dec ? (double) n_wait / n_dec : 1.0;
         if (s->pf_tok_ms <= 0.0) {
-            n = LLM_SCHED_PF_MIN;
+            n = LLM_SCHED_PF_MIN * w;
         } else {
-            n = s->dec_ms / s->pf_tok_ms;
+            n = s->dec_ms * w / s->pf_tok_ms;
             n = n < LLM_SCHED_PF_FLOOR ? LLM_SCHED_PF_FLOOR : n;
         }
         cap = n < (double) cap ? (uint32_t) n : cap;
@@ -1727,7 +1735,7 @@ int
 llm_sched_step(llm_sched_t *s)
 {
     uint32_t  bt = s->c.block_tokens, i, nt, ns, nl;
-    uint32_t  n_dec = 0, n_pf;
+    uint32_t  n_dec = 0, n_wait = 0, n_pf;
     llm_batch_t b;
     char      err[256] = "";
     int       rc;
@@ -1752,11 +1760,14 @@ llm_sched_step(llm_sched_t *s)
         if (q->toks.n - q->n_done == 1) {
             q->step_n = 1;
             n_dec++;
+        } else if (q->toks.n - q->n_done > 1) {
+            n_wait++;
         }
     }
     /* the streams' latency first */
     llm_sched_plan_prefill(s, llm_sched_prefill_budget(s, s->c.step_tokens
-                                                          - n_dec, n_dec));
+                                                          - n_dec, n_dec,
+                                                       n_wait));
 
     /* 2: blocks; when they run out, preempt the newest sequence */
     for (i = 0; i < s->n_run; i++) {
