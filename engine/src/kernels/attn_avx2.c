@@ -66,8 +66,9 @@ llm_qk_heads(const int NG, const float *q, uint32_t hd, const void *kt,
             kv = llm_ld8(kt, (size_t) d * bt + t, cnt, f16);
 #pragma GCC unroll 8
             for (j = 0; j < NG; j++) {
-                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(q[j * hd + d]), kv,
-                                         acc[j]);
+                acc[j] = _mm256_fmadd_ps(
+                             _mm256_set1_ps(q[(size_t) j * hd + d]), kv,
+                             acc[j]);
             }
         }
 #pragma GCC unroll 8
@@ -277,12 +278,12 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
                              _mm_srli_epi16(x, 4), m4), o8));
 #pragma GCC unroll 8
                     for (j = 0; j < NG; j++) {
-                        accb[j] = _mm256_fmadd_ps(
-                                      _mm256_set1_ps(q[j * hd + d]), k0,
-                                      accb[j]);
-                        accb[j] = _mm256_fmadd_ps(
-                                      _mm256_set1_ps(q[j * hd + d + 16]), k1,
-                                      accb[j]);
+                        const float *qj = q + (size_t) j * hd + d;
+
+                        accb[j] = _mm256_fmadd_ps(_mm256_set1_ps(qj[0]), k0,
+                                                  accb[j]);
+                        accb[j] = _mm256_fmadd_ps(_mm256_set1_ps(qj[16]), k1,
+                                                  accb[j]);
                     }
                 }
             }

@@ -72,8 +72,8 @@ llm_qk_heads(const int NG, const float *q, uint32_t hd, const void *kt,
                     : vdupq_n_f32(0.0f);
 #pragma GCC unroll 8
             for (j = 0; j < NG; j++) {
-                acc[j][0] = vfmaq_n_f32(acc[j][0], k0, q[j * hd + d]);
-                acc[j][1] = vfmaq_n_f32(acc[j][1], k1, q[j * hd + d]);
+                acc[j][0] = vfmaq_n_f32(acc[j][0], k0, q[(size_t) j * hd + d]);
+                acc[j][1] = vfmaq_n_f32(acc[j][1], k1, q[(size_t) j * hd + d]);
             }
         }
 #pragma GCC unroll 8
@@ -290,11 +290,11 @@ llm_qkq_heads(const int NG, const float *q, uint32_t hd, const uint8_t *k,
                                  vdup_n_s8(8)), &k2, &k3);
 #pragma GCC unroll 8
                 for (j = 0; j < NG; j++) {
-                    qv = vdupq_n_f32(q[j * hd + d]);
+                    qv = vdupq_n_f32(q[(size_t) j * hd + d]);
                     accb[j][0] = vfmaq_f32(accb[j][0], qv, k0);
                     accb[j][1] = vfmaq_f32(accb[j][1], qv, k1);
                     if (q4) {
-                        qv = vdupq_n_f32(q[j * hd + d + 16]);
+                        qv = vdupq_n_f32(q[(size_t) j * hd + d + 16]);
                         accb[j][0] = vfmaq_f32(accb[j][0], qv, k2);
                         accb[j][1] = vfmaq_f32(accb[j][1], qv, k3);
                     }

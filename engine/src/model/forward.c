@@ -796,6 +796,34 @@ llm_att_pf_lines(const uint8_t *p, size_t n, size_t stride, size_t rows)
     }
 }
 
+/* Positions from pos to the end of its cache block or to end. */
+static inline uint32_t
+llm_att_run(uint32_t pos, uint32_t end, uint32_t bt)
+{
+    return bt - pos % bt < end - pos ? bt - pos % bt : end - pos;
+}
+
+/* KV head g's K in the block holding position pos of sv. */
+static inline const uint8_t *
+llm_att_k_at(const llm_ctx_t *c, const llm_seq_view_t *sv, uint32_t g,
+    uint32_t pos)
+{
+    return llm_kv_k_block(c->kv, c->layer,
+                          llm_kv_block_of(c->kv, c->layer, sv, pos))
+           + g * c->kv->k_head;
+}
+
+/* KV head g's part of the V row of position pos of sv. */
+static inline const uint8_t *
+llm_att_v_at(const llm_ctx_t *c, const llm_seq_view_t *sv, uint32_t g,
+    uint32_t pos)
+{
+    return llm_kv_v_row(c->kv, c->layer,
+                        llm_kv_block_of(c->kv, c->layer, sv, pos),
+                        pos % c->kv->block_tokens)
+           + g * c->kv->v_head;
+}
+
 /* K and V of KV head g in the block at position pos of sv, if before
  * end. */
 static inline void
@@ -803,17 +831,15 @@ llm_att_prefetch(const llm_ctx_t *c, const llm_seq_view_t *sv, uint32_t g,
     uint32_t pos, uint32_t end)
 {
     const llm_kv_t  *kv = c->kv;
-    uint32_t         blk;
 
     if (pos >= end) {
         return;
     }
-    blk = llm_kv_block_of(kv, c->layer, sv, pos);
-    llm_att_pf_lines(llm_kv_k_block(kv, c->layer, blk) + g * kv->k_head,
-                     kv->k_head, 0, 1);
+    pos -= pos % kv->block_tokens;
+    llm_att_pf_lines(llm_att_k_at(c, sv, g, pos), kv->k_head, 0, 1);
     if (!kv->v_in_k) {
-        llm_att_pf_lines(llm_kv_v_row(kv, c->layer, blk, 0) + g * kv->v_head,
-                         kv->v_head, kv->v_tok, kv->block_tokens);
+        llm_att_pf_lines(llm_att_v_at(c, sv, g, pos), kv->v_head, kv->v_tok,
+                         kv->block_tokens);
     }
 }
 
@@ -876,11 +902,9 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
         s0 = (lo0 > k0 ? lo0 : k0) / bt * bt;
         s0 = s0 > k0 ? s0 : k0;
         for (pos = s0; pos < k1; pos += nb) {
-            nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
+            nb = llm_att_run(pos, k1, bt);
             llm_att_prefetch(c, sv, g, (pos / bt + LLM_ATT_AHEAD) * bt, p1);
-            kb = llm_kv_k_block(kv, c->layer,
-                                llm_kv_block_of(kv, c->layer, sv, pos))
-                 + g * kv->k_head;
+            kb = llm_att_k_at(c, sv, g, pos);
             if (kv->type == LLM_TYPE_Q8_0) {
                 qk8(q8, R, hd, kb, bt, nb, scale, sc + (pos - k0), lds);
             } else if (quant) {
@@ -922,11 +946,8 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
             /* MLA: p.v over the tile's K blocks, V their first hv dims */
             nb = 0;
             for (pos = s0, i = 0; pos < k1; pos += nb, i++) {
-                nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
-                kbs[i] = llm_kv_k_block(kv, c->layer,
-                                        llm_kv_block_of(kv, c->layer, sv,
-                                                        pos))
-                         + g * kv->k_head;
+                nb = llm_att_run(pos, k1, bt);
+                kbs[i] = llm_att_k_at(c, sv, g, pos);
             }
             pvt(po, R, hv, kbs, i, bt, nb, f16, sc + (s0 - k0), lds);
             continue;
@@ -936,23 +957,16 @@ llm_att_part(llm_ctx_t *c, uint32_t qt, uint32_t g, uint32_t p,
              * V load): V to f32 once for the tile, not once a pass; the
              * same values, so the same sums bit for bit */
             for (pos = s0; pos < k1; pos += nb) {
-                nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
-                vb = llm_kv_v_row(kv, c->layer,
-                                  llm_kv_block_of(kv, c->layer, sv, pos),
-                                  pos % bt)
-                     + g * kv->v_head;
-                vf(vs + (size_t) (pos - s0) * hv, vb, kv->v_tok, nb, hv,
-                   kv->type);
+                nb = llm_att_run(pos, k1, bt);
+                vf(vs + (size_t) (pos - s0) * hv, llm_att_v_at(c, sv, g, pos),
+                   kv->v_tok, nb, hv, kv->type);
             }
             pv(po, R, hv, vs, hv, k1 - s0, 0, sc + (s0 - k0), lds);
             continue;
         }
         for (pos = s0; pos < k1; pos += nb) {
-            nb = bt - pos % bt < k1 - pos ? bt - pos % bt : k1 - pos;
-            vb = llm_kv_v_row(kv, c->layer,
-                              llm_kv_block_of(kv, c->layer, sv, pos),
-                              pos % bt)
-                 + g * kv->v_head;
+            nb = llm_att_run(pos, k1, bt);
+            vb = llm_att_v_at(c, sv, g, pos);
             if (quant) {
                 pvq(po, R, hv, vb, kv->v_tok, nb, kv->type, sc + (pos - k0),
                     lds);
