@@ -560,32 +560,36 @@ llm_iq3p_rows_u(const int C, int64_t nb, const char *w, size_t ws,
 }
 
 
-LLM_T_DRIVER(llm_gemm_iq3_xxs_p1, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
-             LLM_IQ3P_UNITS, llm_iq3p_prep, llm_iq3p_rows,
-             llm_gemm_iq3_xxs_vbmi, 1, 8)
-
-LLM_T_DRIVER(llm_gemm_iq3_xxs_pu, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
-             LLM_IQ3P_UNITS, llm_iq3p_prep_u, llm_iq3p_rows_u,
-             llm_gemm_iq3_xxs_vbmi, 1, 8)
-
-
-static void
-llm_gemm_iq3_xxs_plane(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if (nc == 1) {
-        llm_gemm_iq3_xxs_p1(n, nr, nc, w, ws, x, xs, y, ldy);
-    } else {
-        llm_gemm_iq3_xxs_pu(n, nr, nc, w, ws, x, xs, y, ldy);
-    }
+/*
+ * A type's plane kernels: the one-column driver (rows), the several-
+ * column one (rows_u), each falling back to longer (rows past the
+ * stack), picked by the column count; and the vec_dot on top.
+ */
+#define LLM_IQ3P_GEMMS(T, ROWS, ROWS_U, LONGER)                              \
+LLM_T_DRIVER(llm_gemm_##T##_p1, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,          \
+             LLM_IQ3P_UNITS, llm_iq3p_prep, ROWS, LONGER, 1, 8)              \
+                                                                             \
+LLM_T_DRIVER(llm_gemm_##T##_pu, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,          \
+             LLM_IQ3P_UNITS, llm_iq3p_prep_u, ROWS_U, LONGER, 1, 8)          \
+                                                                             \
+static void                                                                  \
+llm_gemm_##T##_plane(int64_t n, int64_t nr, int64_t nc, const void *w,       \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)               \
+{                                                                            \
+    if (nc == 1) {                                                           \
+        llm_gemm_##T##_p1(n, nr, nc, w, ws, x, xs, y, ldy);                  \
+    } else {                                                                 \
+        llm_gemm_##T##_pu(n, nr, nc, w, ws, x, xs, y, ldy);                  \
+    }                                                                        \
+}                                                                            \
+                                                                             \
+static void                                                                  \
+llm_dot_##T##_plane(int64_t n, float *s, const void *w, const void *x)       \
+{                                                                            \
+    llm_gemm_##T##_plane(n, 1, 1, w, 0, x, 0, s, 1);                         \
 }
 
-
-static void
-llm_dot_iq3_xxs_plane(int64_t n, float *s, const void *w, const void *x)
-{
-    llm_gemm_iq3_xxs_plane(n, 1, 1, w, 0, x, 0, s, 1);
-}
+LLM_IQ3P_GEMMS(iq3_xxs, llm_iq3p_rows, llm_iq3p_rows_u, llm_gemm_iq3_xxs_vbmi)
 
 
 /* IQ3_S: the same two drivers; rows past the stack a loop of the
@@ -621,32 +625,7 @@ llm_gemm_iq3_s_long(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
-LLM_T_DRIVER(llm_gemm_iq3_s_p1, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
-             LLM_IQ3P_UNITS, llm_iq3p_prep, llm_iq3s_rows,
-             llm_gemm_iq3_s_long, 1, 8)
-
-LLM_T_DRIVER(llm_gemm_iq3_s_pu, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,
-             LLM_IQ3P_UNITS, llm_iq3p_prep_u, llm_iq3s_rows_u,
-             llm_gemm_iq3_s_long, 1, 8)
-
-
-static void
-llm_gemm_iq3_s_plane(int64_t n, int64_t nr, int64_t nc, const void *w,
-    size_t ws, const void *x, size_t xs, float *y, size_t ldy)
-{
-    if (nc == 1) {
-        llm_gemm_iq3_s_p1(n, nr, nc, w, ws, x, xs, y, ldy);
-    } else {
-        llm_gemm_iq3_s_pu(n, nr, nc, w, ws, x, xs, y, ldy);
-    }
-}
-
-
-static void
-llm_dot_iq3_s_plane(int64_t n, float *s, const void *w, const void *x)
-{
-    llm_gemm_iq3_s_plane(n, 1, 1, w, 0, x, 0, s, 1);
-}
+LLM_IQ3P_GEMMS(iq3_s, llm_iq3s_rows, llm_iq3s_rows_u, llm_gemm_iq3_s_long)
 
 
 /* The kernels into k (the caller checked the CPU has VBMI). */
