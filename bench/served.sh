@@ -17,7 +17,10 @@
 #    (a synthetic model's greedy output loops on a few tokens, and one
 #    repeated token decoded at 94 tok/s where random ones gave 73).  Columns: llm-bench's mean decode step as tok/s, the served
 #    stream's decode tok/s as the client saw it ((tokens - 1) / first to
-#    last event) and as the engine logged it, served / bench.
+#    last event) and as the engine logged it, served / bench; and
+#    llm-bench again on the tokens the direct stream generated
+#    (--tokens), so that the engine is also compared with llm-bench on
+#    the same tokens (the direct / bench-on-its-tokens column).
 # 2. The issue's rows: 1 client x P1, 8 x P1, 8 x P2 tokens, GEN
 #    generated: aggregate tok/s, aggregate decode tok/s, TTFT p50 / p95.
 # 3. Where a served step's time goes, over the one-client streams of
@@ -130,8 +133,8 @@ echo "# nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), 1 worker, llm_pass over a un
 echo
 echo "## 1. one served stream against llm-bench, interleaved ($R rounds; $P1-token prompt, $GEN1 tokens, temperature 1)"
 echo
-echo "| round | llm-bench pp$P1 tok/s | llm-bench tg mean tok/s | direct (engine socket), engine log tok/s | served, client tok/s | served, engine log tok/s | client / bench | engine log / bench | load |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+echo "| round | llm-bench pp$P1 tok/s | llm-bench tg mean tok/s | llm-bench on the direct stream's tokens | direct (engine socket), engine log tok/s | served, client tok/s | served, engine log tok/s | client / bench | engine log / bench | direct / bench on its tokens | load |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 S0=$(info)
 BSUM=0
 for r in $(seq 1 "$R"); do
@@ -143,41 +146,53 @@ for r in $(seq 1 "$R"); do
     # the same engine without the gateway: llm-client on its socket
     make_prompt "$P1"
     LOGN=$(wc -l < "$D/engine.log")
-    "$BIN/llm-client" --socket "$SOCK" "$($PY -c 'import json,sys; print(json.dumps({"prompt": open(sys.argv[1]).read(), "max_tokens": int(sys.argv[2]), "temperature": 1, "seed": int(sys.argv[3]), "ignore_eos": True}))' "$D/p.$KEY" "$GEN1" "$r")" > /dev/null
+    "$BIN/llm-client" --socket "$SOCK" "$($PY -c 'import json,sys; print(json.dumps({"prompt": open(sys.argv[1]).read(), "max_tokens": int(sys.argv[2]), "temperature": 1, "seed": int(sys.argv[3]), "ignore_eos": True}))' "$D/p.$KEY" "$GEN1" "$r")" > "$D/direct.out"
     sleep 0.1
     DLOG=$(tail -n +"$((LOGN + 1))" "$D/engine.log" | grep " done: " | tail -1)
+    # llm-bench again, decoding the tokens that stream produced: a gap
+    # between it and llm-bench's random tokens is the workload's (which
+    # experts the tokens route to), not the serving path's
+    $PY -c 'import json,sys; print(",".join(str(t) for l in open(sys.argv[1]) for e in [json.loads(l)] if e.get("event") == "delta" for t in e.get("tokens", [])))' "$D/direct.out" > "$D/direct.tok"
+    kill -STOP "$EPID"
+    BT=$("$BIN/llm-bench" --model "$MODEL" -t "$THREADS" -p "$P1" -n "$GEN1" -r 1 \
+        --kv-type "$KV" --tokens "$D/direct.tok" --json 2>/dev/null | tail -1)
+    kill -CONT "$EPID"
+    sleep 0.2
     make_prompt "$P1"
     LOGN=$(wc -l < "$D/engine.log")
     S=$(SSE_TEMPERATURE=1 SSE_SEED=$r $PY "$REPO/bench/sse_load.py" "$URL" 1 "$GEN1" "$D/p.$KEY")
     sleep 0.1
     ELOG=$(tail -n +"$((LOGN + 1))" "$D/engine.log" | grep " done: " | tail -1)
-    $PY - "$B" "$S" "$ELOG" "$r" "$(cut -d' ' -f1 /proc/loadavg)" "$DLOG" >> "$D/rounds" <<'PY'
+    $PY - "$B" "$S" "$ELOG" "$r" "$(cut -d' ' -f1 /proc/loadavg)" "$DLOG" "$BT" >> "$D/rounds" <<'PY'
 import json, re, sys
 def logged(line):
     m = re.search(r"completion (\d+) tokens.* decode ([0-9.]+) ms", line)
     return (int(m.group(1)) - 1) / float(m.group(2)) * 1e3 if m else 0.0
-b = json.loads(sys.argv[1]); s = json.loads(sys.argv[2])
+b = json.loads(sys.argv[1]); s = json.loads(sys.argv[2]); bt = json.loads(sys.argv[7])
 print(json.dumps({"round": sys.argv[4], "pp": b["pp_tps"],
-                  "bench": 1e3 / b["tg_mean_ms"], "direct": logged(sys.argv[6]),
+                  "bench": 1e3 / b["tg_mean_ms"],
+                  "bench_tok": 1e3 / bt["tg_mean_ms"], "direct": logged(sys.argv[6]),
                   "client": s["stream_decode_tok_s"], "served": logged(sys.argv[3]),
                   "load": sys.argv[5]}))
 PY
     tail -1 "$D/rounds" | $PY -c '
 import json, sys
 r = json.load(sys.stdin)
-print("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %s |" % (
-    r["round"], r["pp"], r["bench"], r["direct"], r["client"], r["served"],
-    r["client"] / r["bench"], r["served"] / r["bench"], r["load"]))'
+print("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f | %s |" % (
+    r["round"], r["pp"], r["bench"], r["bench_tok"], r["direct"], r["client"],
+    r["served"], r["client"] / r["bench"], r["served"] / r["bench"],
+    r["direct"] / r["bench_tok"], r["load"]))'
 
 done
 S1=$(info)
 $PY - "$D/rounds" <<'PY'
 import json, statistics, sys
 rs = [json.loads(l) for l in open(sys.argv[1])]
-med = {k: statistics.median(r[k] for r in rs) for k in ("bench", "direct", "client", "served")}
-print("| median | | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | |" % (
-    med["bench"], med["direct"], med["client"], med["served"],
-    med["client"] / med["bench"], med["served"] / med["bench"]))
+med = {k: statistics.median(r[k] for r in rs) for k in ("bench", "bench_tok", "direct", "client", "served")}
+print("| median | | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f | |" % (
+    med["bench"], med["bench_tok"], med["direct"], med["client"], med["served"],
+    med["client"] / med["bench"], med["served"] / med["bench"],
+    med["direct"] / med["bench_tok"]))
 PY
 echo
 echo "## 2. the issue's rows ($GEN tokens each)"

@@ -33,6 +33,8 @@ typedef struct {
     double         *step_ms;        /* [reps * n_gen] decode step times */
     uint32_t        n_steps;
     uint32_t        depth;          /* positions in the cache before */
+    int32_t        *ftok;           /* --tokens: decode inputs, cycled */
+    uint32_t        n_ftok, i_ftok;
 } bench_t;
 
 static void
@@ -43,6 +45,7 @@ usage(FILE *f)
         "                 [-r REPS] [-b BATCH] [-d DEPTH] [--kv-type f32|f16|q8_0|q4_0]\n"
         "                 [--no-prefault]\n"
         "                 [--json] [--expert-cache-mb M] [--no-regroup]\n"
+        "                 [--tokens FILE]\n"
         "  -t  threads (default 2)        -p  prompt tokens (default 512)\n"
         "  -n  decode steps (128)         -r  repetitions (default 3)\n"
         "  -b  sequences decoded together, one token each per step (1)\n"
@@ -54,6 +57,10 @@ usage(FILE *f)
         "                 anonymous copy: pure mmap, as llama.cpp runs)\n"
         "  --expert-cache-mb M  stream experts from disk into M MiB of RAM\n"
         "                 (docs/STREAMING.md); adds the cache's counters\n"
+        "  --tokens FILE  decode these token ids (decimal, any separator;\n"
+        "                 cycled) instead of random ones: a served\n"
+        "                 stream's tokens replayed (which experts a token\n"
+        "                 routes to sets a step's memory traffic)\n"
         "Prefill: one batch of -p tokens.  Decode: -n steps with the KV\n"
         "cache, each one token of each of -b sequences; tg t/s counts all\n"
         "the batch's tokens.  Reports tokens/s, mean +- stddev.\n"
@@ -90,6 +97,73 @@ rnd_tok(bench_t *B)
     return (int32_t) (B->rng % B->hp->n_vocab);
 }
 
+/* A decode step's input: the next of --tokens, or a random one. */
+static int32_t
+step_tok(bench_t *B)
+{
+    if (B->n_ftok > 0) {
+        return B->ftok[B->i_ftok++ % B->n_ftok];
+    }
+    return rnd_tok(B);
+}
+
+/* --tokens FILE: decimal ids, anything else separates them. */
+static int
+read_tokens(bench_t *B, const char *path, uint32_t n_vocab, char *err,
+    size_t errlen)
+{
+    FILE     *f = fopen(path, "r");
+    int       ch;
+    uint64_t  v = 0;
+    int       in = 0;
+    uint32_t  cap = 0;
+    int32_t  *nt;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "--tokens %s: %s", path, strerror(errno));
+        return -1;
+    }
+    for (;;) {
+        ch = fgetc(f);
+        if (ch >= '0' && ch <= '9') {
+            v = v < UINT32_MAX ? v * 10 + (uint64_t) (ch - '0') : v;
+            in = 1;
+            continue;
+        }
+        if (in) {
+            if (v >= n_vocab) {
+                snprintf(err, errlen, "--tokens %s: token id %llu (number "
+                         "%u in the file) is past the vocabulary (%u)", path,
+                         (unsigned long long) v, B->n_ftok + 1, n_vocab);
+                fclose(f);
+                return -1;
+            }
+            if (B->n_ftok == cap) {
+                cap = cap ? 2 * cap : 256;
+                nt = realloc(B->ftok, cap * sizeof(int32_t));
+                if (nt == NULL) {
+                    snprintf(err, errlen, "--tokens %s: out of memory", path);
+                    fclose(f);
+                    return -1;
+                }
+                B->ftok = nt;
+            }
+            B->ftok[B->n_ftok++] = (int32_t) v;
+            v = 0;
+            in = 0;
+        }
+        if (ch == EOF) {
+            break;
+        }
+    }
+    fclose(f);
+    if (B->n_ftok == 0) {
+        snprintf(err, errlen, "--tokens %s: no token ids in it", path);
+        return -1;
+    }
+    return 0;
+}
+
 static int
 run_batch(bench_t *B, uint32_t n, uint32_t pos0, char *err, size_t errlen)
 {
@@ -122,7 +196,7 @@ run_step(bench_t *B, uint32_t pos, char *err, size_t errlen)
     uint32_t     s;
 
     for (s = 0; s < B->n_seqs; s++) {
-        B->tok[s] = rnd_tok(B);
+        B->tok[s] = step_tok(B);
         B->pos[s] = (int32_t) pos;
         B->seq[s] = (int32_t) s;
         B->want[s] = 1;
@@ -279,10 +353,11 @@ main(int argc, char **argv)
         { "no-prefault", no_argument, NULL, 'F' },
         { "no-regroup", no_argument, NULL, 'G' },
         { "expert-cache-mb", required_argument, NULL, 'X' },
+        { "tokens", required_argument, NULL, 'T' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    const char      *model = NULL;
+    const char      *model = NULL, *tokens = NULL;
     int              threads = 2, np = 512, ng = 128, reps = 3, json = 0;
     int              nb = 1, depth = 0;
     int              ch, i, rc = 1;
@@ -321,6 +396,7 @@ main(int argc, char **argv)
         case 'F': mopts.no_prefault = 1; break;
         case 'G': mopts.no_regroup = 1; break;
         case 'X': xmb = strtoull(optarg, NULL, 10); break;
+        case 'T': tokens = optarg; break;
         case 'k':
             if (strcmp(optarg, "f16") == 0) {
                 kvt = LLM_TYPE_F16;
@@ -355,6 +431,12 @@ main(int argc, char **argv)
         return 1;
     }
     B.hp = llm_model_hparams(m);
+    if (tokens != NULL
+        && read_tokens(&B, tokens, B.hp->n_vocab, err, sizeof(err)) < 0)
+    {
+        fprintf(stderr, "llm-bench: %s\n", err);
+        goto done;
+    }
     model_bytes = llm_gguf_file_size(llm_model_gguf(m));
     maxb = ((uint32_t) depth + (uint32_t) (np > ng ? np : ng) + 1 + bt - 1)
            / bt;
@@ -618,6 +700,7 @@ done:
     free(B.seq);
     free(B.want);
     free(B.logits);
+    free(B.ftok);
     free(pp);
     free(tg);
     free(ppc);
