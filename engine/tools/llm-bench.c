@@ -35,6 +35,7 @@ typedef struct {
     uint32_t        depth;          /* positions in the cache before */
     int32_t        *ftok;           /* --tokens: decode inputs, cycled */
     uint32_t        n_ftok, i_ftok;
+    int             in_tg;          /* run_tg's steps (step_tok) */
 } bench_t;
 
 static void
@@ -172,7 +173,7 @@ run_batch(bench_t *B, uint32_t n, uint32_t pos0, char *err, size_t errlen)
     uint32_t        i;
 
     for (i = 0; i < n; i++) {
-        B->tok[i] = rnd_tok(B);
+        B->tok[i] = B->in_tg ? step_tok(B) : rnd_tok(B);
         B->pos[i] = (int32_t) (pos0 + i);
         B->seq[i] = 0;
         B->want[i] = i == n - 1;
@@ -218,17 +219,21 @@ run_tg(bench_t *B, uint32_t n, char *err, size_t errlen)
     double    t;
     int       rc;
 
+    B->i_ftok = 0;      /* each run replays --tokens from its start */
+    B->in_tg = 1;
     for (i = 0; i < n; i++) {
         t = now_s();
         rc = B->n_seqs == 1 ? run_batch(B, 1, B->depth + i, err, errlen)
                             : run_step(B, i, err, errlen);
         if (rc < 0) {
+            B->in_tg = 0;
             return rc;
         }
         if (B->step_ms != NULL) {
             B->step_ms[B->n_steps++] = (now_s() - t) * 1e3;
         }
     }
+    B->in_tg = 0;
     return 0;
 }
 
