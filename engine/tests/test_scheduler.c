@@ -618,6 +618,54 @@ timed_burst(const int32_t *longp)
     fake_pf_ms = 0.25;
 }
 
+/*
+ * Timed prefill, short prompts: one stream decoding and four prompts of
+ * 17, 24, 15 and 22 tokens arriving at once (step budget 64): those that
+ * fit whole in what the step leaves go whole, oldest first, so three are
+ * answered after one step, the fourth (22 > 63 - 56) the step after;
+ * every answer follows the oracle.
+ */
+static void
+timed_short(void)
+{
+    static const int       pi[4] = { 9, 10, 13, 14 };
+    static const uint32_t  pl[4] = { 17, 24, 15, 22 };
+    owner_t           w[5];
+    llm_sched_t      *s;
+    uint32_t          i;
+
+    prefill_timed = 1;
+    fake_pf_ms = 1.0;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    REQUIRE(s != NULL);
+    memset(w, 0, sizeof(w));
+    REQUIRE(submit(s, &w[0], prompts[0], plen[0], 300, 1));
+    while (w[0].n[0] < 4) {
+        REQUIRE(llm_sched_step(s) > 0);
+    }
+    for (i = 0; i < 4; i++) {
+        REQUIRE(plen[pi[i]] == pl[i]);
+        REQUIRE(submit(s, &w[1 + i], prompts[pi[i]], plen[pi[i]], 4, 1));
+    }
+    REQUIRE(llm_sched_step(s) > 0);
+    CHECK(w[1].n[0] == 1 && w[2].n[0] == 1 && w[3].n[0] == 1
+          && w[4].n[0] == 0, "short prompts beside a stream, one step: "
+          "first tokens %u %u %u %u, expected 1 1 1 0", w[1].n[0],
+          w[2].n[0], w[3].n[0], w[4].n[0]);
+    REQUIRE(llm_sched_step(s) > 0);
+    CHECK(w[4].n[0] == 1, "the fourth answered the step after: %u",
+          w[4].n[0]);
+    REQUIRE(run(s) > 0);
+    REQUIRE(w[0].done && follows(&w[0], 0, prompts[0], plen[0]));
+    for (i = 0; i < 4; i++) {
+        REQUIRE(w[1 + i].done
+                && follows(&w[1 + i], 0, prompts[pi[i]], plen[pi[i]]));
+    }
+    llm_sched_free(s);
+    fake_pf_ms = 0.25;
+}
+
 static void
 test_prefill_budget(void)
 {
@@ -696,6 +744,7 @@ test_prefill_budget(void)
     timed_chunk(0.25, 6, longp, 32);
     timed_chunk(4.0, 12, longp, 2);
     timed_burst(longp);
+    timed_short();
 
     /* timed, all at once: no decode-only step measured yet, so the first
      * step with decodes is one (a probe), then chunks follow */
