@@ -571,6 +571,35 @@ timed_chunk(double pf_ms, uint32_t learn, const int32_t *longp,
 }
 
 /*
+ * A timed scheduler (a prompt token 1 ms of the fake clock, a step 8 ms,
+ * step budget 64) with one stream, w0, decoding: the costs measured.
+ */
+static llm_sched_t *
+timed_one_stream(owner_t *w0)
+{
+    llm_sched_t  *s;
+
+    prefill_timed = 1;
+    fake_pf_ms = 1.0;
+    s = make(1024, 8, 64, 0, 1024);
+    prefill_timed = 0;
+    if (s == NULL) {
+        return NULL;
+    }
+    if (!submit(s, w0, prompts[0], plen[0], 300, 1)) {
+        llm_sched_free(s);
+        return NULL;
+    }
+    while (w0->n[0] < 4) {
+        if (llm_sched_step(s) <= 0) {
+            llm_sched_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+/*
  * Timed prefill, a burst: one stream decoding and four 400-token prompts
  * arriving at once, a prompt token costing 1 ms of the fake clock (a step
  * 8 ms): each request gets about the same share of a step, so the
@@ -585,16 +614,9 @@ timed_burst(const int32_t *longp)
     llm_sched_t  *s;
     uint32_t      i, j;
 
-    prefill_timed = 1;
-    fake_pf_ms = 1.0;
-    s = make(1024, 8, 64, 0, 1024);
-    prefill_timed = 0;
-    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
-    REQUIRE(submit(s, &w[0], prompts[0], plen[0], 300, 1));
-    while (w[0].n[0] < 4) {
-        REQUIRE(llm_sched_step(s) > 0);
-    }
+    s = timed_one_stream(&w[0]);
+    REQUIRE(s != NULL);
     for (i = 0; i < 4; i++) {
         for (j = 0; j < 400; j++) {
             p[i][j] = longp[(j + 37 * i) % 400];
@@ -630,20 +652,13 @@ timed_short(void)
 {
     static const int       pi[4] = { 9, 10, 13, 14 };
     static const uint32_t  pl[4] = { 17, 24, 15, 22 };
-    owner_t           w[5];
-    llm_sched_t      *s;
-    uint32_t          i;
+    owner_t                w[5];
+    llm_sched_t           *s;
+    uint32_t               i;
 
-    prefill_timed = 1;
-    fake_pf_ms = 1.0;
-    s = make(1024, 8, 64, 0, 1024);
-    prefill_timed = 0;
-    REQUIRE(s != NULL);
     memset(w, 0, sizeof(w));
-    REQUIRE(submit(s, &w[0], prompts[0], plen[0], 300, 1));
-    while (w[0].n[0] < 4) {
-        REQUIRE(llm_sched_step(s) > 0);
-    }
+    s = timed_one_stream(&w[0]);
+    REQUIRE(s != NULL);
     for (i = 0; i < 4; i++) {
         REQUIRE(plen[pi[i]] == pl[i]);
         REQUIRE(submit(s, &w[1 + i], prompts[pi[i]], plen[pi[i]], 4, 1));
