@@ -535,42 +535,38 @@ llm_iq3p_rows_any(const int S, const int U, const int C, int64_t nb,
 }
 
 
-/* One column: the activations signed by the masks (4 vpsubb a column). */
-LLM_INLINE void
-llm_iq3p_rows(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
-{
-    (void) ws;
-    llm_iq3p_rows_any(0, 0, C, nb, w, x, xs, pre, y, ldy);
-}
-
-
 /*
- * Several: the weights signed once (4 vpsubb a row) against the columns
- * as y + 128, unsigned, minus 128 x the signed weights' sum (4 more
- * vpdpbusd a row, none a column).  The same int32 sums, so the same bits
- * as one column.
+ * A type's plane kernels (S: IQ3_S, else IQ3_XXS): the one-column rows,
+ * the activations signed by the masks (4 vpsubb a column); the several-
+ * column rows_u, the weights signed once (4 vpsubb a row) against the
+ * columns as y + 128, unsigned, minus 128 x the signed weights' sum (4
+ * more vpdpbusd a row, none a column: the same int32 sums, so the same
+ * bits as one column); their drivers, each falling back to LONGER (rows
+ * past the stack), picked by the column count; and the vec_dot on top.
  */
-LLM_INLINE void
-llm_iq3p_rows_u(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
-{
-    (void) ws;
-    llm_iq3p_rows_any(0, 1, C, nb, w, x, xs, pre, y, ldy);
-}
-
-
-/*
- * A type's plane kernels: the one-column driver (rows), the several-
- * column one (rows_u), each falling back to longer (rows past the
- * stack), picked by the column count; and the vec_dot on top.
- */
-#define LLM_IQ3P_GEMMS(T, ROWS, ROWS_U, LONGER)                              \
+#define LLM_IQ3P_GEMMS(T, S, LONGER)                                         \
+LLM_INLINE void                                                              \
+llm_##T##_rows(const int C, int64_t nb, const char *w, size_t ws,            \
+    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)   \
+{                                                                            \
+    (void) ws;                                                               \
+    llm_iq3p_rows_any(S, 0, C, nb, w, x, xs, pre, y, ldy);                   \
+}                                                                            \
+                                                                             \
+LLM_INLINE void                                                              \
+llm_##T##_rows_u(const int C, int64_t nb, const char *w, size_t ws,          \
+    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)   \
+{                                                                            \
+    (void) ws;                                                               \
+    llm_iq3p_rows_any(S, 1, C, nb, w, x, xs, pre, y, ldy);                   \
+}                                                                            \
+                                                                             \
 LLM_T_DRIVER(llm_gemm_##T##_p1, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,          \
-             LLM_IQ3P_UNITS, llm_iq3p_prep, ROWS, LONGER, 1, 8)              \
+             LLM_IQ3P_UNITS, llm_iq3p_prep, llm_##T##_rows, LONGER, 1, 8)    \
                                                                              \
 LLM_T_DRIVER(llm_gemm_##T##_pu, llm_iq3p_t, LLM_QK_K, LLM_IQ3P_MAX,          \
-             LLM_IQ3P_UNITS, llm_iq3p_prep_u, ROWS_U, LONGER, 1, 8)          \
+             LLM_IQ3P_UNITS, llm_iq3p_prep_u, llm_##T##_rows_u, LONGER, 1,   \
+             8)                                                              \
                                                                              \
 static void                                                                  \
 llm_gemm_##T##_plane(int64_t n, int64_t nr, int64_t nc, const void *w,       \
@@ -589,29 +585,11 @@ llm_dot_##T##_plane(int64_t n, float *s, const void *w, const void *x)       \
     llm_gemm_##T##_plane(n, 1, 1, w, 0, x, 0, s, 1);                         \
 }
 
-LLM_IQ3P_GEMMS(iq3_xxs, llm_iq3p_rows, llm_iq3p_rows_u, llm_gemm_iq3_xxs_vbmi)
+LLM_IQ3P_GEMMS(iq3_xxs, 0, llm_gemm_iq3_xxs_vbmi)
 
 
-/* IQ3_S: the same two drivers; rows past the stack a loop of the
- * vec_dot (iq3_avx512.c's) this file's replaced. */
-LLM_INLINE void
-llm_iq3s_rows(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
-{
-    (void) ws;
-    llm_iq3p_rows_any(1, 0, C, nb, w, x, xs, pre, y, ldy);
-}
-
-
-LLM_INLINE void
-llm_iq3s_rows_u(const int C, int64_t nb, const char *w, size_t ws,
-    const char *x, size_t xs, const llm_iq3p_t *pre, float *y, size_t ldy)
-{
-    (void) ws;
-    llm_iq3p_rows_any(1, 1, C, nb, w, x, xs, pre, y, ldy);
-}
-
-
+/* IQ3_S: rows past the stack a loop of the vec_dot (iq3_avx512.c's)
+ * this file's replaced. */
 static void
 llm_gemm_iq3_s_long(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
@@ -625,7 +603,7 @@ llm_gemm_iq3_s_long(int64_t n, int64_t nr, int64_t nc, const void *w,
 }
 
 
-LLM_IQ3P_GEMMS(iq3_s, llm_iq3s_rows, llm_iq3s_rows_u, llm_gemm_iq3_s_long)
+LLM_IQ3P_GEMMS(iq3_s, 1, llm_gemm_iq3_s_long)
 
 
 /* The kernels into k (the caller checked the CPU has VBMI). */
