@@ -49,13 +49,31 @@ my $st = LlmEngine::info($t, $sock)->{stats};
 ok($st->{steps_total} < $st->{completion_tokens_total},
    "batched: $st->{steps_total} steps for $st->{completion_tokens_total} "
    . "tokens");
-ok(($st->{decode_steps_total} // 0) > 0
-   && $st->{decode_tokens_total} > $st->{decode_steps_total}
-   && $st->{decode_tokens_total} < $st->{completion_tokens_total}
-   && $st->{decode_step_ms_total} > 0,
-   "decode-only steps counted: $st->{decode_tokens_total} tokens in "
-   . "$st->{decode_steps_total} steps, "
-   . sprintf('%.1f', $st->{decode_step_ms_total} // 0) . " ms");
+# decode-only steps (no prompt tokens in the step) are counted, with
+# their tokens: 4 streams of 48 tokens decode together once their prompts
+# are in.  (Not checked on the burst above: under qemu the prompts are
+# prepared one after another at about a step each, so the burst's short
+# streams may all end while prompts are still arriving, every step then
+# carrying a prompt.)
+{
+    my $gate4 = sprintf '%.3f', Time::HiRes::time() + 1;
+    my @h4 = map { LlmEngine::spawn($t, $sock,
+                                    chat("stream $_", max_tokens => 48),
+                                    '--start-at', $gate4) } 1 .. 4;
+    my @r4 = LlmEngine::wait_clients($t, @h4);
+    is(scalar(grep { $_->{done} } @r4), 4, '4 streams of 48 finished');
+    my $s2 = LlmEngine::info($t, $sock)->{stats};
+    my $dt = ($s2->{decode_tokens_total} // 0)
+             - ($st->{decode_tokens_total} // 0);
+    my $ds = ($s2->{decode_steps_total} // 0)
+             - ($st->{decode_steps_total} // 0);
+    ok($ds > 0 && $dt > $ds && $dt <= 4 * 48
+       && $s2->{decode_step_ms_total} > $st->{decode_step_ms_total},
+       "decode-only steps counted: $dt tokens in $ds steps, "
+       . sprintf('%.1f ms', $s2->{decode_step_ms_total}
+                            - $st->{decode_step_ms_total}));
+    $st = $s2;
+}
 {
     my %v = map { $_ => $st->{"${_}_ms_total"} // -1 }
             qw(forward sample detok emit step loop);
