@@ -817,6 +817,9 @@ test_q4_0_r16(void)
           && llm_repack_type(LLM_TYPE_Q5_K, 48) == LLM_TYPE_Q5_K,
           "llm_repack_type: Q4_0 x 48 rows regroups, 40 rows or Q5_K not");
 
+    /* with the AMX-INT8 tiles where the CPU has them, then without */
+    for (int amx = llm_simd_amx_set(1); amx >= 0; amx--) {
+    llm_simd_amx_set(amx);
     for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++) {
         const int64_t  n = ns[in];
         const size_t   wrow = llm_row_bytes(LLM_TYPE_Q4_0, n);
@@ -868,10 +871,10 @@ test_q4_0_r16(void)
                     }
                 }
                 CHECK(diff == 0 && alone == 0 && far == 0,
-                      "Q4_0_R16 n=%lld %dx%d: %s scalar, %d columns differ"
-                      " alone, %d results off the Q4_0 dot",
-                      (long long) n, nr, nc, diff ? "differs from" : "as",
-                      alone, far);
+                      "Q4_0_R16 n=%lld %dx%d%s: %s scalar, %d columns"
+                      " differ alone, %d results off the Q4_0 dot",
+                      (long long) n, nr, nc, amx ? " (AMX tiles)" : "",
+                      diff ? "differs from" : "as", alone, far);
             }
         }
         free(w);
@@ -883,6 +886,8 @@ test_q4_0_r16(void)
         free(ys);
         free(y1);
     }
+    }
+    llm_simd_amx_set(1);
     llm_simd_force(llm_simd_best());
     tk_end_as("Q4_0_R16: AVX-512 gemm bit-identical to its scalar reference"
               " and to each column alone, within 2e-5 of Q4_0");

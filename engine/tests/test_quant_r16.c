@@ -295,6 +295,21 @@ main(void)
              " within 2e-5 of Q8_0");
     check_type(LLM_TYPE_Q8_0, LLM_TYPE_Q8_0_R16, LLM_SIMD_AVX512);
     tk_end();
+    /* the sections above ran the AMX-INT8 tiles (8 columns and more)
+     * where the CPU has them; the vpdpbusd tiles they replace too */
+    if (llm_simd_amx_set(1)) {
+        tk_begin("IQ4_NL_R16, MXFP4_R16, Q8_0_R16 with the AMX tiles off:"
+                 " the same checks on the vpdpbusd tiles");
+        llm_simd_amx_set(0);
+        check_type(LLM_TYPE_IQ4_NL, LLM_TYPE_IQ4_NL_R16, LLM_SIMD_AVX512);
+        check_type(LLM_TYPE_MXFP4, LLM_TYPE_MXFP4_R16, LLM_SIMD_AVX512);
+        check_type(LLM_TYPE_Q8_0, LLM_TYPE_Q8_0_R16, LLM_SIMD_AVX512);
+        llm_simd_amx_set(1);
+        tk_end();
+    } else {
+        tk_skip("the AMX-INT8 tiles", "this CPU or kernel has none (the"
+                " sections above ran the vpdpbusd tiles)");
+    }
     tk_begin("Q4_K_R16: AVX-512 gemm bit-identical to its scalar"
              " reference, to the file layout and to each column alone,"
              " within 2e-5 of Q4_K");

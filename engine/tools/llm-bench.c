@@ -342,6 +342,18 @@ stats(const double *v, int n, double *mean, double *sd)
     *sd = n > 1 ? sqrt(q / (n - 1)) : 0.0;
 }
 
+
+/* The kernels' level, "+amx" when the regrouped gemms run on AMX tiles. */
+static const char *
+simd_label(void)
+{
+    static char  buf[32];
+
+    snprintf(buf, sizeof(buf), "%s%s", llm_simd_name(llm_simd_level()),
+             llm_simd_amx() ? "+amx" : "");
+    return buf;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -602,7 +614,7 @@ main(int argc, char **argv)
                "\"xc_slot_bytes\": %llu, \"xc_experts_bytes\": %llu}\n",
                model,
                B.hp->arch_name, llm_model_quant_name(m),
-               llm_simd_name(llm_simd_level()), threads, nb, np, depth, ng,
+               simd_label(), threads, nb, np, depth, ng,
                reps,
                ppm,
                pps, tgm, tgs, ppcm, tgcm, (unsigned long long) model_bytes,
@@ -633,20 +645,20 @@ main(int argc, char **argv)
             printf("| %s %s | %.2f GiB | %.2f B | %s | %d | pp%d | "
                    "%.2f ± %.2f |\n", B.hp->arch_name,
                    llm_model_quant_name(m), model_bytes / 1073741824.0,
-                   B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
+                   B.hp->n_params / 1e9, simd_label(),
                    threads, np, ppm, pps);
         }
         if (ng > 0 && nb == 1) {
             printf("| %s %s | %.2f GiB | %.2f B | %s | %d | tg%d | "
                    "%.2f ± %.2f |\n", B.hp->arch_name,
                    llm_model_quant_name(m), model_bytes / 1073741824.0,
-                   B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
+                   B.hp->n_params / 1e9, simd_label(),
                    threads, ng, tgm, tgs);
         } else if (ng > 0) {
             printf("| %s %s | %.2f GiB | %.2f B | %s | %d | tg%d x b%d | "
                    "%.2f ± %.2f |\n", B.hp->arch_name,
                    llm_model_quant_name(m), model_bytes / 1073741824.0,
-                   B.hp->n_params / 1e9, llm_simd_name(llm_simd_level()),
+                   B.hp->n_params / 1e9, simd_label(),
                    threads, ng, nb, tgm, tgs);
         }
         if (depth > 0) {

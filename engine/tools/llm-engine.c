@@ -911,13 +911,14 @@ main(int argc, char **argv)
     llm_log(LLM_LOG_INFO, "types: %s", mix);
     llm_log(LLM_LOG_INFO, "KV cache: %u blocks of %u tokens (%.1f MiB, %s), "
             "context %u, step budget %u tokens (prefill %s%u while others "
-            "decode), max queue %u, kernels %s (this CPU's best %s)",
+            "decode), max queue %u, kernels %s%s (this CPU's best %s)",
             n_blocks, block_tokens,
             (double) n_blocks * block_bytes / 1048576.0,
             kv_type_name(kv_type), n_ctx, step_tokens,
             prefill_timed ? "timed, at most " : "",
             prefill_tokens ? prefill_tokens : step_tokens, max_queue,
             llm_simd_name(llm_simd_level()),
+            llm_simd_amx() ? " with AMX-INT8 tiles" : "",
             llm_simd_name(llm_simd_best()));
     if (swa_ring > 0) {
         llm_log(LLM_LOG_INFO, "sliding-window layers: a ring of %u blocks "

@@ -294,7 +294,9 @@ main(int argc, char **argv)
     }
 
     printf("llm-kbench: n=%ld, weights %g MB, best of %d passes, best"
-           " simd %s\n", n, mbytes, passes, llm_simd_name(llm_simd_best()));
+           " simd %s%s\n", n, mbytes, passes, llm_simd_name(llm_simd_best()),
+           llm_simd_amx() ? ", the _R16 gemms on AMX-INT8 tiles from"
+           " 12 columns (LLM_AMX=0: not)" : "");
     printf("| type | simd | threads | cols | weight GB/s (wall) |"
            " weight GB/s (cpu) | GMAC/s (cpu) | ms/pass (wall) |\n"
            "| --- | --- | --- | --- | --- | --- | --- | --- |\n");

@@ -198,6 +198,31 @@ llm_simd_best(void)
 }
 
 
+int
+llm_simd_amx(void)
+{
+    llm_simd_init();
+#if defined(__x86_64__)
+    return llm_level == LLM_SIMD_AVX512 && llm_amx_get();
+#else
+    return 0;
+#endif
+}
+
+
+int
+llm_simd_amx_set(int on)
+{
+    llm_simd_init();
+#if defined(__x86_64__)
+    return llm_amx_set(on);
+#else
+    (void) on;
+    return 0;
+#endif
+}
+
+
 const char *
 llm_simd_name(llm_simd_t s)
 {

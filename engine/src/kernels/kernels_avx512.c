@@ -21,7 +21,12 @@
  * Float types and the activation quantizers come from kernels_avx2.c.
  */
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "kernels_common.h"
 
@@ -1382,6 +1387,275 @@ llm_r16_scales(const int kind, const char *blk)
 }
 
 
+/* ---- AMX-INT8: the regrouped tiles on the tile unit -------------------- */
+
+/*
+ * On CPUs with AMX-INT8 (Sapphire Rapids and later Xeons) the block sums
+ * of a regrouped tile come from the tile unit: one TDPBSSD per 32-weight
+ * block multiplies C columns' quants (the A tile: C rows of 32 bytes,
+ * straight from the Q8_0 activation rows) by the 16 rows' signed weights
+ * (the B tile: 8 rows of 64 bytes, which is the regrouped layout itself:
+ * row i is the 16 rows' bytes 4i..4i+3) into a C x 16 int32 tile.  One
+ * block per TDPBSSD keeps every sum the exact integer sum of that block,
+ * so the rest is the vpdpbusd tile's: per column a convert, the scales'
+ * product and an FMA, block after block, the same bits (test_quant and
+ * test_quant_r16 hold both to the scalar reference).  The weights are
+ * made signed as they are unpacked (Q8_0's + 128 undone, nibbles through
+ * a signed level table), so there is no offset to take out and the
+ * columns need no preparation beyond their scales.
+ *
+ * That per-block scaling (3 vector ops per column and block) stays and
+ * bounds the gain: in L2, 16 columns, one thread, 220 -> 270-300 GMAC/s
+ * (docs/BENCHMARKS.md "Kernels"); below 12 columns the tile unit's fixed
+ * cost per block (two tile loads, a tile store, the unpacking) loses to
+ * vpdpbusd.  What no library does: oneDNN has no ggml block formats with
+ * per-32 scales.
+ *
+ * Linux hands out the tile state only on request (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, once per process); each call loads its tile
+ * configuration and releases the tiles at the end, so a thread between
+ * calls carries no tile state through a context switch.
+ */
+#define LLM_AMX_MINC   12       /* columns from which the tile unit pays */
+/* Block b0's quants in the first of the Q8_0 activation rows at x. */
+#define LLM_AMX_QS(x, b0)                                                   \
+    ((const int8_t *) ((const llm_block_q8_0 *) (const void *) (x) + (b0))->qs)
+
+static int  llm_amx_ok;         /* the CPU and the kernel allow AMX-INT8 */
+static int  llm_amx_on;         /* and it is in use (LLM_AMX=0: not) */
+
+typedef struct {
+    uint8_t   palette;
+    uint8_t   start_row;
+    uint8_t   reserved[14];
+    uint16_t  colsb[16];
+    uint8_t   rows[16];
+} __attribute__((aligned(64))) llm_amx_cfg_t;
+
+
+static int
+llm_amx_detect(void)
+{
+    unsigned  a, b, c, d, lo, hi;
+
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)
+        || !(d & (1u << 24)) || !(d & (1u << 25)))
+    {
+        return 0;                       /* no AMX-TILE / AMX-INT8 */
+    }
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) {
+        return 0;                       /* no OSXSAVE: no xgetbv */
+    }
+    __asm__ volatile ("xgetbv" : "=a" (lo), "=d" (hi) : "c" (0));
+    if ((lo & (3u << 17)) != (3u << 17)) {
+        return 0;                       /* XTILECFG / XTILEDATA off */
+    }
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18) */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+
+/* A, B and C tiles 0-2 and 3-5 for c columns. */
+LLM_INLINE void
+llm_amx_config(int c)
+{
+    llm_amx_cfg_t  cfg;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int t = 0; t < 6; t += 3) {
+        cfg.rows[t] = (uint8_t) c;              /* A: c columns x 32 B */
+        cfg.colsb[t] = LLM_QK;
+        cfg.rows[t + 1] = LLM_QK / 4;           /* B: 8 x 64 B */
+        cfg.colsb[t + 1] = 64;
+        cfg.rows[t + 2] = (uint8_t) c;          /* C: c x 16 int32 */
+        cfg.colsb[t + 2] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+
+/* A regrouped block's 16 rows as signed bytes in the B tile's order
+ * (bytes 4i.. of every row, then 16 + 4i..). */
+LLM_INLINE void
+llm_amx_weights(const int kind, const char *w, int8_t *bt)
+{
+    const __m512i  m4 = _mm512_set1_epi8(0x0f);
+    const __m512i  bias = _mm512_set1_epi8((char) 0x80);
+    const size_t   qo = kind == LLM_R16_MXFP4 ? 16 : 32;
+    __m512i        lv = _mm512_setzero_si512();
+    int            i;
+
+    if (kind == LLM_R16_Q4_0) {
+        lv = _mm512_broadcast_i32x4(_mm_setr_epi8(-8, -7, -6, -5, -4, -3,
+                                                  -2, -1, 0, 1, 2, 3, 4, 5,
+                                                  6, 7));
+    } else if (kind != LLM_R16_Q8_0) {
+        lv = _mm512_xor_si512(llm_r16_levels(kind), bias);
+    }
+    if (kind == LLM_R16_Q8_0) {
+#pragma GCC unroll 8
+        for (i = 0; i < 8; i++) {
+            _mm512_store_si512((void *) (bt + 64 * i), _mm512_xor_si512(
+                _mm512_loadu_si512((const void *) (w + qo + 64 * i)), bias));
+        }
+        return;
+    }
+#pragma GCC unroll 4
+    for (i = 0; i < 4; i++) {
+        __m512i  v = _mm512_loadu_si512((const void *) (w + qo + 64 * i));
+
+        _mm512_store_si512((void *) (bt + 64 * i),
+                           _mm512_shuffle_epi8(lv, _mm512_and_si512(v, m4)));
+        _mm512_store_si512((void *) (bt + 256 + 64 * i),
+                           _mm512_shuffle_epi8(lv, _mm512_and_si512(
+                               _mm512_srli_epi16(v, 4), m4)));
+    }
+}
+
+
+/* Blocks [b0, b0 + nbs) of C columns' scales, block-major: d[b * C + c]
+ * (the tile unit takes the quants from the rows as they are). */
+LLM_INLINE void
+llm_amx_prep(const int C, const char *x, size_t xs, int64_t b0,
+    int64_t nbs, float *d)
+{
+    for (int64_t b = 0; b < nbs; b++) {
+        for (int c = 0; c < C; c++) {
+            *d++ = llm_h2f_hw(((const llm_block_q8_0 *) (x + c * xs))[b0 + b]
+                              .d);
+        }
+    }
+}
+
+
+/* The products of the columns' quants at pb (rows xs apart) and the
+ * unpacked weights at btb on tiles ta x tb into tc; then stored at ctb. */
+#define LLM_AMX_DP(ta, tb, tc, pb, btb)                                     \
+    do {                                                                    \
+        _tile_loadd(ta, (pb), xs);                                          \
+        _tile_loadd(tb, (btb), 64);                                         \
+        _tile_zero(tc);                                                     \
+        _tile_dpbssd(tc, ta, tb);                                           \
+    } while (0)
+
+/*
+ * 16 rows x C columns (LLM_AMX_MINC <= C <= 16) over nbs regrouped blocks,
+ * as llm_q4r_tile.  A software pipeline: while block b's sums are scaled,
+ * the tile unit runs block b + LLM_AMX_AHEAD and block b + LLM_AMX_AHEAD
+ * + 2's weights are unpacked, so each buffer is read a few blocks after
+ * it was written.  A tile load does not take its data from pending
+ * vector stores, nor a vector load from a tile store: with the steps of
+ * one block back to back (or one block apart) each waited for the last,
+ * no faster than vpdpbusd here (perf: the stalls on the first load after
+ * each store).  Two sets of tiles alternate.
+ */
+#define LLM_AMX_AHEAD  3
+#define LLM_AMX_PF     16       /* the weight prefetch, in blocks ahead */
+#define LLM_AMX_UNPK   (LLM_AMX_AHEAD + 2)
+
+LLM_INLINE void
+llm_q4r_tile_amx(const int kind, const int C, int64_t nbs, const char *w,
+    const int8_t *xq, size_t xs, const float *dx, int first, float *y,
+    size_t ldy)
+{
+    const size_t  bb = llm_r16_block_bytes(kind), xb = sizeof(llm_block_q8_0);
+    int8_t        bt[8][512] __attribute__((aligned(64)));
+    int32_t       ct[4][256] __attribute__((aligned(64)));
+    __m512        acc[16], wd;
+    int64_t       b, j;
+    int           c, i;
+
+#pragma GCC unroll 16
+    for (c = 0; c < C; c++) {
+        acc[c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + c * ldy);
+    }
+    llm_amx_config(C);
+
+    for (j = 0; j < LLM_AMX_UNPK && j < nbs; j++) {
+        llm_amx_weights(kind, w + j * bb, bt[j & 7]);
+    }
+    for (j = 0; j < LLM_AMX_AHEAD && j < nbs; j++) {
+        if (j & 1) {
+            LLM_AMX_DP(3, 4, 5, xq + j * xb, bt[j & 7]);
+            _tile_stored(5, ct[j & 3], 64);
+        } else {
+            LLM_AMX_DP(0, 1, 2, xq + j * xb, bt[j & 7]);
+            _tile_stored(2, ct[j & 3], 64);
+        }
+    }
+
+    /* per block: the tile unit's loads and products, the unpacking (its
+     * stores after those loads), the scaling (its loads before the tile
+     * store: a load after a pending tile store waits for it) */
+    for (b = 0; b < nbs; b++) {
+        const char     *wb = w + b * bb;
+        const char     *pf = wb + LLM_AMX_PF * bb;
+        const float    *db = dx + b * C;
+        const int32_t  *cb = ct[b & 3];
+        const int64_t   ja = b + LLM_AMX_AHEAD, ju = b + LLM_AMX_UNPK;
+
+        for (i = 0; i < (int) (bb + 63) / 64; i++) {
+            _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+        }
+        if (ja < nbs) {
+            if (ja & 1) {
+                LLM_AMX_DP(3, 4, 5, xq + ja * xb, bt[ja & 7]);
+            } else {
+                LLM_AMX_DP(0, 1, 2, xq + ja * xb, bt[ja & 7]);
+            }
+        }
+        if (ju < nbs) {
+            llm_amx_weights(kind, w + ju * bb, bt[ju & 7]);
+        }
+        wd = llm_r16_scales(kind, wb);
+#pragma GCC unroll 16
+        for (c = 0; c < C; c++) {
+            acc[c] = _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(_mm512_load_si512(
+                    (const void *) (cb + 16 * c))),
+                _mm512_mul_ps(wd, _mm512_set1_ps(db[c])), acc[c]);
+        }
+        if (ja < nbs) {
+            if (ja & 1) {
+                _tile_stored(5, ct[ja & 3], 64);
+            } else {
+                _tile_stored(2, ct[ja & 3], 64);
+            }
+        }
+    }
+    _tile_release();
+
+#pragma GCC unroll 16
+    for (c = 0; c < C; c++) {
+        _mm512_storeu_ps(y + c * ldy, acc[c]);
+    }
+}
+#undef LLM_AMX_DP
+
+
+int
+llm_amx_set(int on)
+{
+    llm_amx_on = on && llm_amx_ok;
+    return llm_amx_on;
+}
+
+
+int
+llm_amx_available(void)
+{
+    return llm_amx_ok;
+}
+
+
+int
+llm_amx_get(void)
+{
+    return llm_amx_on;
+}
+
+
 /* 16 rows x C columns over nbs regrouped blocks of bb bytes (their
  * quants at qo); y[c * ldy + r] accumulated into unless first. */
 LLM_INLINE void
@@ -1457,6 +1731,15 @@ llm_q4r_tile(const int kind, const int C, int64_t nbs, const char *w,
 
 #define LLM_Q4R_CASE(n)                                                     \
     case n:                                                                 \
+        if (n >= LLM_AMX_MINC && llm_amx_on) {                              \
+            llm_amx_prep(n, xc, xs, b0, nbs, dpre);                         \
+            for (g = g0; g < g1; g++) {                                     \
+                llm_q4r_tile_amx(kind, n, nbs, wp + g * 16 * ws + b0 * bb,  \
+                                 LLM_AMX_QS(xc, b0), xs, dpre, b0 == 0,     \
+                                 yc + g * 16, ldy);                         \
+            }                                                               \
+            break;                                                          \
+        }                                                                   \
         llm_q4r_prep(n, off, xc, xs, b0, nbs, pre);                         \
         for (g = g0; g < g1; g++) {                                         \
             llm_q4r_tile(kind, n, nbs, wp + g * 16 * ws + b0 * bb, pre,     \
@@ -1477,6 +1760,7 @@ llm_gemm_r16(const int kind, int64_t n, int64_t nr, int64_t nc,
     const void *w, size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     llm_q4r_col_t  pre[16 * LLM_Q4R_SLICE];
+    float          dpre[16 * LLM_Q4R_SLICE];
     const char    *wp = w;
     const size_t   bb = llm_r16_block_bytes(kind);
     const int      off = kind == LLM_R16_Q4_0 ? 8 : 128;
@@ -1638,20 +1922,34 @@ llm_q8_0_regroup(const int R, const char *w, size_t ws, int64_t b0,
 }
 
 
+#define LLM_Q8F_TILE(n, yt, ldt)                                            \
+    do {                                                                    \
+        if (n >= LLM_AMX_MINC && llm_amx_on) {                              \
+            llm_q4r_tile_amx(LLM_R16_Q8_0, n, nbs, (const char *) buf,      \
+                             LLM_AMX_QS(xc, b0), xs, dpre, b0 == 0, yt,     \
+                             ldt);                                          \
+        } else {                                                            \
+            llm_q4r_tile(LLM_R16_Q8_0, n, nbs, (const char *) buf, pre,     \
+                         b0 == 0, yt, ldt);                                 \
+        }                                                                   \
+    } while (0)
+
 #define LLM_Q8F_CASE(n)                                                     \
     case n:                                                                 \
-        llm_q4r_prep(n, 128, xc, xs, b0, nbs, pre);                         \
+        if (n >= LLM_AMX_MINC && llm_amx_on) {                              \
+            llm_amx_prep(n, xc, xs, b0, nbs, dpre);                         \
+        } else {                                                            \
+            llm_q4r_prep(n, 128, xc, xs, b0, nbs, pre);                     \
+        }                                                                   \
         for (g = g0; g < g1; g++) {                                         \
             int  R = nr - 16 * g < 16 ? (int) (nr - 16 * g) : 16;           \
                                                                             \
             llm_q8_0_regroup(R, wp + g * 16 * ws, ws, b0, nbs, buf);        \
             if (R == 16) {                                                  \
-                llm_q4r_tile(LLM_R16_Q8_0, n, nbs, (const char *) buf,      \
-                             pre, b0 == 0, yc + g * 16, ldy);               \
+                LLM_Q8F_TILE(n, yc + g * 16, ldy);                          \
                 continue;                                                   \
             }                                                               \
-            llm_q4r_tile(LLM_R16_Q8_0, n, nbs, (const char *) buf, pre,     \
-                         b0 == 0, part, 16);                                \
+            LLM_Q8F_TILE(n, part, 16);                                      \
             if (b0 + nbs == nb) {                                           \
                 for (c = 0; c < n; c++) {                                   \
                     memcpy(yc + c * ldy + g * 16, part + 16 * c,            \
@@ -1671,6 +1969,7 @@ llm_gemm_q8_0_file(int64_t n, int64_t nr, int64_t nc, const void *w,
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)
 {
     llm_q4r_col_t      pre[16 * LLM_Q8F_SLICE];
+    float              dpre[16 * LLM_Q8F_SLICE];
     llm_block_q8_0x16  buf[LLM_Q8F_SLICE];
     float              part[16 * 16];
     const char        *wp = w;
@@ -1714,6 +2013,7 @@ llm_gemm_q8_0_file(int64_t n, int64_t nr, int64_t nc, const void *w,
     }
 }
 #undef LLM_Q8F_CASE
+#undef LLM_Q8F_TILE
 
 
 /* One row, one column: the same steps (the same bits as a gemm row). */
@@ -2180,6 +2480,15 @@ LLM_T_DRIVER(llm_gemm_q5_K_t2, llm_k4_t2_t, LLM_QK_K, LLM_K2_MAX,
 void
 llm_kernels_init_avx512(llm_kernels_t *k)
 {
+    static int  probed;
+    const char *env;
+
+    if (!probed) {
+        probed = 1;
+        llm_amx_ok = llm_amx_detect();
+        env = getenv("LLM_AMX");
+        llm_amx_on = llm_amx_ok && !(env != NULL && strcmp(env, "0") == 0);
+    }
     k->vec_dot[LLM_TYPE_Q4_0] = llm_dot_q4_0;
     k->vec_dot[LLM_TYPE_Q8_0] = llm_dot_q8_0;
     k->vec_dot[LLM_TYPE_Q5_K] = llm_dot_q5_K;

@@ -570,6 +570,12 @@ void llm_kernels_init_iq3_vbmi(llm_kernels_t *k);
 void llm_kernels_init_scalar(llm_kernels_t *k);
 void llm_kernels_init_avx2(llm_kernels_t *k);
 void llm_kernels_init_avx512(llm_kernels_t *k);
+/* kernels_avx512.c: the AMX-INT8 tiles of the regrouped gemms (Q4_0, Q8_0,
+ * IQ4_NL, MXFP4 _R16): available (the CPU and the kernel allow them), and
+ * switched on or off (LLM_AMX=0 at start-up: off); returns whether on. */
+int llm_amx_available(void);
+int llm_amx_set(int on);
+int llm_amx_get(void);
 void llm_kernels_init_neon(llm_kernels_t *k);
 
 /* k23_avx2.c, k23_avx512.c, k23_neon.c: Q2_K and Q3_K vec_dot (and gemm)

@@ -110,6 +110,12 @@ const char *llm_simd_note(void);
 int llm_simd_supported(llm_simd_t s);
 /* For tests: force a level (must be supported). */
 int llm_simd_force(llm_simd_t s);
+/* 1 if the AVX-512 level's regrouped gemms run on AMX-INT8 tiles (the
+ * CPU has them, Linux granted them, LLM_AMX is not 0): for the logs. */
+int llm_simd_amx(void);
+/* For tests and benchmarks: switch those tiles on or off (not while
+ * kernels run); returns whether they are on (0 where there are none). */
+int llm_simd_amx_set(int on);
 
 /* Conversions (scalar, exact as ggml). */
 float llm_fp16_to_fp32(uint16_t h);
