@@ -390,6 +390,7 @@ llm_q2_K_r16_tile(const int C, int64_t nb, const llm_block_q2_Kx16 *w,
         for (h = 0; h < 2; h++) {
 #pragma GCC unroll 2
             for (u = 0; u < 2; u++) {
+                LLM_PREFETCH_NEXT(w, 2 * h + u, 4);
 #pragma GCC unroll 4
                 for (k = 0; k < 4; k++) {
                     const int      s = 8 * h + 2 * k + u;
@@ -528,6 +529,7 @@ llm_q3_K_r16_tile(const int C, int64_t nb, const llm_block_q3_Kx16 *w,
         for (h = 0; h < 2; h++) {
 #pragma GCC unroll 2
             for (u = 0; u < 2; u++) {
+                LLM_PREFETCH_NEXT(w, 2 * h + u, 4);
 #pragma GCC unroll 4
                 for (k = 0; k < 4; k++) {
                     const int      s = 8 * h + 2 * k + u;

@@ -2085,13 +2085,9 @@ llm_iq4_xs_r16_tile(const int C, int64_t nb, const llm_block_iq4_xsx16 *w,
             isum[c] = _mm512_setzero_si512();
         }
         for (j = 0; j < 8; j++) {
-            const char  *pf = (const char *) (w + 2) + 256 * j;
-            __m512i      lo[4], hi[4], ls;
+            __m512i  lo[4], hi[4], ls;
 
-            _mm_prefetch(pf, _MM_HINT_T0);
-            _mm_prefetch(pf + 64, _MM_HINT_T0);
-            _mm_prefetch(pf + 128, _MM_HINT_T0);
-            _mm_prefetch(pf + 192, _MM_HINT_T0);
+            LLM_PREFETCH_NEXT(w, j, 8);
             ls = _mm512_or_si512(
                      _mm512_and_si512(_mm512_srli_epi32(sl, 4 * j),
                                       _mm512_set1_epi32(0xf)),

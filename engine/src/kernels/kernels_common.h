@@ -616,6 +616,27 @@ void llm_kernels_init_legacy_neon(llm_kernels_t *k);
 
 #define LLM_INLINE  static inline __attribute__((always_inline))
 
+/*
+ * The regrouped tiles' weight stream at one column (decode) runs ahead of
+ * the hardware prefetcher only with help: part q of n of the super-block
+ * after *w, prefetched while part q of *w is computed (n parts per loop
+ * over a super-block).  One super-block ahead, spread so: the K-quant
+ * tiles from 74-79% to 84-93% of a plain read (docs/BENCHMARKS.md
+ * "Kernels"); the whole super-block at the loop's top, or two ahead, lost
+ * to no prefetch at all.
+ */
+#define LLM_PREFETCH_NEXT(w, q, n)                                          \
+    do {                                                                    \
+        const char  *pf_ = (const char *) ((w) + 1)                         \
+                           + sizeof(*(w)) / (n) * (q);                      \
+                                                                            \
+        for (size_t i_ = 0; i_ < (sizeof(*(w)) + (n) - 1) / (n);            \
+             i_ += 64)                                                      \
+        {                                                                   \
+            __builtin_prefetch(pf_ + i_, 0, 3);                             \
+        }                                                                   \
+    } while (0)
+
 /* Column tiles are walked in chunks of this many activation rows so the
  * chunk stays in L2 while every weight row tile passes over it. */
 #define LLM_COL_CHUNK  64

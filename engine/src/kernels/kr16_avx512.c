@@ -61,27 +61,6 @@ llm_k4r_dpwssd(__m512i acc, __m512i a, const int16_t *pair)
 }
 
 
-/*
- * The weight stream's software prefetch: one regrouped super-block ahead,
- * a quarter of it in each quarter of the tile's loop.  At one column
- * (decode) the tiles read their rows from RAM at 79% (Q4_K_R16) and 74%
- * (Q6_K_R16) of a plain read's bandwidth without it, 95% and 84% with it
- * (2 threads, llm-kbench -b -c 1, docs/BENCHMARKS.md "Kernels"); the
- * whole super-block at once at the loop's top lost to no prefetch, and
- * two super-blocks ahead lost a third.
- */
-#define LLM_KR16_PF  1
-
-/* Prefetch quarter q of the super-block LLM_KR16_PF after w. */
-#define LLM_KR16_PREFETCH(w, q)                                             \
-    do {                                                                    \
-        const char  *pf_ = (const char *) ((w) + LLM_KR16_PF)               \
-                           + sizeof(*(w)) / 4 * (q);                        \
-                                                                            \
-        for (size_t i_ = 0; i_ < sizeof(*(w)) / 4; i_ += 64) {              \
-            _mm_prefetch(pf_ + i_, _MM_HINT_T0);                            \
-        }                                                                   \
-    } while (0)
 
 /* The vpshufb index taking byte i of each lane into its low byte (dup:
  * into bytes 0 and 2), zeroing the others. */
@@ -174,7 +153,7 @@ llm_q4_K_r16_tile(const int C, int64_t nb, const llm_block_q4_Kx16 *w,
             const __m512i  s1 = _mm512_shuffle_epi8(sc[p >> 1],
                                     llm_k4r_pick(2 * (p & 1) + 1, 0));
 
-            LLM_KR16_PREFETCH(w, p);
+            LLM_PREFETCH_NEXT(w, p, 4);
 
 #pragma GCC unroll 2
             for (e = 0; e < 2; e++) {
@@ -307,7 +286,7 @@ llm_q6_K_r16_tile(const int C, int64_t nb, const llm_block_q6_Kx16 *w,
          * 2g of its qh[k]; the groups in memory order */
         for (h = 0; h < 2; h++) {
             for (u = 0; u < 2; u++) {
-                LLM_KR16_PREFETCH(w, 2 * h + u);
+                LLM_PREFETCH_NEXT(w, 2 * h + u, 4);
 #pragma GCC unroll 4
                 for (g = 0; g < 4; g++) {
                     const int      s = 8 * h + 2 * g + u;
