@@ -2399,9 +2399,13 @@ llm_k45_t2_tile(const int q5, const int C, int64_t nb, const char *w,
         s2 = _mm256_permute4x64_epi64(s2, _MM_SHUFFLE(3, 1, 2, 0));
         sc = _mm256_castsi256_si128(s2);
         mn = _mm256_extracti128_si256(s2, 1);
-        /* tiles ahead, same place: 288 / 352 bytes */
+        /* rows ahead, same place: 288 / 352 bytes; two at one or two
+         * columns (Q5_K at one column, 2 threads: 18 GB/s four rows
+         * ahead, 24 two ahead, READ 31), else LLM_PF_TILES (at 8
+         * columns two ahead lost 15%; docs/BENCHMARKS.md "Kernels") */
         for (i = 0; i < (q5 ? 6 : 5); i++) {
-            _mm_prefetch(b + LLM_PF_TILES * ws + 64 * i, _MM_HINT_T0);
+            _mm_prefetch(b + (C <= 2 ? 2 : LLM_PF_TILES) * ws + 64 * i,
+                         _MM_HINT_T0);
         }
         llm_tr4x4_epi32(in, v);
 #pragma GCC unroll 4
