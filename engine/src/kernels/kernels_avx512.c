@@ -1281,9 +1281,11 @@ typedef struct {
 /* Blocks of a row per pass: the prepared columns (40 bytes a block and
  * column) stay within 80 KB of stack at 16 columns. */
 #define LLM_Q4R_SLICE  128
-/* The weight stream's prefetch, in regrouped blocks (288 or 272 bytes)
- * ahead. */
-#define LLM_Q4R_PF     8
+/* The weight stream's prefetch, about this many bytes ahead in whole
+ * regrouped blocks: 8 of 288 / 272 bytes, 4 of Q8_0_R16's 544 (8 of
+ * those read RAM at 91-95% of a plain read at one column, 4 at 99-100%;
+ * docs/BENCHMARKS.md "Kernels"). */
+#define LLM_Q4R_PF_BYTES  2304
 
 /*
  * The regrouped kinds: Q4_0 (weights q - 8: the nibble itself times the
@@ -1676,7 +1678,7 @@ llm_q4r_tile(const int kind, const int C, int64_t nbs, const char *w,
     }
 
     for (b = 0; b < nbs; b++, w += bb, p += C) {
-        const char  *pf = w + LLM_Q4R_PF * bb;
+        const char  *pf = w + LLM_Q4R_PF_BYTES / bb * bb;
         __m512i      lo[4], hi[4];
         __m512       wd;
 
