@@ -286,7 +286,6 @@ llm_q6_K_r16_tile(const int C, int64_t nb, const llm_block_q6_Kx16 *w,
          * 2g of its qh[k]; the groups in memory order */
         for (h = 0; h < 2; h++) {
             for (u = 0; u < 2; u++) {
-                LLM_PREFETCH_NEXT(w, 2 * h + u, 4);
 #pragma GCC unroll 4
                 for (g = 0; g < 4; g++) {
                     const int      s = 8 * h + 2 * g + u;
@@ -294,6 +293,9 @@ llm_q6_K_r16_tile(const int C, int64_t nb, const llm_block_q6_Kx16 *w,
                                             (const void *) w->sc[s >> 2]),
                                             s & 3);
                     __m512i        q[4];
+
+                    /* a sixteenth a step (a quarter per (h, u): 2-7% less) */
+                    LLM_PREFETCH_NEXT(w, 8 * h + 4 * u + g, 16);
 
 #pragma GCC unroll 4
                     for (k = 0; k < 4; k++) {
