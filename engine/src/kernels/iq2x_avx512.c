@@ -275,6 +275,7 @@ typedef struct {
 
 #define LLM_IQ2P_MAX  16        /* pairs on the stack: 8192 weights */
 #define LLM_IQ2P_UNITS(nb)  (((nb) + 1) / 2)
+#define LLM_IQ2P_PF  1536       /* weight prefetch distance, bytes */
 
 /* index bytes in natural order: index n of the pair (n >= 32: the second
  * block's) at byte 8 (m / 4) + m % 4 of its block, m = n % 32; the codes
@@ -409,7 +410,10 @@ llm_iq2p_rows(const int C, int64_t nb, const char *w, size_t ws,
         const float               dA = llm_h2f_hw(A->d);
         const float               dB = llm_h2f_hw(B->d);
 
-        _mm_prefetch((const char *) (A + 8), _MM_HINT_T0);
+        /* the lines of the pair, ~1.5 KB ahead */
+        _mm_prefetch((const char *) A + LLM_IQ2P_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *) (A + 1) + LLM_IQ2P_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *) (A + 2) + LLM_IQ2P_PF - 1, _MM_HINT_T0);
         _mm512_store_si512((void *) sg, _mm512_permutexvar_epi8(gc,
                                _mm512_gf2p8affine_epi64_epi8(sel, cv, 0)));
         __asm__ ("" : "+m" (sg));

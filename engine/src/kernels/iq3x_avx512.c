@@ -218,6 +218,7 @@ typedef struct {
  * (8 columns x 32 x 256 bytes); longer rows take the tile above. */
 #define LLM_IQ3P_MAX  32
 #define LLM_IQ3P_UNITS(nb)  (nb)
+#define LLM_IQ3P_PF  1536      /* weight prefetch distance, bytes */
 
 /* Position P's group: 16 k + 2 (7 - i) + h for P = 8 (2 k + h) + i. */
 static uint8_t  llm_iq3p_group[64] __attribute__((aligned(64)));
@@ -496,7 +497,9 @@ llm_iq3p_rows_any(const int S, const int U, const int C, int64_t nb,
         const llm_iq3p_w_t  *cu = &u[b & 1];
         const char          *nx = w + (b + 1) * bs;
 
-        _mm_prefetch(w + (b + 4) * bs, _MM_HINT_T0);
+        /* both lines a super-block may span, ~1.5 KB ahead */
+        _mm_prefetch(w + b * bs + LLM_IQ3P_PF, _MM_HINT_T0);
+        _mm_prefetch(w + (b + 1) * bs + LLM_IQ3P_PF - 1, _MM_HINT_T0);
         if (b + 1 < nb && S) {
             llm_iq3p_unpack_s(U, (const llm_block_iq3_s *) (const void *) nx,
                               &u[(b + 1) & 1]);
