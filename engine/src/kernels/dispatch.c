@@ -75,12 +75,14 @@ llm_simd_detect(void)
     {
         return LLM_SIMD_SCALAR;
     }
+    /* F, BW, VL, DQ and VNNI: Cascade Lake, Ice Lake, Sapphire Rapids,
+     * Zen 4 and later (AVX-512 BF16 was required here too, though no
+     * kernel uses it: Ice Lake and Cascade Lake servers ran AVX2) */
     if (__builtin_cpu_supports("avx512f")
         && __builtin_cpu_supports("avx512bw")
         && __builtin_cpu_supports("avx512vl")
         && __builtin_cpu_supports("avx512dq")
-        && __builtin_cpu_supports("avx512vnni")
-        && __builtin_cpu_supports("avx512bf16"))
+        && __builtin_cpu_supports("avx512vnni"))
     {
         return LLM_SIMD_AVX512;
     }
