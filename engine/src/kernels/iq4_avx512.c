@@ -213,4 +213,8 @@ llm_kernels_init_iq4_avx512(llm_kernels_t *k)
     k->vec_dot[LLM_TYPE_IQ4_NL] = llm_dot_iq4_nl_avx512;
     k->vec_dot[LLM_TYPE_IQ4_XS] = llm_dot_iq4_xs_avx512;
     k->vec_dot[LLM_TYPE_MXFP4] = llm_dot_mxfp4_avx512;
+    /* not AVX2's octet tiles (other float steps): the file layout's gemm
+     * is these vec_dots, row by row (the regrouped layouts have theirs) */
+    k->gemm[LLM_TYPE_IQ4_NL] = NULL;
+    k->gemm[LLM_TYPE_MXFP4] = NULL;
 }

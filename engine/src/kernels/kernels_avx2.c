@@ -13,6 +13,7 @@
 #include <immintrin.h>
 
 #include "kernels_common.h"
+#include "a8_avx2.h"
 
 
 LLM_INLINE float
@@ -676,92 +677,7 @@ LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 2, 2, LLM_ROW_COLS, llm_q6_K_tile)
 
 /* ---- Q4_0 x Q8_0, transposed: eight blocks per float step ------------ */
 
-/*
- * Two blocks' 16 quant bytes fill a 256-bit vector (one per 128-bit
- * lane); four such pairs transposed within the lanes put 4 bytes of block
- * 2g + k in 32-bit lane 4k + g.  Per 8 blocks and column: 8 vpmaddubsw
- * summed in 16 bits (|sum| <= 8 x 2 x 15 x 128 < 2^15), one vpmaddwd, the
- * -8 offset and one float step, where the pair tile needs a vpmaddwd and
- * a float step per block.  The columns are prepared once per gemm call
- * in the same layout (LLM_T_DRIVER); every column count takes this tile.
- */
-typedef struct {
-    __m256i  lo[4];     /* dword 4k + g of lo[i]: y[4i..4i+3] of block
-                           2g + k; hi[i]: y[16 + 4i..] */
-    __m256i  hi[4];
-    __m256i  init;      /* lane 4k + g: -8 x the sum of the block's y */
-    __m256   d;         /* lane 4k + g: the block's scale */
-} llm_q4_a8_t;
-
-#define LLM_A8_MAX        32    /* octets on the stack: rows of 8192 */
-#define LLM_A8_OCTETS(nb) ((nb) / 8)
-
-
-/* 4x4 transpose of 32-bit elements within each 128-bit lane. */
-LLM_INLINE void
-llm_tr4x4_epi32_256(const __m256i in[4], __m256i out[4])
-{
-    __m256i  t0 = _mm256_unpacklo_epi32(in[0], in[1]);
-    __m256i  t1 = _mm256_unpackhi_epi32(in[0], in[1]);
-    __m256i  t2 = _mm256_unpacklo_epi32(in[2], in[3]);
-    __m256i  t3 = _mm256_unpackhi_epi32(in[2], in[3]);
-
-    out[0] = _mm256_unpacklo_epi64(t0, t2);
-    out[1] = _mm256_unpackhi_epi64(t0, t2);
-    out[2] = _mm256_unpacklo_epi64(t1, t3);
-    out[3] = _mm256_unpackhi_epi64(t1, t3);
-}
-
-
-/* The fp16 scales of blocks b[0..7] (stride bsz) in lane order 4k + g =
- * block 2g + k. */
-LLM_INLINE __m256
-llm_a8_scales(const char *b, size_t bsz)
-{
-    uint16_t  h[8];
-    int       g, k;
-
-    for (g = 0; g < 4; g++) {
-        for (k = 0; k < 2; k++) {
-            memcpy(&h[4 * k + g], b + (2 * g + k) * bsz, 2);
-        }
-    }
-    return _mm256_cvtph_ps(_mm_loadu_si128((const void *) h));
-}
-
-
-/* Column x of nb blocks as octets (the last nb % 8 blocks left out). */
-LLM_INLINE void
-llm_q4_a8_prep(const char *x, int64_t nb, llm_q4_a8_t *out)
-{
-    const llm_block_q8_0  *q = (const llm_block_q8_0 *) x;
-    const __m256i          eight = _mm256_set1_epi8(8);
-    const __m256i          ones = _mm256_set1_epi16(1);
-    __m256i                lo[4], hi[4], s;
-    int64_t                o, no = LLM_A8_OCTETS(nb);
-    int                    g, i;
-
-    for (o = 0; o < no; o++, out++) {
-        const llm_block_q8_0  *p = q + 8 * o;
-
-        for (g = 0; g < 4; g++) {
-            lo[g] = _mm256_loadu2_m128i((const void *) p[2 * g + 1].qs,
-                                        (const void *) p[2 * g].qs);
-            hi[g] = _mm256_loadu2_m128i((const void *) (p[2 * g + 1].qs + 16),
-                                        (const void *) (p[2 * g].qs + 16));
-        }
-        llm_tr4x4_epi32_256(lo, out->lo);
-        llm_tr4x4_epi32_256(hi, out->hi);
-        s = _mm256_setzero_si256();
-        for (i = 0; i < 4; i++) {
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(eight, out->lo[i]));
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(eight, out->hi[i]));
-        }
-        out->init = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                     _mm256_madd_epi16(s, ones));
-        out->d = llm_a8_scales((const char *) p, sizeof(llm_block_q8_0));
-    }
-}
+/* The octet layout and the column preparation: a8_avx2.h. */
 
 
 /* One weight row x C columns: the octets, then the last nb % 8 blocks
@@ -835,6 +751,12 @@ llm_q4_a8_rows(const int C, int64_t nb, const char *w, size_t ws,
             y[c * ldy] += t;
         }
     }
+}
+
+LLM_INLINE void
+llm_q4_a8_prep(const char *x, int64_t nb, llm_q4_a8_t *out)
+{
+    llm_a8_prep(x, nb, out, 8);
 }
 
 LLM_T_DRIVER(llm_gemm_q4_0_a8, llm_q4_a8_t, LLM_QK, LLM_A8_MAX,
