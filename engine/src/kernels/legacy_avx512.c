@@ -12,6 +12,12 @@
  * FMA per pair.  An odd last block runs scalar.  Each (row, column)
  * result takes the same steps whatever the tile's shape, so a gemm
  * column is the same bit for bit as that column alone.
+ *
+ * Below LLM_ROW_COLS columns (decode) the activation columns are
+ * prepared once per call (llm_leg_gemm_pre) and each weight row streams
+ * past them: at one column the tile was compute-bound on port 5 (the
+ * scale broadcasts and the per-row activation work), 53-74% of a plain
+ * read; see docs/BENCHMARKS.md "Kernels", 2026-12-07.
  */
 
 #include <immintrin.h>
@@ -22,25 +28,6 @@
 #define LLM_LEG_Q4_1  0
 #define LLM_LEG_Q5_0  1
 #define LLM_LEG_Q5_1  2
-
-
-/* [h0 x 8 | h1 x 8] as floats. */
-LLM_INLINE __m512
-llm_leg_pair_scale(uint16_t h0, uint16_t h1)
-{
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(
-               _mm256_castsi128_si256(_mm_set1_epi16((short) h0)),
-               _mm_set1_epi16((short) h1), 1));
-}
-
-
-/* [h0, h1, 0, 0] as floats. */
-LLM_INLINE __m128
-llm_leg_pair_h(uint16_t h0, uint16_t h1)
-{
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int) ((uint32_t) h0
-                                                 | (uint32_t) h1 << 16)));
-}
 
 
 /* The block size of kind's weights. */
@@ -122,21 +109,148 @@ llm_leg_block1(const int kind, const char *p, const char *qb)
 }
 
 
+/* The 4 halves at p (d, m of a Q4_1/Q5_1 block; d and 16 bits after it
+ * for Q5_0 and Q8_0) and those at p + off as [p0 p1 (p+off)0 (p+off)1],
+ * floats: two broadcast loads and a blend, one conversion. */
+LLM_INLINE __m128
+llm_leg_pair_h4(const char *p, size_t off)
+{
+    __m128i  a = _mm_castps_si128(_mm_broadcast_ss((const float *) p));
+    __m128i  b = _mm_castps_si128(_mm_broadcast_ss((const float *)
+                                                   (p + off)));
+
+    return _mm_cvtph_ps(_mm_blend_epi32(a, b, 0x2));
+}
+
+
+/*
+ * One column's activation pairs prepared once per gemm call for the
+ * tiles below: the quants of blocks 2i, 2i+1 as one vector, their
+ * [d s d s] (Q8_1) or [d ? d ?] (Q8_0) as floats, and for Q5_0 the
+ * offset's -16 x sum(y) per lane.  LLM_LEG_PREP bytes of stack hold
+ * them for all the columns prepared at once.
+ */
+typedef struct {
+    __m512i  y;
+    __m256   ds;                    /* Q4_1: and [d/16 s d/16 s] */
+} llm_leg_p81_t;                    /* 128 bytes */
+
+typedef struct {
+    __m512i  y;
+    __m512i  init;
+    __m128   ds;
+} llm_leg_p80_t;                    /* 192 bytes */
+
+#define LLM_LEG_PREP  (96 * 1024)
+
+/* The prepared record size of kind's activations. */
+LLM_INLINE size_t
+llm_leg_rsz(const int kind)
+{
+    return kind == LLM_LEG_Q5_0 ? sizeof(llm_leg_p80_t)
+                                : sizeof(llm_leg_p81_t);
+}
+
+
+/* The quants, [d s d s] and offset sum of the activation pair at q0. */
 LLM_INLINE void
-llm_leg_tile(const int kind, const int R, const int C, int64_t nb,
-    const char *w, size_t ws, const char *x, size_t xs, float *y,
-    size_t ldy)
+llm_leg_act_blocks(const int kind, const char *q0, __m512i *yv, __m128 *ds,
+    __m512i *init)
+{
+    const int     q8_1 = kind != LLM_LEG_Q5_0;
+    const size_t  xsz = q8_1 ? sizeof(llm_block_q8_1)
+                             : sizeof(llm_block_q8_0);
+    const int     qo = q8_1 ? 4 : 2;        /* offset of qs */
+
+    *yv = _mm512_inserti64x4(_mm512_castsi256_si512(
+              _mm256_loadu_si256((const void *) (q0 + qo))),
+              _mm256_loadu_si256((const void *) (q0 + xsz + qo)), 1);
+    *ds = llm_leg_pair_h4(q0, xsz);
+    *init = q8_1 ? _mm512_setzero_si512()
+                 : _mm512_sub_epi32(_mm512_setzero_si512(),
+                       _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                           _mm512_set1_epi8(16), *yv));
+}
+
+
+/* Column c's pair i: from the blocks at x or prepared (prep: column c's
+ * records at pre + c * pcs).  ds: 4 lanes, or 8 for prepared Q4_1. */
+LLM_INLINE void
+llm_leg_act(const int kind, const int prep, const char *pre, size_t pcs,
+    int c, const char *x, size_t xs, int64_t i, __m512i *yv, __m256 *ds,
+    __m512i *init)
+{
+    const size_t  xsz = kind != LLM_LEG_Q5_0 ? sizeof(llm_block_q8_1)
+                                             : sizeof(llm_block_q8_0);
+
+    if (!prep) {
+        __m128  d4;
+
+        llm_leg_act_blocks(kind, x + c * xs + 2 * i * xsz, yv, &d4, init);
+        *ds = _mm256_castps128_ps256(d4);
+    } else if (kind == LLM_LEG_Q5_0) {
+        const llm_leg_p80_t  *q = (const llm_leg_p80_t *) (pre + c * pcs)
+                                  + i;
+
+        *yv = q->y;
+        *ds = _mm256_castps128_ps256(q->ds);
+        *init = q->init;
+    } else {
+        const llm_leg_p81_t  *q = (const llm_leg_p81_t *) (pre + c * pcs)
+                                  + i;
+
+        *yv = q->y;
+        *ds = q->ds;
+        *init = _mm512_setzero_si512();
+    }
+}
+
+
+/*
+ * R x C results.  Per block pair and row: the quants as [q0 q0 q1 q1]
+ * by two 128-bit broadcast loads and a blend, the high halves shifted
+ * down in lanes 1 and 3, the nibbles masked; [d m d m] as floats from
+ * one conversion.  Per result: d_w d_x of both blocks from one 4-lane
+ * product, spread to [d0 x 8 | d1 x 8] by one permute, and the m x s
+ * FMAs in lanes 1 and 3 of the same 4 lanes.  (Each value and each
+ * rounding is the same as before: the products d_w d_x and the FMA
+ * chains of m s, lane by lane.)
+ */
+LLM_INLINE void
+llm_leg_tile_x(const int kind, const int R, const int C, int64_t nb,
+    const char *w, size_t ws, const char *x, size_t xs, const int prep,
+    const char *pre, size_t pcs, float *y, size_t ldy)
 {
     const __m512i  m4 = _mm512_set1_epi8(0x0f);
     const __m512i  sixteen = _mm512_set1_epi8(16);
+    /* prepared Q4_1: the high nibbles in place (16 q), their sums
+     * scaled by d/16 (exact: a power of 2 and no underflow) */
+    const int      h16 = prep && kind == LLM_LEG_Q4_1;
+    const __m512i  spread = h16 ? _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4,
+                                                    2, 2, 2, 2, 6, 6, 6, 6)
+                                : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0,
+                                                    2, 2, 2, 2, 2, 2, 2, 2);
+    /* tiles of several results on the blocks: d_w and d_x each spread
+     * once per row / column, one product per result (as zmm lanes, the
+     * same products) */
+    const int      bc = !prep && R * C > 1;
+    const __m512i  nib = _mm512_set_epi64(               /* h16: lanes */
+                             (long long) 0xf0f0f0f0f0f0f0f0ULL,
+                             (long long) 0xf0f0f0f0f0f0f0f0ULL,
+                             0x0f0f0f0f0f0f0f0fLL, 0x0f0f0f0f0f0f0f0fLL,
+                             (long long) 0xf0f0f0f0f0f0f0f0ULL,
+                             (long long) 0xf0f0f0f0f0f0f0f0ULL,
+                             0x0f0f0f0f0f0f0f0fLL, 0x0f0f0f0f0f0f0f0fLL);
     const int      q8_1 = kind != LLM_LEG_Q5_0;
     const size_t   bsz = llm_leg_bsz(kind);
     const size_t   xsz = q8_1 ? sizeof(llm_block_q8_1)
                               : sizeof(llm_block_q8_0);
+    const int      qo = kind == LLM_LEG_Q4_1 ? 4
+                        : kind == LLM_LEG_Q5_0 ? 6 : 8;  /* qs offset */
     __m512         acc[LLM_MAXR][LLM_MAXC];
     __m128         macc[LLM_MAXR][LLM_MAXC];
     float          tail[LLM_MAXR][LLM_MAXC];
-    int64_t        b;
+    int64_t        b, i;
     int            r, c;
 
 #pragma GCC unroll 4
@@ -149,83 +263,99 @@ llm_leg_tile(const int kind, const int R, const int C, int64_t nb,
         }
     }
 
-    for (b = 0; b + 2 <= nb; b += 2) {
+    for (i = 0; i < nb / 2; i++) {
         __m512i  wq[LLM_MAXR];
+        __m256   wv[LLM_MAXR];
         __m512   wd[LLM_MAXR];
-        __m128   wm[LLM_MAXR];
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
-            const char     *p = w + r * ws + b * bsz;
-            const uint8_t  *qs0, *qs1;
-            uint32_t        qh0, qh1;
-            uint16_t        d0, d1, m0, m1;
-            __m256i         t;
-            __m512i         z;
+            const char  *p = w + r * ws + 2 * i * bsz;
+            __m512i      z;
 
-            llm_leg_fields(kind, p, &qs0, &qh0, &d0, &m0);
-            llm_leg_fields(kind, p + bsz, &qs1, &qh1, &d1, &m1);
-            t = _mm256_inserti128_si256(_mm256_castsi128_si256(
-                    _mm_loadu_si128((const void *) qs0)),
-                    _mm_loadu_si128((const void *) qs1), 1);
-            z = _mm512_inserti64x4(_mm512_castsi256_si512(t),
-                                   _mm256_srli_epi16(t, 4), 1);
+            z = _mm512_mask_blend_epi64(0xf0,
+                    _mm512_broadcast_i32x4(_mm_loadu_si128(
+                        (const void *) (p + qo))),
+                    _mm512_broadcast_i32x4(_mm_loadu_si128(
+                        (const void *) (p + bsz + qo))));
             /* lanes: lo(q0) hi(q0) lo(q1) hi(q1): element order */
-            z = _mm512_and_si512(_mm512_shuffle_i64x2(z, z,
-                                     _MM_SHUFFLE(3, 1, 2, 0)), m4);
+            if (h16) {
+                z = _mm512_and_si512(z, nib);
+            } else {
+                z = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xff00ff00, z,
+                                                            4), m4);
+            }
             if (kind != LLM_LEG_Q4_1) {
+                const int  ho = kind == LLM_LEG_Q5_0 ? 2 : 4;
+                uint32_t   qh0, qh1;
+
+                memcpy(&qh0, p + ho, 4);
+                memcpy(&qh1, p + bsz + ho, 4);
                 z = _mm512_mask_add_epi8(z, (__mmask64) qh0
                                             | (__mmask64) qh1 << 32,
                                          z, sixteen);
             }
             wq[r] = z;
-            wd[r] = llm_leg_pair_scale(d0, d1);
-            if (q8_1) {
-                wm[r] = llm_leg_pair_h(m0, m1);
+            if (h16) {
+                __m128i  a = _mm_castps_si128(_mm_broadcast_ss(
+                                 (const float *) p));
+                __m128i  bb = _mm_castps_si128(_mm_broadcast_ss(
+                                  (const float *) (p + bsz)));
+
+                /* [d m d m] twice */
+                wv[r] = _mm256_cvtph_ps(_mm_blend_epi32(a, bb, 0xa));
+            } else {
+                wv[r] = _mm256_castps128_ps256(llm_leg_pair_h4(p, bsz));
+            }
+            if (bc) {
+                wd[r] = _mm512_permutexvar_ps(spread,
+                            _mm512_castps256_ps512(wv[r]));
             }
             _mm_prefetch(p + LLM_PF_TILES * R * ws, _MM_HINT_T0);
         }
 
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            const char  *q0 = x + c * xs + b * xsz, *q1 = q0 + xsz;
-            const int    qo = q8_1 ? 4 : 2;     /* offset of qs */
-            __m512i      yv, init = _mm512_setzero_si512();
-            __m512       yd;
-            __m128       ys = _mm_setzero_ps();
-            uint16_t     h0, h1;
+            __m512i  yv, init;
+            __m256   ds;
+            __m512   yd = _mm512_setzero_ps();
 
-            yv = _mm512_inserti64x4(_mm512_castsi256_si512(
-                     _mm256_loadu_si256((const void *) (q0 + qo))),
-                     _mm256_loadu_si256((const void *) (q1 + qo)), 1);
-            memcpy(&h0, q0, 2);
-            memcpy(&h1, q1, 2);
-            yd = llm_leg_pair_scale(h0, h1);
-            if (q8_1) {
-                memcpy(&h0, q0 + 2, 2);
-                memcpy(&h1, q1 + 2, 2);
-                ys = llm_leg_pair_h(h0, h1);
-            } else {
-                init = _mm512_sub_epi32(_mm512_setzero_si512(),
-                           _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                               sixteen, yv));
+            llm_leg_act(kind, prep, pre, pcs, c, x, xs, i, &yv, &ds, &init);
+            if (bc) {
+                yd = _mm512_permutexvar_ps(spread,
+                         _mm512_castps256_ps512(ds));
             }
 
 #pragma GCC unroll 4
             for (r = 0; r < R; r++) {
                 __m512i  dp = _mm512_dpbusd_epi32(init, wq[r], yv);
+                __m512   dd;
 
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp),
-                                            _mm512_mul_ps(wd[r], yd),
+                if (bc) {
+                    dd = _mm512_mul_ps(wd[r], yd);
+                } else if (h16) {
+                    dd = _mm512_castps256_ps512(_mm256_mul_ps(wv[r], ds));
+                } else {
+                    dd = _mm512_castps128_ps512(_mm_mul_ps(
+                             _mm256_castps256_ps128(wv[r]),
+                             _mm256_castps256_ps128(ds)));
+                }
+                if (!bc) {
+                    dd = _mm512_permutexvar_ps(spread, dd);
+                }
+
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), dd,
                                             acc[r][c]);
                 if (q8_1) {
-                    macc[r][c] = _mm_fmadd_ps(wm[r], ys, macc[r][c]);
+                    macc[r][c] = _mm_fmadd_ps(_mm256_castps256_ps128(wv[r]),
+                                              _mm256_castps256_ps128(ds),
+                                              macc[r][c]);
                 }
             }
         }
     }
 
-    for (; b < nb; b++) {           /* odd block count: scalar */
+    for (b = 2 * i; b < nb; b++) {  /* odd block count: scalar */
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
@@ -240,21 +370,145 @@ llm_leg_tile(const int kind, const int R, const int C, int64_t nb,
     for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            __m128  m = _mm_add_ss(macc[r][c], _mm_movehdup_ps(macc[r][c]));
+            /* lanes 1 and 3: the m s sums of the even and odd blocks */
+            __m128  m = _mm_movehdup_ps(macc[r][c]);
 
+            m = _mm_add_ss(m, _mm_movehl_ps(m, m));
             y[c * ldy + r] = _mm512_reduce_add_ps(acc[r][c])
                              + _mm_cvtss_f32(m) + tail[r][c];
         }
     }
 }
 
-#define LLM_Q4_1_TILE(R, C, ...)  llm_leg_tile(LLM_LEG_Q4_1, R, C, __VA_ARGS__)
-#define LLM_Q5_0_TILE(R, C, ...)  llm_leg_tile(LLM_LEG_Q5_0, R, C, __VA_ARGS__)
-#define LLM_Q5_1_TILE(R, C, ...)  llm_leg_tile(LLM_LEG_Q5_1, R, C, __VA_ARGS__)
 
-LLM_GEMM_DRIVER(leg_q4_1, LLM_QK, 4, 4, LLM_ROW_COLS, LLM_Q4_1_TILE)
-LLM_GEMM_DRIVER(leg_q5_0, LLM_QK, 4, 4, LLM_ROW_COLS, LLM_Q5_0_TILE)
-LLM_GEMM_DRIVER(leg_q5_1, LLM_QK, 4, 4, LLM_ROW_COLS, LLM_Q5_1_TILE)
+/* The np pairs of one activation column prepared. */
+LLM_INLINE void
+llm_leg_prep(const int kind, const char *x, int64_t np, char *pre)
+{
+    const size_t  xsz = kind != LLM_LEG_Q5_0 ? sizeof(llm_block_q8_1)
+                                             : sizeof(llm_block_q8_0);
+
+    for (int64_t i = 0; i < np; i++) {
+        __m512i  yv, init;
+        __m128   ds;
+
+        llm_leg_act_blocks(kind, x + 2 * i * xsz, &yv, &ds, &init);
+        if (kind == LLM_LEG_Q5_0) {
+            llm_leg_p80_t  *q = (llm_leg_p80_t *) pre + i;
+
+            q->y = yv;
+            q->init = init;
+            q->ds = ds;
+        } else {
+            llm_leg_p81_t  *q = (llm_leg_p81_t *) pre + i;
+
+            q->y = yv;
+            /* Q4_1: [d s d s] and [d/16 s d/16 s] (exact) */
+            q->ds = kind != LLM_LEG_Q4_1 ? _mm256_castps128_ps256(ds)
+                    : _mm256_insertf128_ps(_mm256_castps128_ps256(ds),
+                          _mm_mul_ps(ds, _mm_setr_ps(0.0625f, 1, 0.0625f,
+                                                     1)), 1);
+        }
+    }
+}
+
+
+/* One weight row against cc prepared columns (and the raw columns at x
+ * for an odd last block). */
+LLM_INLINE void
+llm_leg_row_pre(const int kind, int cc, int64_t nb, const char *w,
+    size_t ws, const char *x, size_t xs, const char *pre, size_t pcs,
+    float *y, size_t ldy)
+{
+    switch (cc) {
+    case 1:
+        llm_leg_tile_x(kind, 1, 1, nb, w, ws, x, xs, 1, pre, pcs, y, ldy);
+        break;
+    case 2:
+        llm_leg_tile_x(kind, 1, 2, nb, w, ws, x, xs, 1, pre, pcs, y, ldy);
+        break;
+    case 3:
+        llm_leg_tile_x(kind, 1, 3, nb, w, ws, x, xs, 1, pre, pcs, y, ldy);
+        break;
+    default:
+        llm_leg_tile_x(kind, 1, 4, nb, w, ws, x, xs, 1, pre, pcs, y, ldy);
+        break;
+    }
+}
+
+
+/*
+ * Fewer than LLM_ROW_COLS columns (decode): the columns prepared once
+ * (llm_leg_prep), then one weight row at a time against up to 4 of them
+ * (one sequential weight stream, as LLM_GEMM_DRIVER).  When not all
+ * columns fit LLM_LEG_PREP, rows in chunks of LLM_ROW_CHUNK (in L2 while
+ * each group of columns passes).  Returns 0 (not done) when not even one
+ * column fits, or from LLM_ROW_COLS columns on: the plain driver's.
+ */
+LLM_INLINE int
+llm_leg_gemm_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
+    const char *w, size_t ws, const char *x, size_t xs, float *y,
+    size_t ldy)
+{
+    llm_leg_p80_t  buf[LLM_LEG_PREP / sizeof(llm_leg_p80_t)];
+    char          *pre = (char *) buf;
+    int64_t        nb = n / LLM_QK, np = nb / 2, g, c0, c1, c, q0, q1, r;
+    size_t         pcs = np * llm_leg_rsz(kind);
+
+    if (nc >= LLM_ROW_COLS || np == 0 || pcs > sizeof(buf)) {
+        return 0;
+    }
+    g = sizeof(buf) / pcs;          /* columns per group */
+    if (g > nc) {
+        g = nc;
+    }
+    for (q0 = 0; q0 < nr; q0 = q1) {
+        q1 = g == nc ? nr
+             : (q0 + LLM_ROW_CHUNK < nr ? q0 + LLM_ROW_CHUNK : nr);
+        for (c0 = 0; c0 < nc; c0 = c1) {
+            c1 = c0 + g < nc ? c0 + g : nc;
+            for (c = c0; c < c1; c++) {
+                llm_leg_prep(kind, x + c * xs, np, pre + (c - c0) * pcs);
+            }
+            for (r = q0; r < q1; r++) {
+                for (c = c0; c < c1; c += 4) {
+                    llm_leg_row_pre(kind, c1 - c < 4 ? (int) (c1 - c) : 4,
+                                    nb, w + r * ws, ws, x + c * xs, xs,
+                                    pre + (c - c0) * pcs, pcs,
+                                    y + c * ldy + r, ldy);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+
+#define LLM_LEG_TILE(kind, R, C, nb, w, ws, x, xs, y, ldy) \
+    llm_leg_tile_x(kind, R, C, nb, w, ws, x, xs, 0, NULL, 0, y, ldy)
+#define LLM_Q4_1_TILE(R, C, ...)  LLM_LEG_TILE(LLM_LEG_Q4_1, R, C, __VA_ARGS__)
+#define LLM_Q5_0_TILE(R, C, ...)  LLM_LEG_TILE(LLM_LEG_Q5_0, R, C, __VA_ARGS__)
+#define LLM_Q5_1_TILE(R, C, ...)  LLM_LEG_TILE(LLM_LEG_Q5_1, R, C, __VA_ARGS__)
+
+LLM_GEMM_DRIVER(leg_q4_1_raw, LLM_QK, 4, 4, LLM_ROW_COLS, LLM_Q4_1_TILE)
+LLM_GEMM_DRIVER(leg_q5_0_raw, LLM_QK, 4, 4, LLM_ROW_COLS, LLM_Q5_0_TILE)
+LLM_GEMM_DRIVER(leg_q5_1_raw, LLM_QK, 4, 4, LLM_ROW_COLS, LLM_Q5_1_TILE)
+
+/* The gemm: prepared columns below LLM_ROW_COLS (llm_leg_gemm_pre), the
+ * plain driver's tiles on the blocks otherwise. */
+#define LLM_LEG_GEMM(name, kind)                                            \
+static void                                                                 \
+llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
+{                                                                           \
+    if (!llm_leg_gemm_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy)) {         \
+        llm_gemm_##name##_raw(n, nr, nc, w, ws, x, xs, y, ldy);             \
+    }                                                                       \
+}
+
+LLM_LEG_GEMM(leg_q4_1, LLM_LEG_Q4_1)
+LLM_LEG_GEMM(leg_q5_0, LLM_LEG_Q5_0)
+LLM_LEG_GEMM(leg_q5_1, LLM_LEG_Q5_1)
 
 
 /* AVX-512 table entries of Q4_1, Q5_0, Q5_1 (the Q8_1 activations keep
@@ -262,9 +516,9 @@ LLM_GEMM_DRIVER(leg_q5_1, LLM_QK, 4, 4, LLM_ROW_COLS, LLM_Q5_1_TILE)
 void
 llm_kernels_init_legacy_avx512(llm_kernels_t *k)
 {
-    k->vec_dot[LLM_TYPE_Q4_1] = llm_dot_leg_q4_1;
-    k->vec_dot[LLM_TYPE_Q5_0] = llm_dot_leg_q5_0;
-    k->vec_dot[LLM_TYPE_Q5_1] = llm_dot_leg_q5_1;
+    k->vec_dot[LLM_TYPE_Q4_1] = llm_dot_leg_q4_1_raw;
+    k->vec_dot[LLM_TYPE_Q5_0] = llm_dot_leg_q5_0_raw;
+    k->vec_dot[LLM_TYPE_Q5_1] = llm_dot_leg_q5_1_raw;
     k->gemm[LLM_TYPE_Q4_1] = llm_gemm_leg_q4_1;
     k->gemm[LLM_TYPE_Q5_0] = llm_gemm_leg_q5_0;
     k->gemm[LLM_TYPE_Q5_1] = llm_gemm_leg_q5_1;
