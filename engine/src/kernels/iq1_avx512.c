@@ -192,79 +192,51 @@ llm_iq1g_m_unpack(const llm_block_iq1_m *a, __m512i g[4], __m512i c[4])
 }
 
 
-/* R (1) x C (at most 4) results of IQ1_S rows against Q8_K columns. */
+/* R (1) x C (at most 4) results of IQ1_S (m = 0) or IQ1_M (m = 1) rows
+ * against Q8_K columns. */
 LLM_INLINE void
-llm_iq1g_s_tile(const int R, const int C, int64_t nb, const char *w,
-    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
+llm_iq1g_tile(const int m, const int R, const int C, int64_t nb,
+    const char *w, size_t ws, const char *x, size_t xs, float *y, size_t ldy)
 {
-    const llm_block_iq1_s  *a = (const llm_block_iq1_s *) (const void *) w;
-    float                   sum[LLM_MAXC];
-    int64_t                 b;
-    int                     c;
+    const size_t  bsz = m ? sizeof(llm_block_iq1_m) : sizeof(llm_block_iq1_s);
+    float         sum[LLM_MAXC];
+    int64_t       b;
+    int           c;
 
     (void) R;
     (void) ws;
     for (c = 0; c < C; c++) {
         sum[c] = 0;
     }
-    for (b = 0; b < nb; b++, a++) {
-        __m512i  g[4];
-        __m256i  kw;
-        float    d;
+    for (b = 0; b < nb; b++, w += bsz) {
+        const llm_block_iq1_s  *as = (const llm_block_iq1_s *)
+                                     (const void *) w;
+        const llm_block_iq1_m  *am = (const llm_block_iq1_m *)
+                                     (const void *) w;
+        __m512i                 g[4], k[4];
+        __m256i                 kw;
+        float                   d;
 
-        _mm_prefetch((const char *) a + LLM_IQ1G_PF, _MM_HINT_T0);
-        llm_iq1g_s_unpack(a, g, &kw);
-        d = llm_h2f_hw(a->d);
-#pragma GCC unroll 4
-        for (c = 0; c < C; c++) {
-            const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                        (const void *) (x + c * xs) + b;
-            __m512i                isum = _mm512_zextsi256_si512(
-                                       _mm256_madd_epi16(_mm256_loadu_si256(
-                                           (const void *) q8->bsums), kw));
-
-#pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) {
-                isum = _mm512_dpbusd_epi32(isum, g[q], _mm512_loadu_si512(
-                           (const void *) (q8->qs + 64 * q)));
-            }
-            sum[c] += d * q8->d * 0.125f
-                      * (float) _mm512_reduce_add_epi32(isum);
+        _mm_prefetch(w + LLM_IQ1G_PF, _MM_HINT_T0);
+        if (m) {
+            llm_iq1g_m_unpack(am, g, k);
+            d = llm_h2f_hw(llm_iq1_m_d(am->scales));
+        } else {
+            llm_iq1g_s_unpack(as, g, &kw);
+            d = llm_h2f_hw(as->d);
         }
-    }
-    for (c = 0; c < C; c++) {
-        y[c * ldy] = sum[c];
-    }
-}
-
-
-/* R (1) x C (at most 4) results of IQ1_M rows against Q8_K columns. */
-LLM_INLINE void
-llm_iq1g_m_tile(const int R, const int C, int64_t nb, const char *w,
-    size_t ws, const char *x, size_t xs, float *y, size_t ldy)
-{
-    const llm_block_iq1_m  *a = (const llm_block_iq1_m *) (const void *) w;
-    float                   sum[LLM_MAXC];
-    int64_t                 b;
-    int                     c;
-
-    (void) R;
-    (void) ws;
-    for (c = 0; c < C; c++) {
-        sum[c] = 0;
-    }
-    for (b = 0; b < nb; b++, a++) {
-        __m512i  g[4], k[4];
-        float    d;
-
-        _mm_prefetch((const char *) a + LLM_IQ1G_PF, _MM_HINT_T0);
-        llm_iq1g_m_unpack(a, g, k);
-        d = llm_h2f_hw(llm_iq1_m_d(a->scales));
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
             const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
                                         (const void *) (x + c * xs) + b;
-            __m512i                pos = _mm512_setzero_si512();
+            /* IQ1_S: the delta terms from the bsums; IQ1_M: subtracted
+             * below */
+            __m512i                pos = m ? _mm512_setzero_si512()
+                                         : _mm512_zextsi256_si512(
+                                               _mm256_madd_epi16(
+                                                   _mm256_loadu_si256(
+                                                       (const void *)
+                                                       q8->bsums), kw));
             __m512i                neg = _mm512_setzero_si512();
 
 #pragma GCC unroll 4
@@ -273,16 +245,24 @@ llm_iq1g_m_tile(const int R, const int C, int64_t nb, const char *w,
                                                  (q8->qs + 64 * q));
 
                 pos = _mm512_dpbusd_epi32(pos, g[q], yv);
-                neg = _mm512_dpbusd_epi32(neg, k[q], yv);
+                if (m) {
+                    neg = _mm512_dpbusd_epi32(neg, k[q], yv);
+                }
             }
-            sum[c] += d * q8->d * 0.125f * (float) _mm512_reduce_add_epi32(
-                          _mm512_sub_epi32(pos, neg));
+            if (m) {
+                pos = _mm512_sub_epi32(pos, neg);
+            }
+            sum[c] += d * q8->d * 0.125f
+                      * (float) _mm512_reduce_add_epi32(pos);
         }
     }
     for (c = 0; c < C; c++) {
         y[c * ldy] = sum[c];
     }
 }
+
+#define llm_iq1g_s_tile(...)  llm_iq1g_tile(0, __VA_ARGS__)
+#define llm_iq1g_m_tile(...)  llm_iq1g_tile(1, __VA_ARGS__)
 
 
 LLM_GEMM_DRIVER(iq1_s_avx512, LLM_QK_K, 1, 4, LLM_ROW_COLS, llm_iq1g_s_tile)

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 
 #include "kernels_common.h"
+#include "iq2_avx512.h"
 
 
 /* 8 64-bit words a[0..4), b[0..4) as one register. */
@@ -162,35 +163,6 @@ llm_iq2g_gather(const uint64_t *grid, __m512i i0, __m512i i1, __m512i g[4])
     g[1] = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i0, 1), t, 8);
     g[2] = _mm512_i32gather_epi64(_mm512_castsi512_si256(i1), t, 8);
     g[3] = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(i1, 1), t, 8);
-}
-
-
-/* Columns c < C of one unpacked super-block (d the weights' fp16 scale)
- * into sum[c]. */
-LLM_INLINE void
-llm_iq2g_cols(const int C, uint16_t d, const __m512i *g, const uint64_t *sg,
-    const __m512i *sc, const char *x, size_t xs, int64_t b, float *sum)
-{
-#pragma GCC unroll 4
-    for (int c = 0; c < C; c++) {
-        const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                    (const void *) (x + c * xs) + b;
-        __m512i                isum = _mm512_setzero_si512();
-
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            __m512i  yv = _mm512_loadu_si512((const void *)
-                                             (q8->qs + 64 * q));
-
-            yv = _mm512_mask_sub_epi8(yv, _load_mask64((__mmask64 *)
-                                                       (sg + q)),
-                                      _mm512_setzero_si512(), yv);
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(g[q], yv),
-                                       sc[q]);
-        }
-        sum[c] += llm_h2f_hw(d) * q8->d
-                  * (float) _mm512_reduce_add_epi32(isum);
-    }
 }
 
 

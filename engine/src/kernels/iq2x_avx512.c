@@ -22,6 +22,7 @@
 #include <immintrin.h>
 
 #include "kernels_common.h"
+#include "iq2_avx512.h"
 
 
 /* The sign byte of each 7-bit code (bit 7 the parity); byte p of grid
@@ -176,35 +177,6 @@ llm_iq2x_pair(__m512i v0, __m512i v1, __m512i g[8])
 }
 
 
-/* Columns c < C of one super-block a (magnitudes g, signs sg, scales sc)
- * into sum[c], in the scalar reference's float steps. */
-LLM_INLINE void
-llm_iq2x_cols(const int C, const llm_block_iq2_xxs *a, const __m512i *g,
-    const uint64_t *sg, const __m512i *sc, const char *x, size_t xs,
-    int64_t b, float *sum)
-{
-#pragma GCC unroll 4
-    for (int c = 0; c < C; c++) {
-        const llm_block_q8_K  *q8 = (const llm_block_q8_K *)
-                                    (const void *) (x + c * xs) + b;
-        __m512i                isum = _mm512_setzero_si512();
-
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) {
-            __m512i  yv = _mm512_loadu_si512((const void *)
-                                             (q8->qs + 64 * q));
-
-            yv = _mm512_mask_sub_epi8(yv, (__mmask64) sg[q],
-                                      _mm512_setzero_si512(), yv);
-            isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(g[q], yv),
-                                       sc[q]);
-        }
-        sum[c] += llm_h2f_hw(a->d) * q8->d
-                  * (float) _mm512_reduce_add_epi32(isum);
-    }
-}
-
-
 /* R (1) x C (at most 4) results of IQ2_XXS rows against Q8_K columns. */
 LLM_INLINE void
 llm_iq2x_tile(const int R, const int C, int64_t nb, const char *w,
@@ -231,8 +203,8 @@ llm_iq2x_tile(const int R, const int C, int64_t nb, const char *w,
         llm_iq2x_pair(v0, v1, g);
         llm_iq2x_signs_scales(v0, sg, sc);
         llm_iq2x_signs_scales(v1, sg + 8, sc + 4);
-        llm_iq2x_cols(C, a, g, sg, sc, x, xs, b, sum);
-        llm_iq2x_cols(C, a + 1, g + 4, sg + 8, sc + 4, x, xs, b + 1, sum);
+        llm_iq2g_cols(C, a->d, g, sg, sc, x, xs, b, sum);
+        llm_iq2g_cols(C, a[1].d, g + 4, sg + 8, sc + 4, x, xs, b + 1, sum);
     }
     if (b < nb) {
         const __m512i  v = _mm512_loadu_si512((const void *) a->qs);
@@ -241,7 +213,7 @@ llm_iq2x_tile(const int R, const int C, int64_t nb, const char *w,
 
         llm_iq2x_gather(v, g);
         llm_iq2x_signs_scales(v, sg, sc);
-        llm_iq2x_cols(C, a, g, sg, sc, x, xs, b, sum);
+        llm_iq2g_cols(C, a->d, g, sg, sc, x, xs, b, sum);
     }
 #pragma GCC unroll 4
     for (c = 0; c < C; c++) {

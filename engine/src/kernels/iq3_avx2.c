@@ -17,18 +17,6 @@
 #include "kernels_common.h"
 
 
-LLM_INLINE float
-llm_iq3_hsum256(__m256 v)
-{
-    __m128  s = _mm_add_ps(_mm256_castps256_ps128(v),
-                           _mm256_extractf128_ps(v, 1));
-
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-
 /* 0xff in byte i of 32 where bit i of sg is set, else 0. */
 LLM_INLINE __m256i
 llm_iq3_sign_mask(uint32_t sg)
@@ -140,7 +128,7 @@ llm_dot_iq3_xxs_avx2(int64_t n, float *s, const void *w, const void *x)
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
                               _mm256_set1_ps(llm_h2f_hw(a->d) * q->d), acc);
     }
-    *s = 0.25f * llm_iq3_hsum256(acc);
+    *s = 0.25f * llm_hsum256(acc);
 }
 
 
@@ -176,7 +164,7 @@ llm_dot_iq3_s_avx2(int64_t n, float *s, const void *w, const void *x)
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
                               _mm256_set1_ps(llm_h2f_hw(a->d) * q->d), acc);
     }
-    *s = llm_iq3_hsum256(acc);
+    *s = llm_hsum256(acc);
 }
 
 

@@ -19,18 +19,6 @@
 #include "a8_avx2.h"
 
 
-LLM_INLINE float
-llm_iq4_hsum256(__m256 v)
-{
-    __m128  s = _mm_add_ps(_mm256_castps256_ps128(v),
-                           _mm256_extractf128_ps(v, 1));
-
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-
 /* The 32 levels of one block's 16 code bytes, in element order (low
  * nibbles 0..15, high nibbles 16..31), from table tab (in both lanes). */
 LLM_INLINE __m256i
@@ -106,7 +94,7 @@ llm_iq4_q8_0_dot(const int mx, int64_t n, float *s, const void *w,
         acc[b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32),
                                      _mm256_set1_ps(d), acc[b & 1]);
     }
-    *s = llm_iq4_hsum256(_mm256_add_ps(acc[0], acc[1]));
+    *s = llm_hsum256(_mm256_add_ps(acc[0], acc[1]));
 }
 
 
@@ -145,43 +133,12 @@ LLM_IQ4_DOTS(llm_gemm_mxfp4_dots, llm_dot_mxfp4_blocks)
 
 /*
  * IQ4_NL and MXFP4 in the Q4_0 octet tile's transposed layout
- * (a8_avx2.h): eight blocks' codes per four registers, looked up once
- * per row and octet, the columns prepared once per call.  Before, these
- * types had only the per-block vec_dot (20 ops a block, the codes looked
- * up again for every column): 6.8-8.1 GB/s at one column, 13-16 GMAC/s at
+ * (a8_avx2.h, llm_a8_rows): eight blocks' codes per four registers,
+ * looked up once per row and octet, the columns prepared once per call.
+ * Before, these types had only the per-block vec_dot (20 ops a block, the
+ * codes looked up again for every column): 6.8-8.1 GB/s at one column, 13-16 GMAC/s at
  * 8-64 (Q4_0's octet tile: 11 GB/s, 53-57 GMAC/s).
- *
- * MXFP4's levels are at most 12 in magnitude: looked up as level + 12
- * (0..24, unsigned) they go straight into vpmaddubsw against the column
- * bytes, four registers summed in 16 bits (at most 4 x 2 x 24 x 128), and
- * the column's init lane holds -12 x the block's sum.  IQ4_NL's reach
- * 127: |level| against the column bytes with the level's sign (Q8_0's
- * quants are within -127..127), pairs of at most 2 x 127 x 127 widened by
- * vpmaddwd each.  Either way the block's integer sum is exact; one float
- * step per block (its lane) times d_w d_x, the lanes summed at the end,
- * the last nb % 8 blocks by the per-block kernel.  The same steps for
- * every column whatever the batch, and the vec_dot is the one-column gemm.
  */
-LLM_INLINE __m256
-llm_mx_a8_scales(const char *p)
-{
-    const llm_block_mxfp4  *b = (const llm_block_mxfp4 *) (const void *) p;
-    uint64_t                e = 0;
-    __m256i                 v, nrm, sub;
-    int                     g, k;
-
-    for (g = 0; g < 4; g++) {
-        for (k = 0; k < 2; k++) {
-            e |= (uint64_t) b[2 * g + k].e << 8 * (4 * k + g);
-        }
-    }
-    v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long) e));
-    /* llm_mxfp4_e8m0_half: (e - 1) << 23, or 0x00200000 << e for e < 2 */
-    nrm = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
-    sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(nrm, sub,
-               _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v)));
-}
 
 
 LLM_INLINE void
@@ -191,91 +148,14 @@ llm_iq4_a8_rows_k(const int mx, const int C, int64_t nb, const char *w,
 {
     const size_t   bsz = mx ? sizeof(llm_block_mxfp4)
                             : sizeof(llm_block_iq4_nl);
-    const size_t   qo = mx ? offsetof(llm_block_mxfp4, qs)
-                           : offsetof(llm_block_iq4_nl, qs);
-    const __m256i  m4 = _mm256_set1_epi8(0x0f);
-    const __m256i  ones = _mm256_set1_epi16(1);
-    const __m256i  tab = mx ? _mm256_add_epi8(llm_iq4_table(
-                                  llm_mxfp4_kvalues), _mm256_set1_epi8(12))
-                            : llm_iq4_table(llm_iq4_kvalues);
-    const int64_t  no = LLM_A8_OCTETS(nb), off = 8 * no;
-    __m256         acc[LLM_T_COLS];
-    int64_t        o;
-    int            c, g, i;
+    const int64_t  off = 8 * LLM_A8_OCTETS(nb);
     float          t;
 
+    llm_a8_rows(mx ? LLM_A8_MXFP4 : LLM_A8_IQ4_NL, C, nb, w, ws, pre, y,
+                ldy);
+    if (nb > off) {
 #pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        acc[c] = _mm256_setzero_ps();
-    }
-
-    for (o = 0; o < no; o++) {
-        const char  *p = w + 8 * o * bsz;
-        __m256i      in[4], v[4], lo[4], hi[4], alo[4], ahi[4];
-        __m256       wd;
-
-#pragma GCC unroll 4
-        for (g = 0; g < 4; g++) {
-            in[g] = _mm256_loadu2_m128i(
-                        (const void *) (p + (2 * g + 1) * bsz + qo),
-                        (const void *) (p + 2 * g * bsz + qo));
-        }
-        /* tiles ahead, same place: 136-144 bytes, 3 lines at most */
-        _mm_prefetch(p + LLM_PF_TILES * ws, _MM_HINT_T0);
-        _mm_prefetch(p + LLM_PF_TILES * ws + 64, _MM_HINT_T0);
-        _mm_prefetch(p + LLM_PF_TILES * ws + 128, _MM_HINT_T0);
-        llm_tr4x4_epi32_256(in, v);
-#pragma GCC unroll 4
-        for (i = 0; i < 4; i++) {
-            lo[i] = _mm256_shuffle_epi8(tab, _mm256_and_si256(v[i], m4));
-            hi[i] = _mm256_shuffle_epi8(tab, _mm256_and_si256(
-                                                 _mm256_srli_epi16(v[i], 4),
-                                                 m4));
-            alo[i] = _mm256_abs_epi8(lo[i]);
-            ahi[i] = _mm256_abs_epi8(hi[i]);
-        }
-        wd = mx ? llm_mx_a8_scales(p) : llm_a8_scales(p, bsz);
-
-#pragma GCC unroll 8
-        for (c = 0; c < C; c++) {
-            const llm_q4_a8_t  *pc = pre + c * no + o;
-            __m256i             isum;
-
-            if (mx) {
-                __m256i  s0 = _mm256_maddubs_epi16(lo[0], pc->lo[0]);
-                __m256i  s1 = _mm256_maddubs_epi16(hi[0], pc->hi[0]);
-
-#pragma GCC unroll 3
-                for (i = 1; i < 4; i++) {
-                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(
-                                                  lo[i], pc->lo[i]));
-                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(
-                                                  hi[i], pc->hi[i]));
-                }
-                isum = _mm256_add_epi32(_mm256_add_epi32(
-                           _mm256_madd_epi16(s0, ones),
-                           _mm256_madd_epi16(s1, ones)), pc->init);
-            } else {
-                isum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-                for (i = 0; i < 4; i++) {
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(
-                               _mm256_maddubs_epi16(alo[i], _mm256_sign_epi8(
-                                   pc->lo[i], lo[i])), ones));
-                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(
-                               _mm256_maddubs_epi16(ahi[i], _mm256_sign_epi8(
-                                   pc->hi[i], hi[i])), ones));
-                }
-            }
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
-                                     _mm256_mul_ps(wd, pc->d), acc[c]);
-        }
-    }
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        y[c * ldy] = llm_iq4_hsum256(acc[c]);
-        if (nb > off) {
+        for (int c = 0; c < C; c++) {
             llm_iq4_q8_0_dot(mx, (nb - off) * LLM_QK, &t, w + off * bsz,
                              x + c * xs + off * sizeof(llm_block_q8_0));
             y[c * ldy] += t;
@@ -368,7 +248,7 @@ llm_dot_iq4_xs_avx2(int64_t n, float *s, const void *w, const void *x)
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
                               _mm256_set1_ps(q->d * llm_h2f_hw(a->d)), acc);
     }
-    *s = llm_iq4_hsum256(acc);
+    *s = llm_hsum256(acc);
 }
 
 

@@ -31,18 +31,6 @@ llm_k23_isum(__m256i v)
 }
 
 
-LLM_INLINE float
-llm_k23_hsum(__m256 v)
-{
-    __m128  s = _mm_add_ps(_mm256_castps256_ps128(v),
-                           _mm256_extractf128_ps(v, 1));
-
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-
 /*
  * The byte shuffles that turn 8 int16 scales (both lanes alike) into
  * scale 2k in the low lane's eight words and 2k + 1 in the high lane's.
@@ -271,7 +259,7 @@ llm_q3_K_tile(const int R, const int C, int64_t nb, const char *w,
     for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            y[c * ldy + r] = llm_k23_hsum(acc[r][c]);
+            y[c * ldy + r] = llm_hsum256(acc[r][c]);
         }
     }
 }

@@ -17,18 +17,6 @@
 
 
 LLM_INLINE float
-llm_hsum256(__m256 v)
-{
-    __m128  s = _mm_add_ps(_mm256_castps256_ps128(v),
-                           _mm256_extractf128_ps(v, 1));
-
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-
-LLM_INLINE float
 llm_hmax256(__m256 v)
 {
     __m128  s = _mm_max_ps(_mm256_castps256_ps128(v),
@@ -680,71 +668,19 @@ LLM_GEMM_DRIVER(q6_K, LLM_QK_K, 2, 2, LLM_ROW_COLS, llm_q6_K_tile)
 /* The octet layout and the column preparation: a8_avx2.h. */
 
 
-/* One weight row x C columns: the octets, then the last nb % 8 blocks
- * column by column by the pair tile. */
+/* One weight row x C columns: the octets (a8_avx2.h), then the last
+ * nb % 8 blocks column by column by the pair tile. */
 LLM_INLINE void
 llm_q4_a8_rows(const int C, int64_t nb, const char *w, size_t ws,
     const char *x, size_t xs, const llm_q4_a8_t *pre, float *y, size_t ldy)
 {
-    const __m256i  m4 = _mm256_set1_epi8(0x0f);
-    const __m256i  ones = _mm256_set1_epi16(1);
-    const int64_t  no = LLM_A8_OCTETS(nb), off = 8 * no;
-    __m256         acc[LLM_T_COLS];
-    int64_t        o;
-    int            c, g, i;
+    const int64_t  off = 8 * LLM_A8_OCTETS(nb);
     float          t;
 
+    llm_a8_rows(LLM_A8_Q4_0, C, nb, w, ws, pre, y, ldy);
+    if (nb > off) {
 #pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        acc[c] = _mm256_setzero_ps();
-    }
-
-    for (o = 0; o < no; o++) {
-        const llm_block_q4_0  *p = (const llm_block_q4_0 *) w + 8 * o;
-        __m256i                in[4], v[4], lo[4], hi[4];
-        __m256                 wd;
-
-#pragma GCC unroll 4
-        for (g = 0; g < 4; g++) {
-            in[g] = _mm256_loadu2_m128i((const void *) p[2 * g + 1].qs,
-                                        (const void *) p[2 * g].qs);
-        }
-        /* tiles ahead, same place: 144 bytes, 3 lines at most */
-        _mm_prefetch((const char *) p + LLM_PF_TILES * ws, _MM_HINT_T0);
-        _mm_prefetch((const char *) p + LLM_PF_TILES * ws + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *) p + LLM_PF_TILES * ws + 128, _MM_HINT_T0);
-        llm_tr4x4_epi32_256(in, v);
-#pragma GCC unroll 4
-        for (i = 0; i < 4; i++) {
-            lo[i] = _mm256_and_si256(v[i], m4);
-            hi[i] = _mm256_and_si256(_mm256_srli_epi16(v[i], 4), m4);
-        }
-        wd = llm_a8_scales((const char *) p, sizeof(llm_block_q4_0));
-
-#pragma GCC unroll 8
-        for (c = 0; c < C; c++) {
-            const llm_q4_a8_t  *pc = pre + c * no + o;
-            __m256i             s = _mm256_maddubs_epi16(lo[0], pc->lo[0]);
-
-            s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[0], pc->hi[0]));
-#pragma GCC unroll 3
-            for (i = 1; i < 4; i++) {
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[i],
-                                                             pc->lo[i]));
-                s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[i],
-                                                             pc->hi[i]));
-            }
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(
-                                         _mm256_madd_epi16(s, ones),
-                                         pc->init)),
-                                     _mm256_mul_ps(wd, pc->d), acc[c]);
-        }
-    }
-
-#pragma GCC unroll 8
-    for (c = 0; c < C; c++) {
-        y[c * ldy] = llm_hsum256(acc[c]);
-        if (nb > off) {
+        for (int c = 0; c < C; c++) {
             llm_q_0_tile(1, 1, 0, nb - off, w + off * sizeof(llm_block_q4_0),
                          ws, x + c * xs + off * sizeof(llm_block_q8_0), xs,
                          &t, 1);

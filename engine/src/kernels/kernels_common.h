@@ -803,6 +803,20 @@ llm_h2f_hw(uint16_t h)
     return _cvtsh_ss(h);
 }
 
+#if defined(__AVX__)
+/* The sum of v's 8 lanes, in the one order the AVX2 kernels use. */
+static inline float
+llm_hsum256(__m256 v)
+{
+    __m128  s = _mm_add_ps(_mm256_castps256_ps128(v),
+                           _mm256_extractf128_ps(v, 1));
+
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
 /*
  * The 8 scales and 8 mins of a Q4_K/Q5_K block as bytes, sc[0..7] then
  * m[0..7] (the 12-byte packing of ggml's get_scale_min_k4), by byte

@@ -24,19 +24,6 @@
 #define LLM_LEG_Q5_1  2
 
 
-/* Horizontal sum of 8 floats. */
-LLM_INLINE float
-llm_leg_hsum(__m256 v)
-{
-    __m128  s = _mm_add_ps(_mm256_castps256_ps128(v),
-                           _mm256_extractf128_ps(v, 1));
-
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-
 /* An fp16 value in lane 0 of a vector (F16C). */
 LLM_INLINE __m128
 llm_leg_h2f_ss(uint16_t h)
@@ -198,7 +185,7 @@ llm_leg_tile(const int kind, const int R, const int C, int64_t nb,
     for (r = 0; r < R; r++) {
 #pragma GCC unroll 4
         for (c = 0; c < C; c++) {
-            y[c * ldy + r] = llm_leg_hsum(acc[r][c])
+            y[c * ldy + r] = llm_hsum256(acc[r][c])
                              + _mm_cvtss_f32(macc[r][c]);
         }
     }
