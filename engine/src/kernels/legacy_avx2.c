@@ -195,9 +195,173 @@ llm_leg_tile(const int kind, const int R, const int C, int64_t nb,
 #define LLM_Q5_0_TILE(R, C, ...)  llm_leg_tile(LLM_LEG_Q5_0, R, C, __VA_ARGS__)
 #define LLM_Q5_1_TILE(R, C, ...)  llm_leg_tile(LLM_LEG_Q5_1, R, C, __VA_ARGS__)
 
-LLM_GEMM_DRIVER(leg_q4_1, LLM_QK, 2, 2, 2, LLM_Q4_1_TILE)
-LLM_GEMM_DRIVER(leg_q5_0, LLM_QK, 2, 2, 2, LLM_Q5_0_TILE)
-LLM_GEMM_DRIVER(leg_q5_1, LLM_QK, 2, 2, 2, LLM_Q5_1_TILE)
+LLM_GEMM_DRIVER(leg_q4_1_raw, LLM_QK, 2, 2, 2, LLM_Q4_1_TILE)
+LLM_GEMM_DRIVER(leg_q5_0_raw, LLM_QK, 2, 2, 2, LLM_Q5_0_TILE)
+LLM_GEMM_DRIVER(leg_q5_1_raw, LLM_QK, 2, 2, 2, LLM_Q5_1_TILE)
+
+
+/*
+ * One activation column (decode) prepared once per gemm call: per block
+ * the quants, [d_x s 0 0] (Q8_1; s unused by Q5_0, whose lane is 0) as
+ * floats, and for Q5_0 the offset 16 x (y0 + y1) per byte pair.
+ * LLM_LEG_PREP bytes of stack hold one column.
+ */
+typedef struct {
+    __m256i  y;
+    __m256i  off;                   /* Q5_0 only */
+    __m128   ds;
+} llm_leg_pre_t;
+
+#define LLM_LEG_PREP  (96 * 1024)
+
+
+/* The nb blocks of one activation column prepared. */
+LLM_INLINE void
+llm_leg_prep(const int kind, const char *x, int64_t nb, llm_leg_pre_t *pre)
+{
+    const __m256i  sixteen = _mm256_set1_epi8(16);
+    int64_t        b;
+
+    for (b = 0; b < nb; b++) {
+        if (kind != LLM_LEG_Q5_0) {
+            const llm_block_q8_1  *q = (const llm_block_q8_1 *) x + b;
+
+            pre[b].y = _mm256_loadu_si256((const void *) q->qs);
+            pre[b].off = _mm256_setzero_si256();
+            pre[b].ds = _mm_cvtph_ps(_mm_cvtsi32_si128(
+                            (int) ((uint32_t) q->d
+                                   | (uint32_t) q->s << 16)));
+        } else {
+            const llm_block_q8_0  *q = (const llm_block_q8_0 *) x + b;
+
+            pre[b].y = _mm256_loadu_si256((const void *) q->qs);
+            pre[b].off = _mm256_maddubs_epi16(sixteen, pre[b].y);
+            pre[b].ds = _mm_cvtph_ps(_mm_cvtsi32_si128((int) q->d));
+        }
+    }
+}
+
+
+/*
+ * R weight rows against one prepared column.  Per block and row: the
+ * quants from one 128-bit broadcast load, the high nibbles shifted down
+ * in the upper lane by one variable shift; [d m . .] (Q5_0 [d . . .]) as
+ * floats from one conversion of the block's first 8 bytes; d_w d_x from
+ * one 4-lane product, broadcast; m s by a 4-lane FMA whose lane 1 is the
+ * tile's m x s chain.  The same values and roundings as llm_leg_tile:
+ * d_w d_x is the same (exact) product, the m s FMA chain the same lane
+ * by lane, the integer sums the same.
+ */
+LLM_INLINE void
+llm_leg_rows_pre(const int kind, const int R, int64_t nb, const char *w,
+    size_t ws, const llm_leg_pre_t *pre, float *y)
+{
+    const __m256i  m4 = _mm256_set1_epi8(0x0f);
+    const __m256i  ones = _mm256_set1_epi16(1);
+    const __m256i  sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const size_t   bsz = kind == LLM_LEG_Q4_1 ? sizeof(llm_block_q4_1)
+                         : kind == LLM_LEG_Q5_0 ? sizeof(llm_block_q5_0)
+                         : sizeof(llm_block_q5_1);
+    const int      qo = kind == LLM_LEG_Q4_1 ? 4
+                        : kind == LLM_LEG_Q5_0 ? 6 : 8;  /* qs offset */
+    const int      ho = kind == LLM_LEG_Q5_0 ? 2 : 4;    /* qh offset */
+    __m256         acc[LLM_MAXR];
+    __m128         macc[LLM_MAXR];
+    int64_t        b;
+    int            r;
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+        acc[r] = _mm256_setzero_ps();
+        macc[r] = _mm_setzero_ps();
+    }
+
+    for (b = 0; b < nb; b++) {
+        const __m256i  yv = _mm256_load_si256(&pre[b].y);
+        const __m128   ds = _mm_load_ps((const float *) &pre[b].ds);
+
+#pragma GCC unroll 4
+        for (r = 0; r < R; r++) {
+            const char  *p = w + r * ws + b * bsz;
+            __m256i      q, p16;
+            __m128       h;
+            __m256       dd;
+
+            q = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                    (const void *) (p + qo)));
+            q = _mm256_and_si256(_mm256_srlv_epi32(q, sh), m4);
+            if (kind != LLM_LEG_Q4_1) {
+                q = _mm256_or_si256(q, llm_leg_high_bits(
+                                           (const uint8_t *) p + ho));
+            }
+            h = _mm_cvtph_ps(_mm_loadl_epi64((const void *) p));
+            dd = _mm256_broadcastss_ps(_mm_mul_ps(h, ds));
+            p16 = _mm256_maddubs_epi16(q, yv);
+            if (kind == LLM_LEG_Q5_0) {
+                p16 = _mm256_sub_epi16(p16, _mm256_load_si256(&pre[b].off));
+            } else {
+                macc[r] = _mm_fmadd_ps(h, ds, macc[r]);
+            }
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), dd,
+                acc[r]);
+            _mm_prefetch(p + LLM_PF_TILES * R * ws, _MM_HINT_T0);
+        }
+    }
+
+#pragma GCC unroll 4
+    for (r = 0; r < R; r++) {
+        /* lane 1: the m s chain (0 for Q5_0, as the tile's) */
+        y[r] = llm_hsum256(acc[r])
+               + _mm_cvtss_f32(_mm_movehdup_ps(macc[r]));
+    }
+}
+
+
+/*
+ * One column: prepared once (when its blocks fit LLM_LEG_PREP), then
+ * LLM_LEG_R rows at a time (the FMA chains of one row alone are
+ * latency-bound).  Returns 0 (not done) otherwise: the plain driver's.
+ */
+#define LLM_LEG_R  2
+
+LLM_INLINE int
+llm_leg_gemm_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
+    const char *w, size_t ws, const char *x, float *y)
+{
+    llm_leg_pre_t  pre[LLM_LEG_PREP / sizeof(llm_leg_pre_t)];
+    int64_t        nb = n / LLM_QK, r;
+
+    if (nc != 1 || nb == 0
+        || nb > (int64_t) (sizeof(pre) / sizeof(pre[0]))) {
+        return 0;
+    }
+    llm_leg_prep(kind, x, nb, pre);
+    for (r = 0; r + LLM_LEG_R <= nr; r += LLM_LEG_R) {
+        llm_leg_rows_pre(kind, LLM_LEG_R, nb, w + r * ws, ws, pre, y + r);
+    }
+    for (; r < nr; r++) {
+        llm_leg_rows_pre(kind, 1, nb, w + r * ws, ws, pre, y + r);
+    }
+    return 1;
+}
+
+
+/* The gemm: one prepared column (llm_leg_gemm_pre), the plain driver's
+ * tiles otherwise. */
+#define LLM_LEG_GEMM(name, kind)                                            \
+static void                                                                 \
+llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
+    size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
+{                                                                           \
+    if (!llm_leg_gemm_pre(kind, n, nr, nc, w, ws, x, y)) {                  \
+        llm_gemm_##name##_raw(n, nr, nc, w, ws, x, xs, y, ldy);             \
+    }                                                                       \
+}
+
+LLM_LEG_GEMM(leg_q4_1, LLM_LEG_Q4_1)
+LLM_LEG_GEMM(leg_q5_0, LLM_LEG_Q5_0)
+LLM_LEG_GEMM(leg_q5_1, LLM_LEG_Q5_1)
 
 
 /*
@@ -277,9 +441,9 @@ void
 llm_kernels_init_legacy_avx2(llm_kernels_t *k)
 {
     k->quantize_act[LLM_TYPE_Q8_1] = llm_act_q8_1_avx2;
-    k->vec_dot[LLM_TYPE_Q4_1] = llm_dot_leg_q4_1;
-    k->vec_dot[LLM_TYPE_Q5_0] = llm_dot_leg_q5_0;
-    k->vec_dot[LLM_TYPE_Q5_1] = llm_dot_leg_q5_1;
+    k->vec_dot[LLM_TYPE_Q4_1] = llm_dot_leg_q4_1_raw;
+    k->vec_dot[LLM_TYPE_Q5_0] = llm_dot_leg_q5_0_raw;
+    k->vec_dot[LLM_TYPE_Q5_1] = llm_dot_leg_q5_1_raw;
     k->gemm[LLM_TYPE_Q4_1] = llm_gemm_leg_q4_1;
     k->gemm[LLM_TYPE_Q5_0] = llm_gemm_leg_q5_0;
     k->gemm[LLM_TYPE_Q5_1] = llm_gemm_leg_q5_1;
