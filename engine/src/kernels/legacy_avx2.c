@@ -228,7 +228,7 @@ llm_leg_prep(const int kind, const char *x, int64_t nb, llm_leg_pre_t *pre)
 
             pre[b].y = _mm256_loadu_si256((const void *) q->qs);
             pre[b].off = _mm256_setzero_si256();
-            pre[b].ds = _mm_cvtph_ps(_mm_cvtsi32_si128(
+            pre[b].ds = _mm_cvtph_ps(_mm_set1_epi32(
                             (int) ((uint32_t) q->d
                                    | (uint32_t) q->s << 16)));
         } else {
@@ -236,7 +236,7 @@ llm_leg_prep(const int kind, const char *x, int64_t nb, llm_leg_pre_t *pre)
 
             pre[b].y = _mm256_loadu_si256((const void *) q->qs);
             pre[b].off = _mm256_maddubs_epi16(sixteen, pre[b].y);
-            pre[b].ds = _mm_cvtph_ps(_mm_cvtsi32_si128((int) q->d));
+            pre[b].ds = _mm_cvtph_ps(_mm_set1_epi32((int) q->d));
         }
     }
 }
@@ -279,6 +279,7 @@ llm_leg_rows_pre(const int kind, const int R, int64_t nb, const char *w,
     for (b = 0; b < nb; b++) {
         const __m256i  yv = _mm256_load_si256(&pre[b].y);
         const __m128   ds = _mm_load_ps((const float *) &pre[b].ds);
+        __m128         hp = _mm_setzero_ps();
 
 #pragma GCC unroll 4
         for (r = 0; r < R; r++) {
@@ -294,13 +295,33 @@ llm_leg_rows_pre(const int kind, const int R, int64_t nb, const char *w,
                 q = _mm256_or_si256(q, llm_leg_high_bits(
                                            (const uint8_t *) p + ho));
             }
-            h = _mm_cvtph_ps(_mm_loadl_epi64((const void *) p));
-            dd = _mm256_broadcastss_ps(_mm_mul_ps(h, ds));
+            if (R == 2) {
+                /* both rows' [d m] from one conversion: [d0 m0 d1 m1] */
+                if (r == 0) {
+                    h = _mm_cvtph_ps(_mm_blend_epi32(
+                            _mm_castps_si128(_mm_broadcast_ss(
+                                (const float *) p)),
+                            _mm_castps_si128(_mm_broadcast_ss(
+                                (const float *) (p + ws))), 0x2));
+                    hp = _mm_mul_ps(h, ds);
+                    dd = _mm256_broadcastss_ps(hp);
+                    if (kind != LLM_LEG_Q5_0) {
+                        macc[0] = _mm_fmadd_ps(h, ds, macc[0]);
+                    }
+                } else {
+                    dd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(hp),
+                                                  _mm256_set1_epi32(2));
+                }
+            } else {
+                h = _mm_cvtph_ps(_mm_loadl_epi64((const void *) p));
+                dd = _mm256_broadcastss_ps(_mm_mul_ps(h, ds));
+                if (kind != LLM_LEG_Q5_0) {
+                    macc[r] = _mm_fmadd_ps(h, ds, macc[r]);
+                }
+            }
             p16 = _mm256_maddubs_epi16(q, yv);
             if (kind == LLM_LEG_Q5_0) {
                 p16 = _mm256_sub_epi16(p16, _mm256_load_si256(&pre[b].off));
-            } else {
-                macc[r] = _mm_fmadd_ps(h, ds, macc[r]);
             }
             acc[r] = _mm256_fmadd_ps(
                 _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), dd,
@@ -313,7 +334,10 @@ llm_leg_rows_pre(const int kind, const int R, int64_t nb, const char *w,
     for (r = 0; r < R; r++) {
         /* lane 1: the m s chain (0 for Q5_0, as the tile's) */
         y[r] = llm_hsum256(acc[r])
-               + _mm_cvtss_f32(_mm_movehdup_ps(macc[r]));
+               + _mm_cvtss_f32(R == 2 && r == 1
+                               ? _mm_movehl_ps(macc[0],
+                                               _mm_movehdup_ps(macc[0]))
+                               : _mm_movehdup_ps(macc[r]));
     }
 }
 
