@@ -201,10 +201,10 @@ LLM_GEMM_DRIVER(leg_q5_1_raw, LLM_QK, 2, 2, 2, LLM_Q5_1_TILE)
 
 
 /*
- * One activation column (decode) prepared once per gemm call: per block
- * the quants, [d_x s 0 0] (Q8_1; s unused by Q5_0, whose lane is 0) as
- * floats, and for Q5_0 the offset 16 x (y0 + y1) per byte pair.
- * LLM_LEG_PREP bytes of stack hold one column.
+ * The activation columns (decode) prepared once per gemm call: per block
+ * the quants, [d_x s d_x s] as floats (Q8_0: [d_x 0 d_x 0]), and for
+ * Q5_0 the offset 16 x (y0 + y1) per byte pair.  LLM_LEG_PREP bytes of
+ * stack hold them.
  */
 typedef struct {
     __m256i  y;
@@ -243,18 +243,21 @@ llm_leg_prep(const int kind, const char *x, int64_t nb, llm_leg_pre_t *pre)
 
 
 /*
- * R weight rows against one prepared column.  Per block and row: the
- * quants from one 128-bit broadcast load, the high nibbles shifted down
- * in the upper lane by one variable shift; [d m . .] (Q5_0 [d . . .]) as
- * floats from one conversion of the block's first 8 bytes; d_w d_x from
- * one 4-lane product, broadcast; m s by a 4-lane FMA whose lane 1 is the
- * tile's m x s chain.  The same values and roundings as llm_leg_tile:
- * d_w d_x is the same (exact) product, the m s FMA chain the same lane
- * by lane, the integer sums the same.
+ * R (1, 2) weight rows against C prepared columns (column c's records at
+ * pre + c * pcs).  Per block and row: the quants from one 128-bit
+ * broadcast load, the high nibbles shifted down in the upper lane by one
+ * variable shift.  Per block: the rows' [d m] (Q5_0 [d .]) as floats
+ * from one conversion ([d0 m0 d1 m1] for two rows); per column d_w d_x
+ * of both rows from one 4-lane product, broadcast (lanes 0 and 2), and
+ * m s by a 4-lane FMA whose lanes 1 and 3 are the two rows' m x s
+ * chains.  The same values and roundings as llm_leg_tile: d_w d_x is the
+ * same (exact) product, each m s FMA chain the same, the integer sums
+ * the same.
  */
 LLM_INLINE void
-llm_leg_rows_pre(const int kind, const int R, int64_t nb, const char *w,
-    size_t ws, const llm_leg_pre_t *pre, float *y)
+llm_leg_rows_pre(const int kind, const int R, const int C, int64_t nb,
+    const char *w, size_t ws, const llm_leg_pre_t *pre, int64_t pcs,
+    float *y, size_t ldy)
 {
     const __m256i  m4 = _mm256_set1_epi8(0x0f);
     const __m256i  ones = _mm256_set1_epi16(1);
@@ -265,120 +268,166 @@ llm_leg_rows_pre(const int kind, const int R, int64_t nb, const char *w,
     const int      qo = kind == LLM_LEG_Q4_1 ? 4
                         : kind == LLM_LEG_Q5_0 ? 6 : 8;  /* qs offset */
     const int      ho = kind == LLM_LEG_Q5_0 ? 2 : 4;    /* qh offset */
-    __m256         acc[LLM_MAXR];
-    __m128         macc[LLM_MAXR];
+    __m256         acc[2][LLM_MAXC];
+    __m128         macc[LLM_MAXC];
     int64_t        b;
-    int            r;
+    int            r, c;
 
 #pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-        acc[r] = _mm256_setzero_ps();
-        macc[r] = _mm_setzero_ps();
+    for (c = 0; c < C; c++) {
+        acc[0][c] = _mm256_setzero_ps();
+        acc[1][c] = _mm256_setzero_ps();
+        macc[c] = _mm_setzero_ps();
     }
 
     for (b = 0; b < nb; b++) {
-        const __m256i  yv = _mm256_load_si256(&pre[b].y);
-        const __m128   ds = _mm_load_ps((const float *) &pre[b].ds);
-        __m128         hp = _mm_setzero_ps();
+        const char  *p = w + b * bsz;
+        __m256i      q[2];
+        __m128       h;
+
+        if (R == 2) {
+            h = _mm_cvtph_ps(_mm_blend_epi32(
+                    _mm_castps_si128(_mm_broadcast_ss((const float *) p)),
+                    _mm_castps_si128(_mm_broadcast_ss((const float *)
+                                                      (p + ws))), 0x2));
+        } else {
+            h = _mm_cvtph_ps(_mm_loadl_epi64((const void *) p));
+        }
 
 #pragma GCC unroll 4
-        for (r = 0; r < R; r++) {
-            const char  *p = w + r * ws + b * bsz;
-            __m256i      q, p16;
-            __m128       h;
-            __m256       dd;
+        for (c = 0; c < C; c++) {
+            const llm_leg_pre_t  *pc = pre + c * pcs + b;
+            const __m256i         yv = _mm256_load_si256(&pc->y);
+            const __m128          ds = _mm_load_ps((const float *) &pc->ds);
+            const __m128          hp = _mm_mul_ps(h, ds);
 
-            q = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                    (const void *) (p + qo)));
-            q = _mm256_and_si256(_mm256_srlv_epi32(q, sh), m4);
-            if (kind != LLM_LEG_Q4_1) {
-                q = _mm256_or_si256(q, llm_leg_high_bits(
-                                           (const uint8_t *) p + ho));
+            if (kind != LLM_LEG_Q5_0) {
+                macc[c] = _mm_fmadd_ps(h, ds, macc[c]);
             }
-            if (R == 2) {
-                /* both rows' [d m] from one conversion: [d0 m0 d1 m1] */
-                if (r == 0) {
-                    h = _mm_cvtph_ps(_mm_blend_epi32(
-                            _mm_castps_si128(_mm_broadcast_ss(
-                                (const float *) p)),
-                            _mm_castps_si128(_mm_broadcast_ss(
-                                (const float *) (p + ws))), 0x2));
-                    hp = _mm_mul_ps(h, ds);
-                    dd = _mm256_broadcastss_ps(hp);
-                    if (kind != LLM_LEG_Q5_0) {
-                        macc[0] = _mm_fmadd_ps(h, ds, macc[0]);
+#pragma GCC unroll 2
+            for (r = 0; r < R; r++) {
+                __m256   dd = r == 0
+                              ? _mm256_broadcastss_ps(hp)
+                              : _mm256_permutevar8x32_ps(
+                                    _mm256_castps128_ps256(hp),
+                                    _mm256_set1_epi32(2));
+                __m256i  p16;
+
+                if (c == 0) {       /* row r's quants */
+                    const char  *pr = p + r * ws;
+
+                    q[r] = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                               (const void *) (pr + qo)));
+                    q[r] = _mm256_and_si256(_mm256_srlv_epi32(q[r], sh), m4);
+                    if (kind != LLM_LEG_Q4_1) {
+                        q[r] = _mm256_or_si256(q[r], llm_leg_high_bits(
+                                   (const uint8_t *) pr + ho));
                     }
-                } else {
-                    dd = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(hp),
-                                                  _mm256_set1_epi32(2));
+                    _mm_prefetch(pr + LLM_PF_TILES * R * ws, _MM_HINT_T0);
                 }
-            } else {
-                h = _mm_cvtph_ps(_mm_loadl_epi64((const void *) p));
-                dd = _mm256_broadcastss_ps(_mm_mul_ps(h, ds));
-                if (kind != LLM_LEG_Q5_0) {
-                    macc[r] = _mm_fmadd_ps(h, ds, macc[r]);
+                p16 = _mm256_maddubs_epi16(q[r], yv);
+
+                if (kind == LLM_LEG_Q5_0) {
+                    p16 = _mm256_sub_epi16(p16, _mm256_load_si256(&pc->off));
                 }
+                acc[r][c] = _mm256_fmadd_ps(
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), dd,
+                    acc[r][c]);
             }
-            p16 = _mm256_maddubs_epi16(q, yv);
-            if (kind == LLM_LEG_Q5_0) {
-                p16 = _mm256_sub_epi16(p16, _mm256_load_si256(&pre[b].off));
-            }
-            acc[r] = _mm256_fmadd_ps(
-                _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), dd,
-                acc[r]);
-            _mm_prefetch(p + LLM_PF_TILES * R * ws, _MM_HINT_T0);
         }
     }
 
 #pragma GCC unroll 4
-    for (r = 0; r < R; r++) {
-        /* lane 1: the m s chain (0 for Q5_0, as the tile's) */
-        y[r] = llm_hsum256(acc[r])
-               + _mm_cvtss_f32(R == 2 && r == 1
-                               ? _mm_movehl_ps(macc[0],
-                                               _mm_movehdup_ps(macc[0]))
-                               : _mm_movehdup_ps(macc[r]));
+    for (c = 0; c < C; c++) {
+#pragma GCC unroll 2
+        for (r = 0; r < R; r++) {
+            /* lanes 1, 3: the rows' m s chains (0 for Q5_0, as the
+             * tile's) */
+            y[c * ldy + r] = llm_hsum256(acc[r][c])
+                             + _mm_cvtss_f32(r == 1
+                                   ? _mm_movehl_ps(macc[c],
+                                                   _mm_movehdup_ps(macc[c]))
+                                   : _mm_movehdup_ps(macc[c]));
+        }
     }
 }
 
 
 /*
- * One column: prepared once (when its blocks fit LLM_LEG_PREP), then
- * LLM_LEG_R rows at a time (the FMA chains of one row alone are
- * latency-bound).  Returns 0 (not done) otherwise: the plain driver's.
+ * R rows against C prepared columns, one function each (as one inlined
+ * function the loops shared hoisted constants and spilled them).
  */
-#define LLM_LEG_R  2
+typedef void (*llm_leg_rc_fn)(int64_t nb, const char *w, size_t ws,
+    const llm_leg_pre_t *pre, float *y, size_t ldy);
+
+#define LLM_LEG_RC(k, R, C)                                                 \
+static __attribute__((noinline)) void                                       \
+llm_leg_rc_##k##_##R##_##C(int64_t nb, const char *w, size_t ws,            \
+    const llm_leg_pre_t *pre, float *y, size_t ldy)                         \
+{                                                                           \
+    llm_leg_rows_pre(k, R, C, nb, w, ws, pre, nb, y, ldy);                  \
+}
+
+#define LLM_LEG_RCS(k)                                                      \
+    LLM_LEG_RC(k, 1, 1) LLM_LEG_RC(k, 1, 2) LLM_LEG_RC(k, 1, 3)             \
+    LLM_LEG_RC(k, 2, 1) LLM_LEG_RC(k, 2, 2) LLM_LEG_RC(k, 2, 3)
+
+LLM_LEG_RCS(0)
+LLM_LEG_RCS(1)
+LLM_LEG_RCS(2)
+
+/* [kind][R - 1][C - 1] */
+static const llm_leg_rc_fn  llm_leg_rc[3][2][3] = {
+    { { llm_leg_rc_0_1_1, llm_leg_rc_0_1_2, llm_leg_rc_0_1_3 },
+      { llm_leg_rc_0_2_1, llm_leg_rc_0_2_2, llm_leg_rc_0_2_3 } },
+    { { llm_leg_rc_1_1_1, llm_leg_rc_1_1_2, llm_leg_rc_1_1_3 },
+      { llm_leg_rc_1_2_1, llm_leg_rc_1_2_2, llm_leg_rc_1_2_3 } },
+    { { llm_leg_rc_2_1_1, llm_leg_rc_2_1_2, llm_leg_rc_2_1_3 },
+      { llm_leg_rc_2_2_1, llm_leg_rc_2_2_2, llm_leg_rc_2_2_3 } },
+};
+
+
+/*
+ * 1 to LLM_LEG_COLS columns (decode): prepared once (when their blocks
+ * fit LLM_LEG_PREP), then two rows at a time (one row's FMA chains alone
+ * are latency-bound) against all of them.  Returns 0 (not done)
+ * otherwise: the plain driver's.
+ */
+#define LLM_LEG_COLS  3
 
 LLM_INLINE int
 llm_leg_gemm_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
-    const char *w, size_t ws, const char *x, float *y)
+    const char *w, size_t ws, const char *x, size_t xs, float *y,
+    size_t ldy)
 {
     llm_leg_pre_t  pre[LLM_LEG_PREP / sizeof(llm_leg_pre_t)];
-    int64_t        nb = n / LLM_QK, r;
+    int64_t        nb = n / LLM_QK, r, c;
 
-    if (nc != 1 || nb == 0
-        || nb > (int64_t) (sizeof(pre) / sizeof(pre[0]))) {
+    if (nc < 1 || nc > LLM_LEG_COLS || nb == 0
+        || nb * nc > (int64_t) (sizeof(pre) / sizeof(pre[0]))) {
         return 0;
     }
-    llm_leg_prep(kind, x, nb, pre);
-    for (r = 0; r + LLM_LEG_R <= nr; r += LLM_LEG_R) {
-        llm_leg_rows_pre(kind, LLM_LEG_R, nb, w + r * ws, ws, pre, y + r);
+    for (c = 0; c < nc; c++) {
+        llm_leg_prep(kind, x + c * xs, nb, pre + c * nb);
     }
-    for (; r < nr; r++) {
-        llm_leg_rows_pre(kind, 1, nb, w + r * ws, ws, pre, y + r);
+    for (r = 0; r + 2 <= nr; r += 2) {
+        llm_leg_rc[kind][1][nc - 1](nb, w + r * ws, ws, pre, y + r, ldy);
+    }
+    if (r < nr) {
+        llm_leg_rc[kind][0][nc - 1](nb, w + r * ws, ws, pre, y + r, ldy);
     }
     return 1;
 }
 
 
-/* The gemm: one prepared column (llm_leg_gemm_pre), the plain driver's
+/* The gemm: prepared columns (llm_leg_gemm_pre), the plain driver's
  * tiles otherwise. */
 #define LLM_LEG_GEMM(name, kind)                                            \
 static void                                                                 \
 llm_gemm_##name(int64_t n, int64_t nr, int64_t nc, const void *w,           \
     size_t ws, const void *x, size_t xs, float *y, size_t ldy)              \
 {                                                                           \
-    if (!llm_leg_gemm_pre(kind, n, nr, nc, w, ws, x, y)) {                  \
+    if (!llm_leg_gemm_pre(kind, n, nr, nc, w, ws, x, xs, y, ldy)) {         \
         llm_gemm_##name##_raw(n, nr, nc, w, ws, x, xs, y, ldy);             \
     }                                                                       \
 }
