@@ -12,6 +12,12 @@
  * result, added after the vector sum.  Each (row, column) result takes
  * the same steps whatever the tile's shape, so a gemm column is the same
  * bit for bit as that column alone (LLM_GEMM_DRIVER).
+ *
+ * Up to LLM_LEG_COLS columns (decode) the activation columns are
+ * prepared once per call (llm_leg_gemm_pre) and two weight rows at a
+ * time stream past them: at one column the plain tile was compute-bound
+ * (45-50% of a plain read) on the per-block scale conversions, inserts
+ * and activation work; see docs/BENCHMARKS.md "Kernels", 2026-12-07.
  */
 
 #include <immintrin.h>
@@ -370,30 +376,34 @@ llm_leg_rc_##k##_##R##_##C(int64_t nb, const char *w, size_t ws,            \
 
 #define LLM_LEG_RCS(k)                                                      \
     LLM_LEG_RC(k, 1, 1) LLM_LEG_RC(k, 1, 2) LLM_LEG_RC(k, 1, 3)             \
-    LLM_LEG_RC(k, 2, 1) LLM_LEG_RC(k, 2, 2) LLM_LEG_RC(k, 2, 3)
+    LLM_LEG_RC(k, 1, 4)                                                     \
+    LLM_LEG_RC(k, 2, 1) LLM_LEG_RC(k, 2, 2) LLM_LEG_RC(k, 2, 3)             \
+    LLM_LEG_RC(k, 2, 4)
 
 LLM_LEG_RCS(0)
 LLM_LEG_RCS(1)
 LLM_LEG_RCS(2)
 
 /* [kind][R - 1][C - 1] */
-static const llm_leg_rc_fn  llm_leg_rc[3][2][3] = {
-    { { llm_leg_rc_0_1_1, llm_leg_rc_0_1_2, llm_leg_rc_0_1_3 },
-      { llm_leg_rc_0_2_1, llm_leg_rc_0_2_2, llm_leg_rc_0_2_3 } },
-    { { llm_leg_rc_1_1_1, llm_leg_rc_1_1_2, llm_leg_rc_1_1_3 },
-      { llm_leg_rc_1_2_1, llm_leg_rc_1_2_2, llm_leg_rc_1_2_3 } },
-    { { llm_leg_rc_2_1_1, llm_leg_rc_2_1_2, llm_leg_rc_2_1_3 },
-      { llm_leg_rc_2_2_1, llm_leg_rc_2_2_2, llm_leg_rc_2_2_3 } },
+static const llm_leg_rc_fn  llm_leg_rc[3][2][4] = {
+#define LLM_LEG_RCT(k)                                                      \
+    { { llm_leg_rc_##k##_1_1, llm_leg_rc_##k##_1_2, llm_leg_rc_##k##_1_3,   \
+        llm_leg_rc_##k##_1_4 },                                             \
+      { llm_leg_rc_##k##_2_1, llm_leg_rc_##k##_2_2, llm_leg_rc_##k##_2_3,   \
+        llm_leg_rc_##k##_2_4 } }
+    LLM_LEG_RCT(0), LLM_LEG_RCT(1), LLM_LEG_RCT(2)
+#undef LLM_LEG_RCT
 };
 
 
 /*
- * 1 to LLM_LEG_COLS columns (decode): prepared once (when their blocks
- * fit LLM_LEG_PREP), then two rows at a time (one row's FMA chains alone
- * are latency-bound) against all of them.  Returns 0 (not done)
+ * 1 to LLM_LEG_COLS columns (decode): all prepared once (when their
+ * blocks fit LLM_LEG_PREP), then two rows at a time (one row's FMA
+ * chains alone are latency-bound) against groups of up to 4 of them (the
+ * two rows stay in L1 while the groups pass).  Returns 0 (not done)
  * otherwise: the plain driver's.
  */
-#define LLM_LEG_COLS  3
+#define LLM_LEG_COLS  16
 
 LLM_INLINE int
 llm_leg_gemm_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
@@ -410,11 +420,13 @@ llm_leg_gemm_pre(const int kind, int64_t n, int64_t nr, int64_t nc,
     for (c = 0; c < nc; c++) {
         llm_leg_prep(kind, x + c * xs, nb, pre + c * nb);
     }
-    for (r = 0; r + 2 <= nr; r += 2) {
-        llm_leg_rc[kind][1][nc - 1](nb, w + r * ws, ws, pre, y + r, ldy);
-    }
-    if (r < nr) {
-        llm_leg_rc[kind][0][nc - 1](nb, w + r * ws, ws, pre, y + r, ldy);
+    for (r = 0; r < nr; r += 2) {
+        const int  rr = nr - r < 2 ? 0 : 1;
+
+        for (c = 0; c < nc; c += 4) {
+            llm_leg_rc[kind][rr][nc - c < 4 ? nc - c - 1 : 3](
+                nb, w + r * ws, ws, pre + c * nb, y + c * ldy + r, ldy);
+        }
     }
     return 1;
 }
